@@ -1,0 +1,43 @@
+//! The CLI's error: always names the file it concerns, prints as one line.
+
+use std::path::PathBuf;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The model file could not be read or parsed.
+    #[error("{path}: {source}")]
+    Gguf {
+        /// The model file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: minerva_gguf::GgufError,
+    },
+    /// An output could not be written.
+    #[error("{path}: {source}")]
+    Output {
+        /// The output file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A request the file cannot satisfy.
+    #[error("{path}: {message}")]
+    Request {
+        /// The model file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl CliError {
+    /// Wraps a parse error with the file it came from.
+    pub fn gguf(path: &std::path::Path) -> impl FnOnce(minerva_gguf::GgufError) -> CliError + '_ {
+        move |source| match source {
+            // The reader's own I/O errors already name the path.
+            minerva_gguf::GgufError::Io { path, source } => CliError::Output { path, source },
+            source => CliError::Gguf { path: path.to_path_buf(), source },
+        }
+    }
+}

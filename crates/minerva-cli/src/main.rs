@@ -1,0 +1,80 @@
+//! `minerva`: the command-line front end.
+//!
+//! Errors print one line on stderr naming the file and the problem, and exit with code 2.
+
+mod dump;
+mod error;
+mod inspect;
+mod npy;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::CliError;
+
+/// Minerva: inspect and run open-weight LLM checkpoints.
+#[derive(Debug, Parser)]
+#[command(name = "minerva", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show a model file's metadata, tensor table and totals.
+    Inspect {
+        /// A GGUF file.
+        path: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one tensor's values, dequantized to f32, as a numpy `.npy` file.
+    Dump {
+        /// A GGUF file.
+        path: PathBuf,
+        /// The tensor's name (see `minerva inspect`).
+        tensor: String,
+        /// Output `.npy` file.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                // Help and version are not errors: print them whole.
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // One line: clap's first line ("error: …") plus the pointer to --help.
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!("minerva: {} (see `minerva --help`)", first.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("minerva: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match cli.command {
+        Command::Inspect { path, json } => inspect::run(&path, json, &mut out),
+        Command::Dump { path, tensor, output } => dump::run(&path, &tensor, &output),
+    }
+}

