@@ -43,7 +43,16 @@ fn workspace_root() -> PathBuf {
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
-    eprintln!("xtask: running {cmd:?}");
+    // Inline scripts make long arguments: show their first line only.
+    let shown: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| {
+            let a = a.to_string_lossy();
+            let line = a.trim().lines().next().unwrap_or_default().to_string();
+            if line.len() < a.trim().len() { format!("{line} …") } else { line }
+        })
+        .collect();
+    eprintln!("xtask: {}", shown.join(" "));
     let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed with {status}");
