@@ -1,36 +1,52 @@
 //! `minerva dump`: one tensor, dequantized to f32, as `.npy`.
 
+use std::io::Write;
 use std::path::Path;
 
-use minerva_core::{DType, TensorView};
+use minerva_core::TensorView;
 use minerva_gguf::Gguf;
 
 use crate::error::CliError;
 use crate::npy;
 
+/// Blocks dequantized per step: bounds memory whatever the tensor's size (a GPT-OSS expert tensor
+/// is 2.9 GB of f32 once dequantized).
+const BLOCKS_PER_CHUNK: usize = 1 << 15;
+
 /// Runs `minerva dump PATH TENSOR -o OUTPUT`.
 pub fn run(path: &Path, tensor: &str, output: &Path) -> Result<(), CliError> {
     let gguf = Gguf::open(path).map_err(CliError::gguf(path))?;
     let view = gguf.tensor(tensor).map_err(CliError::gguf(path))?;
-    let values = to_f32(&view).map_err(|message| CliError::Request { path: path.to_path_buf(), message })?;
-    let file =
-        std::fs::File::create(output).map_err(|source| CliError::Output { path: output.to_path_buf(), source })?;
-    npy::write_f32(std::io::BufWriter::new(file), view.shape, &values)
-        .map_err(|source| CliError::Output { path: output.to_path_buf(), source })
+    if minerva_quant::dequantizer(view.dtype).is_none() {
+        return Err(CliError::Request {
+            path: path.to_path_buf(),
+            message: format!("tensor {:?} is {}, which minerva cannot dequantize yet", view.name, view.dtype),
+        });
+    }
+    let out_err = |source| CliError::Output { path: output.to_path_buf(), source };
+    let file = std::fs::File::create(output).map_err(out_err)?;
+    let mut w = std::io::BufWriter::new(file);
+    npy::write_f32_header(&mut w, view.shape).map_err(out_err)?;
+    write_dequantized(&view, &mut w).map_err(|e| match e {
+        DumpError::Io(source) => out_err(source),
+        DumpError::Quant(e) => CliError::Request { path: path.to_path_buf(), message: format!("tensor {tensor:?}: {e}") },
+    })?;
+    w.flush().map_err(out_err)
 }
 
-/// The tensor's values as f32 in row-major order.
-fn to_f32(view: &TensorView<'_>) -> Result<Vec<f32>, String> {
-    let bytes = view.bytes;
-    Ok(match view.dtype {
-        DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-        DType::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-        DType::BF16 => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-        other => {
-            return Err(format!(
-                "tensor {:?} is {other}: dequantizing it is not yet supported (F32, F16 and BF16 are)",
-                view.name
-            ));
-        }
-    })
+enum DumpError {
+    Io(std::io::Error),
+    Quant(minerva_quant::QuantError),
+}
+
+/// Dequantizes the tensor chunk by chunk, in row-major order, into `w`.
+fn write_dequantized(view: &TensorView<'_>, w: &mut impl Write) -> Result<(), DumpError> {
+    let (block_bytes, block_elems) = (view.dtype.block_bytes(), view.dtype.block_elems());
+    let mut values = Vec::new();
+    for chunk in view.bytes.chunks(BLOCKS_PER_CHUNK * block_bytes) {
+        values.resize(chunk.len() / block_bytes * block_elems, 0.0);
+        minerva_quant::dequantize_fast(view.dtype, chunk, &mut values).map_err(DumpError::Quant)?;
+        npy::write_values(&mut *w, &values).map_err(DumpError::Io)?;
+    }
+    Ok(())
 }

@@ -10,8 +10,9 @@
 
 use std::io::Write;
 
-/// Writes `values` with numpy shape `shape` as a little-endian f32 `.npy` stream.
-pub fn write_f32<W: Write>(mut w: W, shape: &[usize], values: &[f32]) -> std::io::Result<()> {
+/// Writes the `.npy` header for a little-endian f32 array of numpy shape `shape`; the values follow
+/// with [`write_values`].
+pub fn write_f32_header<W: Write>(mut w: W, shape: &[usize]) -> std::io::Result<()> {
     let dims = match shape {
         [] => String::new(),
         [one] => format!("{one},"),
@@ -24,13 +25,20 @@ pub fn write_f32<W: Write>(mut w: W, shape: &[usize], values: &[f32]) -> std::io
     header.push('\n');
     w.write_all(b"\x93NUMPY\x01\x00")?;
     w.write_all(&(header.len() as u16).to_le_bytes())?;
-    w.write_all(header.as_bytes())?;
-    let mut buf = Vec::with_capacity(values.len().min(1 << 20) * 4);
-    for chunk in values.chunks(1 << 20) {
-        buf.clear();
-        buf.extend(chunk.iter().flat_map(|v| v.to_le_bytes()));
-        w.write_all(&buf)?;
-    }
+    w.write_all(header.as_bytes())
+}
+
+/// Appends `values` as little-endian f32.
+pub fn write_values<W: Write>(mut w: W, values: &[f32]) -> std::io::Result<()> {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    w.write_all(&bytes)
+}
+
+/// Writes `values` with numpy shape `shape` as a little-endian f32 `.npy` stream.
+#[cfg(test)]
+pub fn write_f32<W: Write>(mut w: W, shape: &[usize], values: &[f32]) -> std::io::Result<()> {
+    write_f32_header(&mut w, shape)?;
+    write_values(&mut w, values)?;
     w.flush()
 }
 

@@ -1,0 +1,37 @@
+//! x86-64 fast paths, chosen at run time. Only [`avx2_dequantizer`] leaves this module: it hands
+//! out a kernel only after `is_x86_feature_detected!` has confirmed the CPU runs it.
+
+// The one unsafe thing here: calling `#[target_feature]` functions, after run-time detection.
+#![allow(unsafe_code)]
+
+mod avx2;
+
+use minerva_core::DType;
+
+/// A row kernel that trusts its caller to have checked the lengths (it never reads or writes out
+/// of bounds regardless: it zips whole blocks with whole outputs).
+pub(crate) type RowKernel = fn(&[u8], &mut [f32]);
+
+/// The AVX2 dequantizer for `dtype`, if there is one and this CPU has AVX2.
+pub(crate) fn avx2_dequantizer(dtype: DType) -> Option<RowKernel> {
+    if !std::arch::is_x86_feature_detected!("avx2") {
+        return None;
+    }
+    // Each wrapper below is only reachable through this function, after the check above.
+    let kernel: RowKernel = match dtype {
+        // SAFETY: AVX2 was detected above; the kernels need nothing else.
+        DType::Q8_0 => |b, o| unsafe { avx2::dequantize_row_q8_0(b, o) },
+        // SAFETY: as above.
+        DType::Q4_0 => |b, o| unsafe { avx2::dequantize_row_q4_0(b, o) },
+        // SAFETY: as above.
+        DType::Q4_1 => |b, o| unsafe { avx2::dequantize_row_q4_1(b, o) },
+        // SAFETY: as above.
+        DType::MXFP4 => |b, o| unsafe { avx2::dequantize_row_mxfp4(b, o) },
+        // SAFETY: as above.
+        DType::Q4_K => |b, o| unsafe { avx2::dequantize_row_q4_k(b, o) },
+        // SAFETY: as above.
+        DType::Q6_K => |b, o| unsafe { avx2::dequantize_row_q6_k(b, o) },
+        _ => return None,
+    };
+    Some(kernel)
+}

@@ -1,0 +1,57 @@
+//! The fast (SIMD) dequantizers equal the scalar reference **bit for bit** on arbitrary bytes —
+//! random scales included, so NaN, inf and subnormal scales too. The one allowance: two NaNs
+//! count as equal whatever their payloads (which NaN operand x86 propagates is not part of either
+//! formula).
+
+use minerva_core::DType;
+use minerva_quant::{dequantize, dequantize_fast, has_fast_path};
+use proptest::prelude::*;
+
+const FAST_TYPES: [DType; 6] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::MXFP4, DType::Q4_K, DType::Q6_K];
+
+#[test]
+fn fast_paths_exist_where_the_cpu_has_avx2() {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        for dtype in FAST_TYPES {
+            assert!(has_fast_path(dtype), "{dtype}");
+        }
+    }
+    assert!(!has_fast_path(DType::Q3_K));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn fast_equals_reference(
+        dtype in prop::sample::select(FAST_TYPES.to_vec()),
+        blocks in 0usize..6,
+        seed_bytes in prop::collection::vec(any::<u8>(), 6 * 210),
+        offset in 0usize..3,
+    ) {
+        // Start at a random offset: the fast path must not assume aligned blocks either.
+        let len = blocks * dtype.block_bytes();
+        let bytes = &seed_bytes[offset..offset + len.min(seed_bytes.len() - offset)];
+        prop_assume!(bytes.len() == len);
+        let n = blocks * dtype.block_elems();
+        let (mut reference, mut fast) = (vec![0.0f32; n], vec![1.0f32; n]);
+        dequantize(dtype, bytes, &mut reference).unwrap();
+        dequantize_fast(dtype, bytes, &mut fast).unwrap();
+        for (i, (r, f)) in reference.iter().zip(&fast).enumerate() {
+            prop_assert!(r.to_bits() == f.to_bits() || (r.is_nan() && f.is_nan()),
+                "{} value {}: reference {} fast {}", dtype, i, r, f);
+        }
+    }
+
+    #[test]
+    fn fast_rejects_what_the_reference_rejects(
+        dtype in prop::sample::select(FAST_TYPES.to_vec()),
+        len in 0usize..700,
+        out_len in 0usize..700,
+    ) {
+        let bytes = vec![0x11u8; len];
+        let (mut a, mut b) = (vec![0.0f32; out_len], vec![0.0f32; out_len]);
+        prop_assert_eq!(dequantize(dtype, &bytes, &mut a), dequantize_fast(dtype, &bytes, &mut b));
+    }
+}
