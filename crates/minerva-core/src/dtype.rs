@@ -58,6 +58,16 @@ pub enum DType {
     F8_E4M3,
     F8_E5M2,
     F8_E8M0,
+    F8_E4M3FNUZ,
+    F8_E5M2FNUZ,
+    /// OCP MX FP4 (E2M1), two elements per byte, no block scale (SafeTensors `F4`).
+    F4,
+    /// OCP MX FP6 (E2M3), four elements per three bytes.
+    F6_E2M3,
+    /// OCP MX FP6 (E3M2), four elements per three bytes.
+    F6_E3M2,
+    /// Complex, two F32 parts.
+    C64,
 }
 
 /// One row of [`DTYPE_TABLE`].
@@ -92,7 +102,7 @@ const fn row(
 
 /// Every dtype's facts, indexed by the `DType` discriminant.
 #[rustfmt::skip]
-pub const DTYPE_TABLE: [DTypeInfo; 42] = [
+pub const DTYPE_TABLE: [DTypeInfo; 48] = [
     //   dtype            name       ggml id   safetensors     elems bytes
     row(DType::F32,     "F32",     Some(0),  Some("F32"),     1,   4),
     row(DType::F16,     "F16",     Some(1),  Some("F16"),     1,   2),
@@ -136,6 +146,13 @@ pub const DTYPE_TABLE: [DTypeInfo; 42] = [
     row(DType::F8_E4M3, "F8_E4M3", None,     Some("F8_E4M3"), 1,   1),
     row(DType::F8_E5M2, "F8_E5M2", None,     Some("F8_E5M2"), 1,   1),
     row(DType::F8_E8M0, "F8_E8M0", None,     Some("F8_E8M0"), 1,   1),
+    row(DType::F8_E4M3FNUZ, "F8_E4M3FNUZ", None, Some("F8_E4M3FNUZ"), 1, 1),
+    row(DType::F8_E5M2FNUZ, "F8_E5M2FNUZ", None, Some("F8_E5M2FNUZ"), 1, 1),
+    // Sub-byte SafeTensors types: a "block" is the fewest elements filling whole bytes.
+    row(DType::F4,      "F4",      None,     Some("F4"),      2,   1),
+    row(DType::F6_E2M3, "F6_E2M3", None,     Some("F6_E2M3"), 4,   3),
+    row(DType::F6_E3M2, "F6_E3M2", None,     Some("F6_E3M2"), 4,   3),
+    row(DType::C64,     "C64",     None,     Some("C64"),     1,   8),
 ];
 
 // The table is indexed by discriminant: make a misordered row a compile error.
