@@ -13,6 +13,9 @@ pub enum CliError {
         /// What is wrong with it.
         source: minerva_gguf::GgufError,
     },
+    /// The SafeTensors checkpoint could not be read (its messages name the file).
+    #[error("{0}")]
+    Safetensors(#[from] minerva_safetensors::SafetensorsError),
     /// An output could not be written.
     #[error("{path}: {source}")]
     Output {

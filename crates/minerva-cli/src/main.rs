@@ -5,6 +5,7 @@
 mod dump;
 mod error;
 mod inspect;
+mod model_file;
 mod npy;
 
 use std::path::PathBuf;
@@ -26,7 +27,7 @@ struct Cli {
 enum Command {
     /// Show a model file's metadata, tensor table and totals.
     Inspect {
-        /// A GGUF file.
+        /// A GGUF file, a SafeTensors file or index, or a model directory.
         path: PathBuf,
         /// Print one JSON object instead of text.
         #[arg(long)]
@@ -34,9 +35,10 @@ enum Command {
     },
     /// Write one tensor's values, dequantized to f32, as a numpy `.npy` file.
     Dump {
-        /// A GGUF file.
+        /// A GGUF file, a SafeTensors file or index, or a model directory.
         path: PathBuf,
-        /// The tensor's name (see `minerva inspect`).
+        /// The tensor's name (see `minerva inspect`); for SafeTensors also a logical quantized
+        /// tensor (`…gate_up_proj` for `…gate_up_proj_blocks` + `_scales`, an MLX `….weight`).
         tensor: String,
         /// Output `.npy` file.
         #[arg(short, long)]
