@@ -49,7 +49,7 @@ fn every_format_dumps_to_gguf_py_values() {
         let values = std::fs::read(fixtures.join(case["values"].as_str().unwrap())).unwrap();
         let n_blocks = blocks.len() / dtype.block_bytes();
         // Two rows when the block count allows, so the numpy shape has an outer dimension.
-        let rows = if n_blocks % 2 == 0 { 2 } else { 1 };
+        let rows = if n_blocks.is_multiple_of(2) { 2 } else { 1 };
         let shape = [rows, n_blocks / rows * dtype.block_elems()];
         w.add_tensor(format!("golden.{dtype}"), dtype, &shape, blocks).unwrap();
         expected.push((dtype, shape, values));
