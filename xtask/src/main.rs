@@ -125,7 +125,48 @@ fn ci(root: &Path) -> Result<()> {
     };
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
-    run(cargo().args(["test", "--workspace", "--all-targets"]))?;
-    run(cargo().args(["test", "--workspace", "--doc"]))?;
+    let mut totals = TestTotals::default();
+    run_tests(cargo().args(["test", "--workspace", "--all-targets"]), &mut totals)?;
+    run_tests(cargo().args(["test", "--workspace", "--doc"]), &mut totals)?;
+    // One closing line for the whole run: cargo's own last line belongs to whichever test binary
+    // happened to run last, often one with no tests.
+    println!("ci: {} passed, {} failed", totals.passed, totals.failed);
+    if totals.failed > 0 || totals.passed == 0 {
+        bail!("tests failed or none ran");
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct TestTotals {
+    passed: u64,
+    failed: u64,
+}
+
+/// Runs a `cargo test` command, echoing its output, and adds up its `test result:` lines.
+fn run_tests(cmd: &mut Command, totals: &mut TestTotals) -> Result<()> {
+    use std::io::BufRead;
+    eprintln!("xtask: {cmd:?}");
+    let mut child =
+        cmd.stdout(std::process::Stdio::piped()).spawn().with_context(|| format!("cannot start {cmd:?}"))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line?;
+        println!("{line}");
+        // "test result: ok. 12 passed; 0 failed; 0 ignored; ..."
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |word: &str| {
+                rest.split(';')
+                    .find_map(|part| part.trim().strip_suffix(word)?.split_whitespace().last()?.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            totals.passed += count(" passed");
+            totals.failed += count(" failed");
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
     Ok(())
 }
