@@ -97,4 +97,30 @@ pub enum QuantError {
         /// Values per group asked for.
         group_size: usize,
     },
+    /// A matrix product's operand does not have the length its shape implies.
+    #[error("{dtype} matmul: {operand} has {actual} {unit}, the shape implies {expected}")]
+    MatmulOperand {
+        /// The weights' dtype.
+        dtype: DType,
+        /// `"weights"`, `"x"` or `"y"`.
+        operand: &'static str,
+        /// The length `rows`, `cols` and `n` imply.
+        expected: usize,
+        /// The slice's length.
+        actual: usize,
+        /// `"bytes"` or `"values"`.
+        unit: &'static str,
+    },
+    /// A matrix shape whose element or byte count does not fit in `usize`.
+    #[error("{dtype} matmul: shape {rows} x {cols} (n = {n}) overflows usize")]
+    ShapeOverflow {
+        /// The weights' dtype.
+        dtype: DType,
+        /// Rows of the weight matrix.
+        rows: usize,
+        /// Columns of the weight matrix.
+        cols: usize,
+        /// Activation vectors.
+        n: usize,
+    },
 }

@@ -8,6 +8,9 @@
 //! * [`mlx`] — MLX affine quantization (2–8 bits, groups of 32/64/128).
 //! * [`dequantize_fast`] — AVX2 kernels picked at run time (scalar fallback), bit-identical to the
 //!   reference; the scalar reference lives in `ggml`, the SIMD code in `x86/avx2.rs`.
+//! * [`matvec`] / [`matmul`] — fused quantized matrix × vector / small matrix products with
+//!   activations quantized on the fly (Q8_0 / Q8_K), multi-threaded over rows with rayon; AVX2
+//!   kernels in `x86/avx2_dot.rs`, scalar ones in `matmul/ref_.rs` ([`matvec_ref`]).
 //!
 //! The reference code reads blocks from byte slices of any alignment (as a memory-mapped model file
 //! gives them) and follows its source's f32 arithmetic step for step: the tests under `tests/`
@@ -38,6 +41,7 @@ mod error;
 mod fast;
 mod float;
 pub mod ggml;
+mod matmul;
 pub mod mlx;
 pub mod mxfp4;
 #[cfg(target_arch = "x86_64")]
@@ -63,6 +67,7 @@ pub use ggml::q8::{
     BlockQ8_0, BlockQ8_K, dequantize_row_q8_0_ref, dequantize_row_q8_k_ref, quantize_row_q8_0_ref,
     quantize_row_q8_k_ref,
 };
+pub use matmul::{activation_dtype, has_fast_matmul, matmul, matmul_ref, matvec, matvec_ref};
 pub use mlx::MlxAffine;
 pub use mxfp4::{dequantize_hf_mxfp4_ref, dequantize_mlx_mxfp4_ref, ggml_mxfp4_to_hf, hf_mxfp4_to_ggml};
 

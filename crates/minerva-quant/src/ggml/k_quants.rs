@@ -44,7 +44,7 @@ pub struct BlockQ2_K {
 }
 
 /// The 2-bit field for value `e` from a 64-byte array laid out as Q2_K `qs` / Q3_K `qs`.
-fn two_bits(qs: &[u8; 64], e: usize) -> u8 {
+pub(crate) fn two_bits(qs: &[u8; 64], e: usize) -> u8 {
     let (half, quarter, lane) = (e / 128, (e % 128) / 32, e % 32);
     (qs[32 * half + lane] >> (2 * quarter)) & 3
 }
@@ -96,7 +96,7 @@ pub struct BlockQ3_K {
 }
 
 /// The 16 signed sub-block scales of a Q3_K block.
-fn q3_k_scales(packed: &[u8; 12]) -> [i8; 16] {
+pub(crate) fn q3_k_scales(packed: &[u8; 12]) -> [i8; 16] {
     std::array::from_fn(|i| {
         let low4 = if i < 8 { packed[i] & 0x0F } else { packed[i - 8] >> 4 };
         let high2 = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
@@ -140,7 +140,7 @@ pub fn get_scale_min_k4(j: usize, scales: &[u8; 12]) -> (u8, u8) {
 }
 
 /// The 4-bit field for value `e` from a 128-byte Q4_K/Q5_K `qs`.
-fn nibble_k(qs: &[u8; 128], e: usize) -> u8 {
+pub(crate) fn nibble_k(qs: &[u8; 128], e: usize) -> u8 {
     let (chunk, upper, lane) = (e / 64, (e % 64) / 32, e % 32);
     (qs[32 * chunk + lane] >> (4 * upper)) & 0x0F
 }

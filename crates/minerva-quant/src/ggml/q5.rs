@@ -38,7 +38,7 @@ pub struct BlockQ5_0 {
 }
 
 /// The 5-bit quants of a Q5 block, in value order.
-fn five_bit_quants(qh: [u8; 4], qs: &[u8; 16]) -> [u8; 32] {
+pub(crate) fn five_bit_quants(qh: [u8; 4], qs: &[u8; 16]) -> [u8; 32] {
     let high_bits = u32::from_le_bytes(qh);
     std::array::from_fn(|i| {
         let nibble = if i < 16 { qs[i] & 0x0F } else { qs[i - 16] >> 4 };

@@ -1,10 +1,12 @@
-//! x86-64 fast paths, chosen at run time. Only [`avx2_dequantizer`] leaves this module: it hands
-//! out a kernel only after `is_x86_feature_detected!` has confirmed the CPU runs it.
+//! x86-64 fast paths, chosen at run time. Only [`avx2_dequantizer`] and [`avx2_dot_kernel`] leave
+//! this module: they hand out a kernel only after `is_x86_feature_detected!` has confirmed the CPU
+//! runs it.
 
 // The one unsafe thing here: calling `#[target_feature]` functions, after run-time detection.
 #![allow(unsafe_code)]
 
 mod avx2;
+mod avx2_dot;
 
 use minerva_core::DType;
 
@@ -31,6 +33,37 @@ pub(crate) fn avx2_dequantizer(dtype: DType) -> Option<RowKernel> {
         DType::Q4_K => |b, o| unsafe { avx2::dequantize_row_q4_k(b, o) },
         // SAFETY: as above.
         DType::Q6_K => |b, o| unsafe { avx2::dequantize_row_q6_k(b, o) },
+        _ => return None,
+    };
+    Some(kernel)
+}
+
+/// The AVX2 matmul dot kernel for `dtype`, if there is one and this CPU has AVX2, FMA and F16C.
+pub(crate) fn avx2_dot_kernel(dtype: DType) -> Option<crate::matmul::DotKernel> {
+    use std::arch::is_x86_feature_detected as has;
+    if !(has!("avx2") && has!("fma") && has!("f16c")) {
+        return None;
+    }
+    // Each wrapper below is only reachable through this function, after the check above.
+    let kernel: crate::matmul::DotKernel = match dtype {
+        // SAFETY: AVX2, FMA and F16C were detected above; the kernels need nothing else.
+        DType::Q8_0 => |w, a| unsafe { avx2_dot::dot_q8_0(w, a) },
+        // SAFETY: as above.
+        DType::Q4_0 => |w, a| unsafe { avx2_dot::dot_q4_0(w, a) },
+        // SAFETY: as above.
+        DType::Q4_1 => |w, a| unsafe { avx2_dot::dot_q4_1(w, a) },
+        // SAFETY: as above.
+        DType::MXFP4 => |w, a| unsafe { avx2_dot::dot_mxfp4(w, a) },
+        // SAFETY: as above.
+        DType::Q4_K => |w, a| unsafe { avx2_dot::dot_q4_k(w, a) },
+        // SAFETY: as above.
+        DType::Q6_K => |w, a| unsafe { avx2_dot::dot_q6_k(w, a) },
+        // SAFETY: as above.
+        DType::F32 => |w, a| unsafe { avx2_dot::dot_f32(w, a) },
+        // SAFETY: as above.
+        DType::F16 => |w, a| unsafe { avx2_dot::dot_f16(w, a) },
+        // SAFETY: as above.
+        DType::BF16 => |w, a| unsafe { avx2_dot::dot_bf16(w, a) },
         _ => return None,
     };
     Some(kernel)

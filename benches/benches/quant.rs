@@ -1,0 +1,172 @@
+//! Quantized kernels against the machine's memory bandwidth, all measured in one run.
+//!
+//! * `membw/sum_u64_{1,2}t` — sum of a 1 GiB `u64` buffer (≫ caches) on 1 and 2 threads: the
+//!   read bandwidth a matvec can hope for. `membw/memcpy` — a 512 MiB copy (throughput counts the
+//!   bytes copied once; the bus moves them twice, read + write).
+//! * `dequantize/{ref,fast}/<dtype>` — 4 Mi values per call, throughput in bytes of quantized input.
+//! * `matvec/<model shape>/<dtype>/{1,2}t` — `minerva_quant::matvec` at real shapes (rows × cols =
+//!   out × in), throughput in weight bytes read per call. SmolLM2-135M: 576×1536 (ffn_down),
+//!   1536×576 (ffn_up/gate), 49152×576 (output head); GPT-OSS-20B: 4096×2880 (attn q),
+//!   2880×2880 (one MXFP4 expert), 201088×2880 (output head, Q8_0, 615 MB).
+//!
+//! Weights are random bytes with finite scales (speed does not depend on the values), made once.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use minerva_core::DType;
+use minerva_quant::{dequantize, dequantize_fast, matvec};
+use rayon::prelude::*;
+
+/// Random weights of `dtype` for `values` values: xorshift bytes, scale fields made finite.
+fn weights(dtype: DType, values: usize) -> Vec<u8> {
+    let bytes = values / dtype.block_elems() * dtype.block_bytes();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ bytes as u64;
+    let mut out: Vec<u8> = Vec::with_capacity(bytes + 8);
+    while out.len() < bytes {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(bytes);
+    // Floats: random sign and mantissa, exponent in 2^-8 .. 2^-1 (no subnormals: x86 takes a
+    // slow microcode assist on them, which a first run of this bench measured for F32/BF16).
+    match dtype {
+        DType::F32 => {
+            for v in out.chunks_exact_mut(4) {
+                let bits = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+                let bits = (bits & 0x807F_FFFF) | ((119 + (bits >> 23) % 8) << 23);
+                v.copy_from_slice(&bits.to_le_bytes());
+            }
+            return out;
+        }
+        DType::F16 | DType::BF16 => {
+            let (mantissa_bits, bias) = if dtype == DType::F16 { (10, 15) } else { (7, 127) };
+            for v in out.chunks_exact_mut(2) {
+                let bits = u16::from_le_bytes([v[0], v[1]]);
+                let exponent = bias - 8 + (bits >> mantissa_bits) % 8;
+                let bits = (bits & (0x8000 | ((1 << mantissa_bits) - 1))) | (exponent << mantissa_bits);
+                v.copy_from_slice(&bits.to_le_bytes());
+            }
+            return out;
+        }
+        _ => {}
+    }
+    let scales: &[usize] = match dtype {
+        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q6_K => &[208],
+        _ => &[],
+    };
+    for block in out.chunks_exact_mut(dtype.block_bytes()) {
+        for &at in scales {
+            block[at + 1] &= 0x3B; // f16 high byte: |scale| < 1, finite
+        }
+        if dtype == DType::MXFP4 {
+            block[0] = 120 + block[0] % 12;
+        }
+    }
+    out
+}
+
+fn pools() -> [(usize, rayon::ThreadPool); 2] {
+    [1, 2].map(|t| (t, rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("pool")))
+}
+
+fn bench_bandwidth(c: &mut Criterion) {
+    let mut group = c.benchmark_group("membw");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    let buffer: Vec<u64> = (0..(1u64 << 27)).collect(); // 1 GiB
+    group.throughput(Throughput::Bytes(8 << 27));
+    for (threads, pool) in pools() {
+        group.bench_function(format!("sum_u64_{threads}t"), |b| {
+            b.iter(|| {
+                pool.install(|| {
+                    let chunk = buffer.len().div_ceil(4 * threads);
+                    buffer.par_chunks(chunk).map(|c| c.iter().fold(0u64, |s, &v| s.wrapping_add(v))).sum::<u64>()
+                })
+            })
+        });
+    }
+    drop(buffer);
+    let src = vec![1u8; 512 << 20];
+    let mut dst = vec![0u8; 512 << 20];
+    group.throughput(Throughput::Bytes(512 << 20));
+    group.bench_function("memcpy", |b| {
+        b.iter(|| {
+            dst.copy_from_slice(black_box(&src));
+            black_box(dst[12345])
+        })
+    });
+    group.finish();
+}
+
+const DEQUANT_FORMATS: [DType; 6] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::MXFP4, DType::Q4_K, DType::Q6_K];
+
+fn bench_dequantize(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dequantize");
+    group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    let values = 4 << 20;
+    let mut out = vec![0.0f32; values];
+    for dtype in DEQUANT_FORMATS {
+        let bytes = weights(dtype, values);
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
+        group.bench_function(BenchmarkId::new("ref", dtype), |b| {
+            b.iter(|| dequantize(dtype, black_box(&bytes), &mut out).expect("dequantize"))
+        });
+        group.bench_function(BenchmarkId::new("fast", dtype), |b| {
+            b.iter(|| dequantize_fast(dtype, black_box(&bytes), &mut out).expect("dequantize_fast"))
+        });
+    }
+    group.finish();
+}
+
+/// (model/tensor label, rows, cols, formats).
+const SHAPES: [(&str, usize, usize, &[DType]); 7] = [
+    ("smollm2_576x1536", 576, 1536, &ALL),
+    ("smollm2_1536x576", 1536, 576, &ALL),
+    ("smollm2_49152x576", 49152, 576, &ALL),
+    ("gptoss_4096x2880", 4096, 2880, &[DType::Q8_0, DType::BF16]),
+    ("gptoss_2880x2880", 2880, 2880, &[DType::MXFP4]),
+    ("gptoss_201088x2880", 201_088, 2880, &[DType::Q8_0]),
+    ("gptoss_2880x4096", 2880, 4096, &[DType::Q4_K, DType::Q6_K]),
+];
+
+const ALL: [DType; 9] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::MXFP4,
+    DType::Q4_K,
+    DType::Q6_K,
+    DType::F16,
+    DType::BF16,
+    DType::F32,
+];
+
+fn bench_matvec(c: &mut Criterion) {
+    let pools = pools();
+    let mut group = c.benchmark_group("matvec");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    for (label, rows, cols, formats) in SHAPES {
+        let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let mut y = vec![0.0f32; rows];
+        // K-quants need cols to be whole 256-value super-blocks (576 and 2880 are not).
+        for &dtype in formats.iter().filter(|d| cols.is_multiple_of(d.block_elems())) {
+            let w = weights(dtype, rows * cols);
+            group.throughput(Throughput::Bytes(w.len() as u64));
+            for (threads, pool) in &pools {
+                let id = BenchmarkId::new(format!("{label}/{dtype}"), format!("{threads}t"));
+                group.bench_function(id, |b| {
+                    b.iter(|| pool.install(|| matvec(dtype, black_box(&w), rows, cols, &x, &mut y)).expect("matvec"))
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_bandwidth, bench_dequantize, bench_matvec);
+criterion_main!(benches);

@@ -1,0 +1,286 @@
+//! Fused quantized matrix × vector (decode) and matrix × small matrix (prefill) products that never
+//! materialise dequantized weights.
+//!
+//! The weights are `rows` rows of `cols` values of `dtype`, row-major, each row whole blocks (as a
+//! GGUF tensor of shape `[cols, rows]` stores them). Activations are quantized on the fly the way
+//! llama.cpp does it ([`activation_dtype`]): to Q8_0 for the 32-value block formats, to Q8_K for
+//! the K-quants, and used as f32 for F32/F16/BF16 weights. Each block's dot product is then an
+//! integer sum (AVX2 `maddubs`/`madd` on x86-64) scaled once per block in f32.
+//!
+//! * [`matvec`] / [`matmul`] — the fastest kernel this CPU has (AVX2+FMA+F16C where detected at run
+//!   time, the scalar kernels otherwise).
+//! * [`matvec_ref`] / [`matmul_ref`] — always the scalar kernels (same activation quantization).
+//!
+//! Work is split over rows with rayon in the *current* pool: call inside
+//! [`rayon::ThreadPool::install`] to choose the thread count (a 1-thread pool runs on the calling
+//! thread with no task splitting).
+//!
+//! ```
+//! use minerva_core::DType;
+//! use minerva_quant::{matvec, quantize};
+//!
+//! // Two rows of 32 weights, quantized to Q8_0; y = W·x.
+//! let w: Vec<f32> = (0..64).map(|i| if i < 32 { 1.0 } else { -0.5 }).collect();
+//! let mut bytes = vec![0u8; 2 * 34];
+//! quantize(DType::Q8_0, &w, &mut bytes)?;
+//! let x = vec![1.0f32; 32];
+//! let mut y = [0.0f32; 2];
+//! matvec(DType::Q8_0, &bytes, 2, 32, &x, &mut y)?;
+//! // Close, not exact: the weight scale 1/127 is stored as f16.
+//! assert!((y[0] - 32.0).abs() < 0.01 && (y[1] + 16.0).abs() < 0.01);
+//!
+//! let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+//! pool.install(|| matvec(DType::Q8_0, &bytes, 2, 32, &x, &mut y))?;
+//! # Ok::<(), minerva_quant::QuantError>(())
+//! ```
+
+mod ref_;
+
+use half::f16;
+use minerva_core::DType;
+use rayon::prelude::*;
+
+use crate::{QuantError, quantize_row_q8_0_ref, quantize_row_q8_k_ref};
+
+/// One activation vector as the dot kernels read it.
+///
+/// For F32/F16/BF16 weights only `x` is used; for the others `qs` holds the quantized values
+/// (i8 bit patterns), `d` one scale per activation block, and `sums` the sums of the quants: one
+/// per 32-value block for Q8_0, Q8_K's `bsums` (one per 16 values) for Q8_K.
+pub(crate) struct Activation<'a> {
+    pub(crate) x: &'a [f32],
+    pub(crate) d: Vec<f32>,
+    pub(crate) qs: Vec<u8>,
+    pub(crate) sums: Vec<i32>,
+}
+
+/// A row kernel: the dot product of one weight row (whole blocks) with one activation whose
+/// length matches. Kernels zip whole blocks, so a mismatch could only shorten the sum, never read
+/// out of bounds; the public functions check every length first.
+pub(crate) type DotKernel = fn(&[u8], &Activation<'_>) -> f32;
+
+/// The format activations are converted to for weights of `dtype`: `F32` (used as given) for
+/// F32/F16/BF16, `Q8_0` for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/MXFP4, `Q8_K` for Q2_K…Q6_K; `None` for
+/// dtypes without a matmul kernel.
+pub fn activation_dtype(dtype: DType) -> Option<DType> {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => Some(DType::F32),
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::MXFP4 => Some(DType::Q8_0),
+        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => Some(DType::Q8_K),
+        _ => None,
+    }
+}
+
+/// Whether [`matvec`]/[`matmul`] use a SIMD kernel for `dtype` on this CPU.
+pub fn has_fast_matmul(dtype: DType) -> bool {
+    fast_kernel(dtype).is_some()
+}
+
+fn fast_kernel(dtype: DType) -> Option<DotKernel> {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kernel) = crate::x86::avx2_dot_kernel(dtype) {
+        return Some(kernel);
+    }
+    let _ = dtype;
+    None
+}
+
+/// `y = W·x`: `weights` is `rows × cols` of `dtype` (row-major, whole blocks per row), `x` holds
+/// `cols` values and `y` gets `rows`. Wrong lengths, or `cols` not a whole number of blocks, are
+/// a [`QuantError`].
+pub fn matvec(
+    dtype: DType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    matmul(dtype, weights, rows, cols, x, 1, y)
+}
+
+/// `Y = X·Wᵀ` for `n` activation vectors: `xs` is `n × cols` row-major, `ys` gets `n × rows`
+/// (row `j` is `W·xs[j]`). Each weight row is read from memory once for all `n` vectors.
+pub fn matmul(
+    dtype: DType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    xs: &[f32],
+    n: usize,
+    ys: &mut [f32],
+) -> Result<(), QuantError> {
+    let kernel = fast_kernel(dtype).or_else(|| ref_::kernel(dtype));
+    run(dtype, kernel, weights, rows, cols, xs, n, ys)
+}
+
+/// [`matvec`] with the scalar kernels only.
+pub fn matvec_ref(
+    dtype: DType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    matmul_ref(dtype, weights, rows, cols, x, 1, y)
+}
+
+/// [`matmul`] with the scalar kernels only.
+pub fn matmul_ref(
+    dtype: DType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    xs: &[f32],
+    n: usize,
+    ys: &mut [f32],
+) -> Result<(), QuantError> {
+    run(dtype, ref_::kernel(dtype), weights, rows, cols, xs, n, ys)
+}
+
+/// Checks every length against the shape; returns the bytes per weight row.
+fn check_shape(
+    dtype: DType,
+    weights: usize,
+    rows: usize,
+    cols: usize,
+    xs: usize,
+    n: usize,
+    ys: usize,
+) -> Result<usize, QuantError> {
+    let block_elems = dtype.block_elems();
+    if !cols.is_multiple_of(block_elems) {
+        return Err(QuantError::PartialBlockValues { dtype, len: cols, block_elems });
+    }
+    let overflow = QuantError::ShapeOverflow { dtype, rows, cols, n };
+    let row_bytes = (cols / block_elems).checked_mul(dtype.block_bytes()).ok_or(overflow.clone())?;
+    let expected = [
+        ("weights", row_bytes.checked_mul(rows), weights, "bytes"),
+        ("x", cols.checked_mul(n), xs, "values"),
+        ("y", rows.checked_mul(n), ys, "values"),
+    ];
+    for (operand, expected, actual, unit) in expected {
+        let expected = expected.ok_or(overflow.clone())?;
+        if expected != actual {
+            return Err(QuantError::MatmulOperand { dtype, operand, expected, actual, unit });
+        }
+    }
+    Ok(row_bytes)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    dtype: DType,
+    kernel: Option<DotKernel>,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    xs: &[f32],
+    n: usize,
+    ys: &mut [f32],
+) -> Result<(), QuantError> {
+    let (Some(kernel), Some(act_dtype)) = (kernel, activation_dtype(dtype)) else {
+        return Err(QuantError::Unsupported { dtype, operation: "matmul" });
+    };
+    let row_bytes = check_shape(dtype, weights.len(), rows, cols, xs.len(), n, ys.len())?;
+    if rows == 0 || n == 0 {
+        return Ok(());
+    }
+    if cols == 0 {
+        ys.fill(0.0);
+        return Ok(());
+    }
+    let threads = rayon::current_num_threads();
+    let acts: Vec<Activation<'_>> = if threads > 1 && n > 1 {
+        xs.par_chunks_exact(cols).map(|x| quantize_activation(act_dtype, x)).collect()
+    } else {
+        xs.chunks_exact(cols).map(|x| quantize_activation(act_dtype, x)).collect()
+    };
+    // Several tasks per thread so that a slow (shared) core does not hold the others up, but each
+    // at least 64 KiB of weights so that splitting costs little next to the streaming.
+    let rows_per_task = rows.div_ceil(4 * threads).max((64 << 10) / row_bytes).max(1);
+    let one_task = |(y, w): (&mut [f32], &[u8])| {
+        for (y_row, w_row) in y.chunks_exact_mut(n).zip(w.chunks_exact(row_bytes)) {
+            for (y, act) in y_row.iter_mut().zip(&acts) {
+                *y = kernel(w_row, act);
+            }
+        }
+    };
+    // Results come out row-major (rows × n); n = 1 writes `ys` directly, otherwise transpose.
+    let mut transposed = if n == 1 { Vec::new() } else { vec![0.0f32; rows * n] };
+    let out: &mut [f32] = if n == 1 { &mut *ys } else { &mut transposed };
+    if threads == 1 || rows_per_task >= rows {
+        one_task((out, weights));
+    } else {
+        out.par_chunks_mut(rows_per_task * n).zip(weights.par_chunks(rows_per_task * row_bytes)).for_each(one_task);
+    }
+    if n > 1 {
+        for (r, row) in transposed.chunks_exact(n).enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                ys[j * rows + r] = v;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Quantizes one activation vector (a whole number of activation blocks: checked by the caller,
+/// since every weight block size is a multiple of its activation block size).
+fn quantize_activation(act_dtype: DType, x: &[f32]) -> Activation<'_> {
+    let mut act = Activation { x, d: Vec::new(), qs: Vec::new(), sums: Vec::new() };
+    if act_dtype == DType::F32 {
+        return act;
+    }
+    let block_elems = act_dtype.block_elems();
+    let block_bytes = act_dtype.block_bytes();
+    let blocks = x.len() / block_elems;
+    let mut bytes = vec![0u8; blocks * block_bytes];
+    act.qs.reserve(x.len());
+    if act_dtype == DType::Q8_0 {
+        quantize_row_q8_0_ref(x, &mut bytes).expect("whole Q8_0 blocks, checked by the caller");
+        for block in bytes.chunks_exact(block_bytes) {
+            act.d.push(f16::from_le_bytes([block[0], block[1]]).to_f32());
+            act.qs.extend_from_slice(&block[2..]);
+            act.sums.push(block[2..].iter().map(|&q| i32::from(q as i8)).sum());
+        }
+    } else {
+        quantize_row_q8_k_ref(x, &mut bytes).expect("whole Q8_K blocks, checked by the caller");
+        for block in bytes.chunks_exact(block_bytes) {
+            act.d.push(f32::from_le_bytes([block[0], block[1], block[2], block[3]]));
+            act.qs.extend_from_slice(&block[4..260]);
+            act.sums.extend(block[260..].chunks_exact(2).map(|s| i32::from(i16::from_le_bytes([s[0], s[1]]))));
+        }
+    }
+    act
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_errors_name_the_operand() {
+        let w = vec![0u8; 2 * 34];
+        let mut y = [0.0f32; 2];
+        assert_eq!(
+            matvec(DType::Q8_0, &w, 2, 32, &[0.0; 31], &mut y),
+            Err(QuantError::MatmulOperand {
+                dtype: DType::Q8_0,
+                operand: "x",
+                expected: 32,
+                actual: 31,
+                unit: "values"
+            })
+        );
+        assert_eq!(
+            matvec(DType::Q8_0, &w, 2, 48, &[0.0; 48], &mut y),
+            Err(QuantError::PartialBlockValues { dtype: DType::Q8_0, len: 48, block_elems: 32 })
+        );
+        assert!(matches!(
+            matvec(DType::Q8_0, &w, usize::MAX, 64, &[0.0; 64], &mut y),
+            Err(QuantError::ShapeOverflow { .. })
+        ));
+        assert!(matches!(matvec(DType::Q8_K, &w, 2, 256, &[0.0; 256], &mut y), Err(QuantError::Unsupported { .. })));
+    }
+}

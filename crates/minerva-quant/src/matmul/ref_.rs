@@ -1,0 +1,194 @@
+//! Scalar dot kernels: one weight row × one (quantized) activation, as ggml's generic
+//! `ggml_vec_dot_*` compute them — an exact integer sum per block (per sub-block for K-quants),
+//! scaled by the block's f32 factors and summed in f32 in block order.
+
+use bytemuck::pod_read_unaligned;
+use half::f16;
+use minerva_core::DType;
+
+use super::{Activation, DotKernel};
+use crate::ggml::k_quants::{get_scale_min_k4, nibble_k, q3_k_scales, two_bits};
+use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
+use crate::ggml::q5::five_bit_quants;
+use crate::{BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K};
+
+/// The scalar kernel for `dtype`, if there is one.
+pub(super) fn kernel(dtype: DType) -> Option<DotKernel> {
+    let k: DotKernel = match dtype {
+        DType::F32 => dot_f32,
+        DType::F16 => dot_f16,
+        DType::BF16 => dot_bf16,
+        DType::Q8_0 => dot_q8_0,
+        DType::Q4_0 => dot_q4_0,
+        DType::Q4_1 => dot_q4_1,
+        DType::Q5_0 => dot_q5_0,
+        DType::Q5_1 => dot_q5_1,
+        DType::MXFP4 => dot_mxfp4,
+        DType::Q2_K => dot_q2_k,
+        DType::Q3_K => dot_q3_k,
+        DType::Q4_K => dot_q4_k,
+        DType::Q5_K => dot_q5_k,
+        DType::Q6_K => dot_q6_k,
+        _ => return None,
+    };
+    Some(k)
+}
+
+fn read_f16(b: &[u8]) -> f32 {
+    f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// Σ w·x for one block of quants (as i32, any sign) and activation quants (i8 bit patterns).
+fn isum(w: impl IntoIterator<Item = i32>, a: &[u8]) -> i32 {
+    w.into_iter().zip(a).map(|(w, &a)| w * i32::from(a as i8)).sum()
+}
+
+fn dot_f32(row: &[u8], act: &Activation<'_>) -> f32 {
+    row.chunks_exact(4).zip(act.x).map(|(w, x)| f32::from_le_bytes([w[0], w[1], w[2], w[3]]) * x).sum()
+}
+
+fn dot_f16(row: &[u8], act: &Activation<'_>) -> f32 {
+    row.chunks_exact(2).zip(act.x).map(|(w, x)| read_f16(w) * x).sum()
+}
+
+fn dot_bf16(row: &[u8], act: &Activation<'_>) -> f32 {
+    let widen = |w: &[u8]| f32::from_bits(u32::from(u16::from_le_bytes([w[0], w[1]])) << 16);
+    row.chunks_exact(2).zip(act.x).map(|(w, x)| widen(w) * x).sum()
+}
+
+/// Walks 32-value weight blocks of `block_bytes` with their Q8_0 activation blocks:
+/// `f(block, activation quants, activation scale, activation quant sum)`, summed.
+fn sum_blocks32(
+    row: &[u8],
+    act: &Activation<'_>,
+    block_bytes: usize,
+    f: impl Fn(&[u8], &[u8], f32, i32) -> f32,
+) -> f32 {
+    let blocks = row.chunks_exact(block_bytes).zip(act.qs.chunks_exact(32));
+    blocks.zip(act.d.iter().zip(&act.sums)).map(|((w, a), (&d, &s))| f(w, a, d, s)).sum()
+}
+
+/// The 32 nibbles of a Q4_0/Q4_1/MXFP4 block in value order (low nibbles, then high nibbles).
+fn nibbles(qs: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let low = qs[..16].iter().map(|&b| usize::from(b & 0x0F));
+    low.chain(qs[..16].iter().map(|&b| usize::from(b >> 4)))
+}
+
+fn dot_q8_0(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_blocks32(row, act, 34, |w, a, d, _| {
+        read_f16(w) * d * isum(w[2..].iter().map(|&q| i32::from(q as i8)), a) as f32
+    })
+}
+
+fn dot_q4_0(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_blocks32(row, act, 18, |w, a, d, _| read_f16(w) * d * isum(nibbles(&w[2..]).map(|q| q as i32 - 8), a) as f32)
+}
+
+fn dot_q4_1(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_blocks32(row, act, 20, |w, a, d, s| {
+        read_f16(w) * d * isum(nibbles(&w[4..]).map(|q| q as i32), a) as f32 + read_f16(&w[2..]) * d * s as f32
+    })
+}
+
+fn dot_q5_0(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_blocks32(row, act, 22, |w, a, d, _| {
+        let q = five_bit_quants(w[2..6].try_into().expect("4 bytes"), w[6..22].try_into().expect("16 bytes"));
+        read_f16(w) * d * isum(q.map(|q| i32::from(q) - 16), a) as f32
+    })
+}
+
+fn dot_q5_1(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_blocks32(row, act, 24, |w, a, d, s| {
+        let q = five_bit_quants(w[4..8].try_into().expect("4 bytes"), w[8..24].try_into().expect("16 bytes"));
+        read_f16(w) * d * isum(q.map(i32::from), a) as f32 + read_f16(&w[2..]) * d * s as f32
+    })
+}
+
+fn dot_mxfp4(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_blocks32(row, act, 17, |w, a, d, _| {
+        let q = nibbles(&w[1..]).map(|q| i32::from(KVALUES_MXFP4[q]));
+        e8m0_to_f32_half(w[0]) * d * isum(q, a) as f32
+    })
+}
+
+/// Walks K-quant super-blocks `B` with their Q8_K activation blocks: `f(block, quants, scale,
+/// bsums)` returns the block's (scaled integer sum, scaled minimum correction), summed as
+/// `Σ sum - Σ correction`.
+fn sum_super_blocks<B: bytemuck::Pod>(
+    row: &[u8],
+    act: &Activation<'_>,
+    f: impl Fn(&B, &[u8], f32, &[i32]) -> f32,
+) -> f32 {
+    let blocks = row.chunks_exact(size_of::<B>()).zip(act.qs.chunks_exact(256));
+    let blocks = blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16)));
+    blocks.map(|((w, a), (&d, bsums))| f(&pod_read_unaligned::<B>(w), a, d, bsums)).sum()
+}
+
+fn dot_q2_k(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_super_blocks::<BlockQ2_K>(row, act, |b, a, d, bsums| {
+        let (mut sum, mut mins) = (0i32, 0i32);
+        for (sub, (&sc, &bsum)) in b.scales.iter().zip(bsums).enumerate() {
+            let q = (16 * sub..16 * sub + 16).map(|e| i32::from(two_bits(&b.qs, e)));
+            sum += i32::from(sc & 0x0F) * isum(q, &a[16 * sub..]);
+            mins += i32::from(sc >> 4) * bsum;
+        }
+        b.d.to_f32() * d * sum as f32 - b.dmin.to_f32() * d * mins as f32
+    })
+}
+
+fn dot_q3_k(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_super_blocks::<BlockQ3_K>(row, act, |b, a, d, _| {
+        let mut sum = 0i32;
+        for (sub, &sc) in q3_k_scales(&b.scales).iter().enumerate() {
+            let q = (16 * sub..16 * sub + 16).map(|e| {
+                let high_bit_set = (b.hmask[e % 32] >> (e / 32)) & 1 == 1;
+                i32::from(two_bits(&b.qs, e)) - if high_bit_set { 0 } else { 4 }
+            });
+            sum += i32::from(sc) * isum(q, &a[16 * sub..]);
+        }
+        b.d.to_f32() * d * sum as f32
+    })
+}
+
+/// Σ over the 8 sub-blocks of Q4_K/Q5_K: (Σ sc·Σq·a, Σ m·bsums), `quant(e)` giving value e's quant.
+fn k4_sums(scales: &[u8; 12], a: &[u8], bsums: &[i32], quant: impl Fn(usize) -> i32) -> (i32, i32) {
+    let (mut sum, mut mins) = (0i32, 0i32);
+    for j in 0..8 {
+        let (sc, m) = get_scale_min_k4(j, scales);
+        sum += i32::from(sc) * isum((32 * j..32 * j + 32).map(&quant), &a[32 * j..]);
+        mins += i32::from(m) * (bsums[2 * j] + bsums[2 * j + 1]);
+    }
+    (sum, mins)
+}
+
+fn dot_q4_k(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_super_blocks::<BlockQ4_K>(row, act, |b, a, d, bsums| {
+        let (sum, mins) = k4_sums(&b.scales, a, bsums, |e| i32::from(nibble_k(&b.qs, e)));
+        b.d.to_f32() * d * sum as f32 - b.dmin.to_f32() * d * mins as f32
+    })
+}
+
+fn dot_q5_k(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_super_blocks::<BlockQ5_K>(row, act, |b, a, d, bsums| {
+        let (sum, mins) = k4_sums(&b.scales, a, bsums, |e| {
+            let high_bit = (b.qh[e % 32] >> (e / 32)) & 1;
+            i32::from(nibble_k(&b.qs, e) | (high_bit << 4))
+        });
+        b.d.to_f32() * d * sum as f32 - b.dmin.to_f32() * d * mins as f32
+    })
+}
+
+fn dot_q6_k(row: &[u8], act: &Activation<'_>) -> f32 {
+    sum_super_blocks::<BlockQ6_K>(row, act, |b, a, d, _| {
+        let mut sum = 0i32;
+        for (sub, &sc) in b.scales.iter().enumerate() {
+            let q = (16 * sub..16 * sub + 16).map(|e| {
+                let (half, upper) = (e / 128, (e % 128) / 64);
+                let low4 = (b.ql[64 * half + e % 64] >> (4 * upper)) & 0x0F;
+                i32::from(low4 | (two_bits(&b.qh, e) << 4)) - 32
+            });
+            sum += i32::from(sc) * isum(q, &a[16 * sub..]);
+        }
+        b.d.to_f32() * d * sum as f32
+    })
+}

@@ -1,0 +1,241 @@
+//! AVX2 (+FMA, F16C) dot kernels for [`crate::matvec`]: one weight row × one activation.
+//!
+//! Quantized formats multiply 32 weight quants by 32 Q8 activation quants at a time with
+//! `maddubs` (u8 × i8 → pairs summed in i16, no saturation for these ranges: at most
+//! 2·128·127 = 32 512) and `madd` (i16 pairs → i32), exactly as llama.cpp's AVX2 paths; signed
+//! weights use the `sign_epi8` trick (|w| unsigned, the sign moved onto the activation). The
+//! integer sum of a block is exact; it is scaled once per block (`d_w · d_a`) and accumulated in
+//! f32 with FMA, so results differ from the scalar kernels only by f32 summation order.
+//!
+//! As in `avx2.rs`, memory safety does not rest on `unsafe`: blocks are `chunks_exact` and vectors
+//! are read with `bytemuck` (unaligned loads); the only unsafe step is the caller's promise that the
+//! CPU has AVX2, FMA and F16C (see `super::avx2_dot_kernel`).
+
+use core::arch::x86_64::{
+    __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtss_f32, _mm_movehl_ps, _mm_set1_epi16,
+    _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_epi32, _mm256_and_si256, _mm256_broadcastsi128_si256,
+    _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
+    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i,
+    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8,
+    _mm256_sign_epi8, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srli_epi16, _mm256_sub_epi8,
+};
+
+use bytemuck::pod_read_unaligned;
+
+use crate::ggml::k_quants::get_scale_min_k4;
+use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
+use crate::matmul::Activation;
+
+/// Little-endian f16 at the start of `b`, widened with F16C. Broadcast first (`set1`), not
+/// `cvtsi32_si128`: LLVM turned the latter into a `vpinsrw` merging into the accumulator's
+/// register, which chained every block's scale onto the previous block's FMA (≈ 18 cycles a block).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_at(b: &[u8]) -> f32 {
+    let bits = i16::from_le_bytes([b[0], b[1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(bits)))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load32(b: &[u8]) -> __m256i {
+    pod_read_unaligned::<__m256i>(&b[..32])
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
+}
+
+/// Σ w·a of 32 signed weight bytes and 32 signed activation bytes, as 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_i8(w: __m256i, a: __m256i) -> __m256i {
+    let products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    _mm256_madd_epi16(products, _mm256_set1_epi16(1))
+}
+
+/// A block's 16 nibble bytes as 32 bytes in value order: low nibbles, then high nibbles.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_nibbles(qs: &[u8]) -> __m256i {
+    let packed = pod_read_unaligned::<__m128i>(&qs[..16]);
+    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// The shared loop of the 32-value formats: `block(w, a)` gives (i32 lanes of Σ q·a, weight
+/// scale, extra f32 term already scaled by the activation scale's caller-side factor).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn blocks32(
+    row: &[u8],
+    act: &Activation<'_>,
+    block_bytes: usize,
+    block: impl Fn(&[u8], &[u8]) -> (__m256i, f32, f32),
+) -> f32 {
+    let (mut acc, mut extra) = (_mm256_setzero_ps(), 0.0f32);
+    let blocks = row.chunks_exact(block_bytes).zip(act.qs.chunks_exact(32));
+    for ((w, a), (&d, &s)) in blocks.zip(act.d.iter().zip(&act.sums)) {
+        let (sum, scale, min) = block(w, a);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * d), _mm256_cvtepi32_ps(sum), acc);
+        extra += min * d * s as f32;
+    }
+    hsum_ps(acc) + extra
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q8_0(row: &[u8], act: &Activation<'_>) -> f32 {
+    blocks32(row, act, 34, |w, a| (dot_i8(load32(&w[2..]), load32(a)), f16_at(w), 0.0))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q4_0(row: &[u8], act: &Activation<'_>) -> f32 {
+    blocks32(row, act, 18, |w, a| {
+        let q = _mm256_sub_epi8(unpack_nibbles(&w[2..]), _mm256_set1_epi8(8));
+        (dot_i8(q, load32(a)), f16_at(w), 0.0)
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q4_1(row: &[u8], act: &Activation<'_>) -> f32 {
+    blocks32(row, act, 20, |w, a| {
+        let products = _mm256_maddubs_epi16(unpack_nibbles(&w[4..]), load32(a));
+        (_mm256_madd_epi16(products, _mm256_set1_epi16(1)), f16_at(w), f16_at(&w[2..]))
+    })
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_mxfp4(row: &[u8], act: &Activation<'_>) -> f32 {
+    let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
+    blocks32(row, act, 17, |w, a| {
+        let q = _mm256_shuffle_epi8(table, unpack_nibbles(&w[1..]));
+        (dot_i8(q, load32(a)), e8m0_to_f32_half(w[0]), 0.0)
+    })
+}
+
+/// The 8 (scale, min) pairs of a Q4_K/Q5_K super-block.
+#[inline]
+fn k4_scale_mins(block: &[u8]) -> ([i16; 8], [i32; 8]) {
+    let scales: &[u8; 12] = block[4..16].try_into().expect("12 scale bytes");
+    let pairs: [(u8, u8); 8] = std::array::from_fn(|j| get_scale_min_k4(j, scales));
+    (pairs.map(|(sc, _)| i16::from(sc)), pairs.map(|(_, m)| i32::from(m)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q4_k(row: &[u8], act: &Activation<'_>) -> f32 {
+    let mask = _mm256_set1_epi8(0x0F);
+    let (mut acc, mut mins_acc) = (_mm256_setzero_ps(), 0.0f32);
+    let blocks = row.chunks_exact(144).zip(act.qs.chunks_exact(256));
+    for ((block, a), (&d, bsums)) in blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16))) {
+        let (scales, mins) = k4_scale_mins(block);
+        let qs = &block[16..];
+        let mut sum = _mm256_setzero_si256();
+        for chunk in 0..4 {
+            let packed = load32(&qs[32 * chunk..]);
+            let low = _mm256_and_si256(packed, mask);
+            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask);
+            let p_low = _mm256_maddubs_epi16(low, load32(&a[64 * chunk..]));
+            let p_high = _mm256_maddubs_epi16(high, load32(&a[64 * chunk + 32..]));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p_low, _mm256_set1_epi16(scales[2 * chunk])));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p_high, _mm256_set1_epi16(scales[2 * chunk + 1])));
+        }
+        let min_sum: i32 = (0..8).map(|j| mins[j] * (bsums[2 * j] + bsums[2 * j + 1])).sum();
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(block) * d), _mm256_cvtepi32_ps(sum), acc);
+        mins_acc += f16_at(&block[2..]) * d * min_sum as f32;
+    }
+    hsum_ps(acc) - mins_acc
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q6_k(row: &[u8], act: &Activation<'_>) -> f32 {
+    let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
+    let (mut acc, mut offset_acc) = (_mm256_setzero_ps(), 0.0f32);
+    let blocks = row.chunks_exact(210).zip(act.qs.chunks_exact(256));
+    for ((block, a), (&d, bsums)) in blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16))) {
+        let scales: [i16; 16] = std::array::from_fn(|i| i16::from(block[192 + i] as i8));
+        let mut sum = _mm256_setzero_si256();
+        for half in 0..2 {
+            let ql = &block[64 * half..];
+            let (lo, hi) = (load32(ql), load32(&ql[32..]));
+            let h = load32(&block[128 + 32 * half..]);
+            // Unsigned 6-bit quants (0..=63) of the four quarters, as in avx2::dequantize_row_q6_k;
+            // the −32 is applied below through the activation's bsums.
+            let high2 = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, low2));
+            let quarters = [
+                _mm256_or_si256(_mm256_and_si256(lo, low4), high2(h)),
+                _mm256_or_si256(_mm256_and_si256(hi, low4), high2(_mm256_srli_epi16::<2>(h))),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(lo), low4), high2(_mm256_srli_epi16::<4>(h))),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(hi), low4), high2(_mm256_srli_epi16::<6>(h))),
+            ];
+            for (quarter, q6) in quarters.into_iter().enumerate() {
+                let start = 128 * half + 32 * quarter;
+                let products = _mm256_maddubs_epi16(q6, load32(&a[start..]));
+                let sub = start / 16;
+                let scale = _mm256_set_m128i(_mm_set1_epi16(scales[sub + 1]), _mm_set1_epi16(scales[sub]));
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(products, scale));
+            }
+        }
+        let offset: i32 = scales.iter().zip(bsums).map(|(&sc, &s)| i32::from(sc) * s).sum();
+        let scale = f16_at(&block[208..]) * d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sum), acc);
+        offset_acc += scale * (32 * offset) as f32;
+    }
+    hsum_ps(acc) - offset_acc
+}
+
+/// The float formats: `widen(bytes)` turns 8 stored values into 8 f32; four accumulators hide the
+/// FMA latency. A tail of fewer than 32 values is summed into the first accumulator 8 at a time,
+/// then the last (< 8) values in scalar code.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_float(row: &[u8], x: &[f32], width: usize, widen: impl Fn(&[u8]) -> __m256) -> f32 {
+    let xv = |x: &[f32]| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&x[..8]));
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let (w32, x32) = (row.chunks_exact(32 * width), x.chunks_exact(32));
+    let (w_tail, x_tail) = (w32.remainder(), x32.remainder());
+    for (w, x) in w32.zip(x32) {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(widen(&w[8 * width * k..]), xv(&x[8 * k..]), *acc);
+        }
+    }
+    let (w8, x8) = (w_tail.chunks_exact(8 * width), x_tail.chunks_exact(8));
+    let (w_rest, x_rest) = (w8.remainder(), x8.remainder());
+    for (w, x) in w8.zip(x8) {
+        acc[0] = _mm256_fmadd_ps(widen(w), xv(x), acc[0]);
+    }
+    let total = hsum_ps(sum4(acc));
+    // The last values one at a time, widened through an 8-lane buffer.
+    let mut w_buf = [0u8; 32];
+    w_buf[..w_rest.len()].copy_from_slice(w_rest);
+    let tail = bytemuck::cast::<__m256, [f32; 8]>(widen(&w_buf));
+    total + tail.iter().zip(x_rest).map(|(w, x)| w * x).sum::<f32>()
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sum4(acc: [__m256; 4]) -> __m256 {
+    use core::arch::x86_64::_mm256_add_ps;
+    _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_f32(row: &[u8], act: &Activation<'_>) -> f32 {
+    dot_float(row, act.x, 4, |w| pod_read_unaligned::<__m256>(&w[..32]))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_f16(row: &[u8], act: &Activation<'_>) -> f32 {
+    dot_float(row, act.x, 2, |w| _mm256_cvtph_ps(pod_read_unaligned::<__m128i>(&w[..16])))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_bf16(row: &[u8], act: &Activation<'_>) -> f32 {
+    dot_float(row, act.x, 2, |w| {
+        let wide = _mm256_cvtepu16_epi32(pod_read_unaligned::<__m128i>(&w[..16]));
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
+    })
+}

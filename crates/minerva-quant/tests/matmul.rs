@@ -1,0 +1,274 @@
+//! `matvec` / `matmul`: the fast path against the scalar kernels and against plain f64 dot products
+//! of dequantized values, at awkward sizes and thread counts; shape errors.
+
+use minerva_core::DType;
+use minerva_quant::{
+    QuantError, activation_dtype, dequantize, has_fast_matmul, matmul, matmul_ref, matvec, matvec_ref, quantize,
+};
+use proptest::prelude::*;
+
+const DTYPES: [DType; 14] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::MXFP4,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::F16,
+    DType::BF16,
+    DType::F32,
+];
+
+/// A small deterministic generator (xorshift64*), so that shapes of any size cost nothing to build.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Random weights: float formats from values in [-1, 1); block formats from random bytes with
+/// their scale fields overwritten by finite, moderate scales (random bytes there could be NaN/inf).
+fn random_weights(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed | 1);
+    let values = rows * cols;
+    match dtype {
+        DType::F32 => return (0..values).flat_map(|_| rng.unit().to_le_bytes()).collect(),
+        DType::F16 => return (0..values).flat_map(|_| half::f16::from_f32(rng.unit()).to_le_bytes()).collect(),
+        DType::BF16 => return (0..values).flat_map(|_| half::bf16::from_f32(rng.unit()).to_le_bytes()).collect(),
+        _ => {}
+    }
+    let block_bytes = dtype.block_bytes();
+    let mut bytes: Vec<u8> = (0..values / dtype.block_elems() * block_bytes).map(|_| rng.next() as u8).collect();
+    let scale_offsets: &[usize] = match dtype {
+        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q2_K => &[80, 82],
+        DType::Q3_K => &[108],
+        DType::Q6_K => &[208],
+        _ => &[],
+    };
+    for block in bytes.chunks_exact_mut(block_bytes) {
+        for &at in scale_offsets {
+            let scale = half::f16::from_f32(0.01 + 0.05 * rng.unit());
+            block[at..at + 2].copy_from_slice(&scale.to_le_bytes());
+        }
+        if dtype == DType::MXFP4 {
+            block[0] = 120 + (rng.next() % 12) as u8; // 2^-8 .. 2^3
+        }
+    }
+    bytes
+}
+
+fn random_values(len: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed.wrapping_mul(31) | 1);
+    (0..len).map(|_| 2.0 * rng.unit()).collect()
+}
+
+/// The activation as the kernels see it: quantized to Q8_0/Q8_K and dequantized (f32 weights'
+/// activations are used as given).
+fn quantized_activation(dtype: DType, x: &[f32]) -> Vec<f32> {
+    let act = activation_dtype(dtype).expect("a matmul dtype");
+    if act == DType::F32 {
+        return x.to_vec();
+    }
+    let mut bytes = vec![0u8; x.len() / act.block_elems() * act.block_bytes()];
+    quantize(act, x, &mut bytes).expect("quantize");
+    let mut back = vec![0.0f32; x.len()];
+    dequantize(act, &bytes, &mut back).expect("dequantize");
+    back
+}
+
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool")
+}
+
+/// Checks `y` (n × rows) against f64 dot products of dequantized weight rows with `xs`
+/// (`activation`: the vectors the kernels multiply by) within `tol(row, x, activation)`.
+fn check(
+    dtype: DType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    xs: &[f32],
+    ys: &[f32],
+    quantized_act: bool,
+) -> Result<(), TestCaseError> {
+    let mut w = vec![0.0f32; rows * cols];
+    dequantize(dtype, weights, &mut w).expect("dequantize weights");
+    let eps = f64::from(f32::EPSILON);
+    let float_format = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+    for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact(rows)) {
+        let a = quantized_activation(dtype, x);
+        let a = if quantized_act { &a } else { x };
+        let a_abs: f64 = a.iter().map(|v| f64::from(v.abs())).sum();
+        for (r, (row, &got)) in w.chunks_exact(cols).zip(y).enumerate() {
+            let exact: f64 = row.iter().zip(a).map(|(&w, &a)| f64::from(w) * f64::from(a)).sum();
+            let w_max = row.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())));
+            let wa_abs: f64 = row.iter().zip(a).map(|(&w, &a)| f64::from((w * a).abs())).sum();
+            // Float summation order. Float formats: the kernels sum cols f32 products in some order
+            // (8 lanes x 4 accumulators, or sequentially), a rounding per step bounded by
+            // eps·Σ|w·a|, so (cols + 4)·eps·Σ|w·a| bounds the difference from the exact sum.
+            // Block formats: the integer sum per block is exact; the roundings are the scale
+            // product d_w·d_a, the FMA per block, the min/offset term and the running f32 sum over
+            // B ≤ cols/16 block terms, each bounded by eps·max|w|·Σ|a| up to the small factor 3
+            // that |d·sc·q| + |dmin·m| ≤ 3·max|w| gives for K-quants. The reference's dequantized
+            // weights are themselves rounded f32 (`factor·q - offset`: 2 roundings of that size).
+            // Hence 4·(cols/16 + 16)·eps·max|w|·Σ|a|.
+            let mut tol = if float_format {
+                (cols as f64 + 4.0) * eps * wa_abs
+            } else {
+                4.0 * (cols as f64 / 16.0 + 16.0) * eps * w_max * a_abs
+            };
+            if !quantized_act && !float_format {
+                // Against raw x: add the activation quantization error. Q8_0 stores d = amax/127 as
+                // f16 (relative error ≤ 2^-11) and rounds x/d to the nearest integer, so
+                // |x - d̂·q| ≤ d/2 + 127·2^-11·d ≈ 0.562·amax/127 < amax/200 per value; Q8_K keeps
+                // d in f32 (≤ amax/254). The sum over a row is ≤ Σ|w_i|·amax(block of i)/200.
+                let block = activation_dtype(dtype).expect("matmul dtype").block_elems();
+                let amax = |i: usize| x[i / block * block..][..block].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                tol += row.iter().enumerate().map(|(i, w)| f64::from(w.abs() * amax(i)) / 200.0).sum::<f64>();
+            }
+            prop_assert!(
+                (f64::from(got) - exact).abs() <= tol + 1e-30,
+                "{dtype} row {r}: got {got}, exact {exact}, tol {tol}"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn shape_for(dtype: DType, cols_units: usize) -> usize {
+    if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        // Any width: exercise tails of the 8- and 32-wide loops.
+        cols_units * 13 + cols_units % 3
+    } else {
+        dtype.block_elems() * cols_units
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn fast_and_reference_match_exact_dot_products(
+        dtype_index in 0..DTYPES.len(),
+        rows in 1usize..20,
+        cols_units in 1usize..6,
+        n in 1usize..4,
+        threads in 1usize..4,
+        seed in any::<u64>(),
+    ) {
+        let dtype = DTYPES[dtype_index];
+        let cols = shape_for(dtype, cols_units);
+        let weights = random_weights(dtype, rows, cols, seed);
+        let xs = random_values(n * cols, seed);
+        let mut fast = vec![f32::NAN; n * rows];
+        let mut reference = vec![f32::NAN; n * rows];
+        pool(threads).install(|| matmul(dtype, &weights, rows, cols, &xs, n, &mut fast)).expect("matmul");
+        matmul_ref(dtype, &weights, rows, cols, &xs, n, &mut reference).expect("matmul_ref");
+        check(dtype, &weights, rows, cols, &xs, &fast, true)?;
+        check(dtype, &weights, rows, cols, &xs, &reference, true)?;
+        check(dtype, &weights, rows, cols, &xs, &fast, false)?;
+        // Each output is one kernel call on one row and one vector: neither the thread count nor
+        // the batching changes a bit.
+        let mut single = vec![f32::NAN; rows];
+        for (x, y) in xs.chunks_exact(cols).zip(fast.chunks_exact(rows)) {
+            matvec(dtype, &weights, rows, cols, x, &mut single).expect("matvec");
+            prop_assert_eq!(&single[..], y);
+        }
+    }
+}
+
+#[test]
+fn awkward_row_counts_and_threads_agree_bit_for_bit() {
+    for dtype in DTYPES {
+        for rows in [1, 3, 17, 130] {
+            let cols = shape_for(dtype, 2);
+            let weights = random_weights(dtype, rows, cols, 7 + rows as u64);
+            let x = random_values(cols, 3);
+            let mut one = vec![0.0f32; rows];
+            pool(1).install(|| matvec(dtype, &weights, rows, cols, &x, &mut one)).expect("1 thread");
+            for threads in [2, 3] {
+                let mut many = vec![0.0f32; rows];
+                pool(threads).install(|| matvec(dtype, &weights, rows, cols, &x, &mut many)).expect("threads");
+                assert_eq!(one, many, "{dtype} rows {rows} threads {threads}");
+            }
+            let mut scalar = vec![0.0f32; rows];
+            matvec_ref(dtype, &weights, rows, cols, &x, &mut scalar).expect("ref");
+            for (a, b) in one.iter().zip(&scalar) {
+                assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{dtype}: {a} vs {b}");
+            }
+        }
+    }
+}
+
+#[test]
+fn main_formats_have_simd_kernels_on_avx2() {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("f16c")
+    {
+        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::MXFP4, DType::Q4_K, DType::Q6_K, DType::F16] {
+            assert!(has_fast_matmul(dtype), "{dtype}");
+        }
+    }
+}
+
+#[test]
+fn zero_activations_and_empty_shapes() {
+    let weights = random_weights(DType::Q4_K, 3, 256, 1);
+    let mut y = [1.0f32; 3];
+    matvec(DType::Q4_K, &weights, 3, 256, &[0.0; 256], &mut y).expect("zeros");
+    assert_eq!(y, [0.0; 3]);
+    let mut y = [1.0f32; 2];
+    matvec(DType::Q8_0, &[], 2, 0, &[], &mut y).expect("no columns");
+    assert_eq!(y, [0.0; 2]);
+    matvec(DType::Q8_0, &[], 0, 32, &[0.0; 32], &mut []).expect("no rows");
+    matmul(DType::Q8_0, &[0; 34], 1, 32, &[], 0, &mut []).expect("no vectors");
+}
+
+#[test]
+fn wrong_sizes_are_typed_errors() {
+    let weights = random_weights(DType::Q4_0, 4, 64, 1);
+    let x = [0.5f32; 64];
+    let mut y = [0.0f32; 4];
+    let operand = |operand, expected, actual, unit| QuantError::MatmulOperand {
+        dtype: DType::Q4_0,
+        operand,
+        expected,
+        actual,
+        unit,
+    };
+    assert_eq!(matvec(DType::Q4_0, &weights[1..], 4, 64, &x, &mut y), Err(operand("weights", 144, 143, "bytes")));
+    assert_eq!(matvec(DType::Q4_0, &weights, 4, 64, &x[1..], &mut y), Err(operand("x", 64, 63, "values")));
+    assert_eq!(matvec(DType::Q4_0, &weights, 4, 64, &x, &mut y[1..]), Err(operand("y", 4, 3, "values")));
+    assert_eq!(matvec(DType::Q4_0, &weights, 3, 64, &x, &mut y[1..]), Err(operand("weights", 108, 144, "bytes")));
+    assert_eq!(
+        matvec_ref(DType::Q4_0, &weights, 4, 48, &x, &mut y),
+        Err(QuantError::PartialBlockValues { dtype: DType::Q4_0, len: 48, block_elems: 32 })
+    );
+    let mut ys = [0.0f32; 8];
+    assert_eq!(matmul(DType::Q4_0, &weights, 4, 64, &x, 2, &mut ys), Err(operand("x", 128, 64, "values")));
+    assert_eq!(matmul(DType::Q4_0, &weights, 4, 64, &[0.0; 128], 2, &mut ys[1..]), Err(operand("y", 8, 7, "values")));
+    assert!(matches!(
+        matmul(DType::Q4_0, &weights, usize::MAX / 2, 64, &x, 1, &mut y),
+        Err(QuantError::ShapeOverflow { .. })
+    ));
+    for dtype in [DType::Q8_K, DType::I8, DType::IQ4_NL] {
+        assert_eq!(matvec(dtype, &[], 0, 0, &[], &mut []), Err(QuantError::Unsupported { dtype, operation: "matmul" }));
+    }
+}
