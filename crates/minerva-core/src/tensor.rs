@@ -56,11 +56,15 @@ pub enum ShapeError {
 /// checked for overflow and whole blocks. Returns `(elements, bytes)`.
 pub fn element_count(dtype: DType, dims: &[u64], row_len: u64) -> Result<(usize, usize), ShapeError> {
     let overflow = || ShapeError::Overflow { shape: dims.to_vec() };
-    let mut elements: usize = 1;
-    for &d in dims {
+    // The product of the non-zero dimensions must fit too: a zero dimension makes the element count
+    // 0, but code that multiplies dimensions in another order (or a subset of them) must not
+    // overflow either (found by fuzzing the GGUF reader).
+    let mut nonzero: usize = 1;
+    for &d in dims.iter().filter(|&&d| d != 0) {
         let d = usize::try_from(d).map_err(|_| overflow())?;
-        elements = elements.checked_mul(d).ok_or_else(overflow)?;
+        nonzero = nonzero.checked_mul(d).ok_or_else(overflow)?;
     }
+    let elements = if dims.contains(&0) { 0 } else { nonzero };
     let block = dtype.block_elems();
     if !row_len.is_multiple_of(block as u64) {
         return Err(ShapeError::PartialBlock { dtype, row_len, block });
@@ -80,5 +84,7 @@ mod tests {
         assert!(matches!(element_count(DType::Q8_0, &[48, 2], 48), Err(ShapeError::PartialBlock { .. })));
         assert!(matches!(element_count(DType::F32, &[u64::MAX, 2], 2), Err(ShapeError::Overflow { .. })));
         assert_eq!(element_count(DType::F32, &[], 1), Ok((1, 4)));
+        assert_eq!(element_count(DType::F32, &[0, 7], 7), Ok((0, 0)));
+        assert!(matches!(element_count(DType::F32, &[0, u64::MAX / 2, 4], 0), Err(ShapeError::Overflow { .. })));
     }
 }

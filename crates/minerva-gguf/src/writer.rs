@@ -220,6 +220,7 @@ impl<W: Write> TensorDataWriter<'_, W> {
     /// been written, and the next chunk starts the next tensor.
     pub fn write_chunk(&mut self, mut bytes: &[u8]) -> Result<()> {
         loop {
+            self.skip_empty_tensors();
             let Some(t) = self.writer.tensors.get(self.next) else {
                 if bytes.is_empty() {
                     return Ok(());
@@ -244,8 +245,16 @@ impl<W: Write> TensorDataWriter<'_, W> {
         }
     }
 
+    /// Zero-byte tensors (a zero dimension) have nothing to write: step over them.
+    fn skip_empty_tensors(&mut self) {
+        while self.written == 0 && self.writer.tensors.get(self.next).is_some_and(|t| t.byte_len == 0) {
+            self.next += 1;
+        }
+    }
+
     /// Checks every declared tensor was written, flushes, and returns the output.
     pub fn finish(mut self) -> Result<W> {
+        self.skip_empty_tensors();
         if let Some(name) = self.next_tensor() {
             return Err(GgufError::InvalidInput(format!("tensor {name:?} was not written")));
         }

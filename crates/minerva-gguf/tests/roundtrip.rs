@@ -180,3 +180,23 @@ fn writer_rejects_what_gguf_cannot_hold() {
     w.add_tensor_info("later", DType::F32, &[2]).unwrap();
     assert!(matches!(w.write_to(Vec::new()), Err(minerva_gguf::GgufError::InvalidInput(_))));
 }
+
+#[test]
+fn zero_size_tensors_need_no_data_when_streaming() {
+    let mut w = GgufWriter::new();
+    w.add_tensor_info("empty_first", DType::F32, &[0, 4]).unwrap();
+    w.add_tensor_info("data", DType::F32, &[2]).unwrap();
+    w.add_tensor_info("empty_last", DType::Q8_0, &[3, 0]).unwrap();
+    let mut stream = w.write_header(Vec::new()).unwrap();
+    stream.write_chunk(&[1; 8]).unwrap();
+    let bytes = stream.finish().unwrap();
+    let gguf = Gguf::parse(bytes).unwrap();
+    assert_eq!(gguf.tensor("data").unwrap().bytes, &[1; 8]);
+    assert_eq!(gguf.tensor("empty_last").unwrap().shape, &[3, 0]);
+    assert!(gguf.tensor("empty_first").unwrap().bytes.is_empty());
+    // A shape whose non-zero dimensions overflow is refused even though it holds no elements.
+    assert!(matches!(
+        GgufWriter::new().add_tensor_info("bad", DType::F32, &[usize::MAX / 2, 4, 0]),
+        Err(minerva_gguf::GgufError::Shape { .. })
+    ));
+}
