@@ -149,13 +149,7 @@ impl<D: AsRef<[u8]>> Gguf<D> {
         let mut key_index = HashMap::with_capacity(kv_count);
         for _ in 0..kv_count {
             let key = cur.string("metadata key")?.to_string();
-            let type_at = cur.pos;
-            let type_id = cur.u32("metadata value type")?;
-            let ty = ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
-                key: key.clone(),
-                type_id,
-                offset: type_at as u64,
-            })?;
+            let ty = cur.value_type("metadata value type", &key)?;
             let value = read_stored_value(&mut cur, ty, &key)?;
             if key_index.insert(key.clone(), metadata.len()).is_some() {
                 return Err(GgufError::DuplicateKey { key });
@@ -481,13 +475,7 @@ fn validate_tensors(raw: Vec<RawTensor>, data_offset: usize, alignment: u64, fil
 fn read_stored_value(cur: &mut Cursor<'_>, ty: ValueType, key: &str) -> Result<StoredValue> {
     Ok(match ty {
         ValueType::Array => {
-            let elem_at = cur.pos;
-            let elem_id = cur.u32("array element type")?;
-            let elem_type = ValueType::from_id(elem_id).ok_or_else(|| GgufError::UnknownValueType {
-                key: key.to_string(),
-                type_id: elem_id,
-                offset: elem_at as u64,
-            })?;
+            let elem_type = cur.value_type("array element type", key)?;
             let count_at = cur.pos;
             let len = cur.u64("array length")?;
             let start = cur.pos;
@@ -531,13 +519,7 @@ fn skip_array_elems(
         }
         ValueType::Array => {
             for _ in 0..len {
-                let elem_at = cur.pos;
-                let id = cur.u32("array element type")?;
-                let inner = ValueType::from_id(id).ok_or_else(|| GgufError::UnknownValueType {
-                    key: key.to_string(),
-                    type_id: id,
-                    offset: elem_at as u64,
-                })?;
+                let inner = cur.value_type("array element type", key)?;
                 let inner_count_at = cur.pos;
                 let inner_len = cur.u64("array length")?;
                 skip_array_elems(cur, inner, inner_len, inner_count_at, key, depth + 1)?;
@@ -626,6 +608,17 @@ impl<'a> Cursor<'a> {
     fn u64(&mut self, what: &'static str) -> Result<u64> {
         let b = self.take(8, what)?;
         Ok(u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+    }
+
+    /// A value type tag; an unknown one is an error naming the key it belongs to.
+    fn value_type(&mut self, what: &'static str, key: &str) -> Result<ValueType> {
+        let at = self.pos;
+        let type_id = self.u32(what)?;
+        ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
+            key: key.to_string(),
+            type_id,
+            offset: at as u64,
+        })
     }
 
     fn string(&mut self, what: &'static str) -> Result<&'a str> {
