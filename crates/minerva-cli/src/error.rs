@@ -24,6 +24,14 @@ pub enum CliError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// The model could not be built or run.
+    #[error("{path}: {source}")]
+    Model {
+        /// The model file.
+        path: PathBuf,
+        /// What went wrong.
+        source: minerva_model::ModelError,
+    },
     /// A request the file cannot satisfy.
     #[error("{path}: {message}")]
     Request {

@@ -7,6 +7,7 @@ mod error;
 mod inspect;
 mod model_file;
 mod npy;
+mod score;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +45,23 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Perplexity of a token stream (as llama.cpp's `perplexity` tool with `--ctx`).
+    Score {
+        /// A GGUF model file (LLaMA family).
+        path: PathBuf,
+        /// Comma-separated token ids.
+        #[arg(long, value_delimiter = ',', required = true)]
+        tokens: Vec<u32>,
+        /// Cut the stream into windows of N tokens and score the second half of each.
+        #[arg(long, value_name = "N")]
+        ctx: Option<usize>,
+        /// Write the logits of every scored position as an f32 `.npy` (positions × vocab).
+        #[arg(long, value_name = "LOGITS.npy")]
+        out: Option<PathBuf>,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -78,5 +96,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Inspect { path, json } => inspect::run(&path, json, &mut out),
         Command::Dump { path, tensor, output } => dump::run(&path, &tensor, &output),
+        Command::Score { path, tokens, ctx, out: logits, threads } => {
+            score::run(&path, &tokens, score::Options { ctx, out: logits.as_deref(), threads }, &mut out)
+        }
     }
 }

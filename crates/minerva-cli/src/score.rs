@@ -1,0 +1,70 @@
+//! `minerva score`: the perplexity of a token stream under a model.
+//!
+//! Without `--ctx` the whole stream is one window and every position but the last is scored (its
+//! logits predict the next token). With `--ctx N` the stream is cut into whole windows of N tokens
+//! (a partial last window is dropped) and, as llama.cpp's `perplexity` tool does, only the second
+//! half of each window is scored, so every scored token has at least N/2 tokens of context.
+
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput};
+
+use crate::error::CliError;
+use crate::npy;
+
+/// The command's options besides the model and tokens.
+pub struct Options<'a> {
+    /// Window length.
+    pub ctx: Option<usize>,
+    /// Where to write the scored positions' logits.
+    pub out: Option<&'a Path>,
+    /// Worker threads.
+    pub threads: Option<usize>,
+}
+
+/// Runs the command, printing the perplexity to `stdout`.
+pub fn run(path: &Path, tokens: &[u32], opts: Options<'_>, stdout: &mut impl Write) -> Result<(), CliError> {
+    let request = |message: String| CliError::Request { path: path.to_path_buf(), message };
+    let model_err = |source| CliError::Model { path: path.to_path_buf(), source };
+    let ctx = opts.ctx.unwrap_or(tokens.len());
+    if ctx < 2 || tokens.len() < ctx {
+        return Err(request(format!("need a window of at least 2 tokens: {} tokens, --ctx {ctx}", tokens.len())));
+    }
+    let backend = CpuBackend::new(opts.threads).map_err(model_err)?;
+    let model = Model::load(path, backend).map_err(model_err)?;
+    let vocab = model.config.vocab;
+    let first = if opts.ctx.is_some() { ctx / 2 } else { 0 };
+    let windows = tokens.len() / ctx;
+    let scored = windows * (ctx - 1 - first);
+    let mut writer = match opts.out {
+        None => None,
+        Some(out) => {
+            let io = |source| CliError::Output { path: out.to_path_buf(), source };
+            let mut w = BufWriter::new(std::fs::File::create(out).map_err(io)?);
+            npy::write_f32_header(&mut w, &[scored, vocab]).map_err(io)?;
+            Some((w, io))
+        }
+    };
+    let mut cache = model.new_cache(1, ctx).map_err(model_err)?;
+    let mut nll = 0.0f64;
+    for window in tokens.chunks_exact(ctx) {
+        let seq = SequenceInput { tokens: window, start_pos: 0, slot: 0 };
+        let logits = model.forward(&mut cache, &[seq], LogitsFor::All).map_err(model_err)?;
+        for j in first..ctx - 1 {
+            let row = logits.row(j);
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+            nll -= row[window[j + 1] as usize] as f64 - max - sum.ln();
+            if let Some((w, io)) = &mut writer {
+                npy::write_values(&mut *w, row).map_err(*io)?;
+            }
+        }
+    }
+    if let Some((mut w, io)) = writer {
+        w.flush().map_err(io)?;
+    }
+    let ppl = (nll / scored as f64).exp();
+    let _ = writeln!(stdout, "perplexity {ppl:.6} over {scored} scored tokens ({windows} window(s) of {ctx})");
+    Ok(())
+}

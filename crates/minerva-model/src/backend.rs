@@ -1,0 +1,141 @@
+//! The backend interface: coarse ops over backend-owned tensor handles.
+//!
+//! An architecture graph (see `arch/`) calls only these ops, never touching elements itself, so
+//! a GPU backend can record a whole forward step into one submission: nothing here reads a tensor
+//! back except [`Backend::logits`], which returns the requested rows of logits to the host.
+//!
+//! Activations are 2-D: `rows × cols` f32, one row per token of the batch (the sequences of a
+//! [`Batch`] concatenated). Weights are [`Backend::Weight`] handles made once from the file's
+//! bytes in their stored (quantized) form.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use minerva_core::DType;
+
+use crate::config::RopeConfig;
+use crate::error::Result;
+
+/// Bytes a weight handle may borrow for as long as it lives (a mapped GGUF file, or a buffer).
+pub trait ByteSource: Send + Sync {
+    /// The whole file.
+    fn bytes(&self) -> &[u8];
+}
+
+impl<D: AsRef<[u8]> + Send + Sync> ByteSource for minerva_gguf::Gguf<D> {
+    fn bytes(&self) -> &[u8] {
+        minerva_gguf::Gguf::bytes(self)
+    }
+}
+
+/// Where a weight tensor lives: a byte range of a shared file, with its dtype and shape.
+#[derive(Clone)]
+pub struct WeightSource {
+    /// The file.
+    pub file: Arc<dyn ByteSource>,
+    /// The tensor's name (for messages).
+    pub name: String,
+    /// Element type as stored.
+    pub dtype: DType,
+    /// Numpy-order shape: `[rows, cols]` for a matrix, `[cols]` for a vector.
+    pub shape: Vec<usize>,
+    /// Absolute byte range within `file`.
+    pub range: Range<usize>,
+}
+
+/// One sequence's rows in a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeqSpan {
+    /// Its rows of the batch's activations.
+    pub rows: Range<usize>,
+    /// Position of its first row.
+    pub start_pos: usize,
+    /// Its KV-cache slot.
+    pub slot: usize,
+}
+
+/// The layout of a forward step: which rows belong to which sequence, at which positions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// The sequences, in row order.
+    pub seqs: Vec<SeqSpan>,
+    /// Position of every row.
+    pub positions: Vec<u32>,
+}
+
+impl Batch {
+    /// Total rows (tokens).
+    pub fn n_tokens(&self) -> usize {
+        self.positions.len()
+    }
+}
+
+/// Which cached positions a query may attend to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mask {
+    /// Every position up to and including its own.
+    Causal,
+    /// The last `n` positions up to and including its own (Mistral).
+    SlidingWindow(usize),
+}
+
+/// The shape of a KV cache: `slots` sequences × `n_layer` layers × `n_head_kv` heads ×
+/// `capacity` positions × `head_dim`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheShape {
+    /// Independent sequences.
+    pub slots: usize,
+    /// Layers.
+    pub n_layer: usize,
+    /// Key/value heads.
+    pub n_head_kv: usize,
+    /// Dimensions per head.
+    pub head_dim: usize,
+    /// Positions per slot.
+    pub capacity: usize,
+}
+
+/// The ops an architecture graph is written in.
+pub trait Backend: Send + Sync {
+    /// An activation tensor (`rows × cols` f32).
+    type Tensor;
+    /// A weight, kept in its stored dtype.
+    type Weight;
+    /// A KV cache for all layers of [`CacheShape::slots`] sequences.
+    type Cache;
+
+    /// Makes a weight handle from its bytes in the file.
+    fn weight(&self, source: WeightSource) -> Result<Self::Weight>;
+    /// A preallocated, zeroed KV cache.
+    fn new_cache(&self, shape: CacheShape) -> Result<Self::Cache>;
+
+    /// Rows `tokens` of the embedding table `table` (`vocab × n_embd`): `tokens.len() × n_embd`.
+    fn embed(&self, table: &Self::Weight, tokens: &[u32]) -> Result<Self::Tensor>;
+    /// Row-wise `x / rms(x) * w`.
+    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor>;
+    /// `x · wᵀ` for a weight of `out × in`: `rows × out`.
+    fn matmul_q(&self, w: &Self::Weight, x: &Self::Tensor) -> Result<Self::Tensor>;
+    /// Rotates each of the `n_heads` heads of every row by its position in place.
+    fn rope(&self, x: &mut Self::Tensor, n_heads: usize, positions: &[u32], rope: &RopeConfig) -> Result<()>;
+    /// Writes `k`, `v` (`rows × n_head_kv·head_dim`) into `cache` at layer `layer` (each row at
+    /// its sequence's slot and position), then attends each query row (`n_head` heads) to its
+    /// sequence's cached positions allowed by `mask`, scaled by `1/√head_dim`. Returns
+    /// `rows × n_head·head_dim`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        cache: &mut Self::Cache,
+        layer: usize,
+        batch: &Batch,
+        mask: Mask,
+    ) -> Result<Self::Tensor>;
+    /// `x += y`.
+    fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
+    /// `silu(gate) * up`.
+    fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
+    /// The logits `x[rows] · headᵀ`, read back to the host row-major (`rows.len() × vocab`).
+    fn logits(&self, x: &Self::Tensor, head: &Self::Weight, rows: &[usize]) -> Result<Vec<f32>>;
+}

@@ -1,0 +1,88 @@
+//! Attention over the f32 KV cache: one task per (query row, head).
+
+use rayon::prelude::*;
+
+use super::{CpuCache, CpuTensor};
+use crate::backend::{Batch, Mask};
+use crate::error::{ModelError, Result};
+
+/// See [`crate::Backend::attention`].
+pub(super) fn attention(
+    q: &CpuTensor,
+    k: &CpuTensor,
+    v: &CpuTensor,
+    cache: &mut CpuCache,
+    layer: usize,
+    batch: &Batch,
+    mask: Mask,
+) -> Result<CpuTensor> {
+    let s = cache.shape;
+    let hd = s.head_dim;
+    let kv_dim = s.n_head_kv * hd;
+    let rows = batch.n_tokens();
+    if q.rows != rows || k.rows != rows || v.rows != rows || k.cols != kv_dim || v.cols != kv_dim {
+        return Err(ModelError::Request(format!(
+            "attention: q {}×{}, k {}×{}, v {}×{} for {rows} tokens and {kv_dim} key/value columns",
+            q.rows, q.cols, k.rows, k.cols, v.rows, v.cols
+        )));
+    }
+    if layer >= s.n_layer || !q.cols.is_multiple_of(hd) || !(q.cols / hd).is_multiple_of(s.n_head_kv) {
+        return Err(ModelError::Request(format!("attention: layer {layer} or {} query columns do not fit", q.cols)));
+    }
+    let n_head = q.cols / hd;
+    let group = n_head / s.n_head_kv;
+    // The slot of every row; then store this step's keys and values.
+    let mut slot_of = vec![0usize; rows];
+    for seq in &batch.seqs {
+        if seq.slot >= s.slots || seq.rows.end > rows {
+            return Err(ModelError::Request(format!(
+                "attention: slot {} of {} or rows {:?}",
+                seq.slot, s.slots, seq.rows
+            )));
+        }
+        for r in seq.rows.clone() {
+            slot_of[r] = seq.slot;
+            let pos = batch.positions[r] as usize;
+            if pos >= s.capacity {
+                return Err(ModelError::Request(format!("position {pos} is beyond the KV cache's {}", s.capacity)));
+            }
+            for h in 0..s.n_head_kv {
+                let at = cache.index(seq.slot, layer, h, pos);
+                cache.k[at..at + hd].copy_from_slice(&k.data[r * kv_dim + h * hd..][..hd]);
+                cache.v[at..at + hd].copy_from_slice(&v.data[r * kv_dim + h * hd..][..hd]);
+            }
+        }
+    }
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut out = CpuTensor::zeros(rows, q.cols);
+    let cache = &*cache;
+    out.data.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
+        let (r, h) = (i / n_head, i % n_head);
+        let pos = batch.positions[r] as usize;
+        let lo = match mask {
+            Mask::Causal => 0,
+            Mask::SlidingWindow(w) => (pos + 1).saturating_sub(w),
+        };
+        let base = cache.index(slot_of[r], layer, h / group, 0);
+        let keys = &cache.k[base..base + (pos + 1) * hd];
+        let values = &cache.v[base..base + (pos + 1) * hd];
+        let query = &q.data[i * hd..(i + 1) * hd];
+        let mut scores: Vec<f32> = keys
+            .chunks_exact(hd)
+            .skip(lo)
+            .map(|key| key.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() * scale)
+            .collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut total = 0.0;
+        for p in &mut scores {
+            *p = (*p - max).exp();
+            total += *p;
+        }
+        out.fill(0.0);
+        for (p, value) in scores.iter().zip(values.chunks_exact(hd).skip(lo)) {
+            let w = p / total;
+            out.iter_mut().zip(value).for_each(|(o, v)| *o += w * v);
+        }
+    });
+    Ok(out)
+}

@@ -1,0 +1,268 @@
+//! The CPU backend: minerva-quant's kernels run straight on the memory-mapped weights, activations
+//! in f32, work spread over a rayon pool.
+
+mod attention;
+
+use std::sync::Arc;
+
+use minerva_core::DType;
+use rayon::prelude::*;
+
+use crate::backend::{Backend, Batch, ByteSource, CacheShape, Mask, WeightSource};
+use crate::config::{RopeConfig, RopeScaling, RopeStyle};
+use crate::error::{ModelError, Result};
+
+/// An activation: `rows × cols` f32, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuTensor {
+    /// The values.
+    pub data: Vec<f32>,
+    /// Rows (tokens).
+    pub rows: usize,
+    /// Values per row.
+    pub cols: usize,
+}
+
+impl CpuTensor {
+    fn zeros(rows: usize, cols: usize) -> CpuTensor {
+        CpuTensor { data: vec![0.0; rows * cols], rows, cols }
+    }
+}
+
+/// A weight: a byte range of the mapped file, used in its stored dtype. Vectors (norm weights,
+/// a few KiB) are also kept as f32.
+pub struct CpuWeight {
+    file: Arc<dyn ByteSource>,
+    range: std::ops::Range<usize>,
+    name: String,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    vector: Option<Vec<f32>>,
+}
+
+impl CpuWeight {
+    fn bytes(&self) -> &[u8] {
+        &self.file.bytes()[self.range.clone()]
+    }
+}
+
+/// A KV cache in f32, laid out `[slot][layer][kv_head][position][head_dim]`.
+pub struct CpuCache {
+    shape: CacheShape,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl CpuCache {
+    /// The cache's shape.
+    pub fn shape(&self) -> CacheShape {
+        self.shape
+    }
+
+    /// Offset of `(slot, layer, kv_head, pos)`.
+    fn index(&self, slot: usize, layer: usize, head: usize, pos: usize) -> usize {
+        let s = &self.shape;
+        (((slot * s.n_layer + layer) * s.n_head_kv + head) * s.capacity + pos) * s.head_dim
+    }
+}
+
+/// The CPU backend. Ops run in its own rayon pool (`threads`), or the global one.
+pub struct CpuBackend {
+    pool: Option<rayon::ThreadPool>,
+    f32_activations: bool,
+}
+
+impl CpuBackend {
+    /// A backend running on `threads` threads (`None`: rayon's global pool, one per core).
+    pub fn new(threads: Option<usize>) -> Result<CpuBackend> {
+        let pool = match threads {
+            None => None,
+            Some(n) => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n.max(1))
+                    .build()
+                    .map_err(|e| ModelError::Request(format!("cannot start {n} threads: {e}")))?,
+            ),
+        };
+        Ok(CpuBackend { pool, f32_activations: false })
+    }
+
+    /// Reference mode: `matmul_q` dequantizes each weight to f32 and multiplies f32 activations
+    /// (no Q8 activation quantization). Slow — it dequantizes every matrix on every call — but
+    /// it computes what an f32 framework computes from the same weights, for exact comparisons.
+    pub fn with_f32_activations(mut self, on: bool) -> CpuBackend {
+        self.f32_activations = on;
+        self
+    }
+
+    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
+    }
+}
+
+fn same_shape(op: &str, a: &CpuTensor, b: &CpuTensor) -> Result<()> {
+    if (a.rows, a.cols) != (b.rows, b.cols) {
+        return Err(ModelError::Request(format!(
+            "{op}: operands {}×{} and {}×{} differ",
+            a.rows, a.cols, b.rows, b.cols
+        )));
+    }
+    Ok(())
+}
+
+impl Backend for CpuBackend {
+    type Tensor = CpuTensor;
+    type Weight = CpuWeight;
+    type Cache = CpuCache;
+
+    fn weight(&self, source: WeightSource) -> Result<CpuWeight> {
+        let WeightSource { file, name, dtype, shape, range } = source;
+        let (rows, cols) = match shape.as_slice() {
+            [cols] => (1, *cols),
+            [rows, cols] => (*rows, *cols),
+            _ => return Err(ModelError::TensorShape { tensor: name, expected: vec![0, 0], actual: shape }),
+        };
+        let vector = if shape.len() == 1 {
+            let mut values = vec![0.0; cols];
+            minerva_quant::dequantize(dtype, &file.bytes()[range.clone()], &mut values)?;
+            Some(values)
+        } else if minerva_quant::activation_dtype(dtype).is_none() {
+            return Err(ModelError::TensorDType { tensor: name, dtype, usage: "matmul" });
+        } else {
+            None
+        };
+        Ok(CpuWeight { file, range, name, dtype, rows, cols, vector })
+    }
+
+    fn new_cache(&self, shape: CacheShape) -> Result<CpuCache> {
+        let len = [shape.slots, shape.n_layer, shape.n_head_kv, shape.capacity, shape.head_dim]
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| ModelError::Request(format!("KV cache {shape:?} is too large")))?;
+        Ok(CpuCache { shape, k: vec![0.0; len], v: vec![0.0; len] })
+    }
+
+    fn embed(&self, table: &CpuWeight, tokens: &[u32]) -> Result<CpuTensor> {
+        let row_bytes = table.dtype.row_bytes(table.cols).expect("checked when the weights were loaded");
+        let mut out = CpuTensor::zeros(tokens.len(), table.cols);
+        let bytes = table.bytes();
+        for (&t, row) in tokens.iter().zip(out.data.chunks_exact_mut(table.cols)) {
+            let t = t as usize;
+            if t >= table.rows {
+                return Err(ModelError::Request(format!("token id {t} is outside the vocabulary of {}", table.rows)));
+            }
+            minerva_quant::dequantize_fast(table.dtype, &bytes[t * row_bytes..(t + 1) * row_bytes], row)?;
+        }
+        Ok(out)
+    }
+
+    fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32) -> Result<CpuTensor> {
+        let weight =
+            w.vector.as_deref().filter(|v| v.len() == x.cols).ok_or_else(|| {
+                ModelError::Request(format!("rms_norm: {} is not a vector of {} values", w.name, x.cols))
+            })?;
+        let mut out = x.clone();
+        for row in out.data.chunks_exact_mut(x.cols) {
+            let sum: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+            let scale = 1.0 / ((sum / x.cols as f64) as f32 + eps).sqrt();
+            for (v, &g) in row.iter_mut().zip(weight) {
+                *v = *v * scale * g;
+            }
+        }
+        Ok(out)
+    }
+
+    fn matmul_q(&self, w: &CpuWeight, x: &CpuTensor) -> Result<CpuTensor> {
+        if w.vector.is_some() || x.cols != w.cols {
+            return Err(ModelError::Request(format!(
+                "matmul_q: {} ({}×{}) cannot multiply rows of {}",
+                w.name, w.rows, w.cols, x.cols
+            )));
+        }
+        let mut out = CpuTensor::zeros(x.rows, w.rows);
+        if self.f32_activations && w.dtype != DType::F32 {
+            let mut values = vec![0.0f32; w.rows * w.cols];
+            minerva_quant::dequantize_fast(w.dtype, w.bytes(), &mut values)?;
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            self.install(|| minerva_quant::matmul(DType::F32, &bytes, w.rows, w.cols, &x.data, x.rows, &mut out.data))?;
+            return Ok(out);
+        }
+        self.install(|| minerva_quant::matmul(w.dtype, w.bytes(), w.rows, w.cols, &x.data, x.rows, &mut out.data))?;
+        Ok(out)
+    }
+
+    fn rope(&self, x: &mut CpuTensor, n_heads: usize, positions: &[u32], rope: &RopeConfig) -> Result<()> {
+        if positions.len() != x.rows || n_heads == 0 || !x.cols.is_multiple_of(n_heads) {
+            return Err(ModelError::Request(format!("rope: {}×{} with {n_heads} heads", x.rows, x.cols)));
+        }
+        let head_dim = x.cols / n_heads;
+        let half = rope.dim / 2;
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| {
+                let f = (f64::from(rope.base).powf(-2.0 * i as f64 / rope.dim as f64)) as f32;
+                match &rope.scaling {
+                    RopeScaling::None => f,
+                    RopeScaling::Linear { factor } => f / factor,
+                    RopeScaling::FreqFactors { factors } => f / factors[i],
+                }
+            })
+            .collect();
+        let cols = x.cols;
+        self.install(|| {
+            x.data.par_chunks_mut(cols).zip(positions).for_each(|(row, &pos)| {
+                let (sin, cos): (Vec<f32>, Vec<f32>) = inv_freq.iter().map(|f| (pos as f32 * f).sin_cos()).unzip();
+                for head in row.chunks_exact_mut(head_dim) {
+                    for i in 0..half {
+                        let (a, b) = match rope.style {
+                            RopeStyle::Normal => (2 * i, 2 * i + 1),
+                            RopeStyle::NeoX => (i, i + half),
+                        };
+                        let (x0, x1) = (head[a], head[b]);
+                        head[a] = x0 * cos[i] - x1 * sin[i];
+                        head[b] = x0 * sin[i] + x1 * cos[i];
+                    }
+                }
+            })
+        });
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        cache: &mut CpuCache,
+        layer: usize,
+        batch: &Batch,
+        mask: Mask,
+    ) -> Result<CpuTensor> {
+        self.install(|| attention::attention(q, k, v, cache, layer, batch, mask))
+    }
+
+    fn add(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {
+        same_shape("add", x, y)?;
+        x.data.iter_mut().zip(&y.data).for_each(|(a, b)| *a += b);
+        Ok(())
+    }
+
+    fn swiglu(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
+        same_shape("swiglu", gate, up)?;
+        let mut out = gate.clone();
+        out.data.iter_mut().zip(&up.data).for_each(|(g, u)| *g = *g / (1.0 + (-*g).exp()) * u);
+        Ok(out)
+    }
+
+    fn logits(&self, x: &CpuTensor, head: &CpuWeight, rows: &[usize]) -> Result<Vec<f32>> {
+        let mut picked = CpuTensor::zeros(rows.len(), x.cols);
+        for (dst, &r) in picked.data.chunks_exact_mut(x.cols).zip(rows) {
+            let src = x.data.get(r * x.cols..(r + 1) * x.cols);
+            dst.copy_from_slice(src.ok_or_else(|| ModelError::Request(format!("logits: no row {r}")))?);
+        }
+        Ok(self.matmul_q(head, &picked)?.data)
+    }
+}

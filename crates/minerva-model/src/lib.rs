@@ -1,0 +1,51 @@
+//! Minerva's model graphs over a coarse backend interface, and the CPU backend.
+//!
+//! ```text
+//! GGUF (mmap) ─► Config::from_gguf      {arch}.* metadata, checked (errors name the key/tensor)
+//!             ─► Weights::from_gguf     one Backend::Weight handle per tensor, still quantized
+//!             ─► arch::llama::forward   embed → blocks (norm, attn, +, norm, MLP, +) → norm → head
+//!                   calls only Backend ops on Backend::Tensor handles
+//! ```
+//!
+//! * [`Config`] — LLaMA-family hyper-parameters from `{arch}.*` keys (`llama`, `mistral`).
+//! * [`Weights`] — handles of the stored (quantized) tensors; the CPU backend's handles are byte
+//!   ranges of the memory map, so resident memory is the file plus the KV cache and activations.
+//! * [`Backend`] — coarse ops: `embed`, `rms_norm`, `matmul_q`, `rope` (normal / NeoX, linear or
+//!   per-frequency scaling), `attention` (writes the layer's K/V into the cache, causal or sliding
+//!   window), `add`, `swiglu`, and `logits`, the only op that reads back to the host. A GPU
+//!   backend can record every op of a step into one submission.
+//! * [`CpuBackend`] — minerva-quant's fused quantized kernels (activations quantized to Q8_0/Q8_K
+//!   on the fly, as llama.cpp does), rayon over rows/heads; KV cache in f32,
+//!   `[slot][layer][kv_head][pos][head_dim]`.
+//! * [`Model::forward`] — a batch of [`SequenceInput`]s (tokens, start position, cache slot): a
+//!   whole prompt is one pass (matmul over all its tokens), a decode step one token (matvec).
+//!
+//! RoPE: llama.cpp's converter permutes the Q/K rows of `llama` checkpoints, so GGUF weights use
+//! the *normal* (adjacent-pair) rotation, which then equals Hugging Face's `rotate_half` on the
+//! original weights. `tests/llama_reference.rs` checks the logits against transformers.
+//!
+//! ```no_run
+//! use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput};
+//!
+//! let model = Model::load("models/SmolLM2-135M-Instruct.Q4_1.gguf", CpuBackend::new(None)?)?;
+//! let mut cache = model.new_cache(1, 256)?;
+//! let prompt = [1u32, 2, 3];
+//! let logits = model.forward(&mut cache, &[SequenceInput { tokens: &prompt, start_pos: 0, slot: 0 }], LogitsFor::Last)?;
+//! assert_eq!(logits.row(0).len(), model.config.vocab);
+//! # Ok::<(), minerva_model::ModelError>(())
+//! ```
+
+pub mod arch;
+pub mod backend;
+pub mod config;
+pub mod cpu;
+mod error;
+mod model;
+pub mod weights;
+
+pub use backend::{Backend, Batch, ByteSource, CacheShape, Mask, SeqSpan, WeightSource};
+pub use config::{Config, RopeConfig, RopeScaling, RopeStyle};
+pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight};
+pub use error::{ModelError, Result};
+pub use model::{Logits, LogitsFor, Model, SequenceInput};
+pub use weights::{LayerWeights, Weights};

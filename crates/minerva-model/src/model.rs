@@ -1,0 +1,126 @@
+//! [`Model`]: a config, its weights on a backend, and the forward step over a batch of sequences.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use minerva_gguf::Gguf;
+
+use crate::arch;
+use crate::backend::{Backend, Batch, CacheShape, SeqSpan};
+use crate::config::Config;
+use crate::error::{ModelError, Result};
+use crate::weights::Weights;
+
+/// One sequence of a forward batch: new tokens, the position of the first, and its cache slot.
+/// Positions before `start_pos` must already be in the slot (from earlier calls).
+#[derive(Clone, Copy, Debug)]
+pub struct SequenceInput<'a> {
+    /// The new tokens.
+    pub tokens: &'a [u32],
+    /// Position of `tokens[0]`.
+    pub start_pos: usize,
+    /// KV-cache slot.
+    pub slot: usize,
+}
+
+/// Which positions' logits a forward step returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsFor {
+    /// The last token of each sequence.
+    Last,
+    /// Every token.
+    All,
+}
+
+/// Logits read back from a forward step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logits {
+    /// Values per row.
+    pub vocab: usize,
+    /// Row-major values.
+    pub data: Vec<f32>,
+    /// For each row: (sequence index in the batch, position).
+    pub rows: Vec<(usize, usize)>,
+}
+
+impl Logits {
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.vocab..(i + 1) * self.vocab]
+    }
+}
+
+/// A model on a backend.
+pub struct Model<B: Backend> {
+    /// Hyper-parameters.
+    pub config: Config,
+    /// Weight handles.
+    pub weights: Weights<B::Weight>,
+    /// The backend the ops run on.
+    pub backend: B,
+}
+
+impl<B: Backend> Model<B> {
+    /// Opens (memory-maps) a GGUF file and loads it onto `backend`.
+    pub fn load(path: impl AsRef<Path>, backend: B) -> Result<Model<B>> {
+        Model::from_gguf(Arc::new(Gguf::open(path)?), backend)
+    }
+
+    /// Builds the model from a parsed GGUF file: config, then every weight (shapes checked).
+    pub fn from_gguf<D>(gguf: Arc<Gguf<D>>, backend: B) -> Result<Model<B>>
+    where
+        D: AsRef<[u8]> + Send + Sync + 'static,
+    {
+        let config = Config::from_gguf(&gguf)?;
+        let weights = Weights::from_gguf(&backend, &gguf, &config)?;
+        Ok(Model { config, weights, backend })
+    }
+
+    /// A preallocated KV cache for `slots` sequences of up to `capacity` positions.
+    pub fn new_cache(&self, slots: usize, capacity: usize) -> Result<B::Cache> {
+        let c = &self.config;
+        self.backend.new_cache(CacheShape {
+            slots,
+            n_layer: c.n_layer,
+            n_head_kv: c.n_head_kv,
+            head_dim: c.head_dim,
+            capacity,
+        })
+    }
+
+    /// Runs every sequence's new tokens in one pass (a prompt's prefill, or one decode token each),
+    /// extending their cache slots, and returns the logits `which` asks for.
+    pub fn forward(&self, cache: &mut B::Cache, batch: &[SequenceInput<'_>], which: LogitsFor) -> Result<Logits> {
+        let mut layout = Batch::default();
+        let mut tokens = Vec::new();
+        let mut rows = Vec::new();
+        let mut logit_rows = Vec::new();
+        for (i, seq) in batch.iter().enumerate() {
+            if seq.tokens.is_empty() {
+                return Err(ModelError::Request(format!("sequence {i} has no tokens")));
+            }
+            if batch[..i].iter().any(|other| other.slot == seq.slot) {
+                return Err(ModelError::Request(format!("cache slot {} appears twice in one batch", seq.slot)));
+            }
+            let first = tokens.len();
+            tokens.extend_from_slice(seq.tokens);
+            let positions = seq.start_pos..seq.start_pos + seq.tokens.len();
+            if positions.end > u32::MAX as usize {
+                return Err(ModelError::Request(format!("position {} is too large", positions.end)));
+            }
+            layout.positions.extend(positions.clone().map(|p| p as u32));
+            layout.seqs.push(SeqSpan { rows: first..tokens.len(), start_pos: seq.start_pos, slot: seq.slot });
+            let wanted = match which {
+                LogitsFor::Last => positions.len() - 1..positions.len(),
+                LogitsFor::All => 0..positions.len(),
+            };
+            for j in wanted {
+                logit_rows.push(first + j);
+                rows.push((i, seq.start_pos + j));
+            }
+        }
+        let data =
+            arch::llama::forward(&self.backend, &self.config, &self.weights, cache, &tokens, &layout, &logit_rows)?;
+        Ok(Logits { vocab: self.config.vocab, data, rows })
+    }
+}
