@@ -1,56 +1,8 @@
 //! End-to-end tests of the `minerva` binary: the real model, gguf-py's values, and bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The real model, fetched by `cargo xtask setup` (which the test command runs first).
-fn real_model() -> PathBuf {
-    let path = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(path.exists(), "{} is missing: run `cargo xtask setup`", path.display());
-    path
-}
-
-fn minerva(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_minerva")).args(args).output().expect("run minerva")
-}
-
-fn os(s: &str) -> &std::ffi::OsStr {
-    s.as_ref()
-}
-
-/// Asserts a failure the way users see it: exit code 2 and exactly one line on stderr naming `what`.
-fn assert_one_line_error(out: &Output, what: &str) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
-    assert_eq!(stderr.lines().count(), 1, "stderr should be one line: {stderr:?}");
-    assert!(stderr.starts_with("minerva: "), "{stderr}");
-    assert!(stderr.contains(what), "{stderr:?} should mention {what:?}");
-    assert!(!stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"), "{stderr}");
-}
-
-/// Reads a little-endian f32 `.npy` file: (shape, values).
-fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&bytes[..6], b"\x93NUMPY");
-    let (header_len, header_start) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        _ => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
-    };
-    let header = std::str::from_utf8(&bytes[header_start..header_start + header_len]).unwrap();
-    assert!(header.contains("'descr': '<f4'"), "{header}");
-    assert!(header.contains("'fortran_order': False"), "{header}");
-    let dims = header.split("'shape': (").nth(1).unwrap().split(')').next().unwrap();
-    let shape = dims.split(',').map(str::trim).filter(|d| !d.is_empty()).map(|d| d.parse().unwrap()).collect();
-    let values = bytes[header_start + header_len..]
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    (shape, values)
-}
+use common::{Npy, assert_one_line_error, minerva, os, real_model, root};
 
 #[test]
 fn inspect_shows_the_real_models_facts() {
@@ -104,8 +56,10 @@ fn dump_of_an_f32_tensor_equals_gguf_py() {
         let out_path = dir.path().join(format!("{tensor}.npy"));
         let out = minerva(&[os("dump"), real_model().as_os_str(), os(tensor), os("-o"), out_path.as_os_str()]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let (shape, values) = read_npy(&out_path);
-        let (ref_shape, ref_values) = read_npy(&root().join("fixtures/gguf").join(fixture));
+        let npy = Npy::read(&out_path);
+        let (shape, values) = (npy.shape.clone(), npy.values());
+        let reference = Npy::read(&root().join("fixtures/gguf").join(fixture));
+        let (ref_shape, ref_values) = (reference.shape.clone(), reference.values());
         assert_eq!(shape, ref_shape, "{tensor}");
         assert_eq!(shape, [576]);
         assert_eq!(values.len(), ref_values.len());
@@ -129,7 +83,8 @@ fn dump_writes_numpy_row_major_shape() {
     let npy = dir.path().join("x.npy");
     let out = minerva(&[os("dump"), model.as_os_str(), os("x"), os("-o"), npy.as_os_str()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let (shape, read) = read_npy(&npy);
+    let dumped = Npy::read(&npy);
+    let (shape, read) = (dumped.shape.clone(), dumped.values());
     assert_eq!(shape, [6, 512]);
     assert!(read == values, "row-major order lost: first values {:?}", &read[..8]);
 }

@@ -1,31 +1,18 @@
 //! `minerva dump` dequantizes every format minerva-quant reads to exactly gguf-py's values.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::Path;
+
+use common::{Npy, assert_one_line_error, minerva, real_model, root};
 use minerva_core::DType;
 use sha2::{Digest, Sha256};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn minerva(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_minerva")).args(args).output().expect("run minerva")
-}
-
-/// The data part of a `.npy` file written by `minerva dump` (header length from its preamble).
-fn npy_data(bytes: &[u8]) -> &[u8] {
-    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
-    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    &bytes[10 + header_len..]
-}
-
-fn dump(model: &Path, tensor: &str, dir: &Path) -> Vec<u8> {
+fn dump(model: &Path, tensor: &str, dir: &Path) -> Npy {
     let out_path = dir.join("out.npy");
     let out = minerva(&["dump".as_ref(), model.as_os_str(), tensor.as_ref(), "-o".as_ref(), out_path.as_os_str()]);
     assert!(out.status.success(), "dump {tensor}: {}", String::from_utf8_lossy(&out.stderr));
-    std::fs::read(&out_path).unwrap()
+    Npy::read(&out_path)
 }
 
 /// Golden blocks of every format (fixtures/quant, from gguf-py), put in a GGUF file by our writer
@@ -59,9 +46,8 @@ fn every_format_dumps_to_gguf_py_values() {
 
     for (dtype, shape, values) in expected {
         let npy = dump(&model, &format!("golden.{dtype}"), dir.path());
-        let header = String::from_utf8_lossy(&npy[10..npy.len().min(128)]).to_string();
-        assert!(header.contains(&format!("'shape': ({}, {})", shape[0], shape[1])), "{dtype}: {header}");
-        let data = npy_data(&npy);
+        assert_eq!(npy.shape, shape, "{dtype}");
+        let data = &npy.data;
         assert_eq!(data.len(), values.len(), "{dtype}");
         let first_diff = data.chunks(4).zip(values.chunks(4)).position(|(a, b)| a != b);
         assert_eq!(first_diff, None, "{dtype}: value {first_diff:?} differs from gguf-py");
@@ -72,8 +58,7 @@ fn every_format_dumps_to_gguf_py_values() {
 /// dequantized values (fixtures/gguf/make_smollm2_dequant_hashes.py).
 #[test]
 fn real_model_tensors_dump_to_gguf_py_values() {
-    let model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(model.exists(), "{} is missing: run `cargo xtask setup`", model.display());
+    let model = real_model();
     let fixture: serde_json::Value =
         serde_json::from_slice(&std::fs::read(root().join("fixtures/gguf/smollm2_dequant_sha256.json")).unwrap())
             .unwrap();
@@ -83,11 +68,11 @@ fn real_model_tensors_dump_to_gguf_py_values() {
     for t in tensors {
         let name = t["name"].as_str().unwrap();
         let npy = dump(&model, name, dir.path());
-        let data = npy_data(&npy);
+        let data = &npy.data;
         let first = f32::from_le_bytes([data[0], data[1], data[2], data[3]]);
         // Compared as f32: serde_json's default float parsing may be 1 ulp off in f64.
         assert_eq!(Some(first), t["first"][0].as_f64().map(|v| v as f32), "{name}");
-        let digest = format!("{:x}", Sha256::digest(data));
+        let digest = format!("{:x}", Sha256::digest(&npy.data));
         assert_eq!(digest, t["f32_sha256"].as_str().unwrap(), "{name}: values differ from gguf-py's");
     }
 }
@@ -101,9 +86,7 @@ fn types_without_a_dequantizer_are_a_one_line_error() {
     w.write_to(std::fs::File::create(&model).unwrap()).unwrap();
     let out_path = dir.path().join("out.npy");
     let out = minerva(&["dump".as_ref(), model.as_os_str(), "iq".as_ref(), "-o".as_ref(), out_path.as_os_str()]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("IQ2_XXS") && stderr.contains("cannot dequantize"), "{stderr}");
+    assert_one_line_error(&out, "IQ2_XXS");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot dequantize"));
     assert!(!out_path.exists(), "no partial output for a refused tensor");
 }

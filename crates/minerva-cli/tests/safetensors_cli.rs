@@ -1,15 +1,14 @@
 //! `minerva inspect` and `minerva dump` on SafeTensors checkpoints (fixtures/safetensors, written by
 //! make_safetensors_fixtures.py with numpy and the `safetensors` package).
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+use common::{Npy, assert_one_line_error, minerva, root};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/safetensors")
-}
-
-fn minerva(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_minerva")).args(args).output().expect("run minerva")
+    root().join("fixtures/safetensors")
 }
 
 fn manifest() -> serde_json::Value {
@@ -75,15 +74,11 @@ fn dump_dequantizes_logical_tensors_to_the_scripts_values() {
             let dir = fixtures().join(layout);
             let out = minerva(&["dump".as_ref(), dir.as_os_str(), name.as_ref(), "-o".as_ref(), npy.as_os_str()]);
             assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
-            let bytes = std::fs::read(&npy).unwrap();
-            let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-            let header = String::from_utf8_lossy(&bytes[10..10 + header_len]).to_string();
-            let shape: Vec<String> = want["shape"].as_array().unwrap().iter().map(|d| d.to_string()).collect();
-            assert!(header.contains(&format!("'shape': ({})", shape.join(", "))), "{name}: {header}");
-            let values: Vec<f32> = bytes[10 + header_len..]
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
+            let dumped = Npy::read(&npy);
+            let shape: Vec<usize> =
+                want["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+            assert_eq!(dumped.shape, shape, "{name}");
+            let values = dumped.values();
             let expected: Vec<f32> =
                 want["values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
             assert_eq!(values.len(), expected.len(), "{name}");
@@ -101,22 +96,14 @@ fn safetensors_errors_are_one_line() {
     let tmp = tempfile::tempdir().unwrap();
     let bad = tmp.path().join("bad.safetensors");
     std::fs::write(&bad, [0xff; 16]).unwrap();
-    let out = minerva(&["inspect".as_ref(), bad.as_os_str()]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("bad.safetensors"), "{stderr}");
+    assert_one_line_error(&minerva(&["inspect".as_ref(), bad.as_os_str()]), "bad.safetensors");
 
     let empty = tmp.path().join("empty_dir");
     std::fs::create_dir(&empty).unwrap();
-    let out = minerva(&["inspect".as_ref(), empty.as_os_str()]);
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    assert_one_line_error(&minerva(&["inspect".as_ref(), empty.as_os_str()]), "empty_dir");
 
     let npy = tmp.path().join("x.npy");
     let dir = fixtures().join("gpt_oss_mxfp4");
     let out = minerva(&["dump".as_ref(), dir.as_os_str(), "nope".as_ref(), "-o".as_ref(), npy.as_os_str()]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("no tensor named \"nope\""), "{stderr}");
+    assert_one_line_error(&out, "no tensor named \"nope\"");
 }

@@ -1,22 +1,11 @@
 //! `minerva score` on the real model against the transformers reference
 //! (`fixtures/model/llama_reference.json`, made by `fixtures/model/make_llama_reference.py`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use std::process::Output;
 
-fn real_model() -> PathBuf {
-    let path = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(path.exists(), "{} is missing: run `cargo xtask setup`", path.display());
-    path
-}
-
-fn minerva(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_minerva")).args(args).output().expect("run minerva")
-}
+use common::{Npy, assert_one_line_error, minerva, real_model, root};
 
 /// The reference's longest prompt (76 tokens) and its perplexity.
 fn reference_prompt() -> (String, f64) {
@@ -50,11 +39,9 @@ fn score_matches_the_reference_and_writes_logits() {
     let ppl = perplexity(&out);
     // Q8_0-quantized activations: measured +1.5 % on this prompt (see minerva-model's reference test).
     assert!((ppl / ref_ppl - 1.0).abs() < 0.04, "{ppl} vs {ref_ppl}");
-    let bytes = std::fs::read(&npy).unwrap();
-    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
-    assert!(header.contains("'shape': (75, 49152)"), "{header}");
-    assert_eq!(bytes.len(), 10 + header_len + 75 * 49152 * 4);
+    let logits = Npy::read(&npy);
+    assert_eq!(logits.shape, [75, 49152]);
+    assert_eq!(logits.data.len(), 75 * 49152 * 4);
 
     // Windows of 16: 4 whole windows, positions 8..15 of each scored.
     let out = minerva(&[
@@ -77,9 +64,6 @@ fn bad_requests_are_one_line_errors() {
     let model = real_model();
     for (tokens, what) in [("5", "need a window of at least 2 tokens"), ("1,99999", "token id 99999")] {
         let out = minerva(&["score".as_ref(), model.as_os_str(), "--tokens".as_ref(), tokens.as_ref()]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(stderr.contains(what), "{stderr}");
+        assert_one_line_error(&out, what);
     }
 }
