@@ -3,6 +3,7 @@
 use minerva_gguf::Gguf;
 
 use crate::error::{ModelError, Result};
+use crate::rope;
 
 /// How rotary embeddings pair up the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,8 +15,9 @@ pub enum RopeStyle {
     NeoX,
 }
 
-/// Position scaling of the rotary frequencies.
+/// Position scaling of the rotary frequencies (formulas in [`crate::rope`]).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum RopeScaling {
     /// Positions used as they are.
     None,
@@ -29,6 +31,19 @@ pub enum RopeScaling {
     FreqFactors {
         /// One divisor per rotated pair (`rope_dim / 2`).
         factors: Vec<f32>,
+    },
+    /// Phi-3 long-rope: θᵢ divided by `short[i]`, or by `long[i]` in a forward step reaching
+    /// beyond `original_context` positions; cos/sin multiplied by `attn_factor`. GGUF stores the
+    /// factors as `rope_factors_short.weight` / `rope_factors_long.weight`.
+    LongRope {
+        /// Divisors for short contexts (`rope_dim / 2`).
+        short: Vec<f32>,
+        /// Divisors for long contexts (`rope_dim / 2`).
+        long: Vec<f32>,
+        /// The pre-training context (`original_max_position_embeddings`).
+        original_context: usize,
+        /// Multiplier of cos and sin (`attention_factor`).
+        attn_factor: f32,
     },
 }
 
@@ -48,7 +63,7 @@ pub struct RopeConfig {
 /// The hyper-parameters of a LLaMA-family model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// `general.architecture` (`llama` or `mistral`).
+    /// `general.architecture` or `config.json` `model_type` (`llama`, `mistral`, `phi3`).
     pub arch: String,
     /// Transformer blocks (`{arch}.block_count`).
     pub n_layer: usize,
@@ -109,6 +124,24 @@ fn opt_f32<D: AsRef<[u8]>>(g: &Gguf<D>, suffix: &str) -> Result<Option<f32>> {
     }
 }
 
+/// The per-frequency factor vector `name` (`[rope_dim / 2]`, any float dtype), dequantized.
+fn rope_factor_tensor<D: AsRef<[u8]>>(g: &Gguf<D>, name: &str, rope_dim: usize) -> Result<Vec<f32>> {
+    let view = g.tensor(name)?;
+    if view.shape != [rope_dim / 2] {
+        return Err(ModelError::TensorShape {
+            tensor: name.into(),
+            expected: vec![rope_dim / 2],
+            actual: view.shape.to_vec(),
+        });
+    }
+    let mut factors = vec![0.0; rope_dim / 2];
+    minerva_quant::dequantize(view.dtype, view.bytes, &mut factors)?;
+    if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+        return Err(ModelError::BadTensor { tensor: name.into(), message: format!("factor {bad} is not positive") });
+    }
+    Ok(factors)
+}
+
 impl Config {
     /// Reads the configuration from a GGUF file's metadata and the shape of `token_embd.weight`.
     ///
@@ -117,7 +150,7 @@ impl Config {
     /// `head_count`, an odd or oversized `rope.dimension_count`, an unknown `rope.scaling.type`.
     pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<Config> {
         let arch = g.architecture()?.to_string();
-        if !matches!(arch.as_str(), "llama" | "mistral") {
+        if !matches!(arch.as_str(), "llama" | "mistral" | "phi3") {
             return Err(ModelError::UnsupportedArch { arch });
         }
         let key = |suffix: &str| format!("{arch}.{suffix}");
@@ -155,7 +188,6 @@ impl Config {
         }
         let rms_eps = opt_f32(g, "attention.layer_norm_rms_epsilon")?
             .ok_or_else(|| ModelError::MissingKey { key: key("attention.layer_norm_rms_epsilon") })?;
-        let context_length = opt_count(g, "context_length")?.unwrap_or(4096).max(1);
         let rope_dim = opt_count(g, "rope.dimension_count")?.unwrap_or(head_dim);
         if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > head_dim {
             return Err(ModelError::BadKey {
@@ -164,18 +196,23 @@ impl Config {
             });
         }
         let scaling_type = g.get(&key("rope.scaling.type")).map(|v| v.as_str().unwrap_or("(not a string)").to_string());
+        let context_length = opt_count(g, "context_length")?.unwrap_or(4096).max(1);
         let scaling = if g.tensor_info("rope_freqs.weight").is_ok() {
-            let view = g.tensor("rope_freqs.weight")?;
-            if view.shape != [rope_dim / 2] {
-                return Err(ModelError::TensorShape {
-                    tensor: "rope_freqs.weight".into(),
-                    expected: vec![rope_dim / 2],
-                    actual: view.shape.to_vec(),
-                });
+            RopeScaling::FreqFactors { factors: rope_factor_tensor(g, "rope_freqs.weight", rope_dim)? }
+        } else if g.tensor_info("rope_factors_long.weight").is_ok() {
+            let original_context = count(g, "rope.scaling.original_context_length")?;
+            let attn_factor = match opt_f32(g, "rope.scaling.attn_factor")? {
+                Some(f) => f,
+                None => {
+                    rope::longrope_attention_factor(context_length as f32 / original_context as f32, original_context)
+                }
+            };
+            RopeScaling::LongRope {
+                short: rope_factor_tensor(g, "rope_factors_short.weight", rope_dim)?,
+                long: rope_factor_tensor(g, "rope_factors_long.weight", rope_dim)?,
+                original_context,
+                attn_factor,
             }
-            let mut factors = vec![0.0; rope_dim / 2];
-            minerva_quant::dequantize(view.dtype, view.bytes, &mut factors)?;
-            RopeScaling::FreqFactors { factors }
         } else {
             match scaling_type.as_deref() {
                 None | Some("none") => RopeScaling::None,
@@ -193,7 +230,8 @@ impl Config {
             }
         };
         let rope = RopeConfig {
-            style: RopeStyle::Normal,
+            // llama.cpp permutes Q/K of `llama` checkpoints only; Phi-3 keeps Hugging Face's order.
+            style: if arch == "phi3" { RopeStyle::NeoX } else { RopeStyle::Normal },
             base: opt_f32(g, "rope.freq_base")?.unwrap_or(10000.0),
             dim: rope_dim,
             scaling,

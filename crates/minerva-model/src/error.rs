@@ -11,8 +11,11 @@ pub enum ModelError {
     /// The file could not be parsed, or a key has the wrong type.
     #[error(transparent)]
     Gguf(#[from] minerva_gguf::GgufError),
+    /// A SafeTensors checkpoint could not be opened or parsed.
+    #[error(transparent)]
+    Safetensors(#[from] minerva_safetensors::SafetensorsError),
     /// `general.architecture` names a family this crate has no graph for.
-    #[error("unsupported architecture {arch:?} (supported: llama, mistral)")]
+    #[error("unsupported architecture {arch:?} (supported: llama, mistral, phi3)")]
     UnsupportedArch {
         /// The architecture as stored.
         arch: String,
@@ -46,6 +49,20 @@ pub enum ModelError {
         expected: Vec<usize>,
         /// The stored shape (numpy order).
         actual: Vec<usize>,
+    },
+    /// A tensor's values are unusable (e.g. a non-positive RoPE factor).
+    #[error("tensor {tensor}: {message}")]
+    BadTensor {
+        /// The tensor name.
+        tensor: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A SafeTensors checkpoint without the `config.json` that describes it.
+    #[error("{path}: no config.json beside the SafeTensors weights")]
+    MissingConfig {
+        /// The checkpoint path as given.
+        path: String,
     },
     /// A tensor's dtype has no kernel for the op it is used in.
     #[error("tensor {tensor}: dtype {dtype} is not supported for {usage}")]

@@ -38,9 +38,12 @@
 pub mod arch;
 pub mod backend;
 pub mod config;
+mod config_hf;
 pub mod cpu;
 mod error;
 mod model;
+pub mod rope;
+pub mod source;
 pub mod weights;
 
 pub use backend::{Backend, Batch, ByteSource, CacheShape, Mask, SeqSpan, WeightSource};
@@ -48,4 +51,5 @@ pub use config::{Config, RopeConfig, RopeScaling, RopeStyle};
 pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight};
 pub use error::{ModelError, Result};
 pub use model::{Logits, LogitsFor, Model, SequenceInput};
+pub use source::{SourceFormat, TensorSource};
 pub use weights::{LayerWeights, Weights};

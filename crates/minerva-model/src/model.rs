@@ -4,11 +4,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use minerva_gguf::Gguf;
+use minerva_safetensors::Checkpoint;
 
 use crate::arch;
 use crate::backend::{Backend, Batch, CacheShape, SeqSpan};
 use crate::config::Config;
 use crate::error::{ModelError, Result};
+use crate::source::TensorSource;
 use crate::weights::Weights;
 
 /// One sequence of a forward batch: new tokens, the position of the first, and its cache slot.
@@ -61,9 +63,16 @@ pub struct Model<B: Backend> {
 }
 
 impl<B: Backend> Model<B> {
-    /// Opens (memory-maps) a GGUF file and loads it onto `backend`.
+    /// Opens (memory-maps) a model and loads it onto `backend`: a GGUF file, or a SafeTensors
+    /// checkpoint (a `.safetensors` file, a `*.safetensors.index.json`, or a directory) with its
+    /// `config.json`.
     pub fn load(path: impl AsRef<Path>, backend: B) -> Result<Model<B>> {
-        Model::from_gguf(Arc::new(Gguf::open(path)?), backend)
+        let path = path.as_ref();
+        if is_safetensors(path) {
+            Model::from_checkpoint(Arc::new(Checkpoint::open(path)?), backend)
+        } else {
+            Model::from_gguf(Arc::new(Gguf::open(path)?), backend)
+        }
     }
 
     /// Builds the model from a parsed GGUF file: config, then every weight (shapes checked).
@@ -72,7 +81,25 @@ impl<B: Backend> Model<B> {
         D: AsRef<[u8]> + Send + Sync + 'static,
     {
         let config = Config::from_gguf(&gguf)?;
-        let weights = Weights::from_gguf(&backend, &gguf, &config)?;
+        let weights = Weights::load(&backend, &TensorSource::from_gguf(&gguf)?, &config)?;
+        Ok(Model { config, weights, backend })
+    }
+
+    /// Builds the model from an opened SafeTensors checkpoint and its `config.json`.
+    ///
+    /// Hugging Face weights are used as stored (no Q/K permutation, NeoX RoPE). Without
+    /// `lm_head.weight` the embeddings are the head, which `tie_word_embeddings` must allow.
+    pub fn from_checkpoint(checkpoint: Arc<Checkpoint>, backend: B) -> Result<Model<B>> {
+        let json = checkpoint.config().ok_or_else(|| ModelError::MissingConfig {
+            path: checkpoint.dir().map_or_else(|| "checkpoint".into(), |d| d.display().to_string()),
+        })?;
+        let config = Config::from_hf_config(json)?;
+        let source = TensorSource::from_checkpoint(&checkpoint, &config.arch);
+        let tied = json.get("tie_word_embeddings").and_then(serde_json::Value::as_bool).unwrap_or(false);
+        if !tied && !source.contains("output.weight") {
+            return Err(ModelError::MissingTensor { tensor: source.stored_name("output.weight") });
+        }
+        let weights = Weights::load(&backend, &source, &config)?;
         Ok(Model { config, weights, backend })
     }
 
@@ -123,4 +150,10 @@ impl<B: Backend> Model<B> {
             arch::llama::forward(&self.backend, &self.config, &self.weights, cache, &tokens, &layout, &logit_rows)?;
         Ok(Logits { vocab: self.config.vocab, data, rows })
     }
+}
+
+/// A directory, a `.safetensors` file or a `.json` shard index is a SafeTensors checkpoint;
+/// anything else is read as GGUF.
+fn is_safetensors(path: &Path) -> bool {
+    path.is_dir() || path.extension().is_some_and(|ext| ext == "safetensors" || ext == "json")
 }

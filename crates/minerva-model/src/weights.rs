@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use minerva_gguf::Gguf;
 
-use crate::backend::{Backend, ByteSource, WeightSource};
+use crate::backend::Backend;
 use crate::config::Config;
-use crate::error::{ModelError, Result};
+use crate::error::Result;
+use crate::source::TensorSource;
 
-/// One transformer block's weights (GGUF names `blk.{i}.*`).
+/// One transformer block's weights (GGUF names `blk.{i}.*`; Hugging Face `model.layers.{i}.*`).
 pub struct LayerWeights<W> {
     /// `attn_norm.weight`: `[n_embd]`.
     pub attn_norm: W,
@@ -49,63 +50,75 @@ impl<W> Weights<W> {
     }
 }
 
-/// Looks up `name`, checks its shape, and hands its bytes to the backend.
-fn load<B: Backend, D>(backend: &B, g: &Arc<Gguf<D>>, name: &str, expected: &[usize]) -> Result<B::Weight>
-where
-    D: AsRef<[u8]> + Send + Sync + 'static,
-{
-    let info = g.tensor_info(name).map_err(|_| ModelError::MissingTensor { tensor: name.to_string() })?;
-    if info.shape != expected {
-        return Err(ModelError::TensorShape {
-            tensor: name.to_string(),
-            expected: expected.to_vec(),
-            actual: info.shape.clone(),
-        });
-    }
-    let file: Arc<dyn ByteSource> = g.clone();
-    backend.weight(WeightSource {
-        file,
-        name: name.to_string(),
-        dtype: info.dtype,
-        shape: info.shape.clone(),
-        range: info.range.clone(),
-    })
-}
-
 impl<W> Weights<W> {
-    /// Makes a handle for every tensor the LLaMA graph uses, checking each shape against `cfg`.
-    /// A missing tensor or a wrong shape is an error naming the tensor.
+    /// Makes a handle for every tensor the LLaMA graph uses from a GGUF file (see [`Weights::load`]).
     pub fn from_gguf<B, D>(backend: &B, g: &Arc<Gguf<D>>, cfg: &Config) -> Result<Weights<W>>
     where
         B: Backend<Weight = W>,
         D: AsRef<[u8]> + Send + Sync + 'static,
     {
+        Weights::load(backend, &TensorSource::from_gguf(g)?, cfg)
+    }
+
+    /// Makes a handle for every tensor the LLaMA graph uses, checking each shape against `cfg`.
+    /// A missing tensor or a wrong shape is an error naming the tensor as stored.
+    ///
+    /// Fused projections — `attn_qkv` (Phi-3 `qkv_proj`, rows `[q | k | v]`) and a `2·n_ff`-row
+    /// `ffn_up` with no `ffn_gate` (Phi-3 `gate_up_proj`, rows `[gate | up]`) — are split into
+    /// row blocks of the same bytes. No `output.weight` means tied embeddings.
+    pub fn load<B>(backend: &B, src: &TensorSource, cfg: &Config) -> Result<Weights<W>>
+    where
+        B: Backend<Weight = W>,
+    {
         let (e, q, kv, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
-        let output = match g.tensor_info("output.weight") {
-            Ok(_) => Some(load(backend, g, "output.weight", &[cfg.vocab, e])?),
-            Err(_) => None,
+        let output = match src.contains("output.weight") {
+            true => Some(src.weight(backend, "output.weight", &[cfg.vocab, e])?),
+            false => None,
         };
         let layers = (0..cfg.n_layer)
             .map(|i| {
-                let w = |suffix: &str, shape: &[usize]| load(backend, g, &format!("blk.{i}.{suffix}"), shape);
+                let name = |suffix: &str| format!("blk.{i}.{suffix}");
+                let w = |suffix: &str, shape: &[usize]| src.weight(backend, &name(suffix), shape);
+                let (wq, wk, wv) = if src.contains(&name("attn_qkv.weight")) {
+                    let [wq, wk, wv] = parts(src.weight_rows(backend, &name("attn_qkv.weight"), &[q, kv, kv], e)?);
+                    (wq, wk, wv)
+                } else {
+                    (w("attn_q.weight", &[q, e])?, w("attn_k.weight", &[kv, e])?, w("attn_v.weight", &[kv, e])?)
+                };
+                let fused_up = !src.contains(&name("ffn_gate.weight"))
+                    && src.get(&name("ffn_up.weight")).is_some_and(|t| t.shape == [2 * ff, e]);
+                let (w_gate, w_up) = if fused_up {
+                    let [gate, up] = parts(src.weight_rows(backend, &name("ffn_up.weight"), &[ff, ff], e)?);
+                    (gate, up)
+                } else {
+                    (w("ffn_gate.weight", &[ff, e])?, w("ffn_up.weight", &[ff, e])?)
+                };
                 Ok(LayerWeights {
                     attn_norm: w("attn_norm.weight", &[e])?,
-                    wq: w("attn_q.weight", &[q, e])?,
-                    wk: w("attn_k.weight", &[kv, e])?,
-                    wv: w("attn_v.weight", &[kv, e])?,
+                    wq,
+                    wk,
+                    wv,
                     wo: w("attn_output.weight", &[e, q])?,
                     ffn_norm: w("ffn_norm.weight", &[e])?,
-                    w_gate: w("ffn_gate.weight", &[ff, e])?,
-                    w_up: w("ffn_up.weight", &[ff, e])?,
+                    w_gate,
+                    w_up,
                     w_down: w("ffn_down.weight", &[e, ff])?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Weights {
-            token_embd: load(backend, g, "token_embd.weight", &[cfg.vocab, e])?,
-            output_norm: load(backend, g, "output_norm.weight", &[e])?,
+            token_embd: src.weight(backend, "token_embd.weight", &[cfg.vocab, e])?,
+            output_norm: src.weight(backend, "output_norm.weight", &[e])?,
             output,
             layers,
         })
+    }
+}
+
+/// The row blocks of a fused matrix as an array (`weight_rows` returns one per requested block).
+fn parts<W, const N: usize>(blocks: Vec<W>) -> [W; N] {
+    match blocks.try_into() {
+        Ok(array) => array,
+        Err(_) => unreachable!("weight_rows returns exactly one weight per row count"),
     }
 }

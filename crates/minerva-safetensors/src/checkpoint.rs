@@ -230,6 +230,13 @@ impl Checkpoint {
         self.shards.iter().map(|s| s.path.as_path())
     }
 
+    /// The whole bytes (memory map) of shard `shard` (in [`Checkpoint::shard_paths`] order): a
+    /// tensor's data is `shard_bytes(i)[offset..offset + len]`, so a consumer can keep one handle
+    /// per shard instead of borrowing every tensor.
+    pub fn shard_bytes(&self, shard: usize) -> Option<&[u8]> {
+        self.shards.get(shard).map(|s| &*s.bytes)
+    }
+
     /// A shard's `__metadata__` (string → string), if it had one; empty otherwise.
     pub fn shard_metadata(&self, shard: usize) -> Option<&BTreeMap<String, String>> {
         self.shards.get(shard).map(|s| &s.metadata)

@@ -1,8 +1,14 @@
-//! Attention over the f32 KV cache: one task per (query row, head).
+//! Attention over the KV cache (f32 or f16): one task per (query row, head).
+//!
+//! An f16 cache is widened to f32 per task (the head's window of keys and values) before the dot
+//! products, so both caches share one f32 inner loop.
 
+use std::borrow::Cow;
+
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use super::{CpuCache, CpuTensor};
+use super::{CpuCache, CpuTensor, KvData};
 use crate::backend::{Batch, Mask};
 use crate::error::{ModelError, Result};
 
@@ -48,8 +54,8 @@ pub(super) fn attention(
             }
             for h in 0..s.n_head_kv {
                 let at = cache.index(seq.slot, layer, h, pos);
-                cache.k[at..at + hd].copy_from_slice(&k.data[r * kv_dim + h * hd..][..hd]);
-                cache.v[at..at + hd].copy_from_slice(&v.data[r * kv_dim + h * hd..][..hd]);
+                cache.k.store(at, &k.data[r * kv_dim + h * hd..][..hd]);
+                cache.v.store(at, &v.data[r * kv_dim + h * hd..][..hd]);
             }
         }
     }
@@ -64,14 +70,11 @@ pub(super) fn attention(
             Mask::SlidingWindow(w) => (pos + 1).saturating_sub(w),
         };
         let base = cache.index(slot_of[r], layer, h / group, 0);
-        let keys = &cache.k[base..base + (pos + 1) * hd];
-        let values = &cache.v[base..base + (pos + 1) * hd];
+        let window = base + lo * hd..base + (pos + 1) * hd;
+        let (keys, values) = (cache.k.load(window.clone()), cache.v.load(window));
         let query = &q.data[i * hd..(i + 1) * hd];
-        let mut scores: Vec<f32> = keys
-            .chunks_exact(hd)
-            .skip(lo)
-            .map(|key| key.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() * scale)
-            .collect();
+        let mut scores: Vec<f32> =
+            keys.chunks_exact(hd).map(|key| key.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() * scale).collect();
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut total = 0.0;
         for p in &mut scores {
@@ -79,10 +82,32 @@ pub(super) fn attention(
             total += *p;
         }
         out.fill(0.0);
-        for (p, value) in scores.iter().zip(values.chunks_exact(hd).skip(lo)) {
+        for (p, value) in scores.iter().zip(values.chunks_exact(hd)) {
             let w = p / total;
             out.iter_mut().zip(value).for_each(|(o, v)| *o += w * v);
         }
     });
     Ok(out)
+}
+
+impl KvData {
+    /// Writes `values` at element offset `at`.
+    fn store(&mut self, at: usize, values: &[f32]) {
+        match self {
+            KvData::F32(data) => data[at..at + values.len()].copy_from_slice(values),
+            KvData::F16(data) => data[at..at + values.len()].convert_from_f32_slice(values),
+        }
+    }
+
+    /// Elements `range` as f32: borrowed from an f32 cache, widened from an f16 one.
+    fn load(&self, range: std::ops::Range<usize>) -> Cow<'_, [f32]> {
+        match self {
+            KvData::F32(data) => Cow::Borrowed(&data[range]),
+            KvData::F16(data) => {
+                let mut out = vec![0.0; range.len()];
+                data[range].convert_to_f32_slice(&mut out);
+                Cow::Owned(out)
+            }
+        }
+    }
 }

@@ -9,7 +9,7 @@ use minerva_core::DType;
 use rayon::prelude::*;
 
 use crate::backend::{Backend, Batch, ByteSource, CacheShape, Mask, WeightSource};
-use crate::config::{RopeConfig, RopeScaling, RopeStyle};
+use crate::config::{RopeConfig, RopeStyle};
 use crate::error::{ModelError, Result};
 
 /// An activation: `rows × cols` f32, row-major.
@@ -47,17 +47,50 @@ impl CpuWeight {
     }
 }
 
-/// A KV cache in f32, laid out `[slot][layer][kv_head][position][head_dim]`.
+/// Cached keys or values, in the cache's dtype.
+enum KvData {
+    F32(Vec<f32>),
+    F16(Vec<half::f16>),
+}
+
+impl KvData {
+    fn zeros(dtype: DType, len: usize) -> KvData {
+        match dtype {
+            DType::F16 => KvData::F16(vec![half::f16::ZERO; len]),
+            _ => KvData::F32(vec![0.0; len]),
+        }
+    }
+}
+
+/// A KV cache in f32 or f16 ([`CpuBackend::with_kv_dtype`]), laid out
+/// `[slot][layer][kv_head][position][head_dim]`.
 pub struct CpuCache {
     shape: CacheShape,
-    k: Vec<f32>,
-    v: Vec<f32>,
+    k: KvData,
+    v: KvData,
 }
 
 impl CpuCache {
     /// The cache's shape.
     pub fn shape(&self) -> CacheShape {
         self.shape
+    }
+
+    /// The element type of the cached keys and values (`F32` or `F16`).
+    pub fn dtype(&self) -> DType {
+        match self.k {
+            KvData::F32(_) => DType::F32,
+            KvData::F16(_) => DType::F16,
+        }
+    }
+
+    /// Bytes held by the keys and values.
+    pub fn byte_len(&self) -> usize {
+        let len = |d: &KvData| match d {
+            KvData::F32(v) => v.len() * 4,
+            KvData::F16(v) => v.len() * 2,
+        };
+        len(&self.k) + len(&self.v)
     }
 
     /// Offset of `(slot, layer, kv_head, pos)`.
@@ -71,6 +104,7 @@ impl CpuCache {
 pub struct CpuBackend {
     pool: Option<rayon::ThreadPool>,
     f32_activations: bool,
+    kv_dtype: DType,
 }
 
 impl CpuBackend {
@@ -85,7 +119,7 @@ impl CpuBackend {
                     .map_err(|e| ModelError::Request(format!("cannot start {n} threads: {e}")))?,
             ),
         };
-        Ok(CpuBackend { pool, f32_activations: false })
+        Ok(CpuBackend { pool, f32_activations: false, kv_dtype: DType::F32 })
     }
 
     /// Reference mode: `matmul_q` dequantizes each weight to f32 and multiplies f32 activations
@@ -94,6 +128,16 @@ impl CpuBackend {
     pub fn with_f32_activations(mut self, on: bool) -> CpuBackend {
         self.f32_activations = on;
         self
+    }
+
+    /// The element type of new KV caches: `F32` (the default, exact) or `F16` (half the memory;
+    /// keys and values rounded to 11 significant bits). Other dtypes are refused.
+    pub fn with_kv_dtype(mut self, dtype: DType) -> Result<CpuBackend> {
+        if !matches!(dtype, DType::F32 | DType::F16) {
+            return Err(ModelError::Request(format!("KV cache dtype {dtype} is not supported (f32, f16)")));
+        }
+        self.kv_dtype = dtype;
+        Ok(self)
     }
 
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
@@ -143,7 +187,7 @@ impl Backend for CpuBackend {
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| ModelError::Request(format!("KV cache {shape:?} is too large")))?;
-        Ok(CpuCache { shape, k: vec![0.0; len], v: vec![0.0; len] })
+        Ok(CpuCache { shape, k: KvData::zeros(self.kv_dtype, len), v: KvData::zeros(self.kv_dtype, len) })
     }
 
     fn embed(&self, table: &CpuWeight, tokens: &[u32]) -> Result<CpuTensor> {
@@ -201,20 +245,18 @@ impl Backend for CpuBackend {
         }
         let head_dim = x.cols / n_heads;
         let half = rope.dim / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| {
-                let f = (f64::from(rope.base).powf(-2.0 * i as f64 / rope.dim as f64)) as f32;
-                match &rope.scaling {
-                    RopeScaling::None => f,
-                    RopeScaling::Linear { factor } => f / factor,
-                    RopeScaling::FreqFactors { factors } => f / factors[i],
-                }
-            })
-            .collect();
+        let max_pos = positions.iter().copied().max().unwrap_or(0);
+        let (inv_freq, mscale) = crate::rope::inv_freq(rope, max_pos);
         let cols = x.cols;
         self.install(|| {
             x.data.par_chunks_mut(cols).zip(positions).for_each(|(row, &pos)| {
-                let (sin, cos): (Vec<f32>, Vec<f32>) = inv_freq.iter().map(|f| (pos as f32 * f).sin_cos()).unzip();
+                let (sin, cos): (Vec<f32>, Vec<f32>) = inv_freq
+                    .iter()
+                    .map(|f| {
+                        let (sin, cos) = (pos as f32 * f).sin_cos();
+                        (sin * mscale, cos * mscale)
+                    })
+                    .unzip();
                 for head in row.chunks_exact_mut(head_dim) {
                     for i in 0..half {
                         let (a, b) = match rope.style {

@@ -1,0 +1,75 @@
+//! Rotary frequencies: the geometric base series and its scalings, shared by every backend.
+//!
+//! Pair `i` of a head (of `rope.dim` rotated dimensions) turns by `pos · θᵢ`, with
+//! `θᵢ = base^(−2i/dim)` and then, per [`RopeScaling`] (as in transformers' `modeling_rope_utils.py`):
+//!
+//! | scaling | θᵢ | cos/sin multiplied by |
+//! |---|---|---|
+//! | none | θᵢ | 1 |
+//! | linear (`factor`) | θᵢ / factor | 1 |
+//! | LLaMA-3 / `rope_freqs.weight` | θᵢ / factorsᵢ | 1 |
+//! | long-rope (Phi-3) | θᵢ / shortᵢ, or θᵢ / longᵢ once a position reaches the original context | `attn_factor` |
+
+use crate::config::{RopeConfig, RopeScaling};
+
+/// The inverse frequencies (`rope.dim / 2` values) and the cos/sin multiplier for a forward step
+/// whose largest position is `max_pos`.
+///
+/// Long-rope picks its factor set per step as transformers does (`longrope_frequency_update`):
+/// the long factors when `max_pos + 1` exceeds the original context, else the short ones.
+pub fn inv_freq(rope: &RopeConfig, max_pos: u32) -> (Vec<f32>, f32) {
+    let half = rope.dim / 2;
+    let base = |i: usize| (f64::from(rope.base).powf(-2.0 * i as f64 / rope.dim as f64)) as f32;
+    let scaled = |divisors: &[f32]| (0..half).map(|i| base(i) / divisors[i]).collect();
+    match &rope.scaling {
+        RopeScaling::None => ((0..half).map(base).collect(), 1.0),
+        RopeScaling::Linear { factor } => ((0..half).map(|i| base(i) / factor).collect(), 1.0),
+        RopeScaling::FreqFactors { factors } => (scaled(factors), 1.0),
+        RopeScaling::LongRope { short, long, original_context, attn_factor } => {
+            let divisors = if max_pos as usize + 1 > *original_context { long } else { short };
+            (scaled(divisors), *attn_factor)
+        }
+    }
+}
+
+/// LLaMA-3 scaling as per-frequency divisors (what llama.cpp's converter stores as
+/// `rope_freqs.weight`): long wavelengths (> `original_context / low_freq_factor`) are divided by
+/// `factor`, short ones (< `original_context / high_freq_factor`) kept, and the band between
+/// interpolated smoothly (transformers' `_compute_llama3_parameters`).
+pub fn llama3_factors(
+    base: f32,
+    dim: usize,
+    factor: f32,
+    low_freq_factor: f32,
+    high_freq_factor: f32,
+    original_context: usize,
+) -> Vec<f32> {
+    let old = original_context as f64;
+    let (low, high, factor) = (f64::from(low_freq_factor), f64::from(high_freq_factor), f64::from(factor));
+    let (low_freq_wavelen, high_freq_wavelen) = (old / low, old / high);
+    (0..dim / 2)
+        .map(|i| {
+            let theta = f64::from(base).powf(-2.0 * i as f64 / dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / theta;
+            let divisor = if wavelen < high_freq_wavelen {
+                1.0
+            } else if wavelen > low_freq_wavelen {
+                factor
+            } else {
+                let smooth = (old / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            divisor as f32
+        })
+        .collect()
+}
+
+/// Long-rope's default attention factor for a context stretched by `factor` over an original
+/// context of `original_context` positions: `√(1 + ln factor / ln original_context)`, or 1 when
+/// `factor ≤ 1` (transformers' `_compute_longrope_parameters`).
+pub fn longrope_attention_factor(factor: f32, original_context: usize) -> f32 {
+    if factor <= 1.0 || original_context < 2 {
+        return 1.0;
+    }
+    (1.0 + f64::from(factor).ln() / (original_context as f64).ln()).sqrt() as f32
+}

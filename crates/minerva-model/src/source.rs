@@ -1,0 +1,222 @@
+//! [`TensorSource`]: a model's stored tensors, from a GGUF file or a SafeTensors checkpoint, under
+//! one naming scheme.
+//!
+//! Architectures ask for tensors by their llama.cpp (GGUF) names — `token_embd.weight`,
+//! `blk.3.attn_q.weight` — and a SafeTensors source translates them to Hugging Face names
+//! (`model.embed_tokens.weight`, `model.layers.3.self_attn.q_proj.weight`) with one table, so each
+//! architecture maps names once. Errors name the tensor as it is stored in the file.
+//!
+//! ```text
+//!  GGUF file ──────────┐                         ┌─► WeightSource { file: Arc<mmap>, byte range }
+//!  SafeTensors shards ─┴─► TensorSource::get(gguf name) ─┤
+//!                                                └─► rows(..): a row block of a fused matrix
+//! ```
+//!
+//! A fused matrix (Phi-3's `qkv_proj` / `gate_up_proj`, GGUF `attn_qkv` / fused `ffn_up`) is split
+//! into per-projection weights without copying: rows are contiguous in both formats (quantized
+//! blocks run along a row), so a block of rows is a byte sub-range of the same map.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use minerva_gguf::Gguf;
+use minerva_safetensors::Checkpoint;
+
+use crate::backend::{Backend, ByteSource, WeightSource};
+use crate::error::{ModelError, Result};
+
+/// Which file format the tensors come from (it decides names and the RoPE convention).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceFormat {
+    /// A GGUF file: llama.cpp names, Q/K rows permuted for `llama` (normal RoPE).
+    Gguf,
+    /// A Hugging Face SafeTensors checkpoint: `model.layers.N.*` names, NeoX (`rotate_half`) RoPE.
+    SafeTensors,
+}
+
+/// One shard of a checkpoint as a [`ByteSource`]: the shard's memory map, kept alive by the `Arc`.
+struct ShardBytes {
+    checkpoint: Arc<Checkpoint>,
+    shard: usize,
+}
+
+impl ByteSource for ShardBytes {
+    fn bytes(&self) -> &[u8] {
+        // The index was taken from the checkpoint's own shard list when this was built.
+        self.checkpoint.shard_bytes(self.shard).unwrap_or_default()
+    }
+}
+
+/// GGUF block-tensor suffix → Hugging Face module path (LLaMA, Mistral, Phi-3).
+const HF_LAYER_NAMES: &[(&str, &str)] = &[
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_q.weight", "self_attn.q_proj.weight"),
+    ("attn_k.weight", "self_attn.k_proj.weight"),
+    ("attn_v.weight", "self_attn.v_proj.weight"),
+    ("attn_qkv.weight", "self_attn.qkv_proj.weight"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("ffn_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_gate.weight", "mlp.gate_proj.weight"),
+    ("ffn_up.weight", "mlp.up_proj.weight"),
+    ("ffn_down.weight", "mlp.down_proj.weight"),
+];
+
+/// Top-level GGUF names → Hugging Face names.
+const HF_GLOBAL_NAMES: &[(&str, &str)] = &[
+    ("token_embd.weight", "model.embed_tokens.weight"),
+    ("output_norm.weight", "model.norm.weight"),
+    ("output.weight", "lm_head.weight"),
+];
+
+/// The Hugging Face name of the tensor llama.cpp calls `gguf_name` in architecture `arch`; names
+/// outside the table are returned unchanged.
+pub fn hf_name(arch: &str, gguf_name: &str) -> String {
+    if let Some((_, hf)) = HF_GLOBAL_NAMES.iter().find(|(g, _)| *g == gguf_name) {
+        return (*hf).to_string();
+    }
+    let Some((layer, suffix)) = gguf_name.strip_prefix("blk.").and_then(|rest| rest.split_once('.')) else {
+        return gguf_name.to_string();
+    };
+    // Phi-3 stores gate and up as one `gate_up_proj`, which llama.cpp names `ffn_up`.
+    if arch == "phi3" && suffix == "ffn_up.weight" {
+        return format!("model.layers.{layer}.mlp.gate_up_proj.weight");
+    }
+    match HF_LAYER_NAMES.iter().find(|(g, _)| *g == suffix) {
+        Some((_, hf)) => format!("model.layers.{layer}.{hf}"),
+        None => gguf_name.to_string(),
+    }
+}
+
+/// A model's tensors by stored name, each a [`WeightSource`] over the shared map.
+pub struct TensorSource {
+    format: SourceFormat,
+    arch: String,
+    tensors: HashMap<String, WeightSource>,
+}
+
+impl TensorSource {
+    /// Every tensor of a GGUF file.
+    pub fn from_gguf<D>(gguf: &Arc<Gguf<D>>) -> Result<TensorSource>
+    where
+        D: AsRef<[u8]> + Send + Sync + 'static,
+    {
+        let file: Arc<dyn ByteSource> = gguf.clone();
+        let tensors = gguf
+            .tensor_infos()
+            .iter()
+            .map(|info| {
+                let source = WeightSource {
+                    file: file.clone(),
+                    name: info.name.clone(),
+                    dtype: info.dtype,
+                    shape: info.shape.clone(),
+                    range: info.range.clone(),
+                };
+                (info.name.clone(), source)
+            })
+            .collect();
+        Ok(TensorSource { format: SourceFormat::Gguf, arch: gguf.architecture()?.to_string(), tensors })
+    }
+
+    /// Every tensor of a SafeTensors checkpoint; `arch` is its `config.json` `model_type`.
+    pub fn from_checkpoint(checkpoint: &Arc<Checkpoint>, arch: &str) -> TensorSource {
+        let shard_index: HashMap<&std::path::Path, usize> =
+            checkpoint.shard_paths().enumerate().map(|(i, p)| (p, i)).collect();
+        let shards: Vec<Arc<dyn ByteSource>> = (0..checkpoint.shard_paths().len())
+            .map(|shard| Arc::new(ShardBytes { checkpoint: checkpoint.clone(), shard }) as Arc<dyn ByteSource>)
+            .collect();
+        let tensors = checkpoint
+            .tensors()
+            .map(|t| {
+                let start = t.offset as usize;
+                let source = WeightSource {
+                    file: shards[shard_index[t.shard]].clone(),
+                    name: t.view.name.to_string(),
+                    dtype: t.view.dtype,
+                    shape: t.view.shape.to_vec(),
+                    range: start..start + t.view.bytes.len(),
+                };
+                (t.view.name.to_string(), source)
+            })
+            .collect();
+        TensorSource { format: SourceFormat::SafeTensors, arch: arch.to_string(), tensors }
+    }
+
+    /// The file format.
+    pub fn format(&self) -> SourceFormat {
+        self.format
+    }
+
+    /// The name under which this source stores the tensor llama.cpp calls `gguf_name`.
+    pub fn stored_name(&self, gguf_name: &str) -> String {
+        match self.format {
+            SourceFormat::Gguf => gguf_name.to_string(),
+            SourceFormat::SafeTensors => hf_name(&self.arch, gguf_name),
+        }
+    }
+
+    /// The tensor llama.cpp calls `gguf_name`, if stored.
+    pub fn get(&self, gguf_name: &str) -> Option<&WeightSource> {
+        self.tensors.get(&self.stored_name(gguf_name))
+    }
+
+    /// Whether the tensor is stored.
+    pub fn contains(&self, gguf_name: &str) -> bool {
+        self.get(gguf_name).is_some()
+    }
+
+    /// The tensor `gguf_name`, which must exist with shape `expected`.
+    pub fn require(&self, gguf_name: &str, expected: &[usize]) -> Result<&WeightSource> {
+        let source =
+            self.get(gguf_name).ok_or_else(|| ModelError::MissingTensor { tensor: self.stored_name(gguf_name) })?;
+        if source.shape != expected {
+            return Err(ModelError::TensorShape {
+                tensor: source.name.clone(),
+                expected: expected.to_vec(),
+                actual: source.shape.clone(),
+            });
+        }
+        Ok(source)
+    }
+
+    /// Loads `gguf_name` (shape `expected`) onto `backend`.
+    pub fn weight<B: Backend>(&self, backend: &B, gguf_name: &str, expected: &[usize]) -> Result<B::Weight> {
+        backend.weight(self.require(gguf_name, expected)?.clone())
+    }
+
+    /// Splits the matrix `gguf_name` (`Σ row_counts × cols`) into consecutive row blocks of
+    /// `row_counts` rows, each its own weight over the same bytes.
+    pub fn weight_rows<B: Backend>(
+        &self,
+        backend: &B,
+        gguf_name: &str,
+        row_counts: &[usize],
+        cols: usize,
+    ) -> Result<Vec<B::Weight>> {
+        let total: usize = row_counts.iter().sum();
+        let source = self.require(gguf_name, &[total, cols])?;
+        let row_bytes = source.dtype.row_bytes(cols).ok_or_else(|| ModelError::TensorDType {
+            tensor: source.name.clone(),
+            dtype: source.dtype,
+            usage: "splitting a fused matrix into rows",
+        })?;
+        let mut first = 0;
+        row_counts
+            .iter()
+            .map(|&rows| {
+                let range: Range<usize> =
+                    source.range.start + first * row_bytes..source.range.start + (first + rows) * row_bytes;
+                let part = WeightSource {
+                    file: source.file.clone(),
+                    name: format!("{}[rows {first}..{}]", source.name, first + rows),
+                    dtype: source.dtype,
+                    shape: vec![rows, cols],
+                    range,
+                };
+                first += rows;
+                backend.weight(part)
+            })
+            .collect()
+    }
+}
