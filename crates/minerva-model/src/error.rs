@@ -11,9 +11,10 @@ pub enum ModelError {
     /// The file could not be parsed, or a key has the wrong type.
     #[error(transparent)]
     Gguf(#[from] minerva_gguf::GgufError),
-    /// A SafeTensors checkpoint could not be opened or parsed.
+    /// A SafeTensors checkpoint could not be opened or parsed (boxed: its paths and JSON errors
+    /// would make every `Result` of this crate large).
     #[error(transparent)]
-    Safetensors(#[from] minerva_safetensors::SafetensorsError),
+    Safetensors(Box<minerva_safetensors::SafetensorsError>),
     /// `general.architecture` names a family this crate has no graph for.
     #[error("unsupported architecture {arch:?} (supported: llama, mistral, phi3)")]
     UnsupportedArch {
@@ -80,6 +81,12 @@ pub enum ModelError {
     /// A forward request the model or cache cannot satisfy.
     #[error("invalid request: {0}")]
     Request(String),
+}
+
+impl From<minerva_safetensors::SafetensorsError> for ModelError {
+    fn from(e: minerva_safetensors::SafetensorsError) -> ModelError {
+        ModelError::Safetensors(Box::new(e))
+    }
 }
 
 /// The crate's result type.

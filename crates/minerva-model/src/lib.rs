@@ -1,13 +1,18 @@
 //! Minerva's model graphs over a coarse backend interface, and the CPU backend.
 //!
 //! ```text
-//! GGUF (mmap) ─► Config::from_gguf      {arch}.* metadata, checked (errors name the key/tensor)
-//!             ─► Weights::from_gguf     one Backend::Weight handle per tensor, still quantized
-//!             ─► arch::llama::forward   embed → blocks (norm, attn, +, norm, MLP, +) → norm → head
-//!                   calls only Backend ops on Backend::Tensor handles
+//! GGUF (mmap)         ─► Config::from_gguf       {arch}.* metadata     (errors name the key)
+//! SafeTensors (mmap)  ─► Config::from_hf_config  config.json
+//!                     ─► TensorSource            llama.cpp names (→ HF names for SafeTensors)
+//!                     ─► Weights::load           one Backend::Weight per tensor, still quantized
+//!                     ─► arch::llama::forward    embed → blocks (norm, attn, +, norm, MLP, +) → norm → head
+//!                                                calls only Backend ops on Backend::Tensor handles
 //! ```
 //!
-//! * [`Config`] — LLaMA-family hyper-parameters from `{arch}.*` keys (`llama`, `mistral`).
+//! * [`Config`] — LLaMA-family hyper-parameters from `{arch}.*` keys or `config.json` (`llama`,
+//!   `mistral`, `phi3`); RoPE scaling formulas in [`rope`].
+//! * [`TensorSource`] — GGUF or SafeTensors tensors under llama.cpp names; fused Phi-3 projections
+//!   split into row blocks of the same bytes.
 //! * [`Weights`] — handles of the stored (quantized) tensors; the CPU backend's handles are byte
 //!   ranges of the memory map, so resident memory is the file plus the KV cache and activations.
 //! * [`Backend`] — coarse ops: `embed`, `rms_norm`, `matmul_q`, `rope` (normal / NeoX, linear or
@@ -15,14 +20,15 @@
 //!   window), `add`, `swiglu`, and `logits`, the only op that reads back to the host. A GPU
 //!   backend can record every op of a step into one submission.
 //! * [`CpuBackend`] — minerva-quant's fused quantized kernels (activations quantized to Q8_0/Q8_K
-//!   on the fly, as llama.cpp does), rayon over rows/heads; KV cache in f32,
+//!   on the fly, as llama.cpp does), rayon over rows/heads; KV cache in f32 or f16,
 //!   `[slot][layer][kv_head][pos][head_dim]`.
 //! * [`Model::forward`] — a batch of [`SequenceInput`]s (tokens, start position, cache slot): a
 //!   whole prompt is one pass (matmul over all its tokens), a decode step one token (matvec).
 //!
 //! RoPE: llama.cpp's converter permutes the Q/K rows of `llama` checkpoints, so GGUF weights use
-//! the *normal* (adjacent-pair) rotation, which then equals Hugging Face's `rotate_half` on the
-//! original weights. `tests/llama_reference.rs` checks the logits against transformers.
+//! the *normal* (adjacent-pair) rotation, which then equals Hugging Face's `rotate_half` (NeoX) on
+//! the original weights that SafeTensors holds. `tests/llama_reference.rs` checks the logits
+//! against transformers; `tests/tiny_models.rs` checks one model in both formats.
 //!
 //! ```no_run
 //! use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput};
