@@ -85,7 +85,8 @@ pub struct Config {
     pub vocab: usize,
     /// Rotary embedding.
     pub rope: RopeConfig,
-    /// Attention window (`{arch}.attention.sliding_window`), if the model uses one.
+    /// Attention window (`{arch}.attention.sliding_window`, `config.json` `sliding_window`), if
+    /// the model uses one.
     pub sliding_window: Option<usize>,
 }
 
