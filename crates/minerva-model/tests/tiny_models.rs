@@ -10,7 +10,8 @@
 //!   `ffn_up`; `rope_freqs.weight`, `rope_factors_{short,long}.weight`) give the SafeTensors
 //!   logits within 1e-5 relative: the two RoPE conventions agree;
 //! * prefill then one-token decode equals one prefill, past the sliding window, with the f32 and
-//!   the f16 KV cache.
+//!   the f16 KV cache;
+//! * a GGUF `phi3` file missing a key or with a wrong-sized factor tensor is refused, naming it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -120,11 +121,17 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
 /// Writes the SafeTensors checkpoint as llama.cpp's `convert_hf_to_gguf.py` would (f32 kept):
 /// `llama` for LLaMA and Mistral (Q/K permuted), `phi3` for Phi-3 (no permutation).
 fn to_gguf(name: &str) -> Arc<Gguf<Vec<u8>>> {
+    Arc::new(Gguf::parse(to_gguf_bytes(name, &[])).unwrap())
+}
+
+/// [`to_gguf`]'s file, leaving out the metadata keys and tensors named in `skip`; a skipped
+/// `rope_factors_long.weight` is written with one factor too many instead.
+fn to_gguf_bytes(name: &str, skip: &[&str]) -> Vec<u8> {
     let ckpt = Checkpoint::open(tiny_dir(name)).unwrap();
     let cfg = Config::from_hf_config(ckpt.config().unwrap()).unwrap();
     let arch = if cfg.arch == "phi3" { "phi3" } else { "llama" };
-    let mut w = GgufWriter::new();
-    w.add_metadata("general.architecture", arch).unwrap();
+    let mut w = Writer { w: GgufWriter::new(), skip };
+    w.add_metadata("general.architecture", arch);
     let key = |k: &str| format!("{arch}.{k}");
     for (k, v) in [
         ("block_count", cfg.n_layer),
@@ -137,28 +144,33 @@ fn to_gguf(name: &str) -> Arc<Gguf<Vec<u8>>> {
         ("attention.value_length", cfg.head_dim),
         ("rope.dimension_count", cfg.rope.dim),
     ] {
-        w.add_metadata(key(k), v as u32).unwrap();
+        w.add_metadata(key(k), v as u32);
     }
-    w.add_metadata(key("attention.layer_norm_rms_epsilon"), cfg.rms_eps).unwrap();
-    w.add_metadata(key("rope.freq_base"), cfg.rope.base).unwrap();
+    w.add_metadata(key("attention.layer_norm_rms_epsilon"), cfg.rms_eps);
+    w.add_metadata(key("rope.freq_base"), cfg.rope.base);
     if let Some(window) = cfg.sliding_window {
-        w.add_metadata(key("attention.sliding_window"), window as u32).unwrap();
+        w.add_metadata(key("attention.sliding_window"), window as u32);
     }
     let half = cfg.rope.dim / 2;
     match &cfg.rope.scaling {
         RopeScaling::None => {}
         RopeScaling::Linear { factor } => {
-            w.add_metadata(key("rope.scaling.type"), "linear").unwrap();
-            w.add_metadata(key("rope.scaling.factor"), *factor).unwrap();
+            w.add_metadata(key("rope.scaling.type"), "linear");
+            w.add_metadata(key("rope.scaling.factor"), *factor);
         }
         RopeScaling::FreqFactors { factors } => {
-            w.add_tensor("rope_freqs.weight", DType::F32, &[half], f32_bytes(factors)).unwrap();
+            w.add_tensor("rope_freqs.weight", DType::F32, &[half], f32_bytes(factors));
         }
         RopeScaling::LongRope { short, long, original_context, attn_factor } => {
-            w.add_metadata(key("rope.scaling.original_context_length"), *original_context as u32).unwrap();
-            w.add_metadata(key("rope.scaling.attn_factor"), *attn_factor).unwrap();
-            w.add_tensor("rope_factors_long.weight", DType::F32, &[half], f32_bytes(long)).unwrap();
-            w.add_tensor("rope_factors_short.weight", DType::F32, &[half], f32_bytes(short)).unwrap();
+            w.add_metadata(key("rope.scaling.original_context_length"), *original_context as u32);
+            w.add_metadata(key("rope.scaling.attn_factor"), *attn_factor);
+            if skip.contains(&"rope_factors_long.weight") {
+                let mut long = long.clone();
+                long.push(1.0);
+                w.w.add_tensor("rope_factors_long.weight", DType::F32, &[half + 1], f32_bytes(&long)).unwrap();
+            }
+            w.add_tensor("rope_factors_long.weight", DType::F32, &[half], f32_bytes(long));
+            w.add_tensor("rope_factors_short.weight", DType::F32, &[half], f32_bytes(short));
         }
         other => panic!("no GGUF form for {other:?}"),
     }
@@ -190,11 +202,51 @@ fn to_gguf(name: &str) -> Arc<Gguf<Vec<u8>>> {
             ("llama", Some("attn_k")) => permute_rows(&values, cfg.n_head_kv, cols),
             _ => values,
         };
-        w.add_tensor(gguf_name, DType::F32, t.view.shape, f32_bytes(&values)).unwrap();
+        w.add_tensor(gguf_name, DType::F32, t.view.shape, f32_bytes(&values));
     }
     let mut bytes = Vec::new();
-    w.write_to(&mut bytes).unwrap();
-    Arc::new(Gguf::parse(bytes).unwrap())
+    w.w.write_to(&mut bytes).unwrap();
+    bytes
+}
+
+/// A `GgufWriter` that silently leaves out the keys and tensors in `skip`.
+struct Writer<'a> {
+    w: GgufWriter,
+    skip: &'a [&'a str],
+}
+
+impl Writer<'_> {
+    fn add_metadata(&mut self, key: impl Into<String>, value: impl Into<minerva_gguf::MetadataValue>) {
+        let key = key.into();
+        if !self.skip.contains(&key.as_str()) {
+            self.w.add_metadata(key, value).unwrap();
+        }
+    }
+
+    fn add_tensor(&mut self, name: impl Into<String>, dtype: DType, shape: &[usize], data: Vec<u8>) {
+        let name = name.into();
+        if !self.skip.contains(&name.as_str()) {
+            self.w.add_tensor(name, dtype, shape, data).unwrap();
+        }
+    }
+}
+
+#[test]
+fn bad_phi3_gguf_names_the_key_or_tensor() {
+    let error = |skip: &[&str]| {
+        let gguf = Arc::new(Gguf::parse(to_gguf_bytes("phi3", skip)).unwrap());
+        Model::from_gguf(gguf, CpuBackend::new(None).unwrap()).err().expect("should be refused").to_string()
+    };
+    assert_eq!(
+        error(&["phi3.rope.scaling.original_context_length"]),
+        "missing metadata key phi3.rope.scaling.original_context_length"
+    );
+    assert!(error(&["rope_factors_long.weight"]).starts_with("tensor rope_factors_long.weight: shape [5]"));
+    assert_eq!(error(&["blk.1.attn_qkv.weight"]), "missing tensor blk.1.attn_q.weight");
+    assert_eq!(
+        error(&["phi3.attention.layer_norm_rms_epsilon"]),
+        "missing metadata key phi3.attention.layer_norm_rms_epsilon"
+    );
 }
 
 #[test]
