@@ -172,3 +172,60 @@ fn loader_errors_name_the_stored_tensor() {
     std::fs::remove_file(dir.path().join("config.json")).unwrap();
     assert!(load_error(dir.path()).to_string().contains("no config.json"));
 }
+
+/// The shapes of real `config.json` files (transformers 4.x spelling): Llama-3.1-8B, Mistral-7B-v0.1,
+/// Phi-3-mini-4k and Phi-3-mini-128k (its 48 long-rope factors replaced by made-up values).
+#[test]
+fn real_world_configs_read() {
+    let llama31 = json!({
+        "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+        "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+        "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 131072,
+        "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32,
+        "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+        "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 128256
+    });
+    let cfg = Config::from_hf_config(&llama31).unwrap();
+    assert_eq!((cfg.n_layer, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff), (32, 32, 8, 128, 14336));
+    assert_eq!((cfg.rope.base, cfg.rope.dim, cfg.context_length), (500000.0, 128, 131072));
+    let RopeScaling::FreqFactors { factors } = &cfg.rope.scaling else { panic!("{:?}", cfg.rope.scaling) };
+    assert_eq!(factors, &rope::llama3_factors(500000.0, 128, 8.0, 1.0, 4.0, 8192));
+
+    let mistral = json!({
+        "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+        "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+        "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32,
+        "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+        "sliding_window": 4096, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 32000
+    });
+    let cfg = Config::from_hf_config(&mistral).unwrap();
+    assert_eq!((cfg.sliding_window, cfg.rope.scaling.clone()), (Some(4096), RopeScaling::None));
+
+    let phi3_4k = json!({
+        "architectures": ["Phi3ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0,
+        "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02,
+        "intermediate_size": 8192, "max_position_embeddings": 4096, "model_type": "phi3",
+        "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+        "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0,
+        "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0, "sliding_window": 2047,
+        "tie_word_embeddings": false, "torch_dtype": "bfloat16", "attention_bias": false, "vocab_size": 32064
+    });
+    let cfg = Config::from_hf_config(&phi3_4k).unwrap();
+    assert_eq!((cfg.head_dim, cfg.sliding_window, cfg.rope.scaling.clone()), (96, Some(2047), RopeScaling::None));
+
+    let mut phi3_128k = phi3_4k.clone();
+    phi3_128k["max_position_embeddings"] = json!(131072);
+    phi3_128k["sliding_window"] = json!(262144);
+    let short: Vec<f64> = (0..48).map(|i| 1.0 + f64::from(i) * 0.01).collect();
+    let long: Vec<f64> = (0..48).map(|i| 1.0 + f64::from(i) * 1.5).collect();
+    phi3_128k["rope_scaling"] = json!({"type": "longrope", "short_factor": short, "long_factor": long});
+    let cfg = Config::from_hf_config(&phi3_128k).unwrap();
+    let RopeScaling::LongRope { short: s, long: l, original_context, attn_factor } = &cfg.rope.scaling else {
+        panic!("{:?}", cfg.rope.scaling)
+    };
+    assert_eq!((s.len(), l.len(), *original_context), (48, 48, 4096));
+    // 131072 / 4096 = 32: √(1 + ln 32 / ln 4096) (transformers' default attention factor).
+    assert!((attn_factor - 1.190_238_1).abs() < 1e-6, "{attn_factor}");
+}
