@@ -48,6 +48,8 @@ fn f16_cache_decode_equals_prefill_and_stays_close_to_f32() {
 
     let mut cache = model.new_cache(1, tokens.len()).unwrap();
     assert_eq!(cache.dtype(), DType::F16);
+    // SmolLM2: 30 layers × 3 KV heads × 64 dims, keys and values, 2 bytes each.
+    assert_eq!(cache.byte_len(), 2 * 30 * 3 * tokens.len() * 64 * 2);
     let split = 8;
     let head = SequenceInput { tokens: &tokens[..split], start_pos: 0, slot: 0 };
     let first = model.forward(&mut cache, &[head], LogitsFor::Last).unwrap();
