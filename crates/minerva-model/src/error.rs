@@ -12,7 +12,7 @@ pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] minerva_gguf::GgufError),
     /// `general.architecture` names a family this crate has no graph for.
-    #[error("unsupported architecture {arch:?} (supported: llama, mistral)")]
+    #[error("unsupported architecture {arch:?} (supported: llama, mistral, gpt-oss)")]
     UnsupportedArch {
         /// The architecture as stored.
         arch: String,
@@ -60,6 +60,23 @@ pub enum ModelError {
     /// A kernel refused its operands.
     #[error(transparent)]
     Quant(#[from] minerva_quant::QuantError),
+    /// The backend does not implement an op the architecture needs.
+    #[error("operation {op} is not supported by this backend")]
+    UnsupportedOp {
+        /// The op's name, e.g. `moe`.
+        op: &'static str,
+    },
+    /// A `config.json` entry is missing or unusable.
+    #[error("config.json key {key}: {message}")]
+    BadConfig {
+        /// The key, e.g. `rope_scaling.factor`.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The SafeTensors checkpoint could not be read.
+    #[error(transparent)]
+    Safetensors(#[from] minerva_safetensors::SafetensorsError),
     /// A forward request the model or cache cannot satisfy.
     #[error("invalid request: {0}")]
     Request(String),

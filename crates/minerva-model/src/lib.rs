@@ -42,10 +42,12 @@ pub mod cpu;
 mod error;
 mod model;
 pub mod weights;
+pub mod yarn;
 
-pub use backend::{Backend, Batch, ByteSource, CacheShape, Mask, SeqSpan, WeightSource};
+pub use arch::gpt_oss::{GptOssConfig, GptOssLayer, GptOssWeights};
+pub use backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, SeqSpan, WeightSource};
 pub use config::{Config, RopeConfig, RopeScaling, RopeStyle};
 pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight};
 pub use error::{ModelError, Result};
-pub use model::{Logits, LogitsFor, Model, SequenceInput};
+pub use model::{Logits, LogitsFor, Model, ModelWeights, SequenceInput};
 pub use weights::{LayerWeights, Weights};

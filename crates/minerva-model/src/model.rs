@@ -4,8 +4,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use minerva_gguf::Gguf;
+use minerva_safetensors::Checkpoint;
 
 use crate::arch;
+use crate::arch::gpt_oss::{GptOssConfig, GptOssWeights};
 use crate::backend::{Backend, Batch, CacheShape, SeqSpan};
 use crate::config::Config;
 use crate::error::{ModelError, Result};
@@ -50,19 +52,33 @@ impl Logits {
     }
 }
 
+/// The weights of one of the architectures, which also picks the graph.
+pub enum ModelWeights<W> {
+    /// LLaMA / Mistral (`arch/llama.rs`).
+    Llama(Weights<W>),
+    /// GPT-OSS (`arch/gpt_oss.rs`), with its MoE hyper-parameters.
+    GptOss(Box<(GptOssConfig, GptOssWeights<W>)>),
+}
+
 /// A model on a backend.
 pub struct Model<B: Backend> {
-    /// Hyper-parameters.
+    /// Hyper-parameters (for GPT-OSS, the shared part of its [`GptOssConfig`]).
     pub config: Config,
     /// Weight handles.
-    pub weights: Weights<B::Weight>,
+    pub weights: ModelWeights<B::Weight>,
     /// The backend the ops run on.
     pub backend: B,
 }
 
 impl<B: Backend> Model<B> {
-    /// Opens (memory-maps) a GGUF file and loads it onto `backend`.
+    /// Opens (memory-maps) a GGUF file, or a SafeTensors file / index / model directory, and
+    /// loads it onto `backend`.
     pub fn load(path: impl AsRef<Path>, backend: B) -> Result<Model<B>> {
+        let path = path.as_ref();
+        let is_safetensors = path.is_dir() || path.extension().is_some_and(|e| e == "safetensors" || e == "json");
+        if is_safetensors {
+            return Model::from_safetensors(Arc::new(Checkpoint::open(path)?), backend);
+        }
         Model::from_gguf(Arc::new(Gguf::open(path)?), backend)
     }
 
@@ -71,9 +87,30 @@ impl<B: Backend> Model<B> {
     where
         D: AsRef<[u8]> + Send + Sync + 'static,
     {
+        if gguf.architecture()? == "gpt-oss" {
+            let cfg = GptOssConfig::from_gguf(&gguf)?;
+            let weights = GptOssWeights::from_gguf(&backend, &gguf, &cfg)?;
+            return Ok(Model {
+                config: cfg.base.clone(),
+                weights: ModelWeights::GptOss(Box::new((cfg, weights))),
+                backend,
+            });
+        }
         let config = Config::from_gguf(&gguf)?;
         let weights = Weights::from_gguf(&backend, &gguf, &config)?;
-        Ok(Model { config, weights, backend })
+        Ok(Model { config, weights: ModelWeights::Llama(weights), backend })
+    }
+
+    /// Builds the model from a SafeTensors checkpoint and its `config.json` (GPT-OSS, in the
+    /// Hugging Face or the MLX layout).
+    pub fn from_safetensors(ckpt: Arc<Checkpoint>, backend: B) -> Result<Model<B>> {
+        let json = ckpt.config().ok_or_else(|| ModelError::BadConfig {
+            key: "config.json".into(),
+            message: "not found beside the weights".into(),
+        })?;
+        let cfg = GptOssConfig::from_hf_config(json)?;
+        let weights = GptOssWeights::from_safetensors(&backend, &ckpt, &cfg)?;
+        Ok(Model { config: cfg.base.clone(), weights: ModelWeights::GptOss(Box::new((cfg, weights))), backend })
     }
 
     /// A preallocated KV cache for `slots` sequences of up to `capacity` positions.
@@ -119,8 +156,14 @@ impl<B: Backend> Model<B> {
                 rows.push((i, seq.start_pos + j));
             }
         }
-        let data =
-            arch::llama::forward(&self.backend, &self.config, &self.weights, cache, &tokens, &layout, &logit_rows)?;
+        let data = match &self.weights {
+            ModelWeights::Llama(w) => {
+                arch::llama::forward(&self.backend, &self.config, w, cache, &tokens, &layout, &logit_rows)?
+            }
+            ModelWeights::GptOss(m) => {
+                arch::gpt_oss::forward(&self.backend, &m.0, &m.1, cache, &tokens, &layout, &logit_rows)?
+            }
+        };
         Ok(Logits { vocab: self.config.vocab, data, rows })
     }
 }
