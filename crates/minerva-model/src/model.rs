@@ -105,8 +105,8 @@ impl<B: Backend> Model<B> {
     /// Hugging Face or the MLX layout).
     pub fn from_safetensors(ckpt: Arc<Checkpoint>, backend: B) -> Result<Model<B>> {
         let json = ckpt.config().ok_or_else(|| ModelError::BadConfig {
-            key: "config.json".into(),
-            message: "not found beside the weights".into(),
+            key: "model_type".into(),
+            message: "no config.json beside the weights".into(),
         })?;
         let cfg = GptOssConfig::from_hf_config(json)?;
         let weights = GptOssWeights::from_safetensors(&backend, &ckpt, &cfg)?;

@@ -146,7 +146,7 @@ impl GptOssConfig {
             swiglu_limit: SWIGLU_LIMIT,
             sliding_layers,
         }
-        .checked(|suffix| key(suffix))
+        .checked(true)
     }
 
     /// Reads a Hugging Face `config.json` (`model_type` `gpt_oss`; transformers' names, with
@@ -250,21 +250,32 @@ impl GptOssConfig {
             swiglu_limit: hf_opt_f32(cfg, "swiglu_limit", "")?.unwrap_or(SWIGLU_LIMIT),
             sliding_layers,
         }
-        .checked(|name| name.to_string())
+        .checked(false)
     }
 
-    /// Cross-field checks; `key` names a field in the source's own terms for messages.
-    fn checked(self, key: impl Fn(&str) -> String) -> Result<GptOssConfig> {
+    /// Cross-field checks; errors name the GGUF key (`gguf`) or the config.json key.
+    fn checked(self, gguf: bool) -> Result<GptOssConfig> {
         let c = &self.base;
-        let bad = |k: &str, message: String| Err(ModelError::BadKey { key: key(k), message });
+        let bad = |gguf_key: &str, hf_key: &str, message: String| {
+            Err(match gguf {
+                true => ModelError::BadKey { key: format!("gpt-oss.{gguf_key}"), message },
+                false => ModelError::BadConfig { key: hf_key.into(), message },
+            })
+        };
         if c.n_head_kv == 0 || !c.n_head.is_multiple_of(c.n_head_kv) {
-            return bad("attention.head_count_kv", format!("{} does not divide {} query heads", c.n_head_kv, c.n_head));
+            let message = format!("{} does not divide {} query heads", c.n_head_kv, c.n_head);
+            return bad("attention.head_count_kv", "num_key_value_heads", message);
         }
         if c.head_dim == 0 || !c.head_dim.is_multiple_of(2) {
-            return bad("attention.key_length", format!("head dim {} must be even and non-zero", c.head_dim));
+            return bad(
+                "attention.key_length",
+                "head_dim",
+                format!("head dim {} must be even and non-zero", c.head_dim),
+            );
         }
         if self.n_expert_used == 0 || self.n_expert_used > self.n_expert {
-            return bad("expert_used_count", format!("{} must be 1 ..= {} experts", self.n_expert_used, self.n_expert));
+            let message = format!("{} must be 1 ..= {} experts", self.n_expert_used, self.n_expert);
+            return bad("expert_used_count", "num_experts_per_tok", message);
         }
         Ok(self)
     }

@@ -180,21 +180,19 @@ impl<W> GptOssWeights<W> {
         B: Backend<Weight = W>,
     {
         let s = Shapes::new(cfg);
+        let mlx = ckpt.config().is_some_and(|c| c.get("quantization").is_some());
         let st = |name: &str, shape: &[usize]| st_weight(backend, ckpt, name, shape);
         let layers = assemble(
             cfg,
             |il, suffix, shape| st(&format!("model.layers.{il}.{}", hf_layer_name(suffix)), shape),
             |il| {
                 let p = format!("model.layers.{il}.mlp.experts.");
-                let present = |names: [String; 2]| {
-                    let [a, b] = names;
-                    if ckpt.logical_tensor(&a).is_some() { a } else { b }
-                };
-                let down = present([format!("{p}down_proj"), format!("{p}down_proj.weight")]);
+                // MLX checkpoints (a `quantization` section) use mlx-lm's sanitized names.
+                let down = if mlx { format!("{p}down_proj.weight") } else { format!("{p}down_proj") };
                 let down = st(&down, &[s.n_expert, s.e, s.ff])?;
-                let down_bias = present([format!("{p}down_proj_bias"), format!("{p}down_proj.bias")]);
+                let down_bias = if mlx { format!("{p}down_proj.bias") } else { format!("{p}down_proj_bias") };
                 let down_bias = st_bias(backend, ckpt, &down_bias, &[s.n_expert, s.e])?;
-                if ckpt.logical_tensor(&format!("{p}gate_up_proj")).is_some() {
+                if !mlx {
                     // HF: gate and up rows interleaved in one tensor.
                     let (gate, up) = hf_gate_up(backend, ckpt, &format!("{p}gate_up_proj"), &s)?;
                     let (gate_bias, up_bias) = hf_gate_up_bias(backend, ckpt, &format!("{p}gate_up_proj_bias"), &s)?;
