@@ -74,12 +74,18 @@ pub enum ModelError {
         /// What is wrong with it.
         message: String,
     },
-    /// The SafeTensors checkpoint could not be read.
+    /// The SafeTensors checkpoint could not be read (boxed: the error is large).
     #[error(transparent)]
-    Safetensors(#[from] minerva_safetensors::SafetensorsError),
+    Safetensors(Box<minerva_safetensors::SafetensorsError>),
     /// A forward request the model or cache cannot satisfy.
     #[error("invalid request: {0}")]
     Request(String),
+}
+
+impl From<minerva_safetensors::SafetensorsError> for ModelError {
+    fn from(e: minerva_safetensors::SafetensorsError) -> ModelError {
+        ModelError::Safetensors(Box::new(e))
+    }
 }
 
 /// The crate's result type.
