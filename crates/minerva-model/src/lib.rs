@@ -7,7 +7,11 @@
 //!                   calls only Backend ops on Backend::Tensor handles
 //! ```
 //!
-//! * [`Config`] — LLaMA-family hyper-parameters from `{arch}.*` keys (`llama`, `mistral`).
+//! * [`Config`] — LLaMA-family hyper-parameters from `{arch}.*` keys (`llama`, `mistral`);
+//!   [`GptOssConfig`] adds GPT-OSS's MoE, from `gpt-oss.*` keys or a `config.json`.
+//! * GPT-OSS ([`arch::gpt_oss`]): MXFP4 experts (`Backend::moe`), attention sinks, biases, the
+//!   sliding window on alternating layers and YaRN RoPE, from GGUF, Hugging Face or MLX
+//!   SafeTensors ([`Model::load`] takes a file or a directory).
 //! * [`Weights`] — handles of the stored (quantized) tensors; the CPU backend's handles are byte
 //!   ranges of the memory map, so resident memory is the file plus the KV cache and activations.
 //! * [`Backend`] — coarse ops: `embed`, `rms_norm`, `matmul_q`, `rope` (normal / NeoX, linear or
