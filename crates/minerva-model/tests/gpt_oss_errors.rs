@@ -112,6 +112,8 @@ fn config_json_errors_name_the_key() {
     assert!(err.starts_with("config.json key layer_types: expected a list of 3 layer types"), "{err}");
     let err = safetensors_error("mlx", |c| c["model_type"] = "llama4".into());
     assert!(err.starts_with("unsupported architecture \"llama4\""), "{err}");
+    let err = safetensors_error("hf", |c| c["num_local_experts"] = (1u64 << 62).into());
+    assert_eq!(err, "config.json key num_local_experts: the tensor sizes these dimensions imply overflow");
     let err = safetensors_error("hf", |c| *c = Value::Null);
     assert_eq!(err, "config.json key model_type: no config.json beside the weights");
 }

@@ -273,6 +273,16 @@ impl GptOssConfig {
                 format!("head dim {} must be even and non-zero", c.head_dim),
             );
         }
+        // Shapes are products of these; a config whose products overflow describes no file.
+        let sizes = [
+            c.n_head.checked_mul(c.head_dim),
+            self.n_expert.checked_mul(c.n_ff).and_then(|n| n.checked_mul(c.n_embd)),
+            c.vocab.checked_mul(c.n_embd),
+        ];
+        if sizes.iter().any(Option::is_none) {
+            let message = "the tensor sizes these dimensions imply overflow".to_string();
+            return bad("expert_count", "num_local_experts", message);
+        }
         if self.n_expert_used == 0 || self.n_expert_used > self.n_expert {
             let message = format!("{} must be 1 ..= {} experts", self.n_expert_used, self.n_expert);
             return bad("expert_used_count", "num_experts_per_tok", message);
