@@ -14,7 +14,7 @@ use std::sync::Arc;
 use minerva_core::DType;
 
 use crate::config::RopeConfig;
-use crate::error::Result;
+use crate::error::{ModelError, Result};
 
 /// Bytes a weight handle may borrow for as long as it lives (a mapped GGUF file, or a buffer).
 pub trait ByteSource: Send + Sync {
@@ -95,6 +95,37 @@ pub struct CacheShape {
     pub capacity: usize,
 }
 
+/// One layer's experts for [`Backend::moe`]: stacked `[n_expert, rows, cols]` matrices in their
+/// stored dtype (MXFP4 for GPT-OSS) and `[n_expert, rows]` biases. Gate and up are separate
+/// (de-interleaved) matrices, as llama.cpp stores them.
+pub struct MoeExperts<'a, W> {
+    /// `[n_expert, n_ff, n_embd]`.
+    pub gate: &'a W,
+    /// `[n_expert, n_ff]`.
+    pub gate_bias: &'a W,
+    /// `[n_expert, n_ff, n_embd]`.
+    pub up: &'a W,
+    /// `[n_expert, n_ff]`.
+    pub up_bias: &'a W,
+    /// `[n_expert, n_embd, n_ff]`.
+    pub down: &'a W,
+    /// `[n_expert, n_embd]`.
+    pub down_bias: &'a W,
+}
+
+/// Routing and activation parameters of a GPT-OSS mixture-of-experts block.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeParams {
+    /// Experts in the layer.
+    pub n_expert: usize,
+    /// Experts each token is routed to (top-k).
+    pub n_expert_used: usize,
+    /// SwiGLU slope: `gate · σ(alpha · gate)` (1.702).
+    pub alpha: f32,
+    /// Clamp: gate to `(-∞, limit]`, up to `[-limit, limit]` (7.0).
+    pub limit: f32,
+}
+
 /// The ops an architecture graph is written in.
 pub trait Backend: Send + Sync {
     /// An activation tensor (`rows × cols` f32).
@@ -138,4 +169,46 @@ pub trait Backend: Send + Sync {
     fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
     /// The logits `x[rows] · headᵀ`, read back to the host row-major (`rows.len() × vocab`).
     fn logits(&self, x: &Self::Tensor, head: &Self::Weight, rows: &[usize]) -> Result<Vec<f32>>;
+
+    /// `x[r] += bias` for every row (`bias`: a vector of `x`'s width).
+    fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Weight) -> Result<()> {
+        let _ = (x, bias);
+        Err(ModelError::UnsupportedOp { op: "add_bias" })
+    }
+
+    /// [`Backend::attention`] with a learned per-head *sink* logit `sinks[h]` (GPT-OSS): it joins
+    /// every softmax of head `h` as one more score and takes its share of the weight, attending to
+    /// nothing. `sinks` is a vector of `n_head` values.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_with_sinks(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        cache: &mut Self::Cache,
+        layer: usize,
+        batch: &Batch,
+        mask: Mask,
+        sinks: &Self::Weight,
+    ) -> Result<Self::Tensor> {
+        let _ = (q, k, v, cache, layer, batch, mask, sinks);
+        Err(ModelError::UnsupportedOp { op: "attention_with_sinks" })
+    }
+
+    /// GPT-OSS mixture of experts. For each row of `x` (`rows × n_embd`): the top
+    /// `n_expert_used` of its `router_logits` (`rows × n_expert`) pick experts, weighted by the
+    /// softmax over those k logits; each picked expert computes
+    /// `down · swiglu_oai(gate·x + b_gate, up·x + b_up) + b_down`, with
+    /// `swiglu_oai(g, u) = min(g, limit) · σ(alpha · min(g, limit)) · (clamp(u, ±limit) + 1)`,
+    /// and the row's output is the weighted sum. Only the picked experts' weights are read.
+    fn moe(
+        &self,
+        x: &Self::Tensor,
+        router_logits: &Self::Tensor,
+        experts: &MoeExperts<'_, Self::Weight>,
+        params: &MoeParams,
+    ) -> Result<Self::Tensor> {
+        let _ = (x, router_logits, experts, params);
+        Err(ModelError::UnsupportedOp { op: "moe" })
+    }
 }

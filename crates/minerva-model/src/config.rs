@@ -45,6 +45,22 @@ pub enum RopeScaling {
         /// Multiplier of cos and sin (`attention_factor`).
         attn_factor: f32,
     },
+    /// YaRN (GPT-OSS): per-frequency blend of interpolated (`θ / factor`) and extrapolated
+    /// (`θ`) frequencies over a linear ramp between two correction dimensions, and cos/sin scaled
+    /// by the attention factor `0.1·ln(factor) + 1`. See [`crate::yarn`].
+    Yarn {
+        /// Context extension factor (`rope_scaling.factor`).
+        factor: f32,
+        /// Trained context before extension (`original_max_position_embeddings`).
+        original_context: usize,
+        /// Rotations at which frequencies stop being extrapolated (`beta_fast`, 32).
+        beta_fast: f32,
+        /// Rotations below which frequencies are fully interpolated (`beta_slow`, 1).
+        beta_slow: f32,
+        /// Floor/ceil the correction dimensions (transformers' default when the key is absent;
+        /// OpenAI's reference does not, and GPT-OSS's config says `false`).
+        truncate: bool,
+    },
 }
 
 /// Rotary position embedding parameters.
@@ -91,7 +107,7 @@ pub struct Config {
 }
 
 /// Reads `{arch}.{suffix}` as a count; `None` if absent.
-fn opt_count<D: AsRef<[u8]>>(g: &Gguf<D>, suffix: &str) -> Result<Option<usize>> {
+pub(crate) fn opt_count<D: AsRef<[u8]>>(g: &Gguf<D>, suffix: &str) -> Result<Option<usize>> {
     let key = g.arch_key(suffix)?;
     match g.get(&key) {
         None => Ok(None),
@@ -105,7 +121,7 @@ fn opt_count<D: AsRef<[u8]>>(g: &Gguf<D>, suffix: &str) -> Result<Option<usize>>
 }
 
 /// Reads `{arch}.{suffix}` as a non-zero count.
-fn count<D: AsRef<[u8]>>(g: &Gguf<D>, suffix: &str) -> Result<usize> {
+pub(crate) fn count<D: AsRef<[u8]>>(g: &Gguf<D>, suffix: &str) -> Result<usize> {
     let key = g.arch_key(suffix)?;
     match opt_count(g, suffix)? {
         None => Err(ModelError::MissingKey { key }),
@@ -114,7 +130,7 @@ fn count<D: AsRef<[u8]>>(g: &Gguf<D>, suffix: &str) -> Result<usize> {
     }
 }
 
-fn opt_f32<D: AsRef<[u8]>>(g: &Gguf<D>, suffix: &str) -> Result<Option<f32>> {
+pub(crate) fn opt_f32<D: AsRef<[u8]>>(g: &Gguf<D>, suffix: &str) -> Result<Option<f32>> {
     let key = g.arch_key(suffix)?;
     match g.get(&key) {
         None => Ok(None),

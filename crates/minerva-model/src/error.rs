@@ -16,7 +16,7 @@ pub enum ModelError {
     #[error(transparent)]
     Safetensors(Box<minerva_safetensors::SafetensorsError>),
     /// `general.architecture` names a family this crate has no graph for.
-    #[error("unsupported architecture {arch:?} (supported: llama, mistral, phi3)")]
+    #[error("unsupported architecture {arch:?} (supported: llama, mistral, phi3, gpt-oss)")]
     UnsupportedArch {
         /// The architecture as stored.
         arch: String,
@@ -78,6 +78,20 @@ pub enum ModelError {
     /// A kernel refused its operands.
     #[error(transparent)]
     Quant(#[from] minerva_quant::QuantError),
+    /// The backend does not implement an op the architecture needs.
+    #[error("operation {op} is not supported by this backend")]
+    UnsupportedOp {
+        /// The op's name, e.g. `moe`.
+        op: &'static str,
+    },
+    /// A `config.json` entry is missing or unusable.
+    #[error("config.json key {key}: {message}")]
+    BadConfig {
+        /// The key, e.g. `rope_scaling.factor`.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A forward request the model or cache cannot satisfy.
     #[error("invalid request: {0}")]
     Request(String),

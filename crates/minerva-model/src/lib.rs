@@ -13,6 +13,10 @@
 //!   `mistral`, `phi3`); RoPE scaling formulas in [`rope`].
 //! * [`TensorSource`] — GGUF or SafeTensors tensors under llama.cpp names; fused Phi-3 projections
 //!   split into row blocks of the same bytes.
+//! * [`GptOssConfig`] adds GPT-OSS's MoE, from `gpt-oss.*` keys or a `config.json`.
+//! * GPT-OSS ([`arch::gpt_oss`]): MXFP4 experts (`Backend::moe`), attention sinks, biases, the
+//!   sliding window on alternating layers and YaRN RoPE, from GGUF, Hugging Face or MLX
+//!   SafeTensors ([`Model::load`] takes a file or a directory).
 //! * [`Weights`] — handles of the stored (quantized) tensors; the CPU backend's handles are byte
 //!   ranges of the memory map, so resident memory is the file plus the KV cache and activations.
 //! * [`Backend`] — coarse ops: `embed`, `rms_norm`, `matmul_q`, `rope` (normal / NeoX, linear or
@@ -51,11 +55,13 @@ mod model;
 pub mod rope;
 pub mod source;
 pub mod weights;
+pub mod yarn;
 
-pub use backend::{Backend, Batch, ByteSource, CacheShape, Mask, SeqSpan, WeightSource};
+pub use arch::gpt_oss::{GptOssConfig, GptOssLayer, GptOssWeights};
+pub use backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, SeqSpan, WeightSource};
 pub use config::{Config, RopeConfig, RopeScaling, RopeStyle};
 pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight};
 pub use error::{ModelError, Result};
-pub use model::{Logits, LogitsFor, Model, SequenceInput};
+pub use model::{Logits, LogitsFor, Model, ModelWeights, SequenceInput};
 pub use source::{SourceFormat, TensorSource};
 pub use weights::{LayerWeights, Weights};

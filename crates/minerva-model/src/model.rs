@@ -7,6 +7,7 @@ use minerva_gguf::Gguf;
 use minerva_safetensors::Checkpoint;
 
 use crate::arch;
+use crate::arch::gpt_oss::{GptOssConfig, GptOssWeights};
 use crate::backend::{Backend, Batch, CacheShape, SeqSpan};
 use crate::config::Config;
 use crate::error::{ModelError, Result};
@@ -52,12 +53,20 @@ impl Logits {
     }
 }
 
+/// The weights of one of the architectures, which also picks the graph.
+pub enum ModelWeights<W> {
+    /// LLaMA / Mistral / Phi-3 (`arch/llama.rs`).
+    Llama(Weights<W>),
+    /// GPT-OSS (`arch/gpt_oss.rs`), with its MoE hyper-parameters.
+    GptOss(Box<(GptOssConfig, GptOssWeights<W>)>),
+}
+
 /// A model on a backend.
 pub struct Model<B: Backend> {
-    /// Hyper-parameters.
+    /// Hyper-parameters (for GPT-OSS, the shared part of its [`GptOssConfig`]).
     pub config: Config,
     /// Weight handles.
-    pub weights: Weights<B::Weight>,
+    pub weights: ModelWeights<B::Weight>,
     /// The backend the ops run on.
     pub backend: B,
 }
@@ -80,19 +89,38 @@ impl<B: Backend> Model<B> {
     where
         D: AsRef<[u8]> + Send + Sync + 'static,
     {
+        if gguf.architecture()? == "gpt-oss" {
+            let cfg = GptOssConfig::from_gguf(&gguf)?;
+            let weights = GptOssWeights::from_gguf(&backend, &gguf, &cfg)?;
+            return Ok(Model {
+                config: cfg.base.clone(),
+                weights: ModelWeights::GptOss(Box::new((cfg, weights))),
+                backend,
+            });
+        }
         let config = Config::from_gguf(&gguf)?;
         let weights = Weights::load(&backend, &TensorSource::from_gguf(&gguf)?, &config)?;
-        Ok(Model { config, weights, backend })
+        Ok(Model { config, weights: ModelWeights::Llama(weights), backend })
     }
 
     /// Builds the model from an opened SafeTensors checkpoint and its `config.json`.
     ///
-    /// Hugging Face weights are used as stored (no Q/K permutation, NeoX RoPE). Without
+    /// GPT-OSS (`model_type = gpt_oss`) comes in the Hugging Face or the MLX layout. The LLaMA
+    /// family's Hugging Face weights are used as stored (no Q/K permutation, NeoX RoPE); without
     /// `lm_head.weight` the embeddings are the head, which `tie_word_embeddings` must allow.
     pub fn from_checkpoint(checkpoint: Arc<Checkpoint>, backend: B) -> Result<Model<B>> {
         let json = checkpoint.config().ok_or_else(|| ModelError::MissingConfig {
             path: checkpoint.dir().map_or_else(|| "checkpoint".into(), |d| d.display().to_string()),
         })?;
+        if json.get("model_type").and_then(serde_json::Value::as_str) == Some("gpt_oss") {
+            let cfg = GptOssConfig::from_hf_config(json)?;
+            let weights = GptOssWeights::from_safetensors(&backend, &checkpoint, &cfg)?;
+            return Ok(Model {
+                config: cfg.base.clone(),
+                weights: ModelWeights::GptOss(Box::new((cfg, weights))),
+                backend,
+            });
+        }
         let config = Config::from_hf_config(json)?;
         let source = TensorSource::from_checkpoint(&checkpoint, &config.arch);
         let tied = json.get("tie_word_embeddings").and_then(serde_json::Value::as_bool).unwrap_or(false);
@@ -100,7 +128,7 @@ impl<B: Backend> Model<B> {
             return Err(ModelError::MissingTensor { tensor: source.stored_name("output.weight") });
         }
         let weights = Weights::load(&backend, &source, &config)?;
-        Ok(Model { config, weights, backend })
+        Ok(Model { config, weights: ModelWeights::Llama(weights), backend })
     }
 
     /// A preallocated KV cache for `slots` sequences of up to `capacity` positions.
@@ -146,8 +174,14 @@ impl<B: Backend> Model<B> {
                 rows.push((i, seq.start_pos + j));
             }
         }
-        let data =
-            arch::llama::forward(&self.backend, &self.config, &self.weights, cache, &tokens, &layout, &logit_rows)?;
+        let data = match &self.weights {
+            ModelWeights::Llama(w) => {
+                arch::llama::forward(&self.backend, &self.config, w, cache, &tokens, &layout, &logit_rows)?
+            }
+            ModelWeights::GptOss(m) => {
+                arch::gpt_oss::forward(&self.backend, &m.0, &m.1, cache, &tokens, &layout, &logit_rows)?
+            }
+        };
         Ok(Logits { vocab: self.config.vocab, data, rows })
     }
 }

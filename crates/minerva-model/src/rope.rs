@@ -9,6 +9,7 @@
 //! | linear (`factor`) | θᵢ / factor | 1 |
 //! | LLaMA-3 / `rope_freqs.weight` | θᵢ / factorsᵢ | 1 |
 //! | long-rope (Phi-3) | θᵢ / shortᵢ, or θᵢ / longᵢ once a position reaches the original context | `attn_factor` |
+//! | YaRN (GPT-OSS) | blend of θᵢ / factor and θᵢ over a ramp ([`crate::yarn`]) | `0.1·ln(factor) + 1` |
 
 use crate::config::{RopeConfig, RopeScaling};
 
@@ -28,6 +29,25 @@ pub fn inv_freq(rope: &RopeConfig, max_pos: u32) -> (Vec<f32>, f32) {
         RopeScaling::LongRope { short, long, original_context, attn_factor } => {
             let divisors = if max_pos as usize + 1 > *original_context { long } else { short };
             (scaled(divisors), *attn_factor)
+        }
+        &RopeScaling::Yarn { factor, original_context, beta_fast, beta_slow, truncate } => {
+            let freqs = (0..half)
+                .map(|i| {
+                    let theta = base(i);
+                    crate::yarn::yarn_inv_freq(
+                        i,
+                        theta,
+                        rope.dim,
+                        rope.base,
+                        factor,
+                        original_context,
+                        beta_fast,
+                        beta_slow,
+                        truncate,
+                    )
+                })
+                .collect();
+            (freqs, crate::yarn::yarn_attention_factor(factor))
         }
     }
 }

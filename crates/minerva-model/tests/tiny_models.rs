@@ -19,7 +19,7 @@ use std::sync::Arc;
 use minerva_core::DType;
 use minerva_gguf::{Gguf, GgufWriter};
 use minerva_model::source::hf_name;
-use minerva_model::{Config, CpuBackend, LogitsFor, Model, RopeScaling, RopeStyle, SequenceInput};
+use minerva_model::{Config, CpuBackend, LogitsFor, Model, ModelWeights, RopeScaling, RopeStyle, SequenceInput};
 use minerva_safetensors::Checkpoint;
 
 fn tiny_dir(name: &str) -> PathBuf {
@@ -71,7 +71,8 @@ fn configs_read_from_config_json() {
     assert_eq!((llama.config.n_head, llama.config.n_head_kv, llama.config.head_dim), (4, 2, 8));
     assert_eq!(llama.config.rope.style, RopeStyle::NeoX);
     assert!(matches!(llama.config.rope.scaling, RopeScaling::FreqFactors { .. }));
-    assert!(llama.weights.output.is_none(), "tie_word_embeddings: the embeddings are the head");
+    let ModelWeights::Llama(weights) = &llama.weights else { panic!("llama loads the LLaMA graph") };
+    assert!(weights.output.is_none(), "tie_word_embeddings: the embeddings are the head");
     let mistral = load_safetensors("mistral", CpuBackend::new(None).unwrap());
     assert_eq!(mistral.config.sliding_window, Some(6));
     assert_eq!(mistral.config.rope.scaling, RopeScaling::Linear { factor: 2.0 });

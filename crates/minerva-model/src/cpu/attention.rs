@@ -10,7 +10,9 @@ use super::{CpuCache, CpuTensor, KvData};
 use crate::backend::{Batch, Mask};
 use crate::error::{ModelError, Result};
 
-/// See [`crate::Backend::attention`].
+/// See [`crate::Backend::attention`]; with `sinks` (one logit per query head),
+/// [`crate::Backend::attention_with_sinks`].
+#[allow(clippy::too_many_arguments)]
 pub(super) fn attention(
     q: &CpuTensor,
     k: &CpuTensor,
@@ -19,6 +21,7 @@ pub(super) fn attention(
     layer: usize,
     batch: &Batch,
     mask: Mask,
+    sinks: Option<&[f32]>,
 ) -> Result<CpuTensor> {
     let s = cache.shape;
     let hd = s.head_dim;
@@ -35,6 +38,9 @@ pub(super) fn attention(
     }
     let n_head = q.cols / hd;
     let group = n_head / s.n_head_kv;
+    if sinks.is_some_and(|sinks| sinks.len() != n_head) {
+        return Err(ModelError::Request(format!("attention: sinks are not one per query head ({n_head})")));
+    }
     // The slot of every row; then store this step's keys and values.
     let mut slot_of = vec![0usize; rows];
     for seq in &batch.seqs {
@@ -76,8 +82,10 @@ pub(super) fn attention(
         let query = &q.data[i * hd..(i + 1) * hd];
         let mut scores: Vec<f32> =
             keys.chunks_exact(hd).map(|key| key.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() * scale).collect();
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut total = 0.0;
+        // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
+        let sink = sinks.map(|sinks| sinks[h]);
+        let max = scores.iter().copied().chain(sink).fold(f32::NEG_INFINITY, f32::max);
+        let mut total = sink.map_or(0.0, |sink| (sink - max).exp());
         for p in &mut scores {
             *p = (*p - max).exp();
             total += *p;

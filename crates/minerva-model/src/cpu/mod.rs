@@ -2,13 +2,14 @@
 //! in f32, work spread over a rayon pool.
 
 mod attention;
+mod moe;
 
 use std::sync::Arc;
 
 use minerva_core::DType;
 use rayon::prelude::*;
 
-use crate::backend::{Backend, Batch, ByteSource, CacheShape, Mask, WeightSource};
+use crate::backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, WeightSource};
 use crate::config::{RopeConfig, RopeStyle};
 use crate::error::{ModelError, Result};
 
@@ -168,6 +169,8 @@ impl Backend for CpuBackend {
         let (rows, cols) = match shape.as_slice() {
             [cols] => (1, *cols),
             [rows, cols] => (*rows, *cols),
+            // Stacked experts: one matrix of every expert's rows, expert e's a contiguous run.
+            [experts, rows, cols] => (experts * rows, *cols),
             _ => return Err(ModelError::TensorShape { tensor: name, expected: vec![0, 0], actual: shape }),
         };
         let vector = if shape.len() == 1 {
@@ -283,7 +286,43 @@ impl Backend for CpuBackend {
         batch: &Batch,
         mask: Mask,
     ) -> Result<CpuTensor> {
-        self.install(|| attention::attention(q, k, v, cache, layer, batch, mask))
+        self.install(|| attention::attention(q, k, v, cache, layer, batch, mask, None))
+    }
+
+    fn attention_with_sinks(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        cache: &mut CpuCache,
+        layer: usize,
+        batch: &Batch,
+        mask: Mask,
+        sinks: &CpuWeight,
+    ) -> Result<CpuTensor> {
+        let sinks = sinks
+            .vector
+            .as_deref()
+            .ok_or_else(|| ModelError::Request(format!("attention: sinks {} are not a vector", sinks.name)))?;
+        self.install(|| attention::attention(q, k, v, cache, layer, batch, mask, Some(sinks)))
+    }
+
+    fn add_bias(&self, x: &mut CpuTensor, bias: &CpuWeight) -> Result<()> {
+        let b = bias.vector.as_deref().filter(|b| b.len() == x.cols).ok_or_else(|| {
+            ModelError::Request(format!("add_bias: {} is not a vector of {} values", bias.name, x.cols))
+        })?;
+        x.data.chunks_exact_mut(x.cols).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
+        Ok(())
+    }
+
+    fn moe(
+        &self,
+        x: &CpuTensor,
+        router_logits: &CpuTensor,
+        experts: &MoeExperts<'_, CpuWeight>,
+        params: &MoeParams,
+    ) -> Result<CpuTensor> {
+        self.install(|| moe::moe(self, x, router_logits, experts, params))
     }
 
     fn add(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {

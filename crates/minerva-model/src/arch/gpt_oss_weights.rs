@@ -1,0 +1,417 @@
+//! Loading [`GptOssWeights`] from the three layouts GPT-OSS ships in.
+//!
+//! | tensor             | GGUF (llama.cpp)            | HF SafeTensors (openai/…)                 | MLX (mlx-community/…)            |
+//! |--------------------|-----------------------------|-------------------------------------------|----------------------------------|
+//! | experts gate / up  | `ffn_{gate,up}_exps` MXFP4  | `experts.gate_up_proj_{blocks,scales}`,   | `experts.{gate,up}_proj` mxfp4   |
+//! |                    |                             | gate/up rows interleaved (0,2,… / 1,3,…)  |                                  |
+//! | experts down       | `ffn_down_exps` MXFP4       | `experts.down_proj_{blocks,scales}`       | `experts.down_proj` mxfp4        |
+//! | expert biases      | `ffn_*_exps.bias` f32       | `gate_up_proj_bias` (interleaved), …      | `experts.*_proj.bias`            |
+//! | attention, router, | Q8_0 / F32                  | bf16                                      | 8-bit affine, group 64           |
+//! | embeddings, head   |                             |                                           |                                  |
+//!
+//! GGUF tensors are used in place (byte ranges of the map). SafeTensors plain tensors are too
+//! (looked up by name in the mapped checkpoint). Quantized SafeTensors tensors are converted once
+//! at load into owned buffers the kernels run on:
+//! * HF / MLX MXFP4 → GGML MXFP4 blocks (a lossless nibble reorder, `hf_mxfp4_to_ggml`), with the HF
+//!   gate/up rows de-interleaved on the way, exactly as llama.cpp's converter does — so all three
+//!   layouts run the same fused MXFP4 kernels and stay 4.25 bits per weight;
+//! * MLX affine → the scales' float type (bf16 here), evaluated as MLX evaluates
+//!   `q·scale + bias` in that type (`bf16(bf16(q·s) + b)`: equal to `mx.dequantize` bit for bit on
+//!   the fixture). This doubles those tensors' size against 8-bit; a fused affine kernel would not.
+
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use minerva_core::DType;
+use minerva_gguf::Gguf;
+use minerva_safetensors::{Checkpoint, Encoding};
+
+use super::gpt_oss::{GptOssConfig, GptOssLayer, GptOssWeights};
+use crate::backend::{Backend, ByteSource, WeightSource};
+use crate::error::{ModelError, Result};
+
+/// An owned buffer (a converted tensor).
+struct OwnedBytes(Vec<u8>);
+
+impl ByteSource for OwnedBytes {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A plain tensor of a mapped SafeTensors checkpoint, looked up by name.
+struct CheckpointTensor {
+    ckpt: Arc<Checkpoint>,
+    name: String,
+}
+
+impl ByteSource for CheckpointTensor {
+    fn bytes(&self) -> &[u8] {
+        // The name was resolved when the weight was made; the checkpoint is immutable.
+        self.ckpt.tensor(&self.name).map_or(&[], |t| t.view.bytes)
+    }
+}
+
+fn shape_error(tensor: &str, expected: &[usize], actual: &[usize]) -> ModelError {
+    ModelError::TensorShape { tensor: tensor.to_string(), expected: expected.to_vec(), actual: actual.to_vec() }
+}
+
+fn owned<B: Backend>(backend: &B, name: &str, dtype: DType, shape: &[usize], bytes: Vec<u8>) -> Result<B::Weight> {
+    let range = 0..bytes.len();
+    backend.weight(WeightSource {
+        file: Arc::new(OwnedBytes(bytes)),
+        name: name.into(),
+        dtype,
+        shape: shape.into(),
+        range,
+    })
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The shapes of every GPT-OSS tensor, by role.
+struct Shapes {
+    e: usize,
+    q: usize,
+    kv: usize,
+    ff: usize,
+    n_expert: usize,
+    n_head: usize,
+    vocab: usize,
+}
+
+impl Shapes {
+    fn new(cfg: &GptOssConfig) -> Shapes {
+        let c = &cfg.base;
+        Shapes {
+            e: c.n_embd,
+            q: c.q_dim(),
+            kv: c.kv_dim(),
+            ff: c.n_ff,
+            n_expert: cfg.n_expert,
+            n_head: c.n_head,
+            vocab: c.vocab,
+        }
+    }
+}
+
+/// Builds every layer from a loader `w(gguf_suffix, hf_suffix, shape)`; expert tensors go through
+/// `experts(layer)`.
+fn assemble<W>(
+    cfg: &GptOssConfig,
+    mut w: impl FnMut(usize, &str, &[usize]) -> Result<W>,
+    mut experts: impl FnMut(usize) -> Result<[W; 6]>,
+) -> Result<Vec<GptOssLayer<W>>> {
+    let s = Shapes::new(cfg);
+    (0..cfg.base.n_layer)
+        .map(|il| {
+            let [gate_exps, gate_bias, up_exps, up_bias, down_exps, down_bias] = experts(il)?;
+            Ok(GptOssLayer {
+                attn_norm: w(il, "attn_norm.weight", &[s.e])?,
+                wq: w(il, "attn_q.weight", &[s.q, s.e])?,
+                bq: w(il, "attn_q.bias", &[s.q])?,
+                wk: w(il, "attn_k.weight", &[s.kv, s.e])?,
+                bk: w(il, "attn_k.bias", &[s.kv])?,
+                wv: w(il, "attn_v.weight", &[s.kv, s.e])?,
+                bv: w(il, "attn_v.bias", &[s.kv])?,
+                wo: w(il, "attn_output.weight", &[s.e, s.q])?,
+                bo: w(il, "attn_output.bias", &[s.e])?,
+                sinks: w(il, "attn_sinks.weight", &[s.n_head])?,
+                ffn_norm: w(il, "post_attention_norm.weight", &[s.e])?,
+                router: w(il, "ffn_gate_inp.weight", &[s.n_expert, s.e])?,
+                router_bias: w(il, "ffn_gate_inp.bias", &[s.n_expert])?,
+                gate_exps,
+                gate_bias,
+                up_exps,
+                up_bias,
+                down_exps,
+                down_bias,
+            })
+        })
+        .collect()
+}
+
+impl<W> GptOssWeights<W> {
+    /// Handles for every tensor of a llama.cpp GPT-OSS GGUF, shapes checked against `cfg`.
+    pub fn from_gguf<B, D>(backend: &B, g: &Arc<Gguf<D>>, cfg: &GptOssConfig) -> Result<GptOssWeights<W>>
+    where
+        B: Backend<Weight = W>,
+        D: AsRef<[u8]> + Send + Sync + 'static,
+    {
+        let load = |name: &str, expected: &[usize]| -> Result<W> {
+            let info = g.tensor_info(name).map_err(|_| ModelError::MissingTensor { tensor: name.to_string() })?;
+            if info.shape != expected {
+                return Err(shape_error(name, expected, &info.shape));
+            }
+            let file: Arc<dyn ByteSource> = g.clone();
+            let (dtype, shape, range) = (info.dtype, info.shape.clone(), info.range.clone());
+            backend.weight(WeightSource { file, name: name.to_string(), dtype, shape, range })
+        };
+        let s = Shapes::new(cfg);
+        let layers = assemble(
+            cfg,
+            |il, suffix, shape| load(&format!("blk.{il}.{suffix}"), shape),
+            |il| {
+                let t = |suffix: &str, shape: &[usize]| load(&format!("blk.{il}.{suffix}"), shape);
+                Ok([
+                    t("ffn_gate_exps.weight", &[s.n_expert, s.ff, s.e])?,
+                    t("ffn_gate_exps.bias", &[s.n_expert, s.ff])?,
+                    t("ffn_up_exps.weight", &[s.n_expert, s.ff, s.e])?,
+                    t("ffn_up_exps.bias", &[s.n_expert, s.ff])?,
+                    t("ffn_down_exps.weight", &[s.n_expert, s.e, s.ff])?,
+                    t("ffn_down_exps.bias", &[s.n_expert, s.e])?,
+                ])
+            },
+        )?;
+        Ok(GptOssWeights {
+            token_embd: load("token_embd.weight", &[s.vocab, s.e])?,
+            output_norm: load("output_norm.weight", &[s.e])?,
+            output: load("output.weight", &[s.vocab, s.e])?,
+            layers,
+        })
+    }
+
+    /// Handles for every tensor of a Hugging Face (`_blocks`/`_scales` experts) or MLX
+    /// (`quantization` in config.json) GPT-OSS checkpoint, shapes checked against `cfg`.
+    pub fn from_safetensors<B>(backend: &B, ckpt: &Arc<Checkpoint>, cfg: &GptOssConfig) -> Result<GptOssWeights<W>>
+    where
+        B: Backend<Weight = W>,
+    {
+        let s = Shapes::new(cfg);
+        let mlx = ckpt.config().is_some_and(|c| c.get("quantization").is_some());
+        let st = |name: &str, shape: &[usize]| st_weight(backend, ckpt, name, shape);
+        let layers = assemble(
+            cfg,
+            |il, suffix, shape| st(&format!("model.layers.{il}.{}", hf_layer_name(suffix)), shape),
+            |il| {
+                let p = format!("model.layers.{il}.mlp.experts.");
+                // MLX checkpoints (a `quantization` section) use mlx-lm's sanitized names.
+                let down = if mlx { format!("{p}down_proj.weight") } else { format!("{p}down_proj") };
+                let down = st(&down, &[s.n_expert, s.e, s.ff])?;
+                let down_bias = if mlx { format!("{p}down_proj.bias") } else { format!("{p}down_proj_bias") };
+                let down_bias = st_bias(backend, ckpt, &down_bias, &[s.n_expert, s.e])?;
+                if !mlx {
+                    // HF: gate and up rows interleaved in one tensor.
+                    let (gate, up) = hf_gate_up(backend, ckpt, &format!("{p}gate_up_proj"), &s)?;
+                    let (gate_bias, up_bias) = hf_gate_up_bias(backend, ckpt, &format!("{p}gate_up_proj_bias"), &s)?;
+                    Ok([gate, gate_bias, up, up_bias, down, down_bias])
+                } else {
+                    // MLX (after mlx-lm's sanitize): separate gate_proj / up_proj.
+                    let (shape, bias) = ([s.n_expert, s.ff, s.e], [s.n_expert, s.ff]);
+                    Ok([
+                        st(&format!("{p}gate_proj.weight"), &shape)?,
+                        st_bias(backend, ckpt, &format!("{p}gate_proj.bias"), &bias)?,
+                        st(&format!("{p}up_proj.weight"), &shape)?,
+                        st_bias(backend, ckpt, &format!("{p}up_proj.bias"), &bias)?,
+                        down,
+                        down_bias,
+                    ])
+                }
+            },
+        )?;
+        Ok(GptOssWeights {
+            token_embd: st("model.embed_tokens.weight", &[s.vocab, s.e])?,
+            output_norm: st("model.norm.weight", &[s.e])?,
+            output: st("lm_head.weight", &[s.vocab, s.e])?,
+            layers,
+        })
+    }
+}
+
+/// The HF / MLX name of a layer tensor given its GGUF suffix.
+fn hf_layer_name(gguf_suffix: &str) -> &'static str {
+    match gguf_suffix {
+        "attn_norm.weight" => "input_layernorm.weight",
+        "attn_q.weight" => "self_attn.q_proj.weight",
+        "attn_q.bias" => "self_attn.q_proj.bias",
+        "attn_k.weight" => "self_attn.k_proj.weight",
+        "attn_k.bias" => "self_attn.k_proj.bias",
+        "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_v.bias" => "self_attn.v_proj.bias",
+        "attn_output.weight" => "self_attn.o_proj.weight",
+        "attn_output.bias" => "self_attn.o_proj.bias",
+        "attn_sinks.weight" => "self_attn.sinks",
+        "post_attention_norm.weight" => "post_attention_layernorm.weight",
+        "ffn_gate_inp.weight" => "mlp.router.weight",
+        "ffn_gate_inp.bias" => "mlp.router.bias",
+        other => unreachable!("no HF name for {other}"),
+    }
+}
+
+/// A SafeTensors (logical) tensor as a backend weight: plain tensors in place, MXFP4 converted to
+/// GGML blocks, MLX affine dequantized to its scales' float type.
+fn st_weight<B: Backend>(backend: &B, ckpt: &Arc<Checkpoint>, name: &str, expected: &[usize]) -> Result<B::Weight> {
+    let lt = ckpt.logical_tensor(name).ok_or_else(|| ModelError::MissingTensor { tensor: name.to_string() })?;
+    if lt.shape != expected {
+        return Err(shape_error(name, expected, lt.shape));
+    }
+    match lt.encoding {
+        Encoding::Plain(view) => {
+            if !matches!(view.dtype, DType::F32 | DType::F16 | DType::BF16) {
+                return Err(ModelError::TensorDType {
+                    tensor: name.into(),
+                    dtype: view.dtype,
+                    usage: "a GPT-OSS weight",
+                });
+            }
+            let file: Arc<dyn ByteSource> = Arc::new(CheckpointTensor { ckpt: ckpt.clone(), name: view.name.into() });
+            backend.weight(WeightSource {
+                file,
+                name: name.into(),
+                dtype: view.dtype,
+                shape: expected.into(),
+                range: 0..view.bytes.len(),
+            })
+        }
+        Encoding::HfMxfp4 { blocks, scales } | Encoding::MlxMxfp4 { weight: blocks, scales, .. } => {
+            let mut out = vec![0u8; scales.bytes.len() * 17];
+            minerva_quant::hf_mxfp4_to_ggml(blocks.bytes, scales.bytes, &mut out)?;
+            owned(backend, name, DType::MXFP4, expected, out)
+        }
+        Encoding::MlxAffine { weight, scales, biases, bits, group_size } => {
+            let n: usize = expected.iter().product();
+            let (dtype, bytes) = mlx_affine_as_float(
+                name,
+                weight.bytes,
+                scales.bytes,
+                biases.bytes,
+                scales.dtype,
+                bits,
+                group_size as usize,
+                n,
+            )?;
+            owned(backend, name, dtype, expected, bytes)
+        }
+    }
+}
+
+/// A bias matrix as an owned f32 weight.
+fn st_bias<B: Backend>(backend: &B, ckpt: &Arc<Checkpoint>, name: &str, expected: &[usize]) -> Result<B::Weight> {
+    let values = plain_f32(ckpt, name, expected)?;
+    owned(backend, name, DType::F32, expected, f32_bytes(&values))
+}
+
+/// A plain float tensor's values.
+fn plain_f32(ckpt: &Checkpoint, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
+    let lt = ckpt.logical_tensor(name).ok_or_else(|| ModelError::MissingTensor { tensor: name.to_string() })?;
+    if lt.shape != expected {
+        return Err(shape_error(name, expected, lt.shape));
+    }
+    let Encoding::Plain(view) = lt.encoding else {
+        return Err(ModelError::Request(format!(
+            "tensor {name}: expected a plain float tensor, found {}",
+            lt.encoding.kind()
+        )));
+    };
+    let mut values = vec![0.0; expected.iter().product()];
+    minerva_quant::dequantize(view.dtype, view.bytes, &mut values).map_err(|_| ModelError::TensorDType {
+        tensor: name.into(),
+        dtype: view.dtype,
+        usage: "a GPT-OSS bias",
+    })?;
+    Ok(values)
+}
+
+/// HF `gate_up_proj` (`[E, 2·ff, e]` MXFP4, gate rows even, up rows odd) → GGML MXFP4 gate and up.
+fn hf_gate_up<B: Backend>(backend: &B, ckpt: &Checkpoint, name: &str, s: &Shapes) -> Result<(B::Weight, B::Weight)> {
+    let lt = ckpt.logical_tensor(name).ok_or_else(|| ModelError::MissingTensor { tensor: name.to_string() })?;
+    let expected = [s.n_expert, 2 * s.ff, s.e];
+    if lt.shape != expected {
+        return Err(shape_error(name, &expected, lt.shape));
+    }
+    let Encoding::HfMxfp4 { blocks, scales } = lt.encoding else {
+        return Err(ModelError::Request(format!(
+            "tensor {name}: expected HF MXFP4 blocks/scales, found {}",
+            lt.encoding.kind()
+        )));
+    };
+    let groups = s.e / 32;
+    let (mut gate, mut up) = (Vec::with_capacity(s.n_expert * s.ff * groups * 17), Vec::new());
+    up.reserve(gate.capacity());
+    let mut row = vec![0u8; groups * 17];
+    for r in 0..s.n_expert * 2 * s.ff {
+        let b = &blocks.bytes[r * groups * 16..(r + 1) * groups * 16];
+        let sc = &scales.bytes[r * groups..(r + 1) * groups];
+        minerva_quant::hf_mxfp4_to_ggml(b, sc, &mut row)?;
+        if r % 2 == 0 { gate.extend_from_slice(&row) } else { up.extend_from_slice(&row) }
+    }
+    let shape = [s.n_expert, s.ff, s.e];
+    Ok((
+        owned(backend, &format!("{name} (gate rows)"), DType::MXFP4, &shape, gate)?,
+        owned(backend, &format!("{name} (up rows)"), DType::MXFP4, &shape, up)?,
+    ))
+}
+
+/// HF `gate_up_proj_bias` (`[E, 2·ff]`, interleaved) → f32 gate and up biases.
+fn hf_gate_up_bias<B: Backend>(
+    backend: &B,
+    ckpt: &Checkpoint,
+    name: &str,
+    s: &Shapes,
+) -> Result<(B::Weight, B::Weight)> {
+    let values = plain_f32(ckpt, name, &[s.n_expert, 2 * s.ff])?;
+    let gate: Vec<f32> = values.iter().step_by(2).copied().collect();
+    let up: Vec<f32> = values.iter().skip(1).step_by(2).copied().collect();
+    let shape = [s.n_expert, s.ff];
+    Ok((
+        owned(backend, &format!("{name} (gate)"), DType::F32, &shape, f32_bytes(&gate))?,
+        owned(backend, &format!("{name} (up)"), DType::F32, &shape, f32_bytes(&up))?,
+    ))
+}
+
+/// MLX affine `w = q·scale + bias`, evaluated in the scales' dtype as MLX does (each operation
+/// rounded to it), returned as little-endian values of that dtype.
+#[allow(clippy::too_many_arguments)]
+fn mlx_affine_as_float(
+    name: &str,
+    weight: &[u8],
+    scales: &[u8],
+    biases: &[u8],
+    scale_dtype: DType,
+    bits: u32,
+    group_size: usize,
+    n: usize,
+) -> Result<(DType, Vec<u8>)> {
+    let params = minerva_quant::MlxAffine { bits, group_size, scale_dtype };
+    params.validate()?;
+    let width = scale_dtype.block_bytes();
+    let groups = n / group_size;
+    if !n.is_multiple_of(group_size)
+        || weight.len() * 8 != n * bits as usize
+        || scales.len() != groups * width
+        || biases.len() != scales.len()
+    {
+        return Err(ModelError::Request(format!("tensor {name}: MLX affine components do not match {n} values")));
+    }
+    let read = |bytes: &[u8], g: usize| -> f32 {
+        let b = &bytes[g * width..(g + 1) * width];
+        match scale_dtype {
+            DType::BF16 => bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+            DType::F16 => f16::from_le_bytes([b[0], b[1]]).to_f32(),
+            _ => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        }
+    };
+    let mut out = Vec::with_capacity(n * width);
+    for i in 0..n {
+        let g = i / group_size;
+        let (scale, bias) = (read(scales, g), read(biases, g));
+        let (start, mask) = (i * bits as usize, (1u32 << bits) - 1);
+        let lo = u32::from(weight[start / 8]);
+        let hi = weight.get(start / 8 + 1).map_or(0, |&b| u32::from(b));
+        let q = (((lo | (hi << 8)) >> (start % 8)) & mask) as f32;
+        match scale_dtype {
+            DType::BF16 => {
+                let v = bf16::from_f32(bf16::from_f32(q * scale).to_f32() + bias);
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            DType::F16 => {
+                let v = f16::from_f32(f16::from_f32(q * scale).to_f32() + bias);
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            _ => out.extend_from_slice(&(q * scale + bias).to_le_bytes()),
+        }
+    }
+    Ok((scale_dtype, out))
+}
