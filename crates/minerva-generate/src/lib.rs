@@ -1,0 +1,14 @@
+//! Minerva's generation layer: text in, a stream of text out.
+//!
+//! ```text
+//! GGUF metadata / tokenizer.json ─► Tokenizer        ids ↔ text, BOS/EOS/EOT, TextStream
+//! tokenizer.chat_template        ─► ChatTemplate     messages → prompt text (minijinja)
+//! Model<B> + Tokenizer           ─► Generator        prefill, then sample → decode → stream
+//!                                     └─ Sampler     penalties, bias, temperature, top-k/p, min-p
+//! ```
+
+pub mod error;
+pub mod tokenizer;
+
+pub use error::{GenerateError, Result};
+pub use tokenizer::{TextStream, Tokenizer};
