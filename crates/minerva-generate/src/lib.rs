@@ -8,7 +8,9 @@
 //! ```
 
 pub mod error;
+pub mod template;
 pub mod tokenizer;
 
 pub use error::{GenerateError, Result};
+pub use template::{ChatTemplate, Message};
 pub use tokenizer::{TextStream, Tokenizer};
