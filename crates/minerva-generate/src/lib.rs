@@ -8,9 +8,13 @@
 //! ```
 
 pub mod error;
+pub mod rng;
+pub mod sampler;
 pub mod template;
 pub mod tokenizer;
 
 pub use error::{GenerateError, Result};
+pub use rng::Rng;
+pub use sampler::{Sampler, SamplingParams};
 pub use template::{ChatTemplate, Message};
 pub use tokenizer::{TextStream, Tokenizer};
