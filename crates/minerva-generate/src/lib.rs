@@ -8,12 +8,14 @@
 //! ```
 
 pub mod error;
+pub mod generator;
 pub mod rng;
 pub mod sampler;
 pub mod template;
 pub mod tokenizer;
 
 pub use error::{GenerateError, Result};
+pub use generator::{Event, FinishReason, GenerateOptions, Generation, Session, StopText, Summary};
 pub use rng::Rng;
 pub use sampler::{Sampler, SamplingParams};
 pub use template::{ChatTemplate, Message};

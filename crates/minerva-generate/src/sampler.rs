@@ -62,7 +62,7 @@ impl SamplingParams {
     /// Checks the ranges: temperature ≥ 0, top-p in (0, 1], min-p in [0, 1], repeat penalty > 0.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(GenerateError::Request(m));
-        if !(self.temperature >= 0.0) || !self.temperature.is_finite() {
+        if self.temperature.is_nan() || self.temperature < 0.0 || !self.temperature.is_finite() {
             return bad(format!("temperature {} must be a finite number ≥ 0", self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
@@ -71,7 +71,7 @@ impl SamplingParams {
         if !(0.0..=1.0).contains(&self.min_p) {
             return bad(format!("min-p {} must be in [0, 1]", self.min_p));
         }
-        if !(self.repeat_penalty > 0.0) || !self.repeat_penalty.is_finite() {
+        if self.repeat_penalty.is_nan() || self.repeat_penalty <= 0.0 || !self.repeat_penalty.is_finite() {
             return bad(format!("repeat penalty {} must be a finite number > 0", self.repeat_penalty));
         }
         if !self.frequency_penalty.is_finite() || !self.presence_penalty.is_finite() {
