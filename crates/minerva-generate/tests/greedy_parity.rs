@@ -135,22 +135,21 @@ fn context_limits() {
 
 #[test]
 fn stop_strings_end_generation_unprinted_and_the_cache_prefix_is_reused() {
-    let (model, tok) = load(true);
-    let (prompt, want) = reference().swap_remove(0);
-    let full = tok.decode(&want, true).unwrap();
-    // A stop string from the middle of the reference continuation.
+    let (model, tok) = load(false);
+    let (prompt, _) = reference().swap_remove(0);
+    let mut session = Session::new(&model, &tok, 256).unwrap();
+    let greedy = || Sampler::new(SamplingParams::default()).unwrap();
+    let options = GenerateOptions { max_tokens: 32, ignore_eos: true, ..Default::default() };
+    let mut full = String::new();
+    session.generate_with(&prompt, options.clone(), greedy(), |t| full.push_str(t)).unwrap();
+    // A stop string from the middle of that continuation.
     let cut = full.char_indices().map(|(i, _)| i).nth(full.chars().count() / 2).unwrap();
     let stop: String = full[cut..].chars().take(4).collect();
-    let mut session = Session::new(&model, &tok, 256).unwrap();
-    let options = GenerateOptions { max_tokens: 32, stop: vec![stop.clone()], ignore_eos: true, ..Default::default() };
+    let options = GenerateOptions { stop: vec![stop.clone()], ..options };
     let mut text = String::new();
-    let sampler = Sampler::new(SamplingParams::default()).unwrap();
-    let s = session.generate_with(&prompt, options.clone(), sampler, |t| text.push_str(t)).unwrap();
+    let s = session.generate_with(&prompt, options, greedy(), |t| text.push_str(t)).unwrap();
     assert_eq!(s.finish, FinishReason::StopString);
     assert_eq!(text, full[..full.find(&stop).unwrap()]);
-    // Same prompt again: only the last prompt token is run, the rest comes from the cache.
-    let sampler = Sampler::new(SamplingParams::default()).unwrap();
-    let again = session.generate_with(&prompt, options, sampler, |_| {}).unwrap();
-    assert_eq!(again.prefilled_tokens, 1);
-    assert_eq!(again.tokens, s.tokens);
+    // Same prompt again: only its last token was run, the rest came from the cache.
+    assert_eq!(s.prefilled_tokens, 1);
 }
