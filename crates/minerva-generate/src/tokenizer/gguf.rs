@@ -267,3 +267,66 @@ pub fn merges_from_scores(tokens: &[&str], scores: &[f32], vocab: &HashMap<&str,
     });
     merges.into_iter().map(|(l, r, _)| (l.to_string(), r.to_string())).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vocab<'a>(model: &'a str, pre: Option<&'a str>) -> GgufVocab<'a> {
+        GgufVocab {
+            model,
+            pre,
+            tokens: vec!["a", "b", "ab"],
+            scores: Some(vec![0.0, 0.0, -1.0]),
+            token_type: Some(vec![1, 1, 1]),
+            merges: Some(vec!["a b"]),
+            add_space_prefix: None,
+            unk: None,
+        }
+    }
+
+    #[test]
+    fn unknown_names_are_typed_errors() {
+        let e = tokenizer_json(&vocab("gpt2", Some("klingon"))).unwrap_err();
+        assert!(matches!(&e, GenerateError::UnsupportedPre(p) if p == "klingon"), "{e}");
+        assert!(e.to_string().contains("smollm"));
+        let e = tokenizer_json(&vocab("rwkv", None)).unwrap_err();
+        assert!(matches!(&e, GenerateError::UnsupportedModel(m) if m == "rwkv"), "{e}");
+    }
+
+    #[test]
+    fn malformed_vocabularies_are_errors() {
+        let mut v = vocab("gpt2", Some("smollm"));
+        v.merges = Some(vec!["ab"]);
+        assert!(tokenizer_json(&v).unwrap_err().to_string().contains("merges[0]"));
+        let mut v = vocab("gpt2", None);
+        v.token_type = Some(vec![1]);
+        assert!(tokenizer_json(&v).unwrap_err().to_string().contains("token_type has 1 entries"));
+        let mut v = vocab("llama", None);
+        v.merges = None;
+        v.scores = Some(vec![0.0]);
+        assert!(tokenizer_json(&v).unwrap_err().to_string().contains("scores has 1 entries"));
+    }
+
+    #[test]
+    fn merges_from_scores_rank_by_score_then_length() {
+        // "ab" (score -1) and "abc" (score -2) from pieces; best score first.
+        let tokens = ["a", "b", "c", "ab", "abc", "bc"];
+        let scores = [0.0, 0.0, 0.0, -1.0, -2.0, -3.0];
+        let vocab: HashMap<&str, usize> = tokens.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+        let m = merges_from_scores(&tokens, &scores, &vocab);
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        // "abc" splits as "a"+"bc" (bc in vocab) and "ab"+"c"; sorted by the pieces' ids, then the
+        // stable descending sort on (score, len(l), len(r)) puts "ab"+"c" (len 2) before "a"+"bc".
+        assert_eq!(m, vec![pair("a", "b"), pair("ab", "c"), pair("a", "bc"), pair("b", "c")]);
+    }
+
+    #[test]
+    fn byte_alphabet_is_a_bijection() {
+        let map = bytes_to_unicode();
+        let set: HashSet<char> = map.iter().copied().collect();
+        assert_eq!(set.len(), 256);
+        assert_eq!(map[b' ' as usize], '\u{120}');
+        assert_eq!(map[b'A' as usize], 'A');
+    }
+}
