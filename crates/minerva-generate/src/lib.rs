@@ -6,6 +6,26 @@
 //! Model<B> + Tokenizer           ─► Generator        prefill, then sample → decode → stream
 //!                                     └─ Sampler     penalties, bias, temperature, top-k/p, min-p
 //! ```
+//!
+//! ```no_run
+//! use minerva_generate::{ChatTemplate, Event, GenerateOptions, Message, Sampler, SamplingParams, Session, Tokenizer};
+//! use minerva_model::{CpuBackend, Model};
+//!
+//! let path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+//! let tokenizer = Tokenizer::from_gguf(&minerva_gguf::Gguf::open(path)?)?;
+//! let model = Model::load(path, CpuBackend::new(None)?)?;
+//! let prompt = ChatTemplate::from_tokenizer(&tokenizer)?.render(&[Message::new("user", "Hi!")], true, None)?;
+//! let ids = tokenizer.encode(&prompt, false)?;
+//! let mut session = Session::new(&model, &tokenizer, 2048)?;
+//! let sampler = Sampler::new(SamplingParams { temperature: 0.7, seed: Some(1), ..Default::default() })?;
+//! for event in session.generate(&ids, GenerateOptions::default(), sampler)? {
+//!     match event? {
+//!         Event::Text(piece) => print!("{piece}"),
+//!         Event::Done(summary) => eprintln!("\n{} tokens, {:.1} tok/s", summary.completion_tokens, summary.decode_tokens_per_s),
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod error;
 pub mod generator;
