@@ -129,7 +129,13 @@ fn main() -> ExitCode {
             }
             // One line: clap's first line ("error: …") plus the pointer to --help.
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let mut first = rendered.lines().next().unwrap_or("invalid arguments").to_string();
+            // "the following required arguments were not provided:" lists them on indented lines.
+            if first.ends_with(':') {
+                let items: Vec<&str> =
+                    rendered.lines().skip(1).take_while(|l| l.starts_with("  ")).map(str::trim).collect();
+                first = format!("{first} {}", items.join(", "));
+            }
             eprintln!("minerva: {} (see `minerva --help`)", first.trim_start_matches("error: "));
             return ExitCode::from(2);
         }

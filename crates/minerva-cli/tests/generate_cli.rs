@@ -156,6 +156,8 @@ fn ctrl_c_stops_the_answer_not_the_chat() {
 fn generation_errors_are_one_line() {
     let model = real_model();
     let m = model.as_os_str();
+    let out = minerva(&[os("run"), os("-m"), m]);
+    assert_one_line_error(&out, "required arguments were not provided: --prompt");
     let out = minerva(&[os("run"), os("-m"), m, os("-p"), os("hi"), os("--device"), os("wgpu")]);
     assert_one_line_error(&out, "--device wgpu");
     let out = minerva(&[os("run"), os("-m"), m, os("-p"), os("hi"), os("--top-p"), os("0")]);
