@@ -305,8 +305,8 @@ impl<B: Backend> Generation<'_, '_, B> {
         }
         if self.generated.len() >= self.options.max_tokens {
             self.finish(FinishReason::MaxTokens);
-        } else if self.session.cached.len() + 1 >= self.session.capacity {
-            // The sampled token would take the last free position and its successor has none.
+        } else if self.session.cached.len() >= self.session.capacity {
+            // Every position holds a token: the one just sampled has no room to be run.
             self.finish(FinishReason::ContextEnd);
         } else {
             self.logits = Some(self.session.forward(&[id])?);
