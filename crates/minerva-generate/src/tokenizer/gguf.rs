@@ -329,4 +329,30 @@ mod tests {
         assert_eq!(map[b' ' as usize], '\u{120}');
         assert_eq!(map[b'A' as usize], 'A');
     }
+
+    #[test]
+    fn pre_tokenizer_regexes_split_as_their_models_do() {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let text = "Hello world 12345 it's";
+        let cases: [(&str, &[&str]); 5] = [
+            ("default", &["Hello", " world", " 12345", " it", "'s"]),
+            ("smollm", &["Hello", " world", " ", "1", "2", "3", "4", "5", " it", "'s"]),
+            ("llama-bpe", &["Hello", " world", " ", "123", "45", " it", "'s"]),
+            ("qwen2", &["Hello", " world", " ", "1", "2", "3", "4", "5", " it", "'s"]),
+            ("gpt-4o", &["Hello", " world", " ", "123", "45", " it's"]),
+        ];
+        for (pre, want) in cases {
+            let doc = tokenizer_json(&vocab("gpt2", Some(pre))).unwrap();
+            let tok: tokenizers::Tokenizer = serde_json::from_value(doc).unwrap();
+            let mut s = PreTokenizedString::from(text);
+            tok.get_pre_tokenizer().unwrap().pre_tokenize(&mut s).unwrap();
+            // Splits are in the byte-level alphabet: map back through the offsets.
+            let got: Vec<&str> = s
+                .get_splits(OffsetReferential::Original, OffsetType::Byte)
+                .into_iter()
+                .map(|(_, (a, b), _)| &text[a..b])
+                .collect();
+            assert_eq!(got, want, "pre {pre}");
+        }
+    }
 }
