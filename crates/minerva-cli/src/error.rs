@@ -32,6 +32,17 @@ pub enum CliError {
         /// What went wrong.
         source: minerva_model::ModelError,
     },
+    /// Tokenizing, templating or generating failed.
+    #[error("{path}: {source}")]
+    Generate {
+        /// The model file.
+        path: PathBuf,
+        /// What went wrong.
+        source: minerva_generate::GenerateError,
+    },
+    /// A command-line request that names no file (bad flag combination, --hf failures).
+    #[error("{0}")]
+    Usage(String),
     /// A request the file cannot satisfy.
     #[error("{path}: {message}")]
     Request {

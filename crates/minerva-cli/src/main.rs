@@ -2,12 +2,16 @@
 //!
 //! Errors print one line on stderr naming the file and the problem, and exit with code 2.
 
+mod chat;
 mod dump;
 mod error;
 mod inspect;
+mod load;
 mod model_file;
 mod npy;
+mod run;
 mod score;
+mod tokenize;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,8 +54,11 @@ enum Command {
         /// A GGUF model file (LLaMA family).
         path: PathBuf,
         /// Comma-separated token ids.
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',', required_unless_present = "text", conflicts_with = "text")]
         tokens: Vec<u32>,
+        /// A text file, tokenized with the model's tokenizer.
+        #[arg(long, value_name = "FILE")]
+        text: Option<PathBuf>,
         /// Cut the stream into windows of N tokens and score the second half of each.
         #[arg(long, value_name = "N")]
         ctx: Option<usize>,
@@ -61,6 +68,52 @@ enum Command {
         /// Worker threads (default: one per core).
         #[arg(long)]
         threads: Option<usize>,
+    },
+    /// Generate text from a prompt, streamed to stdout.
+    Run {
+        #[command(flatten)]
+        model: load::ModelArgs,
+        /// The prompt.
+        #[arg(long, short = 'p')]
+        prompt: String,
+        /// Wrap the prompt as a user message in the model's chat template.
+        #[arg(long)]
+        chat: bool,
+        /// System message (with --chat).
+        #[arg(long, requires = "chat")]
+        system: Option<String>,
+        #[command(flatten)]
+        sampling: run::GenArgs,
+    },
+    /// Talk with the model: history, chat template, /reset, /system TEXT, /exit.
+    Chat {
+        #[command(flatten)]
+        model: load::ModelArgs,
+        /// System message.
+        #[arg(long)]
+        system: Option<String>,
+        #[command(flatten)]
+        sampling: run::GenArgs,
+    },
+    /// Print the token ids (and pieces) of a text, as llama.cpp's llama-tokenize does.
+    Tokenize {
+        /// A GGUF file, or a directory with tokenizer.json.
+        path: PathBuf,
+        /// The text.
+        #[arg(long, required_unless_present = "file", conflicts_with = "file")]
+        text: Option<String>,
+        /// A file with the text.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// One `id -> 'piece'` line per token.
+        #[arg(long)]
+        pieces: bool,
+        /// Print JSON: {"ids": [...], "pieces": [...]}.
+        #[arg(long)]
+        json: bool,
+        /// Do not add BOS/EOS even where the model's metadata asks for them.
+        #[arg(long)]
+        no_bos: bool,
     },
 }
 
@@ -76,7 +129,13 @@ fn main() -> ExitCode {
             }
             // One line: clap's first line ("error: …") plus the pointer to --help.
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let mut first = rendered.lines().next().unwrap_or("invalid arguments").to_string();
+            // "the following required arguments were not provided:" lists them on indented lines.
+            if first.ends_with(':') {
+                let items: Vec<&str> =
+                    rendered.lines().skip(1).take_while(|l| l.starts_with("  ")).map(str::trim).collect();
+                first = format!("{first} {}", items.join(", "));
+            }
             eprintln!("minerva: {} (see `minerva --help`)", first.trim_start_matches("error: "));
             return ExitCode::from(2);
         }
@@ -96,8 +155,30 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Inspect { path, json } => inspect::run(&path, json, &mut out),
         Command::Dump { path, tensor, output } => dump::run(&path, &tensor, &output),
-        Command::Score { path, tokens, ctx, out: logits, threads } => {
+        Command::Score { path, tokens, text, ctx, out: logits, threads } => {
+            let tokens = match text {
+                Some(file) => tokenize::tokens_for_score(&path, &read_text(&file)?)?,
+                None => tokens,
+            };
             score::run(&path, &tokens, score::Options { ctx, out: logits.as_deref(), threads }, &mut out)
         }
+        Command::Run { model, prompt, chat, system, sampling } => {
+            run::run(&model, &sampling, &prompt, chat, system.as_deref(), &mut out)
+        }
+        Command::Chat { model, system, sampling } => {
+            chat::run(&model, &sampling, system, std::io::stdin().lock(), &mut out)
+        }
+        Command::Tokenize { path, text, file, pieces, json, no_bos } => {
+            let text = match (text, file) {
+                (Some(t), _) => t,
+                (None, Some(f)) => read_text(&f)?,
+                (None, None) => return Err(CliError::Usage("give --text TEXT or --file FILE".into())),
+            };
+            tokenize::run(&path, &text, pieces, json, no_bos, &mut out)
+        }
     }
+}
+
+fn read_text(path: &std::path::Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|e| CliError::Request { path: path.to_path_buf(), message: e.to_string() })
 }

@@ -1,8 +1,44 @@
-//! Minerva's generation layer.
+//! Minerva's generation layer: text in, a stream of text out.
 //!
-//! * [`harmony`] — OpenAI's Harmony chat format (GPT-OSS): render system / developer / user /
-//!   assistant / tool messages with channels into the prompt text, and split a generated
-//!   completion into its messages (`analysis`, `commentary`, `final`). Checked against strings
-//!   PyPI `openai-harmony` produces (`fixtures/harmony`).
+//! ```text
+//! GGUF metadata / tokenizer.json ─► Tokenizer        ids ↔ text, BOS/EOS/EOT, TextStream
+//! tokenizer.chat_template        ─► ChatTemplate     messages → prompt text (minijinja)
+//! Model<B> + Tokenizer           ─► Generator        prefill, then sample → decode → stream
+//!                                     └─ Sampler     penalties, bias, temperature, top-k/p, min-p
+//! messages (GPT-OSS)             ─► harmony          Harmony prompt text; completion → analysis/final
+//! ```
+//!
+//! ```no_run
+//! use minerva_generate::{ChatTemplate, Event, GenerateOptions, Message, Sampler, SamplingParams, Session, Tokenizer};
+//! use minerva_model::{CpuBackend, Model};
+//!
+//! let path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+//! let tokenizer = Tokenizer::from_gguf(&minerva_gguf::Gguf::open(path)?)?;
+//! let model = Model::load(path, CpuBackend::new(None)?)?;
+//! let prompt = ChatTemplate::from_tokenizer(&tokenizer)?.render(&[Message::new("user", "Hi!")], true, None)?;
+//! let ids = tokenizer.encode(&prompt, false)?;
+//! let mut session = Session::new(&model, &tokenizer, 2048)?;
+//! let sampler = Sampler::new(SamplingParams { temperature: 0.7, seed: Some(1), ..Default::default() })?;
+//! for event in session.generate(&ids, GenerateOptions::default(), sampler)? {
+//!     match event? {
+//!         Event::Text(piece) => print!("{piece}"),
+//!         Event::Done(summary) => eprintln!("\n{} tokens, {:.1} tok/s", summary.completion_tokens, summary.decode_tokens_per_s),
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+pub mod error;
+pub mod generator;
 pub mod harmony;
+pub mod rng;
+pub mod sampler;
+pub mod template;
+pub mod tokenizer;
+
+pub use error::{GenerateError, Result};
+pub use generator::{Event, FinishReason, GenerateOptions, Generation, Session, StopText, Summary};
+pub use rng::Rng;
+pub use sampler::{Sampler, SamplingParams};
+pub use template::{ChatTemplate, Message};
+pub use tokenizer::{TextStream, Tokenizer};

@@ -1,0 +1,168 @@
+//! `minerva run`: one prompt in, generated text streamed to stdout (`--stats` summary on stderr).
+
+use std::io::Write;
+
+use minerva_generate::{ChatTemplate, GenerateOptions, Message, Sampler, SamplingParams, Session, Summary};
+
+use crate::error::CliError;
+use crate::load::{self, Loaded, ModelArgs};
+
+/// Sampling and length flags (shared by `run` and `chat`). Defaults are llama.cpp's.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GenArgs {
+    /// Most tokens to generate.
+    #[arg(long, short = 'n', default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Temperature; 0 is greedy decoding.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Keep the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Nucleus sampling: keep tokens up to this cumulative probability (1: all).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens below this fraction of the most likely token's probability (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty over the last --repeat-last-n tokens (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the penalties look back over.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Frequency penalty (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Presence penalty (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Logit bias `ID=BIAS` (`ID=-inf` bans a token); repeatable.
+    #[arg(long, value_name = "ID=BIAS", value_parser = parse_bias)]
+    pub logit_bias: Vec<(u32, f32)>,
+    /// RNG seed; the same seed and settings give the same text.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Stop when this text appears (not printed); repeatable.
+    #[arg(long, value_name = "TEXT")]
+    pub stop: Vec<String>,
+    /// Context size in tokens (at most the model's trained context).
+    #[arg(long, short = 'c', default_value_t = 2048)]
+    pub ctx_size: usize,
+    /// Drop the oldest prompt tokens when the prompt does not fit the context.
+    #[arg(long)]
+    pub truncate: bool,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Print a summary (tokens, finish reason, time to first token, tokens/s) to stderr.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+fn parse_bias(s: &str) -> Result<(u32, f32), String> {
+    let (id, bias) = s.split_once('=').ok_or_else(|| format!("{s:?} is not ID=BIAS"))?;
+    let id = id.trim().parse().map_err(|_| format!("{id:?} is not a token id"))?;
+    let bias = match bias.trim() {
+        "-inf" => f32::NEG_INFINITY,
+        b => b.parse().map_err(|_| format!("{b:?} is not a number"))?,
+    };
+    Ok((id, bias))
+}
+
+impl GenArgs {
+    /// The sampler settings.
+    pub fn sampling(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            penalty_last_n: self.repeat_last_n,
+            logit_bias: self.logit_bias.clone(),
+            seed: self.seed,
+        }
+    }
+
+    /// The generation limits.
+    pub fn options(&self) -> GenerateOptions {
+        GenerateOptions {
+            max_tokens: self.max_tokens,
+            stop: self.stop.clone(),
+            truncate_prompt: self.truncate,
+            ignore_eos: self.ignore_eos,
+        }
+    }
+
+    /// The context size, capped at the model's trained context.
+    pub fn context(&self, loaded: &Loaded) -> usize {
+        let trained = loaded.model.config.context_length;
+        if trained > 0 { self.ctx_size.min(trained) } else { self.ctx_size }
+    }
+}
+
+/// One line of statistics for `--stats`.
+pub fn stats_line(s: &Summary) -> String {
+    format!(
+        "prompt {} tokens ({} run) | generated {} tokens | finish {} ({:?}) | first token {:.3} s | prefill {:.1} tok/s | decode {:.1} tok/s",
+        s.prompt_tokens,
+        s.prefilled_tokens,
+        s.completion_tokens,
+        s.finish.as_str(),
+        s.finish,
+        s.time_to_first_token.as_secs_f64(),
+        s.prefill_tokens_per_s,
+        s.decode_tokens_per_s
+    )
+}
+
+/// Runs the command.
+pub fn run(
+    model: &ModelArgs,
+    sampling: &GenArgs,
+    prompt: &str,
+    chat: bool,
+    system: Option<&str>,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let sampler = Sampler::new(sampling.sampling()).map_err(|e| CliError::Usage(e.to_string()))?;
+    let loaded = load::load(model)?;
+    let gen_err = |source| CliError::Generate { path: loaded.path.clone(), source };
+    let tok = &loaded.tokenizer;
+    let ids = if chat {
+        let template = ChatTemplate::from_tokenizer(tok).map_err(gen_err)?;
+        let mut messages = Vec::new();
+        if let Some(system) = system {
+            messages.push(Message::new("system", system));
+        }
+        messages.push(Message::new("user", prompt));
+        let text = template.render(&messages, true, None).map_err(gen_err)?;
+        // The template writes BOS and the other specials itself.
+        tok.encode(&text, false).map_err(gen_err)?
+    } else {
+        tok.encode(prompt, true).map_err(gen_err)?
+    };
+    let mut session = Session::new(&loaded.model, tok, sampling.context(&loaded)).map_err(gen_err)?;
+    let mut write_err = None;
+    let summary = session
+        .generate_with(&ids, sampling.options(), sampler, |text| {
+            if write_err.is_none()
+                && let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush())
+            {
+                write_err = Some(e);
+            }
+        })
+        .map_err(gen_err)?;
+    let output_err = |source| CliError::Output { path: "<stdout>".into(), source };
+    if let Some(e) = write_err {
+        return Err(output_err(e));
+    }
+    writeln!(out).map_err(output_err)?;
+    if sampling.stats {
+        eprintln!("{}", stats_line(&summary));
+    }
+    Ok(())
+}
