@@ -32,6 +32,9 @@ pub enum CliError {
         /// What went wrong.
         source: minerva_model::ModelError,
     },
+    /// No GPU device could be opened (`--device wgpu`).
+    #[error("--device wgpu: {0}")]
+    Device(#[from] minerva_wgpu::WgpuError),
     /// A request the file cannot satisfy.
     #[error("{path}: {message}")]
     Request {

@@ -2,6 +2,7 @@
 //!
 //! Errors print one line on stderr naming the file and the problem, and exit with code 2.
 
+mod device;
 mod dump;
 mod error;
 mod inspect;
@@ -29,10 +30,14 @@ enum Command {
     /// Show a model file's metadata, tensor table and totals.
     Inspect {
         /// A GGUF file, a SafeTensors file or index, or a model directory.
-        path: PathBuf,
+        #[arg(required_unless_present = "device")]
+        path: Option<PathBuf>,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Describe the GPU adapter `--device wgpu` would use instead of a file.
+        #[arg(long, conflicts_with = "path")]
+        device: bool,
     },
     /// Write one tensor's values, dequantized to f32, as a numpy `.npy` file.
     Dump {
@@ -61,6 +66,9 @@ enum Command {
         /// Worker threads (default: one per core).
         #[arg(long)]
         threads: Option<usize>,
+        /// Where the model runs.
+        #[arg(long, value_enum, default_value_t)]
+        device: device::Device,
     },
 }
 
@@ -94,10 +102,11 @@ fn run(cli: Cli) -> Result<(), CliError> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match cli.command {
-        Command::Inspect { path, json } => inspect::run(&path, json, &mut out),
+        Command::Inspect { path: Some(path), json, device: false } => inspect::run(&path, json, &mut out),
+        Command::Inspect { json, .. } => device::inspect(json, &mut out),
         Command::Dump { path, tensor, output } => dump::run(&path, &tensor, &output),
-        Command::Score { path, tokens, ctx, out: logits, threads } => {
-            score::run(&path, &tokens, score::Options { ctx, out: logits.as_deref(), threads }, &mut out)
+        Command::Score { path, tokens, ctx, out: logits, threads, device } => {
+            score::run(&path, &tokens, score::Options { ctx, out: logits.as_deref(), threads, device }, &mut out)
         }
     }
 }

@@ -163,7 +163,13 @@ impl WgpuBackend {
         let row_bytes = (x.cols * 4) as u64;
         self.gpu.record(|enc| {
             for (i, &r) in rows.iter().enumerate() {
-                enc.copy_buffer_to_buffer(x.buffer(), r as u64 * row_bytes, picked.buffer(), i as u64 * row_bytes, row_bytes);
+                enc.copy_buffer_to_buffer(
+                    x.buffer(),
+                    r as u64 * row_bytes,
+                    picked.buffer(),
+                    i as u64 * row_bytes,
+                    row_bytes,
+                );
             }
         });
         self.matmul_q(head, &picked)
@@ -344,7 +350,10 @@ impl Backend for WgpuBackend {
             return Err(request(format!("attention: layer {layer} or {} query columns do not fit", q.cols)));
         }
         if hd > kernels::attention::MAX_HEAD_DIM {
-            return Err(request(format!("attention: head dim {hd} exceeds the kernel's {}", kernels::attention::MAX_HEAD_DIM)));
+            return Err(request(format!(
+                "attention: head dim {hd} exceeds the kernel's {}",
+                kernels::attention::MAX_HEAD_DIM
+            )));
         }
         let mut covered = 0;
         for seq in &batch.seqs {
@@ -371,7 +380,18 @@ impl Backend for WgpuBackend {
             .unwrap_or(1);
         let info = self.row_table(batch);
         let (kc, vc) = (&cache.k[layer], &cache.v[layer]);
-        kernels::kv_store::kv_store(&self.gpu, k.buffer(), v.buffer(), kc, vc, &info, rows, s.n_head_kv, hd, s.capacity);
+        kernels::kv_store::kv_store(
+            &self.gpu,
+            k.buffer(),
+            v.buffer(),
+            kc,
+            vc,
+            &info,
+            rows,
+            s.n_head_kv,
+            hd,
+            s.capacity,
+        );
         let shape = AttentionShape {
             rows,
             n_head: q.cols / hd,

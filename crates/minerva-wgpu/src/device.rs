@@ -50,18 +50,39 @@ fn rank(t: wgpu::DeviceType) -> u32 {
     }
 }
 
-/// Every adapter wgpu can see (`WGPU_BACKEND` limits the backends, e.g. `gl`).
+/// Every adapter wgpu can see. `WGPU_BACKEND` (e.g. `gl`, `vulkan`) names the backends to
+/// search; without it the primary ones (Vulkan, Metal, DX12) are searched first and GL only when
+/// they have no adapter (probing GL without a display prints EGL noise on stderr).
 pub fn list_adapters() -> (wgpu::Instance, Vec<wgpu::Adapter>, wgpu::Backends) {
-    let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-    let backends = desc.backends;
-    let instance = wgpu::Instance::new(desc);
-    let adapters = pollster::block_on(instance.enumerate_adapters(backends));
-    (instance, adapters, backends)
+    let from_env = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    let tries = if std::env::var_os("WGPU_BACKEND").is_some() {
+        vec![from_env.backends]
+    } else {
+        vec![wgpu::Backends::PRIMARY, wgpu::Backends::SECONDARY]
+    };
+    let mut searched = wgpu::Backends::empty();
+    let mut last = None;
+    for backends in tries {
+        searched |= backends;
+        let desc =
+            wgpu::InstanceDescriptor { backends, ..wgpu::InstanceDescriptor::new_without_display_handle_from_env() };
+        let instance = wgpu::Instance::new(desc);
+        let adapters = pollster::block_on(instance.enumerate_adapters(backends));
+        if !adapters.is_empty() {
+            return (instance, adapters, searched);
+        }
+        last = Some(instance);
+    }
+    (last.expect("at least one try"), Vec::new(), searched)
 }
 
 /// Picks an adapter: the first whose name contains `wanted` (case-insensitive), else the
 /// highest-ranked kind (discrete GPU first).
-pub(crate) fn select(adapters: Vec<wgpu::Adapter>, backends: wgpu::Backends, wanted: Option<&str>) -> Result<wgpu::Adapter, WgpuError> {
+pub(crate) fn select(
+    adapters: Vec<wgpu::Adapter>,
+    backends: wgpu::Backends,
+    wanted: Option<&str>,
+) -> Result<wgpu::Adapter, WgpuError> {
     if adapters.is_empty() {
         return Err(WgpuError::NoAdapter { backends: format!("{backends:?}") });
     }
@@ -99,7 +120,7 @@ pub(crate) fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu::Queue
         driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
         subgroups: features.contains(wgpu::Features::SUBGROUP),
-        max_storage_binding: u64::from(limits.max_storage_buffer_binding_size),
+        max_storage_binding: limits.max_storage_buffer_binding_size,
         max_buffer: limits.max_buffer_size,
         max_workgroup_storage: limits.max_compute_workgroup_storage_size,
     };

@@ -151,7 +151,8 @@ impl Gpu {
             entries: &entries,
         });
         self.record(|encoder| {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(key), timestamp_writes: None });
+            let mut pass =
+                encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(key), timestamp_writes: None });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
@@ -190,16 +191,17 @@ impl Gpu {
             let _ = tx.send(r);
         });
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| WgpuError::ReadBack(e.to_string()))?;
-        rx.recv()
-            .map_err(|e| WgpuError::ReadBack(e.to_string()))?
-            .map_err(|e| WgpuError::ReadBack(e.to_string()))?;
+        rx.recv().map_err(|e| WgpuError::ReadBack(e.to_string()))?.map_err(|e| WgpuError::ReadBack(e.to_string()))?;
         let data = staging.slice(..).get_mapped_range().map_err(|e| WgpuError::ReadBack(e.to_string()))?;
         Ok(data[..bytes as usize].to_vec())
     }
 
     /// Waits for all submitted work (uploads included), so staging memory is released.
     pub(crate) fn wait(&self) -> Result<(), WgpuError> {
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| WgpuError::ReadBack(e.to_string()))
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| WgpuError::ReadBack(e.to_string()))
     }
 }
 

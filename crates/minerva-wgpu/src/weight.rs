@@ -50,13 +50,13 @@ pub(crate) fn upload(gpu: &Gpu, source: WeightSource, max_binding: u64) -> Resul
         [rows, cols] => (*rows, *cols),
         _ => return Err(ModelError::TensorShape { tensor: name, expected: vec![0, 0], actual: shape }),
     };
-    let bytes = file.bytes().get(range.clone()).ok_or_else(|| {
-        ModelError::Request(format!("tensor {name}: byte range {range:?} is outside the file"))
+    let bytes = file
+        .bytes()
+        .get(range.clone())
+        .ok_or_else(|| ModelError::Request(format!("tensor {name}: byte range {range:?} is outside the file")))?;
+    let row_bytes = dtype.row_bytes(cols).filter(|rb| rb.checked_mul(rows) == Some(bytes.len())).ok_or_else(|| {
+        ModelError::Request(format!("tensor {name}: {} bytes do not hold {rows}×{cols} {dtype}", bytes.len()))
     })?;
-    let row_bytes = dtype
-        .row_bytes(cols)
-        .filter(|rb| rb.checked_mul(rows) == Some(bytes.len()))
-        .ok_or_else(|| ModelError::Request(format!("tensor {name}: {} bytes do not hold {rows}×{cols} {dtype}", bytes.len())))?;
     if shape.len() == 1 {
         let mut values = vec![0.0f32; cols];
         minerva_quant::dequantize(dtype, bytes, &mut values)?;

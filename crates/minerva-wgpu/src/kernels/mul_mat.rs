@@ -6,12 +6,15 @@ use crate::weight::WgpuWeight;
 /// Tokens per workgroup in prefill: each dequantized weight chunk is used this many times.
 pub(crate) const PREFILL_TILE: usize = 8;
 
+/// Weight rows per workgroup (`RPW` in the shader).
+const ROWS_PER_WORKGROUP: usize = 8;
+
 /// Records `y[n_tok × w.rows] = x[n_tok × w.cols] · Wᵀ`, one dispatch per chunk of the weight.
 pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer) {
     let tile = if n_tok == 1 { 1 } else { PREFILL_TILE };
     let key = format!("mul_mat/{}/{tile}", w.dtype.name());
     for chunk in &w.chunks {
-        let [gx, gy, _] = groups_1d(chunk.rows as u32);
+        let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(ROWS_PER_WORKGROUP) as u32);
         let params = [
             w.cols as u32,
             chunk.rows as u32,
@@ -22,9 +25,8 @@ pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize,
             gx,
             0,
         ];
-        let source = || {
-            super::with_dequant(w.dtype, &include_str!("mul_mat.wgsl").replace("{{TILE_T}}", &tile.to_string()))
-        };
+        let source =
+            || super::with_dequant(w.dtype, &include_str!("mul_mat.wgsl").replace("{{TILE_T}}", &tile.to_string()));
         gpu.dispatch(&key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(tile) as u32]);
     }
 }

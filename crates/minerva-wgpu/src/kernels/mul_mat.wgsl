@@ -1,10 +1,11 @@
 // y[t, off + r] = Σ_k W[r, k] · x[t, k] for a weight chunk of `rows` rows in its stored dtype
 // (load8/load1 from the dequant snippet), `n_tok` activation rows of `cols` f32.
 //
-// One workgroup per (weight row, tile of TILE_T tokens): each thread dequantizes strided chunks
-// of 8 weights once and multiplies them into TILE_T token rows (decode: TILE_T = 1, a fused
-// dequantize × vector; prefill: TILE_T = 8, a weight read serves 8 tokens), then the 64 partial
-// sums of each token are reduced in workgroup memory.
+// One workgroup per (8 weight rows, tile of TILE_T tokens), 8 threads per row: each thread
+// dequantizes strided chunks of 8 weights once and multiplies them into TILE_T token rows
+// (decode: TILE_T = 1, a fused dequantize × vector; prefill: TILE_T = 8, a weight read serves 8
+// tokens), then each row's 8 partial sums per token are reduced in workgroup memory. Eight rows
+// per workgroup keep the workgroup count (and the per-workgroup cost of software Vulkan) low.
 
 struct Params {
     cols: u32,
@@ -23,20 +24,23 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 const WG: u32 = 64u;
+const TPR: u32 = 8u;  // threads per row
+const RPW: u32 = 8u;  // rows per workgroup
 const TILE_T: u32 = {{TILE_T}}u;
 
 var<workgroup> partial: array<f32, {{TILE_T}} * 64>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let r = wid.x + wid.y * p.groups_x;
+    let lane = lid.x % TPR;
+    let r = (wid.x + wid.y * p.groups_x) * RPW + lid.x / TPR;
     let t0 = wid.z * TILE_T;
     let rb = r * p.row_bytes;
     let in_range = r < p.rows;
     var acc: array<f32, {{TILE_T}}>;
     let full = p.cols & ~7u;
     if (in_range) {
-        for (var c = lid.x * 8u; c < full; c += WG * 8u) {
+        for (var c = lane * 8u; c < full; c += TPR * 8u) {
             var v = load8(rb, c);
             for (var t = 0u; t < TILE_T; t++) {
                 if (t0 + t < p.n_tok) {
@@ -49,7 +53,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 }
             }
         }
-        for (var c = full + lid.x; c < p.cols; c += WG) {
+        for (var c = full + lane; c < p.cols; c += TPR) {
             let v = load1(rb, c);
             for (var t = 0u; t < TILE_T; t++) {
                 if (t0 + t < p.n_tok) {
@@ -61,16 +65,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     for (var t = 0u; t < TILE_T; t++) {
         partial[t * WG + lid.x] = acc[t];
     }
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
         workgroupBarrier();
-        if (lid.x < s) {
+        if (lane < s) {
             for (var t = 0u; t < TILE_T; t++) {
                 partial[t * WG + lid.x] += partial[t * WG + lid.x + s];
             }
         }
     }
     workgroupBarrier();
-    if (in_range && lid.x < TILE_T && t0 + lid.x < p.n_tok) {
-        y[(t0 + lid.x) * p.y_stride + p.y_offset + r] = partial[lid.x * WG];
+    if (in_range && lane < TILE_T && t0 + lane < p.n_tok) {
+        y[(t0 + lane) * p.y_stride + p.y_offset + r] = partial[lane * WG + lid.x - lane];
     }
 }
