@@ -89,6 +89,7 @@ struct StepTables {
 /// The wgpu backend.
 pub struct WgpuBackend {
     gpu: Gpu,
+    /// Bytes per weight chunk ([`WgpuOptions::max_binding`], at most the device's limit).
     max_binding: u64,
     attention_split: usize,
     tables: Mutex<StepTables>,
@@ -150,8 +151,16 @@ impl WgpuBackend {
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
-    fn tensor(&self, rows: usize, cols: usize) -> WgpuTensor {
-        WgpuTensor { buf: self.gpu.scratch((rows * cols * 4) as u64), rows, cols }
+    /// A new activation, or an error when it would not fit one storage binding.
+    fn tensor(&self, rows: usize, cols: usize) -> Result<WgpuTensor> {
+        let bytes = rows.checked_mul(cols).and_then(|n| n.checked_mul(4)).unwrap_or(usize::MAX) as u64;
+        let limit = self.gpu.info.max_storage_binding;
+        if bytes > limit {
+            return Err(request(format!(
+                "a {rows}×{cols} activation exceeds the GPU's storage binding limit of {limit} bytes"
+            )));
+        }
+        Ok(WgpuTensor { buf: self.gpu.scratch(bytes), rows, cols })
     }
 
     /// Gathers rows `rows` of `x` and multiplies them by the LM head (recorded, not read back).
@@ -159,7 +168,7 @@ impl WgpuBackend {
         if let Some(&r) = rows.iter().find(|&&r| r >= x.rows) {
             return Err(request(format!("logits: no row {r} in {} rows", x.rows)));
         }
-        let picked = self.tensor(rows.len(), x.cols);
+        let picked = self.tensor(rows.len(), x.cols)?;
         let row_bytes = (x.cols * 4) as u64;
         self.gpu.record(|enc| {
             for (i, &r) in rows.iter().enumerate() {
@@ -276,8 +285,8 @@ impl Backend for WgpuBackend {
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= table.rows) {
             return Err(request(format!("token id {t} is outside the vocabulary of {}", table.rows)));
         }
+        let out = self.tensor(tokens.len(), table.cols)?;
         let ids = self.gpu.init_buffer("tokens", bytemuck::cast_slice(tokens), wgpu::BufferUsages::STORAGE);
-        let out = self.tensor(tokens.len(), table.cols);
         kernels::embed::embed(&self.gpu, table, &ids, tokens.len(), out.buffer());
         Ok(out)
     }
@@ -288,7 +297,7 @@ impl Backend for WgpuBackend {
             .as_ref()
             .filter(|_| w.cols == x.cols)
             .ok_or_else(|| request(format!("rms_norm: {} is not a vector of {} values", w.name, x.cols)))?;
-        let out = self.tensor(x.rows, x.cols);
+        let out = self.tensor(x.rows, x.cols)?;
         kernels::rms_norm::rms_norm(&self.gpu, x.buffer(), g, out.buffer(), x.rows, x.cols, eps);
         Ok(out)
     }
@@ -300,7 +309,7 @@ impl Backend for WgpuBackend {
                 w.name, w.rows, w.cols, x.cols
             )));
         }
-        let out = self.tensor(x.rows, w.rows);
+        let out = self.tensor(x.rows, w.rows)?;
         kernels::mul_mat::mul_mat(&self.gpu, w, x.buffer(), x.rows, out.buffer());
         Ok(out)
     }
@@ -402,8 +411,8 @@ impl Backend for WgpuBackend {
             max_span,
             window,
         };
-        let part = self.gpu.scratch((kernels::attention::partial_len(&shape) * 4) as u64);
-        let out = self.tensor(rows, q.cols);
+        let part = self.tensor(kernels::attention::partial_len(&shape), 1)?;
+        let out = self.tensor(rows, q.cols)?;
         kernels::attention::attention(&self.gpu, q.buffer(), kc, vc, &info, part.buffer(), out.buffer(), &shape);
         Ok(out)
     }
@@ -416,13 +425,20 @@ impl Backend for WgpuBackend {
 
     fn swiglu(&self, gate: &WgpuTensor, up: &WgpuTensor) -> Result<WgpuTensor> {
         same_shape("swiglu", gate, up)?;
-        let out = self.tensor(gate.rows, gate.cols);
+        let out = self.tensor(gate.rows, gate.cols)?;
         kernels::swiglu::swiglu(&self.gpu, gate.buffer(), up.buffer(), out.buffer(), gate.rows * gate.cols);
         Ok(out)
     }
 
     fn logits(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<Vec<f32>> {
-        let logits = self.head_logits(x, head, rows)?;
-        self.download(&logits)
+        // Many rows of a large vocabulary (512 × 201088 f32 = 411 MB) exceed one binding: compute
+        // and read back as many rows at a time as fit.
+        let per_pass = (self.gpu.info.max_storage_binding / (head.rows as u64 * 4).max(1)).max(1) as usize;
+        let mut out = Vec::with_capacity(rows.len() * head.rows);
+        for group in rows.chunks(per_pass) {
+            let logits = self.head_logits(x, head, group)?;
+            out.extend(self.download(&logits)?);
+        }
+        Ok(out)
     }
 }

@@ -26,6 +26,9 @@ pub enum WgpuError {
         /// wgpu's message.
         message: String,
     },
+    /// wgpu reported an error (validation, out of memory) while recording or running a step.
+    #[error("GPU error: {0}")]
+    Device(String),
     /// Reading a buffer back failed.
     #[error("reading back from the GPU failed: {0}")]
     ReadBack(String),

@@ -50,6 +50,8 @@ pub(crate) struct Gpu {
     pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
     pool: Pool,
     encoder: Mutex<Option<wgpu::CommandEncoder>>,
+    /// Errors wgpu reported asynchronously (validation, out of memory), oldest first.
+    errors: Arc<Mutex<Vec<String>>>,
 }
 
 /// A usage for activations: kernels read and write them, copies move rows and results.
@@ -58,7 +60,12 @@ const ACTIVATION: wgpu::BufferUsages =
 
 impl Gpu {
     pub(crate) fn new(device: wgpu::Device, queue: wgpu::Queue, info: DeviceInfo) -> Gpu {
+        // wgpu's default handler panics; keep the message and report it at the next read-back.
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| lock(&sink).push(e.to_string())));
         Gpu {
+            errors,
             device,
             queue,
             info,
@@ -191,17 +198,28 @@ impl Gpu {
             let _ = tx.send(r);
         });
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| WgpuError::ReadBack(e.to_string()))?;
-        rx.recv().map_err(|e| WgpuError::ReadBack(e.to_string()))?.map_err(|e| WgpuError::ReadBack(e.to_string()))?;
+        let mapped = rx.recv().map_err(|e| WgpuError::ReadBack(e.to_string()))?;
+        // A validation error earlier in the step explains a failed map better than the map does.
+        self.check()?;
+        mapped.map_err(|e| WgpuError::ReadBack(e.to_string()))?;
         let data = staging.slice(..).get_mapped_range().map_err(|e| WgpuError::ReadBack(e.to_string()))?;
         Ok(data[..bytes as usize].to_vec())
     }
 
     /// Waits for all submitted work (uploads included), so staging memory is released.
     pub(crate) fn wait(&self) -> Result<(), WgpuError> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map(|_| ())
-            .map_err(|e| WgpuError::ReadBack(e.to_string()))
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| WgpuError::ReadBack(e.to_string()))?;
+        self.check()
+    }
+
+    /// The first error wgpu reported since the last check, if any.
+    pub(crate) fn check(&self) -> Result<(), WgpuError> {
+        let mut errors = lock(&self.errors);
+        match errors.drain(..).next() {
+            None => Ok(()),
+            // wgpu's messages span lines ("Validation Error", "Caused by:", …): keep one line.
+            Some(message) => Err(WgpuError::Device(message.split_whitespace().collect::<Vec<_>>().join(" "))),
+        }
     }
 }
 

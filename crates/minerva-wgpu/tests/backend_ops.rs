@@ -318,3 +318,14 @@ fn argmax_rows() {
     assert_eq!(want[1], 400);
     assert_eq!(g.argmax(&g.upload(&data, rows, cols).unwrap()).unwrap(), want);
 }
+
+#[test]
+fn oversized_activation_is_an_error_not_a_panic() {
+    let g = gpu(WgpuOptions::default());
+    let table = g.weight(source("table", DType::F32, &[2, 64], vec![0; 2 * 64 * 4])).unwrap();
+    // 2²¹ tokens × 64 values × 4 bytes = 512 MiB: more than any storage binding lavapipe allows.
+    let tokens = vec![1u32; 1 << 21];
+    let limit = g.info().max_storage_binding;
+    let err = g.embed(&table, &tokens).err().expect("an activation larger than one binding");
+    assert!(limit < 512 << 20 && err.to_string().contains("storage binding limit"), "{err}");
+}
