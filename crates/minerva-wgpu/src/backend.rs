@@ -82,8 +82,8 @@ impl WgpuCache {
 struct StepTables {
     /// (positions, rope config) → (cos, sin) table.
     rope: Option<(Vec<u32>, RopeConfig, wgpu::Buffer)>,
-    /// Batch → (slot, position) per row.
-    rows: Option<(Batch, wgpu::Buffer)>,
+    /// Batch → (slot, position) per row, and the prefill query blocks (with their count).
+    rows: Option<(Batch, wgpu::Buffer, wgpu::Buffer, usize)>,
 }
 
 /// The wgpu backend.
@@ -217,13 +217,14 @@ impl WgpuBackend {
         buffer
     }
 
-    /// (slot, position) of every row of `batch`, uploaded once per step.
-    fn row_table(&self, batch: &Batch) -> wgpu::Buffer {
+    /// (slot, position) of every row of `batch` and its prefill query blocks (and their count),
+    /// uploaded once per step.
+    fn row_table(&self, batch: &Batch) -> (wgpu::Buffer, wgpu::Buffer, usize) {
         let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((b, buf)) = &tables.rows
+        if let Some((b, info, blocks, n)) = &tables.rows
             && b == batch
         {
-            return buf.clone();
+            return (info.clone(), blocks.clone(), *n);
         }
         let mut info = vec![0u32; batch.n_tokens() * 2];
         for seq in &batch.seqs {
@@ -232,9 +233,12 @@ impl WgpuBackend {
                 info[2 * r + 1] = batch.positions[r];
             }
         }
-        let buffer = self.gpu.init_buffer("row table", bytemuck::cast_slice(&info), wgpu::BufferUsages::STORAGE);
-        tables.rows = Some((batch.clone(), buffer.clone()));
-        buffer
+        let info = self.gpu.init_buffer("row table", bytemuck::cast_slice(&info), wgpu::BufferUsages::STORAGE);
+        let blocks = kernels::attention::prefill_blocks(batch);
+        let n = blocks.len() / 4;
+        let blocks = self.gpu.init_buffer("query blocks", bytemuck::cast_slice(&blocks), wgpu::BufferUsages::STORAGE);
+        tables.rows = Some((batch.clone(), info.clone(), blocks.clone(), n));
+        (info, blocks, n)
     }
 }
 
@@ -387,7 +391,7 @@ impl Backend for WgpuBackend {
             .map(|&p| if window == 0 { p as usize + 1 } else { (p as usize + 1).min(window) })
             .max()
             .unwrap_or(1);
-        let info = self.row_table(batch);
+        let (info, blocks, n_blocks) = self.row_table(batch);
         let (kc, vc) = (&cache.k[layer], &cache.v[layer]);
         kernels::kv_store::kv_store(
             &self.gpu,
@@ -411,9 +415,15 @@ impl Backend for WgpuBackend {
             max_span,
             window,
         };
-        let part = self.tensor(kernels::attention::partial_len(&shape), 1)?;
         let out = self.tensor(rows, q.cols)?;
-        kernels::attention::attention(&self.gpu, q.buffer(), kc, vc, &info, part.buffer(), out.buffer(), &shape);
+        let prefill = batch.seqs.iter().any(|seq| seq.rows.len() > 1);
+        if prefill && hd <= kernels::attention::PREFILL_MAX_HEAD_DIM {
+            let (qb, ob) = (q.buffer(), out.buffer());
+            kernels::attention::attention_prefill(&self.gpu, qb, kc, vc, &info, &blocks, n_blocks, ob, &shape);
+        } else {
+            let part = self.tensor(kernels::attention::partial_len(&shape), 1)?;
+            kernels::attention::attention(&self.gpu, q.buffer(), kc, vc, &info, part.buffer(), out.buffer(), &shape);
+        }
         Ok(out)
     }
 

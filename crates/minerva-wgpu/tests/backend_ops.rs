@@ -221,8 +221,9 @@ fn attention_case(g: &WgpuBackend, head_dim: usize, mask: Mask, seed: u64) {
 
 #[test]
 fn attention_gqa_causal_and_sliding_window() {
-    // One split per query (the default split length), and splits of 16 keys, so that a query
-    // at position 72 is reduced from 5 partial softmaxes.
+    // Prefill (73 rows) runs the tiled prefill kernel: 16-query blocks, a partial last block.
+    // Decode runs flash-decoding with one split per query (the default split length) and with
+    // splits of 16 keys, so that a query at position 72 is reduced from 5 partial softmaxes.
     for split in [256, 16] {
         let g = gpu(WgpuOptions { attention_split: split, ..WgpuOptions::default() });
         attention_case(&g, 64, Mask::Causal, 6);
@@ -230,6 +231,8 @@ fn attention_gqa_causal_and_sliding_window() {
     }
     let g = gpu(WgpuOptions::default());
     attention_case(&g, 16, Mask::SlidingWindow(1), 8);
+    // Head dims over 128 take the split kernel for prefill too.
+    attention_case(&g, 144, Mask::Causal, 9);
 }
 
 #[test]

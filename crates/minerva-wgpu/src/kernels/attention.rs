@@ -1,4 +1,6 @@
-//! `attention.wgsl` + `attention_reduce.wgsl`: flash-decoding over one layer of the KV cache.
+//! Attention over one layer of the KV cache: `attention.wgsl` + `attention_reduce.wgsl`
+//! (flash-decoding: keys split across workgroups, then a reduction) for decode steps, and
+//! `attention_prefill.wgsl` (query blocks sharing key/value tiles, online softmax) for prefill.
 
 use crate::gpu::Gpu;
 
@@ -60,4 +62,42 @@ fn splits(s: &AttentionShape) -> usize {
 /// f32 values of scratch the first pass writes.
 pub(crate) fn partial_len(s: &AttentionShape) -> usize {
     s.rows * s.n_head * splits(s) * (s.head_dim + 2)
+}
+
+/// Query rows per prefill workgroup (`QB` in `attention_prefill.wgsl`).
+pub(crate) const PREFILL_ROWS: usize = 16;
+/// The largest head dimension the prefill kernel's tiles hold.
+pub(crate) const PREFILL_MAX_HEAD_DIM: usize = 128;
+
+/// Cuts every sequence's rows into blocks of up to [`PREFILL_ROWS`]: `(first row, rows, slot, 0)`.
+pub(crate) fn prefill_blocks(batch: &minerva_model::Batch) -> Vec<u32> {
+    let mut blocks = Vec::new();
+    for seq in &batch.seqs {
+        for first in seq.rows.clone().step_by(PREFILL_ROWS) {
+            let rows = PREFILL_ROWS.min(seq.rows.end - first);
+            blocks.extend([first as u32, rows as u32, seq.slot as u32, 0]);
+        }
+    }
+    blocks
+}
+
+/// Records prefill attention for the query blocks in `blocks` (from [`prefill_blocks`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_prefill(
+    gpu: &Gpu,
+    q: &wgpu::Buffer,
+    kc: &wgpu::Buffer,
+    vc: &wgpu::Buffer,
+    info: &wgpu::Buffer,
+    blocks: &wgpu::Buffer,
+    n_blocks: usize,
+    out: &wgpu::Buffer,
+    s: &AttentionShape,
+) {
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    let params =
+        [s.n_head as u32, s.n_kv as u32, s.head_dim as u32, s.capacity as u32, s.window as u32, scale.to_bits(), 0, 0];
+    let source = || include_str!("attention_prefill.wgsl").to_string();
+    let groups = [n_blocks as u32, s.n_head as u32, 1];
+    gpu.dispatch("attention_prefill", source, &[q, kc, vc, info, blocks, out], &params, groups);
 }
