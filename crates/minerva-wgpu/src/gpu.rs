@@ -1,5 +1,6 @@
 //! The device and what every op shares: the pipeline cache, the activation buffer pool, and the
-//! command encoder that collects a forward step's dispatches until something is read back.
+//! pending step: the command encoder that collects a forward step's dispatches until something
+//! is read back, with the kernels' parameters gathered into one uniform ring buffer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -49,9 +50,24 @@ pub(crate) struct Gpu {
     pub info: DeviceInfo,
     pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
     pool: Pool,
-    encoder: Mutex<Option<wgpu::CommandEncoder>>,
+    step: Mutex<Step>,
+    /// Every dispatch's parameters, at `param_align` offsets; written once per submission.
+    ring: wgpu::Buffer,
+    param_align: usize,
     /// Errors wgpu reported asynchronously (validation, out of memory), oldest first.
     errors: Arc<Mutex<Vec<String>>>,
+}
+
+/// Bytes of the parameter ring: 8192 dispatches of 256-byte-aligned parameters per submission
+/// (a LLaMA step records ~16 per layer); a longer step is submitted in parts.
+const RING_BYTES: usize = 2 << 20;
+
+/// What has been recorded since the last submission.
+#[derive(Default)]
+struct Step {
+    encoder: Option<wgpu::CommandEncoder>,
+    /// The ring's contents so far.
+    params: Vec<u8>,
 }
 
 /// A usage for activations: kernels read and write them, copies move rows and results.
@@ -64,14 +80,23 @@ impl Gpu {
         let errors: Arc<Mutex<Vec<String>>> = Arc::default();
         let sink = errors.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| lock(&sink).push(e.to_string())));
+        let ring = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("parameter ring"),
+            size: RING_BYTES as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let param_align = device.limits().min_uniform_buffer_offset_alignment.max(16) as usize;
         Gpu {
             errors,
+            ring,
+            param_align,
+            step: Mutex::new(Step::default()),
             device,
             queue,
             info,
             pipelines: Mutex::new(HashMap::new()),
             pool: Arc::new(Mutex::new(HashMap::new())),
-            encoder: Mutex::new(None),
         }
     }
 
@@ -135,7 +160,7 @@ impl Gpu {
     }
 
     /// Records one dispatch of pipeline `key` into the pending encoder: `buffers` bound at
-    /// 0, 1, …, then `params` as a uniform at the next binding.
+    /// 0, 1, …, then `params` (from the ring) as a uniform at the next binding.
     pub(crate) fn dispatch(
         &self,
         key: &str,
@@ -145,39 +170,64 @@ impl Gpu {
         groups: [u32; 3],
     ) {
         let pipeline = self.pipeline(key, source);
-        let uniform = self.init_buffer("params", bytemuck::cast_slice(params), wgpu::BufferUsages::UNIFORM);
+        let bytes: &[u8] = bytemuck::cast_slice(params);
+        let mut step = lock(&self.step);
+        if step.params.len() + bytes.len() > RING_BYTES {
+            self.submit_locked(&mut step);
+        }
+        let offset = step.params.len();
+        step.params.extend_from_slice(bytes);
+        step.params.resize((offset + bytes.len()).next_multiple_of(self.param_align), 0);
+        let uniform = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: &self.ring,
+            offset: offset as u64,
+            size: wgpu::BufferSize::new(bytes.len() as u64),
+        });
         let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
             .iter()
-            .chain(std::iter::once(&&uniform))
+            .map(|b| b.as_entire_binding())
+            .chain(std::iter::once(uniform))
             .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+            .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
             .collect();
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(key),
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
-        self.record(|encoder| {
-            let mut pass =
-                encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(key), timestamp_writes: None });
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
-        });
+        let encoder = self.encoder(&mut step);
+        let mut pass =
+            encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(key), timestamp_writes: None });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+    }
+
+    fn encoder<'s>(&self, step: &'s mut Step) -> &'s mut wgpu::CommandEncoder {
+        step.encoder.get_or_insert_with(|| {
+            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") })
+        })
     }
 
     /// Runs `f` on the pending encoder (made on first use).
     pub(crate) fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) {
-        let mut pending = lock(&self.encoder);
-        let encoder = pending.get_or_insert_with(|| {
-            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") })
-        });
-        f(encoder);
+        let mut step = lock(&self.step);
+        f(self.encoder(&mut step));
     }
 
     /// Submits everything recorded so far as one command buffer.
     pub(crate) fn submit(&self) {
-        if let Some(encoder) = lock(&self.encoder).take() {
+        self.submit_locked(&mut lock(&self.step));
+    }
+
+    /// Writes the ring (queue writes land before the command buffers of the same submission,
+    /// after those of earlier ones), then submits the encoder.
+    fn submit_locked(&self, step: &mut Step) {
+        if !step.params.is_empty() {
+            self.queue.write_buffer(&self.ring, 0, &step.params);
+            step.params.clear();
+        }
+        if let Some(encoder) = step.encoder.take() {
             self.queue.submit([encoder.finish()]);
         }
     }

@@ -263,3 +263,19 @@ fn oversized_activation_is_an_error_not_a_panic() {
     let err = g.embed(&table, &tokens).err().expect("an activation larger than one binding");
     assert!(limit < 512 << 20 && err.to_string().contains("storage binding limit"), "{err}");
 }
+
+#[test]
+fn a_step_longer_than_the_parameter_ring_is_submitted_in_parts() {
+    // The ring holds 8192 dispatches' parameters; 9000 recorded adds overflow it once.
+    let g = gpu(WgpuOptions::default());
+    let n = 1000;
+    let mut x = g.upload(&vec![0.0; n], 1, n).unwrap();
+    let y = g.upload(&(0..n).map(|i| i as f32 / 1024.0).collect::<Vec<_>>(), 1, n).unwrap();
+    for _ in 0..9000 {
+        g.add(&mut x, &y).unwrap();
+    }
+    let got = g.download(&x).unwrap();
+    // i/1024 · 9000 is exact in f32 at every partial sum (multiples of 1/1024 below 2^14).
+    let want: Vec<f32> = (0..n).map(|i| i as f32 / 1024.0 * 9000.0).collect();
+    assert_eq!(got, want);
+}
