@@ -95,6 +95,10 @@ pub struct WgpuBackend {
     tables: Mutex<StepTables>,
 }
 
+/// The most rows (tokens) a batch may have: WebGPU's minimum for workgroups per dimension, which
+/// row-per-workgroup kernels (embed, rms_norm, attention, argmax) dispatch along.
+const MAX_ROWS: usize = 65535;
+
 fn request(message: String) -> ModelError {
     ModelError::Request(message)
 }
@@ -285,6 +289,10 @@ impl Backend for WgpuBackend {
     fn embed(&self, table: &WgpuWeight, tokens: &[u32]) -> Result<WgpuTensor> {
         if table.vector.is_some() || tokens.is_empty() {
             return Err(request(format!("embed: {} is not a table, or no tokens", table.name)));
+        }
+        // Row-per-workgroup kernels dispatch one workgroup per token along one dimension.
+        if tokens.len() > MAX_ROWS {
+            return Err(request(format!("a batch of {} tokens exceeds the GPU limit of {MAX_ROWS}", tokens.len())));
         }
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= table.rows) {
             return Err(request(format!("token id {t} is outside the vocabulary of {}", table.rows)));

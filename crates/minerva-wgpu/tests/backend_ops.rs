@@ -254,14 +254,17 @@ fn argmax_rows() {
 }
 
 #[test]
-fn oversized_activation_is_an_error_not_a_panic() {
+fn oversized_batches_are_errors_not_panics() {
     let g = gpu(WgpuOptions::default());
-    let table = g.weight(source("table", DType::F32, &[2, 64], vec![0; 2 * 64 * 4])).unwrap();
-    // 2²¹ tokens × 64 values × 4 bytes = 512 MiB: more than any storage binding lavapipe allows.
-    let tokens = vec![1u32; 1 << 21];
     let limit = g.info().max_storage_binding;
-    let err = g.embed(&table, &tokens).err().expect("an activation larger than one binding");
-    assert!(limit < 512 << 20 && err.to_string().contains("storage binding limit"), "{err}");
+    // 60000 tokens × 1024 values × 4 bytes = 234 MiB: more than lavapipe's 128 MiB binding.
+    let table = g.weight(source("table", DType::F32, &[2, 1024], vec![0; 2 * 1024 * 4])).unwrap();
+    let err = g.embed(&table, &vec![1u32; 60000]).err().expect("an activation larger than one binding");
+    assert!(limit < 234 << 20 && err.to_string().contains("storage binding limit"), "{err}");
+    // More rows than workgroups per dimension.
+    let table = g.weight(source("table", DType::F32, &[2, 8], vec![0; 2 * 8 * 4])).unwrap();
+    let err = g.embed(&table, &vec![1u32; 70000]).err().expect("more rows than one dispatch dimension");
+    assert!(err.to_string().contains("70000 tokens exceeds the GPU limit"), "{err}");
 }
 
 #[test]
