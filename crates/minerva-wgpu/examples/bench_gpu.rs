@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p minerva-wgpu --example bench_gpu -- MODEL.gguf [--prompt N] [--decode N]
-//!     [--bandwidth GB/s] [--no-cpu]
+//!     [--bandwidth GB/s] [--no-cpu] [--no-subgroups]
 //! ```
 //!
 //! Prints tokens/s for a prefill of `--prompt` tokens (default 128) and `--decode` greedy steps
@@ -21,11 +21,12 @@ struct Args {
     decode: usize,
     bandwidth: Option<f64>,
     cpu: bool,
+    subgroups: bool,
 }
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
-    let mut args = Args { model: String::new(), prompt: 128, decode: 32, bandwidth: None, cpu: true };
+    let mut args = Args { model: String::new(), prompt: 128, decode: 32, bandwidth: None, cpu: true, subgroups: true };
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
         match a.as_str() {
@@ -35,12 +36,16 @@ fn parse() -> Result<Args, String> {
                 args.bandwidth = Some(value("--bandwidth")?.parse().map_err(|e| format!("--bandwidth: {e}"))?)
             }
             "--no-cpu" => args.cpu = false,
+            "--no-subgroups" => args.subgroups = false,
             _ if args.model.is_empty() && !a.starts_with("--") => args.model = a,
             _ => return Err(format!("unexpected argument {a:?}")),
         }
     }
     if args.model.is_empty() || args.prompt == 0 {
-        return Err("usage: bench_gpu MODEL.gguf [--prompt N] [--decode N] [--bandwidth GB/s] [--no-cpu]".into());
+        return Err(
+            "usage: bench_gpu MODEL.gguf [--prompt N] [--decode N] [--bandwidth GB/s] [--no-cpu] [--no-subgroups]"
+                .into(),
+        );
     }
     Ok(args)
 }
@@ -70,8 +75,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
     let bytes = std::fs::metadata(&args.model)?.len() as f64;
     let t = Instant::now();
-    let gpu = Model::load(&args.model, WgpuBackend::new(WgpuOptions::default())?)?;
-    println!("device: {}", gpu.backend.info().name);
+    let options = WgpuOptions { subgroups: args.subgroups, ..WgpuOptions::default() };
+    let gpu = Model::load(&args.model, WgpuBackend::new(options)?)?;
+    println!("device: {} (subgroup kernels: {})", gpu.backend.info().name, gpu.backend.uses_subgroups());
     println!("model:  {} ({:.1} MiB), upload {:.2} s", args.model, bytes / (1 << 20) as f64, t.elapsed().as_secs_f64());
     let c = &gpu.config;
     // Per decoded token: every weight once, plus the KV cache read up to the mean position.

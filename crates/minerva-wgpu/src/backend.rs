@@ -27,6 +27,9 @@ pub struct WgpuOptions {
     pub max_binding: Option<u64>,
     /// Keys per attention workgroup (flash-decoding split length).
     pub attention_split: usize,
+    /// Use subgroup operations where the device offers them (`false`: the workgroup-memory
+    /// fallbacks everywhere, as on a device without subgroups).
+    pub subgroups: bool,
 }
 
 impl Default for WgpuOptions {
@@ -35,6 +38,7 @@ impl Default for WgpuOptions {
             adapter: std::env::var("MINERVA_ADAPTER").ok().filter(|s| !s.is_empty()),
             max_binding: None,
             attention_split: 256,
+            subgroups: true,
         }
     }
 }
@@ -92,6 +96,8 @@ pub struct WgpuBackend {
     /// Bytes per weight chunk ([`WgpuOptions::max_binding`], at most the device's limit).
     max_binding: u64,
     attention_split: usize,
+    /// Whether kernels use subgroup shuffles (offered, wanted, and subgroups of at least 8).
+    subgroups: bool,
     tables: Mutex<StepTables>,
 }
 
@@ -110,10 +116,12 @@ impl WgpuBackend {
         let adapter = device::select(adapters, backends, options.adapter.as_deref())?;
         let (dev, queue, info) = device::open(&adapter)?;
         let max_binding = options.max_binding.map_or(info.max_storage_binding, |m| m.min(info.max_storage_binding));
+        let subgroups = options.subgroups && info.subgroups && info.subgroup_min_size >= 8;
         Ok(WgpuBackend {
             gpu: Gpu::new(dev, queue, info),
             max_binding,
             attention_split: options.attention_split.max(1),
+            subgroups,
             tables: Mutex::new(StepTables::default()),
         })
     }
@@ -121,6 +129,11 @@ impl WgpuBackend {
     /// The device's description.
     pub fn info(&self) -> &DeviceInfo {
         &self.gpu.info
+    }
+
+    /// Whether the kernels use subgroup operations on this device.
+    pub fn uses_subgroups(&self) -> bool {
+        self.subgroups
     }
 
     /// A tensor holding `data` (`rows × cols`).
@@ -322,7 +335,7 @@ impl Backend for WgpuBackend {
             )));
         }
         let out = self.tensor(x.rows, w.rows)?;
-        kernels::mul_mat::mul_mat(&self.gpu, w, x.buffer(), x.rows, out.buffer());
+        kernels::mul_mat::mul_mat(&self.gpu, w, x.buffer(), x.rows, out.buffer(), self.subgroups);
         Ok(out)
     }
 

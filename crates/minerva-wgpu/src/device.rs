@@ -18,6 +18,8 @@ pub struct DeviceInfo {
     pub shader_f16: bool,
     /// Whether `SUBGROUP` was requested.
     pub subgroups: bool,
+    /// The smallest subgroup the adapter may use (subgroup kernels need at least 8).
+    pub subgroup_min_size: u32,
     /// `max_storage_buffer_binding_size` in bytes: larger weights are split into chunks of rows.
     pub max_storage_binding: u64,
     /// `max_buffer_size` in bytes.
@@ -32,7 +34,11 @@ impl std::fmt::Display for DeviceInfo {
         writeln!(f, "backend:               {} ({})", self.backend, self.device_type)?;
         writeln!(f, "driver:                {}", self.driver)?;
         writeln!(f, "shader f16:            {}", if self.shader_f16 { "yes" } else { "no" })?;
-        writeln!(f, "subgroups:             {}", if self.subgroups { "yes" } else { "no" })?;
+        if self.subgroups {
+            writeln!(f, "subgroups:             yes (size ≥ {})", self.subgroup_min_size)?;
+        } else {
+            writeln!(f, "subgroups:             no")?;
+        }
         writeln!(f, "max storage binding:   {} MiB", self.max_storage_binding >> 20)?;
         writeln!(f, "max buffer:            {} MiB", self.max_buffer >> 20)?;
         write!(f, "max workgroup storage: {} KiB", self.max_workgroup_storage >> 10)
@@ -120,6 +126,7 @@ pub(crate) fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu::Queue
         driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
         subgroups: features.contains(wgpu::Features::SUBGROUP),
+        subgroup_min_size: info.subgroup_min_size,
         max_storage_binding: limits.max_storage_buffer_binding_size,
         max_buffer: limits.max_buffer_size,
         max_workgroup_storage: limits.max_compute_workgroup_storage_size,

@@ -69,7 +69,21 @@ fn cols_for(dtype: DType, base: usize) -> usize {
 
 #[test]
 fn matmul_every_dtype_decode_and_prefill() {
-    let (c, g) = (cpu(), gpu(WgpuOptions::default()));
+    let g = gpu(WgpuOptions::default());
+    // Lavapipe offers subgroups of 8: the default run takes the subgroup reduction.
+    eprintln!("subgroup reduction: {}", g.uses_subgroups());
+    matmul_cases(&g);
+}
+
+#[test]
+fn matmul_without_subgroups_uses_the_workgroup_fallback() {
+    let g = gpu(WgpuOptions { subgroups: false, ..WgpuOptions::default() });
+    assert!(!g.uses_subgroups());
+    matmul_cases(&g);
+}
+
+fn matmul_cases(g: &WgpuBackend) {
+    let c = cpu();
     let mut rng = Rng(1);
     for dtype in WEIGHT_DTYPES {
         // (out rows, base cols, tokens): rows not a multiple of anything; 1 token is the decode
@@ -77,10 +91,10 @@ fn matmul_every_dtype_decode_and_prefill() {
         for (rows, base, n_tok) in [(37, 256, 1), (37, 256, 5), (70, 512, 17)] {
             let cols = cols_for(dtype, base);
             let src = source("w", dtype, &[rows, cols], weight_bytes(&mut rng, dtype, rows, cols));
-            let (cw, gw) = both(&c, &g, src);
+            let (cw, gw) = both(&c, g, src);
             let x = tensor(&mut rng, n_tok, cols);
             let want = c.matmul_q(&cw, &x).unwrap();
-            let got = g.download(&g.matmul_q(&gw, &to_gpu(&g, &x)).unwrap()).unwrap();
+            let got = g.download(&g.matmul_q(&gw, &to_gpu(g, &x)).unwrap()).unwrap();
             assert_close(&format!("matmul {dtype} {rows}×{cols} × {n_tok} tokens"), &want.data, &got, 1e-4);
         }
     }

@@ -6,6 +6,7 @@
 // (decode: TILE_T = 1, a fused dequantize × vector; prefill: TILE_T = 8, a weight read serves 8
 // tokens), then each row's 8 partial sums per token are reduced in workgroup memory. Eight rows
 // per workgroup keep the workgroup count (and the per-workgroup cost of software Vulkan) low.
+// The 8-lane reduction, `reduce_and_store`, comes from mul_mat_reduce_{workgroup,subgroup}.wgsl.
 
 struct Params {
     cols: u32,
@@ -28,7 +29,6 @@ const TPR: u32 = 8u;  // threads per row
 const RPW: u32 = 8u;  // rows per workgroup
 const TILE_T: u32 = {{TILE_T}}u;
 
-var<workgroup> partial: array<f32, {{TILE_T}} * 64>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -62,19 +62,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             }
         }
     }
-    for (var t = 0u; t < TILE_T; t++) {
-        partial[t * WG + lid.x] = acc[t];
-    }
-    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
-        workgroupBarrier();
-        if (lane < s) {
-            for (var t = 0u; t < TILE_T; t++) {
-                partial[t * WG + lid.x] += partial[t * WG + lid.x + s];
-            }
-        }
-    }
-    workgroupBarrier();
-    if (in_range && lane < TILE_T && t0 + lane < p.n_tok) {
-        y[(t0 + lane) * p.y_stride + p.y_offset + r] = partial[lane * WG + lid.x - lane];
-    }
+    reduce_and_store(acc, in_range, lane, lid.x, r, t0);
 }
