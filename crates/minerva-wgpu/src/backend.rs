@@ -115,7 +115,9 @@ impl WgpuBackend {
         let (_instance, adapters, backends) = device::list_adapters();
         let adapter = device::select(adapters, backends, options.adapter.as_deref())?;
         let (dev, queue, info) = device::open(&adapter)?;
-        let max_binding = options.max_binding.map_or(info.max_storage_binding, |m| m.min(info.max_storage_binding));
+        // Kernels address a weight chunk's bytes with u32: keep chunks under 2 GiB.
+        let device_limit = info.max_storage_binding.min(1 << 31);
+        let max_binding = options.max_binding.map_or(device_limit, |m| m.min(device_limit));
         let subgroups = options.subgroups && info.subgroups && info.subgroup_min_size >= 8;
         Ok(WgpuBackend {
             gpu: Gpu::new(dev, queue, info),
@@ -438,7 +440,8 @@ impl Backend for WgpuBackend {
         };
         let out = self.tensor(rows, q.cols)?;
         let prefill = batch.seqs.iter().any(|seq| seq.rows.len() > 1);
-        if prefill && hd <= kernels::attention::PREFILL_MAX_HEAD_DIM {
+        let fits = self.gpu.info.max_workgroup_storage as usize >= kernels::attention::PREFILL_WORKGROUP_BYTES;
+        if prefill && fits && hd <= kernels::attention::PREFILL_MAX_HEAD_DIM {
             let (qb, ob) = (q.buffer(), out.buffer());
             kernels::attention::attention_prefill(&self.gpu, qb, kc, vc, &info, &blocks, n_blocks, ob, &shape);
         } else {
