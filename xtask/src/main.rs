@@ -71,7 +71,12 @@ fn succeeds(cmd: &mut Command) -> bool {
 
 /// Debian packages the tests need, as (package, a command that proves it is usable).
 fn required_packages() -> Vec<(&'static str, Vec<&'static str>)> {
-    vec![("python3-pip", vec!["python3", "-m", "pip", "--version"])]
+    vec![
+        ("python3-pip", vec!["python3", "-m", "pip", "--version"]),
+        // The Vulkan loader and Mesa's software Vulkan (lavapipe): minerva-wgpu's tests need an adapter.
+        ("libvulkan1", vec!["sh", "-c", "ldconfig -p | grep -q 'libvulkan\\.so\\.1 '"]),
+        ("mesa-vulkan-drivers", vec!["sh", "-c", "ls /usr/share/vulkan/icd.d/lvp_icd.*.json"]),
+    ]
 }
 
 fn setup(root: &Path) -> Result<()> {

@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use minerva_generate::{ChatTemplate, Event, Message, Sampler, Session};
 
 use crate::error::CliError;
-use crate::load::{self, ModelArgs};
+use minerva_model::Backend;
+
+use crate::device::Device;
+use crate::load::{self, Loaded, ModelArgs};
 use crate::run::{GenArgs, stats_line};
 
 static GENERATING: AtomicBool = AtomicBool::new(false);
@@ -41,7 +44,20 @@ pub fn run(
 ) -> Result<(), CliError> {
     let params = sampling.sampling();
     Sampler::new(params.clone()).map_err(|e| CliError::Usage(e.to_string()))?;
-    let loaded = load::load(model)?;
+    match model.device {
+        Device::Cpu => converse(load::load(model, load::cpu_backend(model)?)?, sampling, system, input, out),
+        Device::Wgpu => converse(load::load(model, crate::device::open_wgpu()?)?, sampling, system, input, out),
+    }
+}
+
+fn converse<B: Backend>(
+    loaded: Loaded<B>,
+    sampling: &GenArgs,
+    system: Option<String>,
+    input: impl BufRead,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let params = sampling.sampling();
     let gen_err = |source| CliError::Generate { path: loaded.path.clone(), source };
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_tokenizer(tok).map_err(gen_err)?;

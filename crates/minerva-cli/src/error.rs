@@ -43,6 +43,9 @@ pub enum CliError {
     /// A command-line request that names no file (bad flag combination, --hf failures).
     #[error("{0}")]
     Usage(String),
+    /// No GPU device could be opened (`--device wgpu`).
+    #[error("--device wgpu: {0}")]
+    Device(#[from] minerva_wgpu::WgpuError),
     /// A request the file cannot satisfy.
     #[error("{path}: {message}")]
     Request {

@@ -1,5 +1,5 @@
 //! Resolving and loading a model for the generation commands: `--model PATH` or `--hf REPO[:FILE]`,
-//! a progress bar while a large file pages in, the tokenizer and the CPU backend.
+//! a progress bar while a large file pages in, the tokenizer, and the backend (`--device`).
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -7,37 +7,39 @@ use std::sync::Arc;
 
 use minerva_generate::Tokenizer;
 use minerva_gguf::{Gguf, Mmap};
-use minerva_model::{CpuBackend, Model};
+use minerva_model::{Backend, CpuBackend, Model};
 
+use crate::device::Device;
 use crate::error::CliError;
 
 /// Where the model comes from (shared by `run`, `chat`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
-    /// A GGUF model file.
+    /// A GGUF model file, or a SafeTensors checkpoint (file, index or directory) with its
+    /// `config.json` and `tokenizer.json`.
     #[arg(long, short = 'm', value_name = "PATH", required_unless_present = "hf", conflicts_with = "hf")]
     pub model: Option<PathBuf>,
     /// A model in the Hugging Face cache (`REPO:FILE`, e.g. `HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:model.gguf`);
     /// downloaded when missing and online.
     #[arg(long, value_name = "REPO[:FILE]")]
     pub hf: Option<String>,
-    /// Compute device (`cpu`).
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    /// Where the model runs.
+    #[arg(long, value_enum, default_value_t)]
+    pub device: Device,
     /// Worker threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Reference mode: f32 activations in every matmul (slower; what transformers computes).
+    /// Reference mode on the CPU: f32 activations in every matmul (slower; what transformers computes).
     #[arg(long)]
     pub f32_activations: bool,
 }
 
 /// A loaded model and its tokenizer.
-pub struct Loaded {
+pub struct Loaded<B: Backend> {
     /// The model file (for error messages).
     pub path: PathBuf,
-    /// The model on the CPU backend.
-    pub model: Model<CpuBackend>,
+    /// The model on its backend.
+    pub model: Model<B>,
     /// Its tokenizer.
     pub tokenizer: Tokenizer,
 }
@@ -108,23 +110,29 @@ fn page_in(path: &Path, bytes: &[u8]) {
     bar.finish_and_clear();
 }
 
-/// Opens a GGUF model: parses it, pages it in, builds its tokenizer and the model on the CPU.
-pub fn load(args: &ModelArgs) -> Result<Loaded, CliError> {
-    if args.device != "cpu" {
-        return Err(CliError::Usage(format!("--device {}: this build runs on `cpu` only", args.device)));
-    }
+/// The CPU backend `args` ask for (threads, reference mode).
+pub fn cpu_backend(args: &ModelArgs) -> Result<CpuBackend, CliError> {
+    let backend = CpuBackend::new(args.threads)
+        .map_err(|source| CliError::Model { path: args.model.clone().unwrap_or_default(), source })?;
+    Ok(backend.with_f32_activations(args.f32_activations))
+}
+
+/// Opens a model onto `backend`: a GGUF file (parsed, paged in, tokenizer from its metadata) or a
+/// SafeTensors checkpoint (tokenizer from the `tokenizer.json` beside it).
+pub fn load<B: Backend>(args: &ModelArgs, backend: B) -> Result<Loaded<B>, CliError> {
     let path = model_path(args)?;
-    if path.is_dir() {
-        return Err(CliError::Request {
-            path,
-            message: "generation needs a GGUF file; SafeTensors directories are not supported by run/chat yet".into(),
-        });
+    let model_err = |source| CliError::Model { path: path.clone(), source };
+    let gen_err = |source| CliError::Generate { path: path.clone(), source };
+    let is_safetensors = path.is_dir() || path.extension().is_some_and(|e| e == "safetensors" || e == "json");
+    if is_safetensors {
+        let dir = if path.is_dir() { path.as_path() } else { path.parent().unwrap_or(Path::new(".")) };
+        let tokenizer = Tokenizer::from_dir(dir).map_err(gen_err)?;
+        let model = Model::load(&path, backend).map_err(model_err)?;
+        return Ok(Loaded { path, model, tokenizer });
     }
     let gguf: Gguf<Mmap> = Gguf::open(&path).map_err(CliError::gguf(&path))?;
     page_in(&path, gguf.bytes());
-    let tokenizer = Tokenizer::from_gguf(&gguf).map_err(|source| CliError::Generate { path: path.clone(), source })?;
-    let model_err = |source| CliError::Model { path: path.clone(), source };
-    let backend = CpuBackend::new(args.threads).map_err(model_err)?.with_f32_activations(args.f32_activations);
+    let tokenizer = Tokenizer::from_gguf(&gguf).map_err(gen_err)?;
     let model = Model::from_gguf(Arc::new(gguf), backend).map_err(model_err)?;
     Ok(Loaded { path, model, tokenizer })
 }

@@ -3,6 +3,7 @@
 //! Errors print one line on stderr naming the file and the problem, and exit with code 2.
 
 mod chat;
+mod device;
 mod dump;
 mod error;
 mod inspect;
@@ -33,10 +34,14 @@ enum Command {
     /// Show a model file's metadata, tensor table and totals.
     Inspect {
         /// A GGUF file, a SafeTensors file or index, or a model directory.
-        path: PathBuf,
+        #[arg(required_unless_present = "device")]
+        path: Option<PathBuf>,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Describe the GPU adapter `--device wgpu` would use instead of a file.
+        #[arg(long, conflicts_with = "path")]
+        device: bool,
     },
     /// Write one tensor's values, dequantized to f32, as a numpy `.npy` file.
     Dump {
@@ -68,6 +73,9 @@ enum Command {
         /// Worker threads (default: one per core).
         #[arg(long)]
         threads: Option<usize>,
+        /// Where the model runs.
+        #[arg(long, value_enum, default_value_t)]
+        device: device::Device,
     },
     /// Generate text from a prompt, streamed to stdout.
     Run {
@@ -153,14 +161,15 @@ fn run(cli: Cli) -> Result<(), CliError> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match cli.command {
-        Command::Inspect { path, json } => inspect::run(&path, json, &mut out),
+        Command::Inspect { path: Some(path), json, device: false } => inspect::run(&path, json, &mut out),
+        Command::Inspect { json, .. } => device::inspect(json, &mut out),
         Command::Dump { path, tensor, output } => dump::run(&path, &tensor, &output),
-        Command::Score { path, tokens, text, ctx, out: logits, threads } => {
+        Command::Score { path, tokens, text, ctx, out: logits, threads, device } => {
             let tokens = match text {
                 Some(file) => tokenize::tokens_for_score(&path, &read_text(&file)?)?,
                 None => tokens,
             };
-            score::run(&path, &tokens, score::Options { ctx, out: logits.as_deref(), threads }, &mut out)
+            score::run(&path, &tokens, score::Options { ctx, out: logits.as_deref(), threads, device }, &mut out)
         }
         Command::Run { model, prompt, chat, system, sampling } => {
             run::run(&model, &sampling, &prompt, chat, system.as_deref(), &mut out)

@@ -5,6 +5,9 @@ use std::io::Write;
 use minerva_generate::{ChatTemplate, GenerateOptions, Message, Sampler, SamplingParams, Session, Summary};
 
 use crate::error::CliError;
+use minerva_model::Backend;
+
+use crate::device::Device;
 use crate::load::{self, Loaded, ModelArgs};
 
 /// Sampling and length flags (shared by `run` and `chat`). Defaults are llama.cpp's.
@@ -98,7 +101,7 @@ impl GenArgs {
     }
 
     /// The context size, capped at the model's trained context.
-    pub fn context(&self, loaded: &Loaded) -> usize {
+    pub fn context<B: Backend>(&self, loaded: &Loaded<B>) -> usize {
         let trained = loaded.model.config.context_length;
         if trained > 0 { self.ctx_size.min(trained) } else { self.ctx_size }
     }
@@ -129,7 +132,25 @@ pub fn run(
     out: &mut impl Write,
 ) -> Result<(), CliError> {
     let sampler = Sampler::new(sampling.sampling()).map_err(|e| CliError::Usage(e.to_string()))?;
-    let loaded = load::load(model)?;
+    match model.device {
+        Device::Cpu => {
+            generate(load::load(model, load::cpu_backend(model)?)?, sampling, sampler, prompt, chat, system, out)
+        }
+        Device::Wgpu => {
+            generate(load::load(model, crate::device::open_wgpu()?)?, sampling, sampler, prompt, chat, system, out)
+        }
+    }
+}
+
+fn generate<B: Backend>(
+    loaded: Loaded<B>,
+    sampling: &GenArgs,
+    sampler: Sampler,
+    prompt: &str,
+    chat: bool,
+    system: Option<&str>,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
     let gen_err = |source| CliError::Generate { path: loaded.path.clone(), source };
     let tok = &loaded.tokenizer;
     let ids = if chat {

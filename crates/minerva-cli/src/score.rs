@@ -8,7 +8,9 @@
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput};
+use minerva_model::{Backend, CpuBackend, LogitsFor, Model, SequenceInput};
+
+use crate::device::Device;
 
 use crate::error::CliError;
 use crate::npy;
@@ -21,6 +23,8 @@ pub struct Options<'a> {
     pub out: Option<&'a Path>,
     /// Worker threads.
     pub threads: Option<usize>,
+    /// Where the model runs.
+    pub device: Device,
 }
 
 /// Runs the command, printing the perplexity to `stdout`.
@@ -31,8 +35,27 @@ pub fn run(path: &Path, tokens: &[u32], opts: Options<'_>, stdout: &mut impl Wri
     if ctx < 2 || tokens.len() < ctx {
         return Err(request(format!("need a window of at least 2 tokens: {} tokens, --ctx {ctx}", tokens.len())));
     }
-    let backend = CpuBackend::new(opts.threads).map_err(model_err)?;
-    let model = Model::load(path, backend).map_err(model_err)?;
+    match opts.device {
+        Device::Cpu => {
+            let model = Model::load(path, CpuBackend::new(opts.threads).map_err(model_err)?).map_err(model_err)?;
+            score(path, &model, tokens, ctx, &opts, stdout)
+        }
+        Device::Wgpu => {
+            let model = Model::load(path, crate::device::open_wgpu()?).map_err(model_err)?;
+            score(path, &model, tokens, ctx, &opts, stdout)
+        }
+    }
+}
+
+fn score<B: Backend>(
+    path: &Path,
+    model: &Model<B>,
+    tokens: &[u32],
+    ctx: usize,
+    opts: &Options<'_>,
+    stdout: &mut impl Write,
+) -> Result<(), CliError> {
+    let model_err = |source| CliError::Model { path: path.to_path_buf(), source };
     let vocab = model.config.vocab;
     let first = if opts.ctx.is_some() { ctx / 2 } else { 0 };
     let windows = tokens.len() / ctx;

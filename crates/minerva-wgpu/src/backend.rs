@@ -1,0 +1,470 @@
+//! [`WgpuBackend`]: minerva-model's [`Backend`] on a wgpu device.
+//!
+//! Every op records its dispatches into one pending command encoder and returns at once; the
+//! step is submitted as one command buffer when something is read back ([`Backend::logits`],
+//! [`WgpuBackend::greedy`], [`WgpuBackend::download`]).
+
+use std::sync::{Mutex, PoisonError};
+
+use minerva_model::{
+    Backend, Batch, CacheShape, Mask, ModelError, Result, RopeConfig, RopeScaling, RopeStyle, WeightSource,
+};
+
+use crate::device::{self, DeviceInfo};
+use crate::error::WgpuError;
+use crate::gpu::{Gpu, PooledBuffer};
+use crate::kernels::{self, attention::AttentionShape, rope::RopeShape};
+use crate::weight::{self, WgpuWeight};
+
+/// How to open the backend.
+#[derive(Clone, Debug)]
+pub struct WgpuOptions {
+    /// Pick the first adapter whose name contains this (case-insensitive); default: the
+    /// `MINERVA_ADAPTER` environment variable, else the most capable kind (discrete GPU first).
+    pub adapter: Option<String>,
+    /// Use at most this many bytes per storage binding (default: the device's limit). Tests
+    /// lower it to exercise weights split across bindings.
+    pub max_binding: Option<u64>,
+    /// Keys per attention workgroup (flash-decoding split length).
+    pub attention_split: usize,
+    /// Use subgroup operations where the device offers them (`false`: the workgroup-memory
+    /// fallbacks everywhere, as on a device without subgroups).
+    pub subgroups: bool,
+}
+
+impl Default for WgpuOptions {
+    fn default() -> Self {
+        WgpuOptions {
+            adapter: std::env::var("MINERVA_ADAPTER").ok().filter(|s| !s.is_empty()),
+            max_binding: None,
+            attention_split: 256,
+            subgroups: true,
+        }
+    }
+}
+
+/// An activation on the GPU: `rows × cols` f32, row-major.
+pub struct WgpuTensor {
+    buf: PooledBuffer,
+    rows: usize,
+    cols: usize,
+}
+
+impl WgpuTensor {
+    /// Rows (tokens).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Values per row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn buffer(&self) -> &wgpu::Buffer {
+        self.buf.buffer()
+    }
+}
+
+/// A KV cache on the GPU: per layer one key and one value buffer, `[slot][kv_head][pos][head_dim]`
+/// f32, allocated (zeroed) once.
+pub struct WgpuCache {
+    shape: CacheShape,
+    k: Vec<wgpu::Buffer>,
+    v: Vec<wgpu::Buffer>,
+}
+
+impl WgpuCache {
+    /// The cache's shape.
+    pub fn shape(&self) -> CacheShape {
+        self.shape
+    }
+}
+
+/// Host-side tables that repeat across the layers of a step, uploaded once per step.
+#[derive(Default)]
+struct StepTables {
+    /// (positions, rope config) → (cos, sin) table.
+    rope: Option<(Vec<u32>, RopeConfig, wgpu::Buffer)>,
+    /// Batch → (slot, position) per row, and the prefill query blocks (with their count).
+    rows: Option<(Batch, wgpu::Buffer, wgpu::Buffer, usize)>,
+}
+
+/// The wgpu backend.
+pub struct WgpuBackend {
+    gpu: Gpu,
+    /// Bytes per weight chunk ([`WgpuOptions::max_binding`], at most the device's limit).
+    max_binding: u64,
+    attention_split: usize,
+    /// Whether kernels use subgroup shuffles (offered, wanted, and subgroups of at least 8).
+    subgroups: bool,
+    tables: Mutex<StepTables>,
+}
+
+/// The most rows (tokens) a batch may have: WebGPU's minimum for workgroups per dimension, which
+/// row-per-workgroup kernels (embed, rms_norm, attention, argmax) dispatch along.
+const MAX_ROWS: usize = 65535;
+
+fn request(message: String) -> ModelError {
+    ModelError::Request(message)
+}
+
+impl WgpuBackend {
+    /// Opens the adapter `options` pick (see [`WgpuOptions::adapter`]) with its own limits.
+    pub fn new(options: WgpuOptions) -> std::result::Result<WgpuBackend, WgpuError> {
+        let (_instance, adapters, backends) = device::list_adapters();
+        let adapter = device::select(adapters, backends, options.adapter.as_deref())?;
+        let (dev, queue, info) = device::open(&adapter)?;
+        // Kernels address a weight chunk's bytes with u32: keep chunks under 2 GiB.
+        let device_limit = info.max_storage_binding.min(1 << 31);
+        let max_binding = options.max_binding.map_or(device_limit, |m| m.min(device_limit));
+        let subgroups = options.subgroups && info.subgroups && info.subgroup_min_size >= 8;
+        Ok(WgpuBackend {
+            gpu: Gpu::new(dev, queue, info),
+            max_binding,
+            attention_split: options.attention_split.max(1),
+            subgroups,
+            tables: Mutex::new(StepTables::default()),
+        })
+    }
+
+    /// The device's description.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.gpu.info
+    }
+
+    /// Whether the kernels use subgroup operations on this device.
+    pub fn uses_subgroups(&self) -> bool {
+        self.subgroups
+    }
+
+    /// A tensor holding `data` (`rows × cols`).
+    pub fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<WgpuTensor> {
+        if data.len() != rows * cols {
+            return Err(request(format!("upload: {} values for {rows}×{cols}", data.len())));
+        }
+        Ok(WgpuTensor { buf: self.gpu.upload(bytemuck::cast_slice(data)), rows, cols })
+    }
+
+    /// Submits the pending step and reads `t` back.
+    pub fn download(&self, t: &WgpuTensor) -> Result<Vec<f32>> {
+        let bytes = self.gpu.read_back(t.buffer(), (t.rows * t.cols * 4) as u64)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// Greedy decoding on the GPU: the argmax token of the logits of rows `rows` of `x`; only
+    /// one u32 per row comes back to the host.
+    pub fn greedy(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<Vec<u32>> {
+        let logits = self.head_logits(x, head, rows)?;
+        let out = self.gpu.scratch((rows.len() * 4) as u64);
+        kernels::argmax::argmax(&self.gpu, logits.buffer(), out.buffer(), rows.len(), head.rows);
+        let bytes = self.gpu.read_back(out.buffer(), (rows.len() * 4) as u64)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// The argmax of every row of `x`.
+    pub fn argmax(&self, x: &WgpuTensor) -> Result<Vec<u32>> {
+        let out = self.gpu.scratch((x.rows * 4) as u64);
+        kernels::argmax::argmax(&self.gpu, x.buffer(), out.buffer(), x.rows, x.cols);
+        let bytes = self.gpu.read_back(out.buffer(), (x.rows * 4) as u64)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// A new activation, or an error when it would not fit one storage binding.
+    fn tensor(&self, rows: usize, cols: usize) -> Result<WgpuTensor> {
+        let bytes = rows.checked_mul(cols).and_then(|n| n.checked_mul(4)).unwrap_or(usize::MAX) as u64;
+        let limit = self.gpu.info.max_storage_binding;
+        if bytes > limit {
+            return Err(request(format!(
+                "a {rows}×{cols} activation exceeds the GPU's storage binding limit of {limit} bytes"
+            )));
+        }
+        Ok(WgpuTensor { buf: self.gpu.scratch(bytes), rows, cols })
+    }
+
+    /// Gathers rows `rows` of `x` and multiplies them by the LM head (recorded, not read back).
+    fn head_logits(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<WgpuTensor> {
+        if let Some(&r) = rows.iter().find(|&&r| r >= x.rows) {
+            return Err(request(format!("logits: no row {r} in {} rows", x.rows)));
+        }
+        let picked = self.tensor(rows.len(), x.cols)?;
+        let row_bytes = (x.cols * 4) as u64;
+        self.gpu.record(|enc| {
+            for (i, &r) in rows.iter().enumerate() {
+                enc.copy_buffer_to_buffer(
+                    x.buffer(),
+                    r as u64 * row_bytes,
+                    picked.buffer(),
+                    i as u64 * row_bytes,
+                    row_bytes,
+                );
+            }
+        });
+        self.matmul_q(head, &picked)
+    }
+
+    /// The (cos, sin) table of `positions` under `rope`, computed exactly as the CPU backend does
+    /// and uploaded once per step (Q and K of every layer share it).
+    fn rope_table(&self, positions: &[u32], rope: &RopeConfig) -> wgpu::Buffer {
+        let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((p, c, b)) = &tables.rope
+            && p == positions
+            && c == rope
+        {
+            return b.clone();
+        }
+        // The same frequencies and cos/sin multiplier (long-rope, YaRN) as the CPU backend.
+        let max_pos = positions.iter().copied().max().unwrap_or(0);
+        let (inv_freq, mscale) = minerva_model::rope::inv_freq(rope, max_pos);
+        let mut table = Vec::with_capacity(positions.len() * inv_freq.len() * 2);
+        for &pos in positions {
+            for f in &inv_freq {
+                let (sin, cos) = (pos as f32 * f).sin_cos();
+                table.extend([cos * mscale, sin * mscale]);
+            }
+        }
+        let buffer = self.gpu.init_buffer("rope table", bytemuck::cast_slice(&table), wgpu::BufferUsages::STORAGE);
+        tables.rope = Some((positions.to_vec(), rope.clone(), buffer.clone()));
+        buffer
+    }
+
+    /// (slot, position) of every row of `batch` and its prefill query blocks (and their count),
+    /// uploaded once per step.
+    fn row_table(&self, batch: &Batch) -> (wgpu::Buffer, wgpu::Buffer, usize) {
+        let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((b, info, blocks, n)) = &tables.rows
+            && b == batch
+        {
+            return (info.clone(), blocks.clone(), *n);
+        }
+        let mut info = vec![0u32; batch.n_tokens() * 2];
+        for seq in &batch.seqs {
+            for r in seq.rows.clone() {
+                info[2 * r] = seq.slot as u32;
+                info[2 * r + 1] = batch.positions[r];
+            }
+        }
+        let info = self.gpu.init_buffer("row table", bytemuck::cast_slice(&info), wgpu::BufferUsages::STORAGE);
+        let blocks = kernels::attention::prefill_blocks(batch);
+        let n = blocks.len() / 4;
+        let blocks = self.gpu.init_buffer("query blocks", bytemuck::cast_slice(&blocks), wgpu::BufferUsages::STORAGE);
+        tables.rows = Some((batch.clone(), info.clone(), blocks.clone(), n));
+        (info, blocks, n)
+    }
+}
+
+fn same_shape(op: &str, a: &WgpuTensor, b: &WgpuTensor) -> Result<()> {
+    if (a.rows, a.cols) != (b.rows, b.cols) {
+        return Err(request(format!("{op}: operands {}×{} and {}×{} differ", a.rows, a.cols, b.rows, b.cols)));
+    }
+    Ok(())
+}
+
+impl Backend for WgpuBackend {
+    type Tensor = WgpuTensor;
+    type Weight = WgpuWeight;
+    type Cache = WgpuCache;
+
+    fn weight(&self, source: WeightSource) -> Result<WgpuWeight> {
+        weight::upload(&self.gpu, source, self.max_binding)
+    }
+
+    fn new_cache(&self, shape: CacheShape) -> Result<WgpuCache> {
+        let bytes = [shape.slots, shape.n_head_kv, shape.capacity, shape.head_dim, 4]
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+            .filter(|&b| b <= self.max_binding)
+            .ok_or_else(|| {
+                request(format!(
+                    "KV cache {shape:?}: one layer's keys exceed the GPU's storage binding limit of {} bytes",
+                    self.max_binding
+                ))
+            })?;
+        let make = |label: &str| {
+            self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes.max(4),
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let k = (0..shape.n_layer).map(|_| make("k cache")).collect();
+        let v = (0..shape.n_layer).map(|_| make("v cache")).collect();
+        Ok(WgpuCache { shape, k, v })
+    }
+
+    fn embed(&self, table: &WgpuWeight, tokens: &[u32]) -> Result<WgpuTensor> {
+        if table.vector.is_some() || tokens.is_empty() {
+            return Err(request(format!("embed: {} is not a table, or no tokens", table.name)));
+        }
+        // Row-per-workgroup kernels dispatch one workgroup per token along one dimension.
+        if tokens.len() > MAX_ROWS {
+            return Err(request(format!("a batch of {} tokens exceeds the GPU limit of {MAX_ROWS}", tokens.len())));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= table.rows) {
+            return Err(request(format!("token id {t} is outside the vocabulary of {}", table.rows)));
+        }
+        let out = self.tensor(tokens.len(), table.cols)?;
+        let ids = self.gpu.init_buffer("tokens", bytemuck::cast_slice(tokens), wgpu::BufferUsages::STORAGE);
+        kernels::embed::embed(&self.gpu, table, &ids, tokens.len(), out.buffer());
+        Ok(out)
+    }
+
+    fn rms_norm(&self, x: &WgpuTensor, w: &WgpuWeight, eps: f32) -> Result<WgpuTensor> {
+        let g = w
+            .vector
+            .as_ref()
+            .filter(|_| w.cols == x.cols)
+            .ok_or_else(|| request(format!("rms_norm: {} is not a vector of {} values", w.name, x.cols)))?;
+        let out = self.tensor(x.rows, x.cols)?;
+        kernels::rms_norm::rms_norm(&self.gpu, x.buffer(), g, out.buffer(), x.rows, x.cols, eps);
+        Ok(out)
+    }
+
+    fn matmul_q(&self, w: &WgpuWeight, x: &WgpuTensor) -> Result<WgpuTensor> {
+        if w.vector.is_some() || x.cols != w.cols {
+            return Err(request(format!(
+                "matmul_q: {} ({}×{}) cannot multiply rows of {}",
+                w.name, w.rows, w.cols, x.cols
+            )));
+        }
+        let out = self.tensor(x.rows, w.rows)?;
+        kernels::mul_mat::mul_mat(&self.gpu, w, x.buffer(), x.rows, out.buffer(), self.subgroups);
+        Ok(out)
+    }
+
+    fn rope(&self, x: &mut WgpuTensor, n_heads: usize, positions: &[u32], rope: &RopeConfig) -> Result<()> {
+        if positions.len() != x.rows || n_heads == 0 || !x.cols.is_multiple_of(n_heads) || rope.dim > x.cols / n_heads {
+            return Err(request(format!("rope: {}×{} with {n_heads} heads", x.rows, x.cols)));
+        }
+        if let RopeScaling::FreqFactors { factors } = &rope.scaling
+            && factors.len() < rope.dim / 2
+        {
+            return Err(request(format!("rope: {} frequency factors for {} pairs", factors.len(), rope.dim / 2)));
+        }
+        let table = self.rope_table(positions, rope);
+        let shape = RopeShape {
+            rows: x.rows,
+            n_heads,
+            head_dim: x.cols / n_heads,
+            half: rope.dim / 2,
+            neox: rope.style == RopeStyle::NeoX,
+        };
+        kernels::rope::rope(&self.gpu, x.buffer(), &table, &shape);
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        q: &WgpuTensor,
+        k: &WgpuTensor,
+        v: &WgpuTensor,
+        cache: &mut WgpuCache,
+        layer: usize,
+        batch: &Batch,
+        mask: Mask,
+    ) -> Result<WgpuTensor> {
+        let s = cache.shape;
+        let hd = s.head_dim;
+        let kv_dim = s.n_head_kv * hd;
+        let rows = batch.n_tokens();
+        if q.rows != rows || k.rows != rows || v.rows != rows || k.cols != kv_dim || v.cols != kv_dim {
+            return Err(request(format!(
+                "attention: q {}×{}, k {}×{}, v {}×{} for {rows} tokens and {kv_dim} key/value columns",
+                q.rows, q.cols, k.rows, k.cols, v.rows, v.cols
+            )));
+        }
+        if layer >= s.n_layer || !q.cols.is_multiple_of(hd) || !(q.cols / hd).is_multiple_of(s.n_head_kv) {
+            return Err(request(format!("attention: layer {layer} or {} query columns do not fit", q.cols)));
+        }
+        if hd > kernels::attention::MAX_HEAD_DIM {
+            return Err(request(format!(
+                "attention: head dim {hd} exceeds the kernel's {}",
+                kernels::attention::MAX_HEAD_DIM
+            )));
+        }
+        let mut covered = 0;
+        for seq in &batch.seqs {
+            if seq.slot >= s.slots || seq.rows.end > rows {
+                return Err(request(format!("attention: slot {} of {} or rows {:?}", seq.slot, s.slots, seq.rows)));
+            }
+            covered += seq.rows.len();
+        }
+        if covered != rows {
+            return Err(request(format!("attention: the sequences cover {covered} of {rows} rows")));
+        }
+        if let Some(&pos) = batch.positions.iter().find(|&&p| p as usize >= s.capacity) {
+            return Err(request(format!("position {pos} is beyond the KV cache's {}", s.capacity)));
+        }
+        let window = match mask {
+            Mask::Causal => 0,
+            Mask::SlidingWindow(w) => w.max(1),
+        };
+        let max_span = batch
+            .positions
+            .iter()
+            .map(|&p| if window == 0 { p as usize + 1 } else { (p as usize + 1).min(window) })
+            .max()
+            .unwrap_or(1);
+        let (info, blocks, n_blocks) = self.row_table(batch);
+        let (kc, vc) = (&cache.k[layer], &cache.v[layer]);
+        kernels::kv_store::kv_store(
+            &self.gpu,
+            k.buffer(),
+            v.buffer(),
+            kc,
+            vc,
+            &info,
+            rows,
+            s.n_head_kv,
+            hd,
+            s.capacity,
+        );
+        let shape = AttentionShape {
+            rows,
+            n_head: q.cols / hd,
+            n_kv: s.n_head_kv,
+            head_dim: hd,
+            capacity: s.capacity,
+            split_len: self.attention_split,
+            max_span,
+            window,
+        };
+        let out = self.tensor(rows, q.cols)?;
+        let prefill = batch.seqs.iter().any(|seq| seq.rows.len() > 1);
+        let fits = self.gpu.info.max_workgroup_storage as usize >= kernels::attention::PREFILL_WORKGROUP_BYTES;
+        if prefill && fits && hd <= kernels::attention::PREFILL_MAX_HEAD_DIM {
+            let (qb, ob) = (q.buffer(), out.buffer());
+            kernels::attention::attention_prefill(&self.gpu, qb, kc, vc, &info, &blocks, n_blocks, ob, &shape);
+        } else {
+            let part = self.tensor(kernels::attention::partial_len(&shape), 1)?;
+            kernels::attention::attention(&self.gpu, q.buffer(), kc, vc, &info, part.buffer(), out.buffer(), &shape);
+        }
+        Ok(out)
+    }
+
+    fn add(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<()> {
+        same_shape("add", x, y)?;
+        kernels::add::add(&self.gpu, x.buffer(), y.buffer(), x.rows * x.cols);
+        Ok(())
+    }
+
+    fn swiglu(&self, gate: &WgpuTensor, up: &WgpuTensor) -> Result<WgpuTensor> {
+        same_shape("swiglu", gate, up)?;
+        let out = self.tensor(gate.rows, gate.cols)?;
+        kernels::swiglu::swiglu(&self.gpu, gate.buffer(), up.buffer(), out.buffer(), gate.rows * gate.cols);
+        Ok(out)
+    }
+
+    fn logits(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<Vec<f32>> {
+        // Many rows of a large vocabulary (512 × 201088 f32 = 411 MB) exceed one binding: compute
+        // and read back as many rows at a time as fit.
+        let per_pass = (self.gpu.info.max_storage_binding / (head.rows as u64 * 4).max(1)).max(1) as usize;
+        let mut out = Vec::with_capacity(rows.len() * head.rows);
+        for group in rows.chunks(per_pass) {
+            let logits = self.head_logits(x, head, group)?;
+            out.extend(self.download(&logits)?);
+        }
+        Ok(out)
+    }
+}

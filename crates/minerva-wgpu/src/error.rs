@@ -1,0 +1,41 @@
+//! The crate's error type.
+
+/// What can go wrong finding or talking to a GPU.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WgpuError {
+    /// No adapter of any usable kind was found.
+    #[error("no GPU adapter found (backends tried: {backends}); install a Vulkan driver, e.g. mesa-vulkan-drivers")]
+    NoAdapter {
+        /// The wgpu backends that were searched.
+        backends: String,
+    },
+    /// `MINERVA_ADAPTER` (or `--adapter`) matched none of the adapters.
+    #[error("no GPU adapter name contains {wanted:?} (available: {})", available.join(", "))]
+    AdapterNotFound {
+        /// The requested name substring.
+        wanted: String,
+        /// The adapters that exist.
+        available: Vec<String>,
+    },
+    /// The adapter refused to open a device with its own features and limits.
+    #[error("cannot open a device on {adapter}: {message}")]
+    RequestDevice {
+        /// The adapter's name.
+        adapter: String,
+        /// wgpu's message.
+        message: String,
+    },
+    /// wgpu reported an error (validation, out of memory) while recording or running a step.
+    #[error("GPU error: {0}")]
+    Device(String),
+    /// Reading a buffer back failed.
+    #[error("reading back from the GPU failed: {0}")]
+    ReadBack(String),
+}
+
+impl From<WgpuError> for minerva_model::ModelError {
+    fn from(e: WgpuError) -> Self {
+        minerva_model::ModelError::Request(e.to_string())
+    }
+}

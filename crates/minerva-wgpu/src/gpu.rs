@@ -1,0 +1,280 @@
+//! The device and what every op shares: the pipeline cache, the activation buffer pool, and the
+//! pending step: the command encoder that collects a forward step's dispatches until something
+//! is read back, with the kernels' parameters gathered into one uniform ring buffer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use wgpu::util::DeviceExt;
+
+use crate::device::DeviceInfo;
+use crate::error::WgpuError;
+
+/// Buffers of activations, by exact byte size, waiting to be reused. Shapes repeat from one
+/// step to the next, so after the first step a forward pass allocates nothing.
+pub(crate) type Pool = Arc<Mutex<HashMap<u64, Vec<wgpu::Buffer>>>>;
+
+/// An activation buffer that goes back to the pool when dropped.
+///
+/// Reuse is safe while dispatches are still pending: wgpu orders the passes of one encoder and
+/// inserts the barriers between a pass that reads a buffer and a later one that writes it. No
+/// pooled buffer is ever written with `Queue::write_buffer` (which would land before the pending
+/// encoder runs); uploads get fresh buffers.
+pub(crate) struct PooledBuffer {
+    buffer: Option<wgpu::Buffer>,
+    pool: Pool,
+}
+
+impl PooledBuffer {
+    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
+        self.buffer.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for PooledBuffer {
+    fn drop(&mut self) {
+        if let Some(b) = self.buffer.take() {
+            lock(&self.pool).entry(b.size()).or_default().push(b);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The device, its queue, and the shared state of the ops.
+pub(crate) struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: DeviceInfo,
+    pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
+    pool: Pool,
+    step: Mutex<Step>,
+    /// Every dispatch's parameters, at `param_align` offsets; written once per submission.
+    ring: wgpu::Buffer,
+    param_align: usize,
+    /// Errors wgpu reported asynchronously (validation, out of memory), oldest first.
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+/// Bytes of the parameter ring: 8192 dispatches of 256-byte-aligned parameters per submission
+/// (a LLaMA step records ~16 per layer); a longer step is submitted in parts.
+const RING_BYTES: usize = 2 << 20;
+
+/// What has been recorded since the last submission.
+#[derive(Default)]
+struct Step {
+    encoder: Option<wgpu::CommandEncoder>,
+    /// The ring's contents so far.
+    params: Vec<u8>,
+}
+
+/// A usage for activations: kernels read and write them, copies move rows and results.
+const ACTIVATION: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
+
+impl Gpu {
+    pub(crate) fn new(device: wgpu::Device, queue: wgpu::Queue, info: DeviceInfo) -> Gpu {
+        // wgpu's default handler panics; keep the message and report it at the next read-back.
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| lock(&sink).push(e.to_string())));
+        let ring = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("parameter ring"),
+            size: RING_BYTES as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let param_align = device.limits().min_uniform_buffer_offset_alignment.max(16) as usize;
+        Gpu {
+            errors,
+            ring,
+            param_align,
+            step: Mutex::new(Step::default()),
+            device,
+            queue,
+            info,
+            pipelines: Mutex::new(HashMap::new()),
+            pool: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// An activation buffer of `bytes` (at least 4), from the pool when one of that size is free.
+    /// Its contents are whatever the last user left: every kernel writing one writes all of it.
+    pub(crate) fn scratch(&self, bytes: u64) -> PooledBuffer {
+        let size = bytes.max(4).next_multiple_of(4);
+        let reused = lock(&self.pool).get_mut(&size).and_then(Vec::pop);
+        let buffer = reused.unwrap_or_else(|| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("activation"),
+                size,
+                usage: ACTIVATION,
+                mapped_at_creation: false,
+            })
+        });
+        PooledBuffer { buffer: Some(buffer), pool: self.pool.clone() }
+    }
+
+    /// A new activation buffer holding `bytes` (created mapped, so it is ready before any pending
+    /// dispatch runs); it joins the pool when dropped.
+    pub(crate) fn upload(&self, bytes: &[u8]) -> PooledBuffer {
+        let buffer = self.init_buffer("upload", bytes, ACTIVATION);
+        PooledBuffer { buffer: Some(buffer), pool: self.pool.clone() }
+    }
+
+    /// A buffer holding `bytes` (padded to at least 4 bytes), for small per-op inputs.
+    pub(crate) fn init_buffer(&self, label: &str, bytes: &[u8], usage: wgpu::BufferUsages) -> wgpu::Buffer {
+        if bytes.len() < 4 || !bytes.len().is_multiple_of(4) {
+            let mut padded = bytes.to_vec();
+            padded.resize(bytes.len().max(4).next_multiple_of(4), 0);
+            return self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: &padded,
+                usage,
+            });
+        }
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents: bytes, usage })
+    }
+
+    /// The pipeline `key`, compiled from `source()` the first time it is asked for.
+    fn pipeline(&self, key: &str, source: impl FnOnce() -> String) -> wgpu::ComputePipeline {
+        let mut cache = lock(&self.pipelines);
+        if let Some(p) = cache.get(key) {
+            return p.clone();
+        }
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(key),
+            source: wgpu::ShaderSource::Wgsl(source().into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(key),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        cache.insert(key.to_string(), pipeline.clone());
+        pipeline
+    }
+
+    /// Records one dispatch of pipeline `key` into the pending encoder: `buffers` bound at
+    /// 0, 1, …, then `params` (from the ring) as a uniform at the next binding.
+    pub(crate) fn dispatch(
+        &self,
+        key: &str,
+        source: impl FnOnce() -> String,
+        buffers: &[&wgpu::Buffer],
+        params: &[u32],
+        groups: [u32; 3],
+    ) {
+        let pipeline = self.pipeline(key, source);
+        let bytes: &[u8] = bytemuck::cast_slice(params);
+        let mut step = lock(&self.step);
+        if step.params.len() + bytes.len() > RING_BYTES {
+            self.submit_locked(&mut step);
+        }
+        let offset = step.params.len();
+        step.params.extend_from_slice(bytes);
+        step.params.resize((offset + bytes.len()).next_multiple_of(self.param_align), 0);
+        let uniform = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: &self.ring,
+            offset: offset as u64,
+            size: wgpu::BufferSize::new(bytes.len() as u64),
+        });
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+            .iter()
+            .map(|b| b.as_entire_binding())
+            .chain(std::iter::once(uniform))
+            .enumerate()
+            .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
+            .collect();
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(key),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        let encoder = self.encoder(&mut step);
+        let mut pass =
+            encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(key), timestamp_writes: None });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+    }
+
+    fn encoder<'s>(&self, step: &'s mut Step) -> &'s mut wgpu::CommandEncoder {
+        step.encoder.get_or_insert_with(|| {
+            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") })
+        })
+    }
+
+    /// Runs `f` on the pending encoder (made on first use).
+    pub(crate) fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) {
+        let mut step = lock(&self.step);
+        f(self.encoder(&mut step));
+    }
+
+    /// Submits everything recorded so far as one command buffer.
+    pub(crate) fn submit(&self) {
+        self.submit_locked(&mut lock(&self.step));
+    }
+
+    /// Writes the ring (queue writes land before the command buffers of the same submission,
+    /// after those of earlier ones), then submits the encoder.
+    fn submit_locked(&self, step: &mut Step) {
+        if !step.params.is_empty() {
+            self.queue.write_buffer(&self.ring, 0, &step.params);
+            step.params.clear();
+        }
+        if let Some(encoder) = step.encoder.take() {
+            self.queue.submit([encoder.finish()]);
+        }
+    }
+
+    /// Copies `bytes` bytes of `src` to the host: records the copy, submits the step, waits.
+    pub(crate) fn read_back(&self, src: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>, WgpuError> {
+        let size = bytes.max(4).next_multiple_of(4);
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read back"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.record(|encoder| encoder.copy_buffer_to_buffer(src, 0, &staging, 0, size));
+        self.submit();
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| WgpuError::ReadBack(e.to_string()))?;
+        let mapped = rx.recv().map_err(|e| WgpuError::ReadBack(e.to_string()))?;
+        // A validation error earlier in the step explains a failed map better than the map does.
+        self.check()?;
+        mapped.map_err(|e| WgpuError::ReadBack(e.to_string()))?;
+        let data = staging.slice(..).get_mapped_range().map_err(|e| WgpuError::ReadBack(e.to_string()))?;
+        Ok(data[..bytes as usize].to_vec())
+    }
+
+    /// Waits for all submitted work (uploads included), so staging memory is released.
+    pub(crate) fn wait(&self) -> Result<(), WgpuError> {
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| WgpuError::ReadBack(e.to_string()))?;
+        self.check()
+    }
+
+    /// The first error wgpu reported since the last check, if any.
+    pub(crate) fn check(&self) -> Result<(), WgpuError> {
+        let mut errors = lock(&self.errors);
+        match errors.drain(..).next() {
+            None => Ok(()),
+            // wgpu's messages span lines ("Validation Error", "Caused by:", …): keep one line.
+            Some(message) => Err(WgpuError::Device(message.split_whitespace().collect::<Vec<_>>().join(" "))),
+        }
+    }
+}
+
+/// Workgroup counts for `n` groups of one dimension: x ≤ 65535 (the portable limit), the rest in
+/// y. Kernels rebuild the flat index as `x + y · 65535 · workgroup_size` (or `x + y · groups_x`).
+pub(crate) fn groups_1d(n: u32) -> [u32; 3] {
+    if n <= 65535 { [n.max(1), 1, 1] } else { [65535, n.div_ceil(65535), 1] }
+}

@@ -1,0 +1,103 @@
+// Flash-decoding, first pass. One workgroup per (split, head, query row): the row's visible
+// positions [lo, pos] (causal, or the last `window`) are cut into splits of `split_len`; this
+// workgroup walks its split in tiles of 64 keys with an online softmax (running max m, running
+// sum l, rescaled accumulator) and writes (m, l, acc[head_dim]) for attention_reduce to merge.
+// Each thread scores one key of a tile, then owns head dims lid, lid + 64, … of the accumulator.
+
+struct Params {
+    n_head: u32,
+    n_kv: u32,
+    head_dim: u32,
+    capacity: u32,
+    n_splits: u32,
+    split_len: u32,
+    window: u32,     // 0: causal
+    scale: f32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> kc: array<f32>;
+@group(0) @binding(2) var<storage, read> vc: array<f32>;
+@group(0) @binding(3) var<storage, read> info: array<vec2<u32>>; // (slot, position) per row
+@group(0) @binding(4) var<storage, read_write> part: array<f32>;
+@group(0) @binding(5) var<uniform> p: Params;
+
+const NEG: f32 = -3.0e38;
+const MAX_HD: u32 = 256u;
+
+var<workgroup> qs: array<f32, 256>;
+var<workgroup> score: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let split = wid.x;
+    let h = wid.y;
+    let r = wid.z;
+    let hd = p.head_dim;
+    let slot = info[r].x;
+    let pos = info[r].y;
+    var lo = 0u;
+    if (p.window > 0u && pos + 1u > p.window) {
+        lo = pos + 1u - p.window;
+    }
+    let s0 = lo + split * p.split_len;
+    let s1 = min(pos + 1u, s0 + p.split_len);
+    let kvh = h / (p.n_head / p.n_kv);
+    let cache_base = (slot * p.n_kv + kvh) * p.capacity * hd;
+    let qo = (r * p.n_head + h) * hd;
+    for (var d = lid.x; d < hd; d += 64u) {
+        qs[d] = q[qo + d];
+    }
+    var m = NEG;
+    var l = 0.0;
+    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    workgroupBarrier();
+    for (var t = s0; t < s1; t += 64u) {
+        let key = t + lid.x;
+        var s = NEG;
+        if (key < s1) {
+            let ko = cache_base + key * hd;
+            s = 0.0;
+            for (var d = 0u; d < hd; d++) {
+                s += qs[d] * kc[ko + d];
+            }
+            s *= p.scale;
+        }
+        score[lid.x] = s;
+        workgroupBarrier();
+        let n = min(64u, s1 - t);
+        var m_new = m;
+        for (var i = 0u; i < n; i++) {
+            m_new = max(m_new, score[i]);
+        }
+        let alpha = exp(m - m_new);
+        l *= alpha;
+        for (var j = 0u; j < 4u; j++) {
+            acc[j] *= alpha;
+        }
+        for (var i = 0u; i < n; i++) {
+            let e = exp(score[i] - m_new);
+            l += e;
+            let vo = cache_base + (t + i) * hd;
+            for (var j = 0u; j < 4u; j++) {
+                let d = lid.x + 64u * j;
+                if (d < hd) {
+                    acc[j] += e * vc[vo + d];
+                }
+            }
+        }
+        m = m_new;
+        workgroupBarrier();
+    }
+    let po = ((r * p.n_head + h) * p.n_splits + split) * (hd + 2u);
+    if (lid.x == 0u) {
+        part[po] = m;
+        part[po + 1u] = l;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        let d = lid.x + 64u * j;
+        if (d < hd) {
+            part[po + 2u + d] = acc[j];
+        }
+    }
+}

@@ -1,0 +1,47 @@
+// Shared WGSL, prepended to every kernel that reads a weight. The kernel declares the weight
+// binding `w: array<u32>`; these helpers read it by *byte* offset, because most GGML blocks
+// (34, 18, 20, 17, 210 bytes) put their fields at offsets that are not multiples of 4.
+// Words are little-endian, as in the file.
+
+// The byte at `off`.
+fn load_u8(off: u32) -> u32 {
+    return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu;
+}
+
+// The u16 at an even `off` (never straddles a word).
+fn load_u16(off: u32) -> u32 {
+    return (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
+}
+
+// The u32 at any `off`: one word when aligned, else the two words it straddles.
+fn load_u32(off: u32) -> u32 {
+    let i = off >> 2u;
+    let s = (off & 3u) * 8u;
+    if (s == 0u) {
+        return w[i];
+    }
+    return (w[i] >> s) | (w[i + 1u] << (32u - s));
+}
+
+// IEEE half at an even `off`. unpack2x16float is core WGSL: no SHADER_F16 needed.
+fn f16_at(off: u32) -> f32 {
+    return unpack2x16float(load_u16(off)).x;
+}
+
+// bfloat16 at an even `off`: the high half of an f32.
+fn bf16_at(off: u32) -> f32 {
+    return bitcast<f32>(load_u16(off) << 16u);
+}
+
+// Byte `i` (0..3) of `word` as a signed 8-bit integer.
+fn i8_of(word: u32, i: u32) -> f32 {
+    return f32(bitcast<i32>(word << (24u - 8u * i)) >> 24u);
+}
+
+// ggml's ggml_e8m0_to_fp32_half: 2^(e-128), with e = 0, 1 giving the subnormals 2^-128, 2^-127.
+fn e8m0_half(e: u32) -> f32 {
+    if (e < 2u) {
+        return bitcast<f32>(0x00200000u << e);
+    }
+    return bitcast<f32>((e - 1u) << 23u);
+}

@@ -1,0 +1,23 @@
+// mul_mat's reduction with subgroup shuffles (devices with SUBGROUP and subgroups of at least
+// 8): the 8 lanes of a row exchange partial sums by XOR butterfly, no workgroup memory, no
+// barrier. Assumes, as every implementation does, that a subgroup is a run of consecutive
+// local invocation indices, so a row's 8 lanes share one subgroup. Every thread runs the
+// shuffles (uniform control flow); only lane 0 of a row stores.
+
+fn reduce_and_store(acc: array<f32, TILE_T>, in_range: bool, lane: u32, li: u32, r: u32, t0: u32) {
+    var sums = acc;
+    for (var t = 0u; t < TILE_T; t++) {
+        var v = sums[t];
+        v += subgroupShuffleXor(v, 4u);
+        v += subgroupShuffleXor(v, 2u);
+        v += subgroupShuffleXor(v, 1u);
+        sums[t] = v;
+    }
+    if (in_range && lane == 0u) {
+        for (var t = 0u; t < TILE_T; t++) {
+            if (t0 + t < p.n_tok) {
+                y[(t0 + t) * p.y_stride + p.y_offset + r] = sums[t];
+            }
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! `rms_norm.wgsl`: row-wise RMS normalisation times a gain vector.
+
+use crate::gpu::Gpu;
+
+/// Records `out = x / rms(x) * g` for `rows` rows of `cols`.
+pub(crate) fn rms_norm(
+    gpu: &Gpu,
+    x: &wgpu::Buffer,
+    g: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    rows: usize,
+    cols: usize,
+    eps: f32,
+) {
+    let params = [cols as u32, eps.to_bits(), 0, 0];
+    gpu.dispatch("rms_norm", || include_str!("rms_norm.wgsl").to_string(), &[x, g, out], &params, [rows as u32, 1, 1]);
+}

@@ -1,0 +1,298 @@
+//! Backend parity, as llama.cpp's `test-backend-ops`: every op case runs on the `CpuBackend` and
+//! on the `WgpuBackend` with the same random inputs, and the outputs are compared.
+//!
+//! These tests need a wgpu adapter (in CI: lavapipe, Mesa's software Vulkan) and FAIL without
+//! one. Shapes are small (lavapipe is slow) and include sizes that are not multiples of the
+//! workgroup sizes (64, 256) or of the 8-value load width.
+//!
+//! Tolerances (max |gpu − cpu| ≤ tol · max |cpu|): the reference is computed in f32 from
+//! the same dequantized weights (`CpuBackend::with_f32_activations`), so differences are only f32
+//! rounding from another summation order (tree reductions of 64 partial sums on the GPU):
+//! 1e-5 for element-wise ops and gathers (exact up to libm's `exp`), 1e-4 for dot products over
+//! up to 1024 terms and for attention's online softmax.
+
+use minerva_core::DType;
+use minerva_model::{
+    Backend, Batch, CacheShape, CpuBackend, CpuTensor, Mask, RopeConfig, RopeScaling, RopeStyle, SeqSpan, WeightSource,
+};
+use minerva_wgpu::{WEIGHT_DTYPES, WgpuBackend, WgpuOptions};
+
+mod common;
+
+use common::{Rng, source, weight_bytes};
+
+fn gpu(options: WgpuOptions) -> WgpuBackend {
+    WgpuBackend::new(options)
+        .expect("these tests need a wgpu adapter; on Debian/Ubuntu install mesa-vulkan-drivers (lavapipe)")
+}
+
+fn cpu() -> CpuBackend {
+    CpuBackend::new(Some(1)).unwrap().with_f32_activations(true)
+}
+
+fn both<C, G>(c: &CpuBackend, g: &WgpuBackend, src: WeightSource) -> (C, G)
+where
+    CpuBackend: Backend<Weight = C>,
+    WgpuBackend: Backend<Weight = G>,
+{
+    (c.weight(src.clone()).unwrap(), g.weight(src).unwrap())
+}
+
+#[track_caller]
+fn assert_close(what: &str, cpu: &[f32], gpu: &[f32], tol: f32) {
+    assert_eq!(cpu.len(), gpu.len(), "{what}: lengths");
+    let scale = cpu.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+    let (i, err) = cpu
+        .iter()
+        .zip(gpu)
+        .map(|(a, b)| (a - b).abs())
+        .enumerate()
+        .fold((0, 0.0f32), |best, (i, e)| if e > best.1 || e.is_nan() { (i, e) } else { best });
+    assert!(err <= tol * scale, "{what}: max error {err} at {i} (cpu {}, gpu {}) > {tol} × {scale}", cpu[i], gpu[i]);
+}
+
+fn to_gpu(g: &WgpuBackend, t: &CpuTensor) -> minerva_wgpu::WgpuTensor {
+    g.upload(&t.data, t.rows, t.cols).unwrap()
+}
+
+fn tensor(rng: &mut Rng, rows: usize, cols: usize) -> CpuTensor {
+    CpuTensor { data: rng.vec(rows * cols), rows, cols }
+}
+
+/// Columns per dtype: not a multiple of 8 where the format allows (the `load1` tail path).
+fn cols_for(dtype: DType, base: usize) -> usize {
+    match dtype.block_elems() {
+        1 => base + 3,
+        n => base.next_multiple_of(n),
+    }
+}
+
+#[test]
+fn matmul_every_dtype_decode_and_prefill() {
+    let g = gpu(WgpuOptions::default());
+    // Lavapipe offers subgroups of 8: the default run takes the subgroup reduction.
+    eprintln!("subgroup reduction: {}", g.uses_subgroups());
+    matmul_cases(&g);
+}
+
+#[test]
+fn matmul_without_subgroups_uses_the_workgroup_fallback() {
+    let g = gpu(WgpuOptions { subgroups: false, ..WgpuOptions::default() });
+    assert!(!g.uses_subgroups());
+    matmul_cases(&g);
+}
+
+fn matmul_cases(g: &WgpuBackend) {
+    let c = cpu();
+    let mut rng = Rng(1);
+    for dtype in WEIGHT_DTYPES {
+        // (out rows, base cols, tokens): rows not a multiple of anything; 1 token is the decode
+        // path, 5 a partial prefill tile, 17 two full tiles and a partial one.
+        for (rows, base, n_tok) in [(37, 256, 1), (37, 256, 5), (70, 512, 17)] {
+            let cols = cols_for(dtype, base);
+            let src = source("w", dtype, &[rows, cols], weight_bytes(&mut rng, dtype, rows, cols));
+            let (cw, gw) = both(&c, g, src);
+            let x = tensor(&mut rng, n_tok, cols);
+            let want = c.matmul_q(&cw, &x).unwrap();
+            let got = g.download(&g.matmul_q(&gw, &to_gpu(g, &x)).unwrap()).unwrap();
+            assert_close(&format!("matmul {dtype} {rows}×{cols} × {n_tok} tokens"), &want.data, &got, 1e-4);
+        }
+    }
+}
+
+#[test]
+fn embed_every_dtype() {
+    let (c, g) = (cpu(), gpu(WgpuOptions::default()));
+    let mut rng = Rng(2);
+    for dtype in WEIGHT_DTYPES {
+        let (rows, cols) = (29, cols_for(dtype, 256));
+        let src = source("table", dtype, &[rows, cols], weight_bytes(&mut rng, dtype, rows, cols));
+        let (cw, gw) = both(&c, &g, src);
+        let tokens = [0, 28, 5, 5, 17];
+        let want = c.embed(&cw, &tokens).unwrap();
+        let got = g.download(&g.embed(&gw, &tokens).unwrap()).unwrap();
+        assert_close(&format!("embed {dtype}"), &want.data, &got, 1e-6);
+        assert!(g.embed(&gw, &[29]).is_err(), "an out-of-range token id is an error");
+    }
+}
+
+#[test]
+fn weights_split_across_bindings() {
+    let c = cpu();
+    // A binding limit of 4 rows of Q8_0 (4 × 8 blocks × 34 bytes) splits 37 rows into 10 chunks
+    // whose byte offsets are not multiples of 4.
+    let row_bytes = DType::Q8_0.row_bytes(256).unwrap() as u64;
+    let g = gpu(WgpuOptions { max_binding: Some(4 * row_bytes + 5), ..WgpuOptions::default() });
+    let mut rng = Rng(3);
+    for dtype in [DType::Q8_0, DType::MXFP4, DType::F16] {
+        let (rows, cols) = (37, 256);
+        let src = source("w", dtype, &[rows, cols], weight_bytes(&mut rng, dtype, rows, cols));
+        let (cw, gw) = both(&c, &g, src);
+        assert!(gw.chunk_count() > 1, "{dtype}: {} chunk(s)", gw.chunk_count());
+        for n_tok in [1, 9] {
+            let x = tensor(&mut rng, n_tok, cols);
+            let want = c.matmul_q(&cw, &x).unwrap();
+            let got = g.download(&g.matmul_q(&gw, &to_gpu(&g, &x)).unwrap()).unwrap();
+            assert_close(&format!("split matmul {dtype} × {n_tok}"), &want.data, &got, 1e-4);
+        }
+        let tokens = [36, 0, 4, 3, 20];
+        let want = c.embed(&cw, &tokens).unwrap();
+        let got = g.download(&g.embed(&gw, &tokens).unwrap()).unwrap();
+        assert_close(&format!("split embed {dtype}"), &want.data, &got, 1e-6);
+    }
+}
+
+#[test]
+fn rms_norm_add_swiglu() {
+    let (c, g) = (cpu(), gpu(WgpuOptions::default()));
+    let mut rng = Rng(4);
+    for (rows, cols) in [(1, 576), (3, 67), (5, 1000)] {
+        let gain = rng.vec(cols);
+        let src = source("norm", DType::F32, &[cols], gain.iter().flat_map(|v| v.to_le_bytes()).collect());
+        let (cw, gw) = both(&c, &g, src);
+        let x = tensor(&mut rng, rows, cols);
+        let want = c.rms_norm(&x, &cw, 1e-5).unwrap();
+        let got = g.download(&g.rms_norm(&to_gpu(&g, &x), &gw, 1e-5).unwrap()).unwrap();
+        assert_close(&format!("rms_norm {rows}×{cols}"), &want.data, &got, 1e-5);
+
+        let y = tensor(&mut rng, rows, cols);
+        let mut want = x.clone();
+        c.add(&mut want, &y).unwrap();
+        let mut gx = to_gpu(&g, &x);
+        g.add(&mut gx, &to_gpu(&g, &y)).unwrap();
+        assert_close(&format!("add {rows}×{cols}"), &want.data, &g.download(&gx).unwrap(), 1e-6);
+
+        let want = c.swiglu(&x, &y).unwrap();
+        let got = g.download(&g.swiglu(&to_gpu(&g, &x), &to_gpu(&g, &y)).unwrap()).unwrap();
+        assert_close(&format!("swiglu {rows}×{cols}"), &want.data, &got, 1e-5);
+    }
+    let x = tensor(&mut rng, 2, 8);
+    assert!(g.add(&mut to_gpu(&g, &x), &to_gpu(&g, &tensor(&mut rng, 2, 9))).is_err(), "shapes must match");
+}
+
+#[test]
+fn rope_styles_and_scalings() {
+    let (c, g) = (cpu(), gpu(WgpuOptions::default()));
+    let mut rng = Rng(5);
+    let positions = [0u32, 1, 7, 100, 4095];
+    for style in [RopeStyle::Normal, RopeStyle::NeoX] {
+        for scaling in [
+            RopeScaling::None,
+            RopeScaling::Linear { factor: 4.0 },
+            RopeScaling::FreqFactors { factors: vec![1.0, 2.0, 4.0, 8.0] },
+        ] {
+            // head_dim 10 with 8 rotated dims: the last two of each head are left alone.
+            let rope = RopeConfig { style, base: 10000.0, dim: 8, scaling: scaling.clone() };
+            let x = tensor(&mut rng, positions.len(), 3 * 10);
+            let mut want = x.clone();
+            c.rope(&mut want, 3, &positions, &rope).unwrap();
+            let mut gx = to_gpu(&g, &x);
+            g.rope(&mut gx, 3, &positions, &rope).unwrap();
+            assert_close(&format!("rope {style:?} {scaling:?}"), &want.data, &g.download(&gx).unwrap(), 1e-5);
+        }
+    }
+}
+
+/// Runs the same steps (a prefill of two sequences, then decode steps) through both backends.
+fn attention_case(g: &WgpuBackend, head_dim: usize, mask: Mask, seed: u64) {
+    let c = cpu();
+    let mut rng = Rng(seed);
+    let (n_head, n_kv) = (4, 2);
+    let shape = CacheShape { slots: 2, n_layer: 2, n_head_kv: n_kv, head_dim, capacity: 80 };
+    let (mut cc, mut gc) = (c.new_cache(shape).unwrap(), g.new_cache(shape).unwrap());
+    // Prefill: slot 1 gets 70 tokens, slot 0 gets 3; then three decode steps of both.
+    let mut steps = vec![Batch {
+        seqs: vec![SeqSpan { rows: 0..70, start_pos: 0, slot: 1 }, SeqSpan { rows: 70..73, start_pos: 0, slot: 0 }],
+        positions: (0..70).chain(0..3).collect(),
+    }];
+    for i in 0..3u32 {
+        steps.push(Batch {
+            seqs: vec![
+                SeqSpan { rows: 0..1, start_pos: 3 + i as usize, slot: 0 },
+                SeqSpan { rows: 1..2, start_pos: 70 + i as usize, slot: 1 },
+            ],
+            positions: vec![3 + i, 70 + i],
+        });
+    }
+    for (step, batch) in steps.iter().enumerate() {
+        let rows = batch.n_tokens();
+        for layer in [1, 0] {
+            let q = tensor(&mut rng, rows, n_head * head_dim);
+            let k = tensor(&mut rng, rows, n_kv * head_dim);
+            let v = tensor(&mut rng, rows, n_kv * head_dim);
+            let want = c.attention(&q, &k, &v, &mut cc, layer, batch, mask).unwrap();
+            let (gq, gk, gv) = (to_gpu(g, &q), to_gpu(g, &k), to_gpu(g, &v));
+            let got = g.download(&g.attention(&gq, &gk, &gv, &mut gc, layer, batch, mask).unwrap()).unwrap();
+            assert_close(
+                &format!("attention hd {head_dim} {mask:?} step {step} layer {layer}"),
+                &want.data,
+                &got,
+                1e-4,
+            );
+        }
+    }
+}
+
+#[test]
+fn attention_gqa_causal_and_sliding_window() {
+    // Prefill (73 rows) runs the tiled prefill kernel: 16-query blocks, a partial last block.
+    // Decode runs flash-decoding with one split per query (the default split length) and with
+    // splits of 16 keys, so that a query at position 72 is reduced from 5 partial softmaxes.
+    for split in [256, 16] {
+        let g = gpu(WgpuOptions { attention_split: split, ..WgpuOptions::default() });
+        attention_case(&g, 64, Mask::Causal, 6);
+        attention_case(&g, 80, Mask::SlidingWindow(20), 7);
+    }
+    let g = gpu(WgpuOptions::default());
+    attention_case(&g, 16, Mask::SlidingWindow(1), 8);
+    // Head dims over 128 take the split kernel for prefill too.
+    attention_case(&g, 144, Mask::Causal, 9);
+}
+
+#[test]
+fn argmax_rows() {
+    let g = gpu(WgpuOptions::default());
+    let mut rng = Rng(9);
+    let (rows, cols) = (3, 1001);
+    let mut data = rng.vec(rows * cols);
+    // Row 1: a tie between 400 and 900 resolves to the first; row 2: the maximum is the last.
+    data[cols + 400] = 5.0;
+    data[cols + 900] = 5.0;
+    data[2 * cols + cols - 1] = 7.0;
+    let want: Vec<u32> = data
+        .chunks_exact(cols)
+        .map(|row| row.iter().enumerate().fold(0, |b, (i, &v)| if v > row[b] { i } else { b }) as u32)
+        .collect();
+    assert_eq!(want[1], 400);
+    assert_eq!(g.argmax(&g.upload(&data, rows, cols).unwrap()).unwrap(), want);
+}
+
+#[test]
+fn oversized_batches_are_errors_not_panics() {
+    let g = gpu(WgpuOptions::default());
+    let limit = g.info().max_storage_binding;
+    // 60000 tokens × 1024 values × 4 bytes = 234 MiB: more than lavapipe's 128 MiB binding.
+    let table = g.weight(source("table", DType::F32, &[2, 1024], vec![0; 2 * 1024 * 4])).unwrap();
+    let err = g.embed(&table, &vec![1u32; 60000]).err().expect("an activation larger than one binding");
+    assert!(limit < 234 << 20 && err.to_string().contains("storage binding limit"), "{err}");
+    // More rows than workgroups per dimension.
+    let table = g.weight(source("table", DType::F32, &[2, 8], vec![0; 2 * 8 * 4])).unwrap();
+    let err = g.embed(&table, &vec![1u32; 70000]).err().expect("more rows than one dispatch dimension");
+    assert!(err.to_string().contains("70000 tokens exceeds the GPU limit"), "{err}");
+}
+
+#[test]
+fn a_step_longer_than_the_parameter_ring_is_submitted_in_parts() {
+    // The ring holds 8192 dispatches' parameters; 9000 recorded adds overflow it once.
+    let g = gpu(WgpuOptions::default());
+    let n = 1000;
+    let mut x = g.upload(&vec![0.0; n], 1, n).unwrap();
+    let y = g.upload(&(0..n).map(|i| i as f32 / 1024.0).collect::<Vec<_>>(), 1, n).unwrap();
+    for _ in 0..9000 {
+        g.add(&mut x, &y).unwrap();
+    }
+    let got = g.download(&x).unwrap();
+    // i/1024 · 9000 is exact in f32 at every partial sum (multiples of 1/1024 below 2^14).
+    let want: Vec<f32> = (0..n).map(|i| i as f32 / 1024.0 * 9000.0).collect();
+    assert_eq!(got, want);
+}

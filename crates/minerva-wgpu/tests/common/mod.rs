@@ -1,0 +1,79 @@
+//! Helpers shared by the test binaries: reproducible random inputs and in-memory weights.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use minerva_core::DType;
+use minerva_model::{ByteSource, WeightSource};
+
+/// Bytes in memory as a weight's file.
+pub struct Bytes(pub Vec<u8>);
+
+impl ByteSource for Bytes {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// xorshift64*: reproducible inputs without a dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u32(&mut self) -> u32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn f32(&mut self) -> f32 {
+        self.next_u32() as f32 / 2_147_483_648.0 - 1.0
+    }
+
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+}
+
+pub fn f16_bits(x: f32) -> u16 {
+    half::f16::from_f32(x).to_bits()
+}
+
+/// `rows × cols` random weights stored as `dtype`. Formats with a quantizer here are quantized
+/// from random values; Q4_K and Q6_K (no quantizer in minerva-quant) get random bytes with sane
+/// f16 scales, which exercise every bit of their layouts.
+pub fn weight_bytes(rng: &mut Rng, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let values = rng.vec(rows * cols);
+    match dtype {
+        DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::F16 => values.iter().flat_map(|&v| f16_bits(v).to_le_bytes()).collect(),
+        DType::BF16 => values.iter().flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect(),
+        DType::Q4_K | DType::Q6_K => {
+            let n_blocks = rows * cols / 256;
+            let mut out: Vec<u8> = (0..n_blocks * dtype.block_bytes()).map(|_| rng.next_u32() as u8).collect();
+            for block in out.chunks_exact_mut(dtype.block_bytes()) {
+                let d = f16_bits(0.01 + 0.01 * rng.f32()).to_le_bytes();
+                if dtype == DType::Q4_K {
+                    let dmin = f16_bits(0.005 * rng.f32()).to_le_bytes();
+                    block[..2].copy_from_slice(&d);
+                    block[2..4].copy_from_slice(&dmin);
+                } else {
+                    block[208..].copy_from_slice(&d);
+                }
+            }
+            out
+        }
+        _ => {
+            let mut out = vec![0u8; dtype.row_bytes(cols).unwrap() * rows];
+            minerva_quant::quantize(dtype, &values, &mut out).unwrap();
+            out
+        }
+    }
+}
+
+/// A weight held in memory.
+pub fn source(name: &str, dtype: DType, shape: &[usize], bytes: Vec<u8>) -> WeightSource {
+    let len = bytes.len();
+    WeightSource { file: Arc::new(Bytes(bytes)), name: name.into(), dtype, shape: shape.to_vec(), range: 0..len }
+}
