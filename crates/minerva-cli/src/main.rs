@@ -2,6 +2,7 @@
 //!
 //! Errors print one line on stderr naming the file and the problem, and exit with code 2.
 
+mod bench;
 mod dump;
 mod error;
 mod inspect;
@@ -62,6 +63,29 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
     },
+    /// Prefill and decode speed (tokens/s, median of repetitions), like llama.cpp's `llama-bench`.
+    Bench {
+        /// A GGUF model file (LLaMA family).
+        path: PathBuf,
+        /// Prompt tokens for the prefill measurement (0 skips it).
+        #[arg(short = 'p', long = "prompt", default_value_t = 512)]
+        prompt: usize,
+        /// Tokens for the decode measurement (0 skips it).
+        #[arg(short = 'n', long = "gen", default_value_t = 128)]
+        gen_tokens: usize,
+        /// Repetitions of each measurement (after one warm-up run).
+        #[arg(short = 'r', long = "reps", default_value_t = 5)]
+        reps: usize,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Device to run on.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -98,6 +122,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Dump { path, tensor, output } => dump::run(&path, &tensor, &output),
         Command::Score { path, tokens, ctx, out: logits, threads } => {
             score::run(&path, &tokens, score::Options { ctx, out: logits.as_deref(), threads }, &mut out)
+        }
+        Command::Bench { path, prompt, gen_tokens, reps, threads, device, json } => {
+            let opts = bench::Options { prompt, gen_tokens, reps, threads, device, json };
+            bench::run(&path, &opts, &mut out)
         }
     }
 }
