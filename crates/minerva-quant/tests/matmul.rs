@@ -222,7 +222,17 @@ fn main_formats_have_simd_kernels_on_avx2() {
         && std::arch::is_x86_feature_detected!("fma")
         && std::arch::is_x86_feature_detected!("f16c")
     {
-        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::MXFP4, DType::Q4_K, DType::Q6_K, DType::F16] {
+        for dtype in [
+            DType::Q8_0,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::MXFP4,
+            DType::Q4_K,
+            DType::Q6_K,
+            DType::F16,
+        ] {
             assert!(has_fast_matmul(dtype), "{dtype}");
         }
     }
