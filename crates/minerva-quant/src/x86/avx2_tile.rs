@@ -112,11 +112,12 @@ fn tile<const R: usize, const C: usize>(
     std::array::from_fn(|r| std::array::from_fn(|c| hsum_ps(acc[r][c]) + offset[r][c]))
 }
 
-/// Walks all rows of `w` (whole rows of `row_bytes`) × all activations in tiles of 4×2 (4×1 for
-/// a last odd activation, 1×C for the last rows), writing `out` row-major (rows × acts).
+/// Walks all rows of `w` (whole rows of `row_bytes`) × all activations in tiles of `R` rows ×
+/// `C` activations (`R` × 1 for the last activations, 1 × 1 for the last rows), writing `out`
+/// row-major (rows × acts).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tiles(
+fn tiles<const R: usize, const C: usize>(
     w: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
@@ -126,58 +127,67 @@ fn tiles(
     decode: impl Fn(&[u8]) -> Decoded,
 ) {
     let n = acts.len();
-    let mut row_groups = w.chunks_exact(4 * row_bytes);
-    let mut out_groups = out.chunks_exact_mut(4 * n);
+    let mut row_groups = w.chunks_exact(R * row_bytes);
+    let mut out_groups = out.chunks_exact_mut(R * n);
     for (rows, out) in (&mut row_groups).zip(&mut out_groups) {
-        let rows: [&[u8]; 4] = std::array::from_fn(|r| &rows[r * row_bytes..(r + 1) * row_bytes]);
-        let mut pairs = acts.chunks_exact(2);
-        for (j, pair) in (&mut pairs).enumerate() {
-            let result = tile::<4, 2>(rows, [&pair[0], &pair[1]], block_bytes, kind, &decode);
+        let rows: [&[u8]; R] = std::array::from_fn(|r| &rows[r * row_bytes..(r + 1) * row_bytes]);
+        let mut groups = acts.chunks_exact(C);
+        for (j, group) in (&mut groups).enumerate() {
+            let result = tile::<R, C>(rows, std::array::from_fn(|c| &group[c]), block_bytes, kind, &decode);
             for (r, values) in result.iter().enumerate() {
-                out[r * n + 2 * j..r * n + 2 * j + 2].copy_from_slice(values);
+                out[r * n + C * j..r * n + C * (j + 1)].copy_from_slice(values);
             }
         }
-        if let [last] = pairs.remainder() {
-            let result = tile::<4, 1>(rows, [last], block_bytes, kind, &decode);
+        let done = n - groups.remainder().len();
+        for (c, act) in groups.remainder().iter().enumerate() {
+            let result = tile::<R, 1>(rows, [act], block_bytes, kind, &decode);
             for (r, values) in result.iter().enumerate() {
-                out[r * n + n - 1] = values[0];
+                out[r * n + done + c] = values[0];
             }
         }
     }
-    for (row, out) in
-        row_groups.remainder().chunks_exact(row_bytes).zip(out_groups.into_remainder().chunks_exact_mut(n))
-    {
+    let rest = row_groups.remainder().chunks_exact(row_bytes).zip(out_groups.into_remainder().chunks_exact_mut(n));
+    for (row, out) in rest {
         for (act, y) in acts.iter().zip(out) {
             *y = tile::<1, 1>([row], [act], block_bytes, kind, &decode)[0][0];
         }
     }
 }
 
+/// Rows per tile.
+const TILE_ROWS: usize = 4;
+/// Activations per tile.
+const TILE_ACTS: usize = 2;
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q8_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles(w, row_bytes, acts, out, 34, Kind::Signed, |b| (load32(&b[2..]), f16_at(b), 0.0));
+    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 34, Kind::Signed, |b| (load32(&b[2..]), f16_at(b), 0.0));
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q4_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles(w, row_bytes, acts, out, 18, Kind::Offset(8), |b| (unpack_nibbles(&b[2..]), f16_at(b), 0.0));
+    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b| {
+        (unpack_nibbles(&b[2..]), f16_at(b), 0.0)
+    });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q4_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles(w, row_bytes, acts, out, 20, Kind::Min, |b| (unpack_nibbles(&b[4..]), f16_at(b), f16_at(&b[2..])));
+    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 20, Kind::Min, |b| {
+        (unpack_nibbles(&b[4..]), f16_at(b), f16_at(&b[2..]))
+    });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q5_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles(w, row_bytes, acts, out, 22, Kind::Offset(16), |b| {
+    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b| {
         (_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), f16_at(b), 0.0)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q5_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles(w, row_bytes, acts, out, 24, Kind::Min, |b| {
+    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 24, Kind::Min, |b| {
         (_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..])), f16_at(b), f16_at(&b[2..]))
     });
 }
@@ -187,7 +197,7 @@ pub(super) fn tiles_mxfp4(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], o
     // The doubled E2M1 table shifted by +12 so that every quant is unsigned (0..=24).
     let shifted: [u8; 16] = std::array::from_fn(|i| (KVALUES_MXFP4[i] + 12) as u8);
     let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(&shifted));
-    tiles(w, row_bytes, acts, out, 17, Kind::Offset(12), |b| {
+    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 17, Kind::Offset(12), |b| {
         (_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), e8m0_to_f32_half(b[0]), 0.0)
     });
 }
