@@ -24,10 +24,10 @@
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, _mm_cvtsi32_si128, _mm256_add_epi32, _mm256_and_si256, _mm256_broadcastsi128_si256,
-    _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps,
-    _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_ps,
-    _mm256_setr_epi64x, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8,
-    _mm256_zextsi128_si256,
+    _mm256_castsi256_si128, _mm256_cmpeq_epi8, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16,
+    _mm256_extracti128_si256, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256,
+    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_ps, _mm256_setr_epi64x,
+    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_zextsi128_si256,
 };
 
 use bytemuck::pod_read_unaligned;
@@ -69,7 +69,7 @@ enum Kind {
 /// `R` rows × `C` activations of 32-value blocks of `block_bytes`: `out[r][c]` = row r · act c.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tile<const R: usize, const C: usize>(
+fn tile<const R: usize, const C: usize, const WIDE: bool>(
     rows: [&[u8]; R],
     acts: [&Activation<'_>; C],
     block_bytes: usize,
@@ -81,7 +81,21 @@ fn tile<const R: usize, const C: usize>(
     let ones = _mm256_set1_epi16(1);
     let blocks = acts[0].d.len();
     for b in 0..blocks {
-        let a: [__m256i; C] = std::array::from_fn(|c| load32(&acts[c].qs[32 * b..]));
+        // Narrow: 32 i8 quants in one vector. Wide: 32 i16 quants in two (values 0..16, 16..32).
+        let a: [__m256i; C] = std::array::from_fn(|c| {
+            if WIDE {
+                load32(bytemuck::cast_slice(&acts[c].q16[32 * b..32 * b + 16]))
+            } else {
+                load32(&acts[c].qs[32 * b..])
+            }
+        });
+        let a_hi: [__m256i; C] = std::array::from_fn(|c| {
+            if WIDE {
+                load32(bytemuck::cast_slice(&acts[c].q16[32 * b + 16..32 * b + 32]))
+            } else {
+                _mm256_setzero_si256()
+            }
+        });
         let da: [__m256; C] = std::array::from_fn(|c| _mm256_set1_ps(acts[c].d[b]));
         let ds: [f32; C] = std::array::from_fn(|c| if kind == Kind::Min { acts[c].ds[b] } else { 0.0 });
         // −k·Σa in lane 0 of an i32 vector, added to each dot's lanes.
@@ -92,13 +106,31 @@ fn tile<const R: usize, const C: usize>(
         for r in 0..R {
             let (q, d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)]);
             let d = _mm256_set1_ps(d);
+            // Wide: the 32 weight quants widened to two vectors of 16 i16.
+            let (q_lo, q_hi) = if !WIDE {
+                (q, q)
+            } else if kind == Kind::Signed {
+                (
+                    _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)),
+                    _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)),
+                )
+            } else {
+                (
+                    _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)),
+                    _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(q)),
+                )
+            };
             for c in 0..C {
-                let products = if kind == Kind::Signed {
-                    _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a[c], q))
+                let mut sum = if WIDE {
+                    _mm256_add_epi32(_mm256_madd_epi16(q_lo, a[c]), _mm256_madd_epi16(q_hi, a_hi[c]))
                 } else {
-                    _mm256_maddubs_epi16(q, a[c])
+                    let products = if kind == Kind::Signed {
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a[c], q))
+                    } else {
+                        _mm256_maddubs_epi16(q, a[c])
+                    };
+                    _mm256_madd_epi16(products, ones)
                 };
-                let mut sum = _mm256_madd_epi16(products, ones);
                 if let Kind::Offset(_) = kind {
                     sum = _mm256_add_epi32(sum, k_sums[c]);
                 }
@@ -117,7 +149,7 @@ fn tile<const R: usize, const C: usize>(
 /// row-major (rows × acts).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tiles<const R: usize, const C: usize>(
+fn tiles<const R: usize, const C: usize, const WIDE: bool>(
     w: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
@@ -133,14 +165,14 @@ fn tiles<const R: usize, const C: usize>(
         let rows: [&[u8]; R] = std::array::from_fn(|r| &rows[r * row_bytes..(r + 1) * row_bytes]);
         let mut groups = acts.chunks_exact(C);
         for (j, group) in (&mut groups).enumerate() {
-            let result = tile::<R, C>(rows, std::array::from_fn(|c| &group[c]), block_bytes, kind, &decode);
+            let result = tile::<R, C, WIDE>(rows, std::array::from_fn(|c| &group[c]), block_bytes, kind, &decode);
             for (r, values) in result.iter().enumerate() {
                 out[r * n + C * j..r * n + C * (j + 1)].copy_from_slice(values);
             }
         }
         let done = n - groups.remainder().len();
         for (c, act) in groups.remainder().iter().enumerate() {
-            let result = tile::<R, 1>(rows, [act], block_bytes, kind, &decode);
+            let result = tile::<R, 1, WIDE>(rows, [act], block_bytes, kind, &decode);
             for (r, values) in result.iter().enumerate() {
                 out[r * n + done + c] = values[0];
             }
@@ -149,7 +181,7 @@ fn tiles<const R: usize, const C: usize>(
     let rest = row_groups.remainder().chunks_exact(row_bytes).zip(out_groups.into_remainder().chunks_exact_mut(n));
     for (row, out) in rest {
         for (act, y) in acts.iter().zip(out) {
-            *y = tile::<1, 1>([row], [act], block_bytes, kind, &decode)[0][0];
+            *y = tile::<1, 1, WIDE>([row], [act], block_bytes, kind, &decode)[0][0];
         }
     }
 }
@@ -161,33 +193,35 @@ const TILE_ACTS: usize = 2;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q8_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 34, Kind::Signed, |b| (load32(&b[2..]), f16_at(b), 0.0));
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 34, Kind::Signed, |b| {
+        (load32(&b[2..]), f16_at(b), 0.0)
+    });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q4_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b| {
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b| {
         (unpack_nibbles(&b[2..]), f16_at(b), 0.0)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q4_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 20, Kind::Min, |b| {
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 20, Kind::Min, |b| {
         (unpack_nibbles(&b[4..]), f16_at(b), f16_at(&b[2..]))
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q5_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b| {
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b| {
         (_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), f16_at(b), 0.0)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q5_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 24, Kind::Min, |b| {
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 24, Kind::Min, |b| {
         (_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..])), f16_at(b), f16_at(&b[2..]))
     });
 }
@@ -197,7 +231,54 @@ pub(super) fn tiles_mxfp4(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], o
     // The doubled E2M1 table shifted by +12 so that every quant is unsigned (0..=24).
     let shifted: [u8; 16] = std::array::from_fn(|i| (KVALUES_MXFP4[i] + 12) as u8);
     let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(&shifted));
-    tiles::<TILE_ROWS, TILE_ACTS>(w, row_bytes, acts, out, 17, Kind::Offset(12), |b| {
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 17, Kind::Offset(12), |b| {
+        (_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), e8m0_to_f32_half(b[0]), 0.0)
+    });
+}
+
+// The same formats against i16 activations (`Activation::q16`).
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_i16_q8_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 34, Kind::Signed, |b| {
+        (load32(&b[2..]), f16_at(b), 0.0)
+    });
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_i16_q4_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b| {
+        (unpack_nibbles(&b[2..]), f16_at(b), 0.0)
+    });
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_i16_q4_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 20, Kind::Min, |b| {
+        (unpack_nibbles(&b[4..]), f16_at(b), f16_at(&b[2..]))
+    });
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_i16_q5_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b| {
+        (_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), f16_at(b), 0.0)
+    });
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_i16_q5_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 24, Kind::Min, |b| {
+        (_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..])), f16_at(b), f16_at(&b[2..]))
+    });
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_i16_mxfp4(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    // The doubled E2M1 table shifted by +12 so that every quant is unsigned (0..=24).
+    let shifted: [u8; 16] = std::array::from_fn(|i| (KVALUES_MXFP4[i] + 12) as u8);
+    let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(&shifted));
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 17, Kind::Offset(12), |b| {
         (_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), e8m0_to_f32_half(b[0]), 0.0)
     });
 }
