@@ -23,7 +23,7 @@
 //! promises AVX2, FMA and F16C (see `super::avx2_tile_kernel`).
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm_cvtsi32_si128, _mm256_add_epi32, _mm256_and_si256, _mm256_broadcastsi128_si256,
+    _MM_HINT_T0, __m128i, __m256, __m256i, _mm_cvtsi32_si128, _mm_prefetch, _mm256_add_epi32, _mm256_and_si256, _mm256_broadcastsi128_si256,
     _mm256_castsi256_si128, _mm256_cmpeq_epi8, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16,
     _mm256_extracti128_si256, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256,
     _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_ps, _mm256_setr_epi64x,
@@ -53,6 +53,18 @@ fn fifth_bits(qh: &[u8]) -> __m256i {
     let others = _mm256_set1_epi64x(0x7FBF_DFEF_F7FB_FDFE);
     let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// How many blocks ahead of the current one [`prefetch`] asks for.
+const PREFETCH_BLOCKS: usize = 16;
+
+/// Asks the CPU to start loading `row[at]` into cache (nothing if `at` is past the end).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch(row: &[u8], at: usize) {
+    if let Some(byte) = row.get(at) {
+        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast::<i8>());
+    }
 }
 
 /// How a format's decoded quants combine with the activation.
@@ -104,6 +116,7 @@ fn tile<const R: usize, const C: usize, const WIDE: bool>(
             _ => _mm256_setzero_si256(),
         });
         for r in 0..R {
+            prefetch(rows[r], block_bytes * (b + PREFETCH_BLOCKS));
             let (q, d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)]);
             let d = _mm256_set1_ps(d);
             // Wide: the 32 weight quants widened to two vectors of 16 i16.
