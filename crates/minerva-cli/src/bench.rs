@@ -34,7 +34,6 @@ pub struct Options {
 /// Runs the benchmark, printing its figures to `stdout`.
 pub fn run(path: &Path, opts: &Options, stdout: &mut impl Write) -> Result<(), CliError> {
     let request = |message: String| CliError::Request { path: path.to_path_buf(), message };
-    let model_err = |source| CliError::Model { path: path.to_path_buf(), source };
     if opts.device != "cpu" {
         return Err(request(format!("unknown device `{}` (this build has: cpu)", opts.device)));
     }
@@ -44,8 +43,23 @@ pub fn run(path: &Path, opts: &Options, stdout: &mut impl Write) -> Result<(), C
     if opts.prompt == 0 && opts.gen_tokens == 0 {
         return Err(request("nothing to measure: -p and -n are both 0".to_string()));
     }
-    let backend = CpuBackend::new(opts.threads).map_err(model_err)?;
     let threads = opts.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // The whole benchmark runs inside one pool of `threads` workers, and the backend uses the
+    // current pool (`CpuBackend::new(None)`): a backend with its own pool would hand every op
+    // over to that pool's threads and wait for them (two wake-ups per op, ~300 ops per token).
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .build()
+        .map_err(|e| request(format!("cannot start {threads} threads: {e}")))?;
+    let text = pool.install(|| measure(path, opts, threads))?;
+    write!(stdout, "{text}").map_err(|source| CliError::Output { path: "<stdout>".into(), source })
+}
+
+/// Loads the model and runs the measurements; returns the text to print.
+fn measure(path: &Path, opts: &Options, threads: usize) -> Result<String, CliError> {
+    let request = |message: String| CliError::Request { path: path.to_path_buf(), message };
+    let model_err = |source| CliError::Model { path: path.to_path_buf(), source };
+    let backend = CpuBackend::new(None).map_err(model_err)?;
     let model = Model::load(path, backend).map_err(model_err)?;
     let vocab = model.config.vocab as u32;
     let capacity = opts.prompt.max(opts.gen_tokens).max(1);
@@ -89,7 +103,7 @@ pub fn run(path: &Path, opts: &Options, stdout: &mut impl Write) -> Result<(), C
     }
     let (prefill_med, decode_med) = (median(&mut prefill), median(&mut decode));
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-    let out = if opts.json {
+    Ok(if opts.json {
         let object = serde_json::json!({
             "model": name,
             "device": opts.device,
@@ -102,7 +116,7 @@ pub fn run(path: &Path, opts: &Options, stdout: &mut impl Write) -> Result<(), C
             "prefill_runs_tok_s": prefill,
             "decode_runs_tok_s": decode,
         });
-        writeln!(stdout, "{object}")
+        format!("{object}\n")
     } else {
         let mut text = format!("{name}  device {}  threads {threads}  reps {}\n", opts.device, opts.reps);
         if let Some(v) = prefill_med {
@@ -111,9 +125,8 @@ pub fn run(path: &Path, opts: &Options, stdout: &mut impl Write) -> Result<(), C
         if let Some(v) = decode_med {
             text += &format!("decode   tg{:<6} {v:>10.2} tok/s  (median; {})\n", opts.gen_tokens, spread(&decode));
         }
-        write!(stdout, "{text}")
-    };
-    out.map_err(|source| CliError::Output { path: "<stdout>".into(), source })
+        text
+    })
 }
 
 /// `n` token ids in `0..vocab` from a fixed xorshift sequence (the same every run).
