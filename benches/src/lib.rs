@@ -1,5 +1,7 @@
 //! Shared helpers for the benchmarks: synthetic files with the shapes of real models.
 
+pub mod synth;
+
 use minerva_core::DType;
 use minerva_gguf::{GgufWriter, MetadataValue};
 

@@ -31,8 +31,12 @@ fn main() -> Result<()> {
                 .arg(model)
                 .args(&args[1..]))
         }
+        // Synthetic models at real shapes (benches/src/synth.rs): built and run in release.
+        Some("synth") => run(Command::new("cargo")
+            .args(["run", "--release", "--quiet", "-p", "minerva-benches", "--bin", "synth", "--"])
+            .args(&args[1..])),
         _ => {
-            eprintln!("usage: cargo xtask <setup|ci|demo>");
+            eprintln!("usage: cargo xtask <setup|ci|demo|synth>");
             std::process::exit(2);
         }
     }
