@@ -10,7 +10,9 @@
 //!   reference; the scalar reference lives in `ggml`, the SIMD code in `x86/avx2.rs`.
 //! * [`matvec`] / [`matmul`] — fused quantized matrix × vector / small matrix products with
 //!   activations quantized on the fly (Q8_0 / Q8_K), multi-threaded over rows with rayon; AVX2
-//!   kernels in `x86/avx2_dot.rs`, scalar ones in `matmul/ref_.rs` ([`matvec_ref`]).
+//!   tile kernels (4 rows × 2 activations) for the 32-value block formats in `x86/avx2_tile.rs`,
+//!   per-row dot kernels for the others in `x86/avx2_dot.rs`, scalar ones in `matmul/ref_.rs`
+//!   ([`matvec_ref`]). [`matmul_i16`] quantizes activations to i16 instead (f32-level accuracy).
 //!
 //! The reference code reads blocks from byte slices of any alignment (as a memory-mapped model file
 //! gives them) and follows its source's f32 arithmetic step for step: the tests under `tests/`
