@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use minerva_core::DType;
-use minerva_quant::{dequantize, dequantize_fast, matvec};
+use minerva_quant::{dequantize, dequantize_fast, matmul, matmul_i16, matvec};
 use rayon::prelude::*;
 
 /// Random weights of `dtype` for `values` values: xorshift bytes, scale fields made finite.
@@ -168,5 +168,68 @@ fn bench_matvec(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_bandwidth, bench_dequantize, bench_matvec);
+/// `matvec` with i16 activations (`matmul_i16`, n = 1), the CPU backend's default for these
+/// formats, on the shapes where it matters: an L3-resident layer and heads larger than L3.
+fn bench_matvec_i16(c: &mut Criterion) {
+    let pools = pools();
+    let mut group = c.benchmark_group("matvec_i16");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    let shapes: [(&str, usize, usize, DType); 4] = [
+        ("smollm2_1536x576", 1536, 576, DType::Q4_1),
+        ("smollm2_49152x576", 49152, 576, DType::Q8_0),
+        ("gptoss_201088x2880", 201_088, 2880, DType::Q8_0),
+        ("gptoss_2880x2880", 2880, 2880, DType::MXFP4),
+    ];
+    for (label, rows, cols, dtype) in shapes {
+        let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let mut y = vec![0.0f32; rows];
+        let w = weights(dtype, rows * cols);
+        group.throughput(Throughput::Bytes(w.len() as u64));
+        for (threads, pool) in &pools {
+            let id = BenchmarkId::new(format!("{label}/{dtype}"), format!("{threads}t"));
+            group.bench_function(id, |b| {
+                b.iter(|| pool.install(|| matmul_i16(dtype, black_box(&w), rows, cols, &x, 1, &mut y)).expect("matvec"))
+            });
+        }
+    }
+    group.finish();
+}
+
+/// Prefill: 64 activation vectors at once through the tile kernels (Q8_0 and i16 activations),
+/// against 64 separate matvecs (each reading the weights again). Throughput = multiply-adds.
+fn bench_matmul(c: &mut Criterion) {
+    let pools = pools();
+    let mut group = c.benchmark_group("matmul64");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    let n = 64;
+    for (label, rows, cols, dtype) in
+        [("smollm2_1536x576", 1536, 576, DType::Q4_1), ("smollm2_576x576", 576, 576, DType::Q8_0)]
+    {
+        let xs: Vec<f32> = (0..n * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let mut ys = vec![0.0f32; n * rows];
+        let w = weights(dtype, rows * cols);
+        group.throughput(Throughput::Elements((rows * cols * n) as u64));
+        for (threads, pool) in &pools {
+            let id = |kind: &str| BenchmarkId::new(format!("{label}/{dtype}/{kind}"), format!("{threads}t"));
+            group.bench_function(id("tiles_q8"), |b| {
+                b.iter(|| pool.install(|| matmul(dtype, black_box(&w), rows, cols, &xs, n, &mut ys)).expect("matmul"))
+            });
+            group.bench_function(id("tiles_i16"), |b| {
+                b.iter(|| pool.install(|| matmul_i16(dtype, black_box(&w), rows, cols, &xs, n, &mut ys)).expect("i16"))
+            });
+            group.bench_function(id("matvec_x64"), |b| {
+                b.iter(|| {
+                    pool.install(|| {
+                        for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact_mut(rows)) {
+                            matvec(dtype, black_box(&w), rows, cols, x, y).expect("matvec");
+                        }
+                    })
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_bandwidth, bench_dequantize, bench_matvec, bench_matvec_i16, bench_matmul);
 criterion_main!(benches);

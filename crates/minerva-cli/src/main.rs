@@ -2,6 +2,7 @@
 //!
 //! Errors print one line on stderr naming the file and the problem, and exit with code 2.
 
+mod bench;
 mod chat;
 mod device;
 mod dump;
@@ -123,6 +124,29 @@ enum Command {
         #[arg(long)]
         no_bos: bool,
     },
+    /// Prefill and decode speed (tokens/s, median of repetitions), like llama.cpp's `llama-bench`.
+    Bench {
+        /// A GGUF model file or a SafeTensors checkpoint.
+        path: PathBuf,
+        /// Prompt tokens for the prefill measurement (0 skips it).
+        #[arg(short = 'p', long = "prompt", default_value_t = 512)]
+        prompt: usize,
+        /// Tokens for the decode measurement (0 skips it).
+        #[arg(short = 'n', long = "gen", default_value_t = 128)]
+        gen_tokens: usize,
+        /// Repetitions of each measurement (after one warm-up run).
+        #[arg(short = 'r', long = "reps", default_value_t = 5)]
+        reps: usize,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Where the model runs.
+        #[arg(long, value_enum, default_value_t)]
+        device: device::Device,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -184,6 +208,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 (None, None) => return Err(CliError::Usage("give --text TEXT or --file FILE".into())),
             };
             tokenize::run(&path, &text, pieces, json, no_bos, &mut out)
+        }
+        Command::Bench { path, prompt, gen_tokens, reps, threads, device, json } => {
+            let opts = bench::Options { prompt, gen_tokens, reps, threads, device, json };
+            bench::run(&path, &opts, &mut out)
         }
     }
 }

@@ -6,9 +6,11 @@
 //! * f32 activations ([`CpuBackend::with_f32_activations`]) compute what transformers computes:
 //!   top-1 agrees everywhere, perplexity within 0.01 %, logits within 1e-3 (f32 summation order).
 //!   Measured: 280/280, max |Δlogit| 1e-4.
-//! * the fast path quantizes activations to Q8_0 before every matmul (as llama.cpp does), which
-//!   costs accuracy: measured 274/280 top-1, max |Δlogit| ≈ 1.0, perplexity +0.1 … +3.1 % per
-//!   prompt. Bounds: top-1 ≥ 96 %, perplexity within 4 % per prompt, |Δlogit| < 1.5.
+//! * the fast path quantizes activations before every matmul: to i16 (f32 scale per 32 values) for
+//!   the 32-value block formats, which all of this model's matrices are. Measured: 280/280 top-1,
+//!   max |Δlogit| 0.0068, perplexity within 0.021 % per prompt (with Q8_0 activations, as
+//!   llama.cpp quantizes them, it was 274/280, |Δlogit| 0.99, up to +3.1 %). Bounds: top-1 ≥ 99 %,
+//!   perplexity within 1 % per prompt, |Δlogit| < 0.05.
 
 use std::path::{Path, PathBuf};
 
@@ -122,7 +124,7 @@ fn f32_activations_match_transformers() {
 #[test]
 fn quantized_activations_stay_close_to_transformers() {
     let s = compare(false);
-    assert!(s.top1 >= 0.96, "top-1 agreement {}", s.top1);
-    assert!(s.worst_ppl < 0.04, "perplexity off by {}", s.worst_ppl);
-    assert!(s.max_delta < 1.5, "max |Δlogit| {}", s.max_delta);
+    assert!(s.top1 >= 0.99, "top-1 agreement {}", s.top1);
+    assert!(s.worst_ppl < 0.01, "perplexity off by {}", s.worst_ppl);
+    assert!(s.max_delta < 0.05, "max |Δlogit| {}", s.max_delta);
 }

@@ -10,7 +10,9 @@
 //!   reference; the scalar reference lives in `ggml`, the SIMD code in `x86/avx2.rs`.
 //! * [`matvec`] / [`matmul`] — fused quantized matrix × vector / small matrix products with
 //!   activations quantized on the fly (Q8_0 / Q8_K), multi-threaded over rows with rayon; AVX2
-//!   kernels in `x86/avx2_dot.rs`, scalar ones in `matmul/ref_.rs` ([`matvec_ref`]).
+//!   tile kernels (4 rows × 2 activations) for the 32-value block formats in `x86/avx2_tile.rs`,
+//!   per-row dot kernels for the others in `x86/avx2_dot.rs`, scalar ones in `matmul/ref_.rs`
+//!   ([`matvec_ref`]). [`matmul_i16`] quantizes activations to i16 instead (f32-level accuracy).
 //!
 //! The reference code reads blocks from byte slices of any alignment (as a memory-mapped model file
 //! gives them) and follows its source's f32 arithmetic step for step: the tests under `tests/`
@@ -67,7 +69,10 @@ pub use ggml::q8::{
     BlockQ8_0, BlockQ8_K, dequantize_row_q8_0_ref, dequantize_row_q8_k_ref, quantize_row_q8_0_ref,
     quantize_row_q8_k_ref,
 };
-pub use matmul::{activation_dtype, has_fast_matmul, matmul, matmul_ref, matvec, matvec_ref};
+pub use matmul::{
+    activation_dtype, has_fast_matmul, has_i16_matmul, matmul, matmul_i16, matmul_i16_ref, matmul_ref, matvec,
+    matvec_ref,
+};
 pub use mlx::MlxAffine;
 pub use mxfp4::{dequantize_hf_mxfp4_ref, dequantize_mlx_mxfp4_ref, ggml_mxfp4_to_hf, hf_mxfp4_to_ggml};
 

@@ -3,7 +3,8 @@
 
 use minerva_core::DType;
 use minerva_quant::{
-    QuantError, activation_dtype, dequantize, has_fast_matmul, matmul, matmul_ref, matvec, matvec_ref, quantize,
+    QuantError, activation_dtype, dequantize, has_fast_matmul, has_i16_matmul, matmul, matmul_i16, matmul_i16_ref,
+    matmul_ref, matvec, matvec_ref, quantize,
 };
 use proptest::prelude::*;
 
@@ -222,7 +223,17 @@ fn main_formats_have_simd_kernels_on_avx2() {
         && std::arch::is_x86_feature_detected!("fma")
         && std::arch::is_x86_feature_detected!("f16c")
     {
-        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::MXFP4, DType::Q4_K, DType::Q6_K, DType::F16] {
+        for dtype in [
+            DType::Q8_0,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::MXFP4,
+            DType::Q4_K,
+            DType::Q6_K,
+            DType::F16,
+        ] {
             assert!(has_fast_matmul(dtype), "{dtype}");
         }
     }
@@ -271,4 +282,68 @@ fn wrong_sizes_are_typed_errors() {
     for dtype in [DType::Q8_K, DType::I8, DType::IQ4_NL] {
         assert_eq!(matvec(dtype, &[], 0, 0, &[], &mut []), Err(QuantError::Unsupported { dtype, operation: "matmul" }));
     }
+}
+
+/// The 32-value block formats with i16-activation kernels.
+const I16_DTYPES: [DType; 6] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::MXFP4];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// `matmul_i16` (fast and scalar) against f64 dot products of the dequantized weights with the
+    /// *unquantized* activations. An i16 quant is off by at most half a step, amax/65534 of its
+    /// block, so each output may be off by Σ|w|·amax(block)/65534 (bounded here by /30000, which
+    /// also covers f32 rounding of sums of up to 160 values); Q8_0 activations would need /254.
+    #[test]
+    fn i16_activations_match_exact_dot_products(
+        dtype_index in 0..I16_DTYPES.len(),
+        rows in 1usize..20,
+        cols_units in 1usize..6,
+        n in 1usize..4,
+        threads in 1usize..4,
+        seed in any::<u64>(),
+    ) {
+        let dtype = I16_DTYPES[dtype_index];
+        prop_assert!(has_i16_matmul(dtype));
+        let cols = 32 * cols_units;
+        let weights = random_weights(dtype, rows, cols, seed);
+        let xs = random_values(n * cols, seed);
+        let mut w = vec![0.0f32; rows * cols];
+        dequantize(dtype, &weights, &mut w).expect("dequantize");
+        let mut fast = vec![f32::NAN; n * rows];
+        let mut reference = vec![f32::NAN; n * rows];
+        pool(threads).install(|| matmul_i16(dtype, &weights, rows, cols, &xs, n, &mut fast)).expect("fast");
+        matmul_i16_ref(dtype, &weights, rows, cols, &xs, n, &mut reference).expect("ref");
+        for (j, x) in xs.chunks_exact(cols).enumerate() {
+            let amax: Vec<f32> = x.chunks_exact(32).map(|b| b.iter().fold(0.0f32, |m, v| m.max(v.abs()))).collect();
+            for (r, row) in w.chunks_exact(cols).enumerate() {
+                let exact: f64 = row.iter().zip(x).map(|(&w, &x)| f64::from(w) * f64::from(x)).sum();
+                let tol: f64 = row.iter().enumerate().map(|(i, w)| f64::from(w.abs() * amax[i / 32]) / 30000.0).sum();
+                for (what, got) in [("fast", fast[j * rows + r]), ("ref", reference[j * rows + r])] {
+                    prop_assert!(
+                        (f64::from(got) - exact).abs() <= tol + 1e-30,
+                        "{dtype} {what} row {r} act {j}: got {got}, exact {exact}, tol {tol}"
+                    );
+                }
+            }
+        }
+        // Batching and threads do not change a bit (each output is one tile position).
+        let mut single = vec![f32::NAN; rows];
+        for (x, y) in xs.chunks_exact(cols).zip(fast.chunks_exact(rows)) {
+            matmul_i16(dtype, &weights, rows, cols, x, 1, &mut single).expect("one vector");
+            prop_assert_eq!(&single[..], y);
+        }
+    }
+}
+
+#[test]
+fn i16_falls_back_to_q8_for_other_dtypes() {
+    let (rows, cols) = (3, 256);
+    let weights = random_weights(DType::Q4_K, rows, cols, 5);
+    let x = random_values(cols, 9);
+    let (mut a, mut b) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+    matmul_i16(DType::Q4_K, &weights, rows, cols, &x, 1, &mut a).expect("i16");
+    matvec(DType::Q4_K, &weights, rows, cols, &x, &mut b).expect("q8");
+    assert!(!has_i16_matmul(DType::Q4_K));
+    assert_eq!(a, b);
 }

@@ -34,6 +34,29 @@ pub(super) fn kernel(dtype: DType) -> Option<DotKernel> {
     Some(k)
 }
 
+/// The scalar kernel for `dtype` against i16 activations (`Activation::q16`), if there is one:
+/// the 32-value block formats. Each weight block is dequantized with the reference dequantizer
+/// and dotted with the block's i16 quants in f32, then scaled by the activation block's scale.
+pub(super) fn kernel_i16(dtype: DType) -> Option<DotKernel> {
+    let k: DotKernel = match dtype {
+        DType::Q8_0 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q8_0_ref),
+        DType::Q4_0 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_0_ref),
+        DType::Q4_1 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_1_ref),
+        DType::Q5_0 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_0_ref),
+        DType::Q5_1 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_1_ref),
+        DType::MXFP4 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_mxfp4_ref),
+        _ => return None,
+    };
+    Some(k)
+}
+
+fn dot_i16_dequantized(row: &[u8], act: &Activation<'_>, dequantize: crate::DequantizeFn) -> f32 {
+    let mut w = vec![0.0f32; act.q16.len()];
+    dequantize(row, &mut w).expect("whole blocks, checked by the caller");
+    let blocks = w.chunks_exact(32).zip(act.q16.chunks_exact(32)).zip(&act.d);
+    blocks.map(|((w, q), &d)| d * w.iter().zip(q).map(|(&w, &q)| w * f32::from(q)).sum::<f32>()).sum()
+}
+
 fn read_f16(b: &[u8]) -> f32 {
     f16::from_le_bytes([b[0], b[1]]).to_f32()
 }

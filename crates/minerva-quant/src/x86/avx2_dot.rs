@@ -31,20 +31,20 @@ use crate::matmul::Activation;
 /// register, which chained every block's scale onto the previous block's FMA (≈ 18 cycles a block).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn f16_at(b: &[u8]) -> f32 {
+pub(super) fn f16_at(b: &[u8]) -> f32 {
     let bits = i16::from_le_bytes([b[0], b[1]]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(bits)))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load32(b: &[u8]) -> __m256i {
+pub(super) fn load32(b: &[u8]) -> __m256i {
     pod_read_unaligned::<__m256i>(&b[..32])
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_ps(v: __m256) -> f32 {
+pub(super) fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
@@ -61,7 +61,7 @@ fn dot_i8(w: __m256i, a: __m256i) -> __m256i {
 /// A block's 16 nibble bytes as 32 bytes in value order: low nibbles, then high nibbles.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_nibbles(qs: &[u8]) -> __m256i {
+pub(super) fn unpack_nibbles(qs: &[u8]) -> __m256i {
     let packed = pod_read_unaligned::<__m128i>(&qs[..16]);
     let both = _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed);
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))

@@ -7,6 +7,7 @@
 
 mod avx2;
 mod avx2_dot;
+mod avx2_tile;
 
 use minerva_core::DType;
 
@@ -64,6 +65,44 @@ pub(crate) fn avx2_dot_kernel(dtype: DType) -> Option<crate::matmul::DotKernel> 
         DType::F16 => |w, a| unsafe { avx2_dot::dot_f16(w, a) },
         // SAFETY: as above.
         DType::BF16 => |w, a| unsafe { avx2_dot::dot_bf16(w, a) },
+        _ => return None,
+    };
+    Some(kernel)
+}
+
+/// The AVX2 tile kernel (rows × activations at once) for `dtype` (`wide`: against i16 activations), if there is one and this CPU has
+/// AVX2, FMA and F16C.
+pub(crate) fn avx2_tile_kernel(dtype: DType, wide: bool) -> Option<crate::matmul::TileKernel> {
+    use std::arch::is_x86_feature_detected as has;
+    if !(has!("avx2") && has!("fma") && has!("f16c")) {
+        return None;
+    }
+    // Each wrapper below is only reachable through this function, after the check above.
+    let kernel: crate::matmul::TileKernel = match (dtype, wide) {
+        // SAFETY: AVX2, FMA and F16C were detected above; the kernels need nothing else.
+        (DType::Q8_0, false) => |w, rb, a, o| unsafe { avx2_tile::tiles_q8_0(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::Q8_0, true) => |w, rb, a, o| unsafe { avx2_tile::tiles_i16_q8_0(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::Q4_0, false) => |w, rb, a, o| unsafe { avx2_tile::tiles_q4_0(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::Q4_0, true) => |w, rb, a, o| unsafe { avx2_tile::tiles_i16_q4_0(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::Q4_1, false) => |w, rb, a, o| unsafe { avx2_tile::tiles_q4_1(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::Q4_1, true) => |w, rb, a, o| unsafe { avx2_tile::tiles_i16_q4_1(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::Q5_0, false) => |w, rb, a, o| unsafe { avx2_tile::tiles_q5_0(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::Q5_0, true) => |w, rb, a, o| unsafe { avx2_tile::tiles_i16_q5_0(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::Q5_1, false) => |w, rb, a, o| unsafe { avx2_tile::tiles_q5_1(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::Q5_1, true) => |w, rb, a, o| unsafe { avx2_tile::tiles_i16_q5_1(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::MXFP4, false) => |w, rb, a, o| unsafe { avx2_tile::tiles_mxfp4(w, rb, a, o) },
+        // SAFETY: as above.
+        (DType::MXFP4, true) => |w, rb, a, o| unsafe { avx2_tile::tiles_i16_mxfp4(w, rb, a, o) },
         _ => return None,
     };
     Some(kernel)

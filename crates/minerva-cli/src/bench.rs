@@ -1,0 +1,203 @@
+//! `minerva bench`: our `llama-bench`. Prefill tokens/s over a `-p`-token prompt and decode
+//! tokens/s over `-n` tokens, each the median of `-r` repetitions after one warm-up run.
+//!
+//! The measured work is what llama-bench measures for `pp` and `tg`: the prompt is `-p` token ids
+//! (deterministic pseudo-random, as llama-bench uses random tokens) run as one forward pass into an
+//! empty cache, returning the last position's logits; decode is `-n` one-token forward passes from
+//! an empty cache, each returning its logits (no sampling: llama-bench feeds a fixed token too).
+//! Loading the model is not timed.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use minerva_model::{Backend, CpuBackend, LogitsFor, Model, SequenceInput};
+
+use crate::device::Device;
+use crate::error::CliError;
+
+/// The command's options besides the model.
+pub struct Options {
+    /// Prompt length (0 skips prefill).
+    pub prompt: usize,
+    /// Decoded tokens (0 skips decode).
+    pub gen_tokens: usize,
+    /// Repetitions of each measurement.
+    pub reps: usize,
+    /// Worker threads.
+    pub threads: Option<usize>,
+    /// Where the model runs.
+    pub device: Device,
+    /// One JSON object instead of text.
+    pub json: bool,
+}
+
+/// Runs the benchmark, printing its figures to `stdout`.
+pub fn run(path: &Path, opts: &Options, stdout: &mut impl Write) -> Result<(), CliError> {
+    let request = |message: String| CliError::Request { path: path.to_path_buf(), message };
+    if opts.reps == 0 {
+        return Err(request("-r must be at least 1".to_string()));
+    }
+    if opts.prompt == 0 && opts.gen_tokens == 0 {
+        return Err(request("nothing to measure: -p and -n are both 0".to_string()));
+    }
+    let threads = opts.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // The whole benchmark runs inside one pool of `threads` workers, and the backend uses the
+    // current pool (`CpuBackend::new(None)`): a backend with its own pool would hand every op
+    // over to that pool's threads and wait for them (two wake-ups per op, ~300 ops per token).
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .build()
+        .map_err(|e| request(format!("cannot start {threads} threads: {e}")))?;
+    let text = pool.install(|| measure(path, opts, threads))?;
+    write!(stdout, "{text}").map_err(|source| CliError::Output { path: "<stdout>".into(), source })
+}
+
+/// Loads the model and runs the measurements; returns the text to print.
+fn measure(path: &Path, opts: &Options, threads: usize) -> Result<String, CliError> {
+    let model_err = |source| CliError::Model { path: path.to_path_buf(), source };
+    match opts.device {
+        Device::Cpu => {
+            let model = Model::load(path, CpuBackend::new(None).map_err(model_err)?).map_err(model_err)?;
+            measure_on(path, &model, opts, threads)
+        }
+        Device::Wgpu => {
+            let model = Model::load(path, crate::device::open_wgpu()?).map_err(model_err)?;
+            measure_on(path, &model, opts, threads)
+        }
+    }
+}
+
+fn measure_on<B: Backend>(path: &Path, model: &Model<B>, opts: &Options, threads: usize) -> Result<String, CliError> {
+    let request = |message: String| CliError::Request { path: path.to_path_buf(), message };
+    let model_err = |source| CliError::Model { path: path.to_path_buf(), source };
+    let vocab = model.config.vocab as u32;
+    let capacity = opts.prompt.max(opts.gen_tokens).max(1);
+    let context = model.config.context_length;
+    if context > 0 && capacity > context {
+        return Err(request(format!("-p/-n of {capacity} tokens exceed the model's context of {context}")));
+    }
+    let prompt = pseudo_random_tokens(opts.prompt, vocab);
+    let mut cache = model.new_cache(1, capacity).map_err(model_err)?;
+
+    let mut prefill = Vec::new();
+    if opts.prompt > 0 {
+        for rep in 0..=opts.reps {
+            let start = Instant::now();
+            let seq = SequenceInput { tokens: &prompt, start_pos: 0, slot: 0 };
+            model.forward(&mut cache, &[seq], LogitsFor::Last).map_err(model_err)?;
+            let secs = start.elapsed().as_secs_f64();
+            if rep > 0 {
+                prefill.push(opts.prompt as f64 / secs);
+            }
+        }
+    }
+    let mut decode = Vec::new();
+    if opts.gen_tokens > 0 {
+        let mut token = prompt.first().copied().unwrap_or(1 % vocab.max(1));
+        for rep in 0..=opts.reps {
+            let start = Instant::now();
+            for pos in 0..opts.gen_tokens {
+                let tokens = [token];
+                let seq = SequenceInput { tokens: &tokens, start_pos: pos, slot: 0 };
+                let logits = model.forward(&mut cache, &[seq], LogitsFor::Last).map_err(model_err)?;
+                // Feed the argmax back so that the work depends on the previous step, as in real
+                // decoding (it costs a pass over the vocabulary, as sampling would).
+                token = argmax(logits.row(0));
+            }
+            let secs = start.elapsed().as_secs_f64();
+            if rep > 0 {
+                decode.push(opts.gen_tokens as f64 / secs);
+            }
+        }
+    }
+    let (prefill_med, decode_med) = (median(&mut prefill), median(&mut decode));
+    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    Ok(if opts.json {
+        let object = serde_json::json!({
+            "model": name,
+            "device": format!("{:?}", opts.device).to_lowercase(),
+            "threads": threads,
+            "prompt_tokens": opts.prompt,
+            "gen_tokens": opts.gen_tokens,
+            "reps": opts.reps,
+            "prefill_tok_s": prefill_med,
+            "decode_tok_s": decode_med,
+            "prefill_runs_tok_s": prefill,
+            "decode_runs_tok_s": decode,
+        });
+        format!("{object}\n")
+    } else {
+        let device = format!("{:?}", opts.device).to_lowercase();
+        let mut text = format!("{name}  device {device}  threads {threads}  reps {}\n", opts.reps);
+        if let Some(v) = prefill_med {
+            text += &format!("prefill  pp{:<6} {v:>10.2} tok/s  (median; {})\n", opts.prompt, spread(&prefill));
+        }
+        if let Some(v) = decode_med {
+            text += &format!("decode   tg{:<6} {v:>10.2} tok/s  (median; {})\n", opts.gen_tokens, spread(&decode));
+        }
+        text
+    })
+}
+
+/// `n` token ids in `0..vocab` from a fixed xorshift sequence (the same every run).
+fn pseudo_random_tokens(n: usize, vocab: u32) -> Vec<u32> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % u64::from(vocab.max(1))) as u32
+        })
+        .collect()
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// The median (mean of the middle two for an even count); `None` when empty. Sorts `values`.
+fn median(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
+}
+
+fn spread(sorted: &[f64]) -> String {
+    match (sorted.first(), sorted.last()) {
+        (Some(lo), Some(hi)) => format!("min {lo:.2}, max {hi:.2}"),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut []), None);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    }
+
+    #[test]
+    fn tokens_are_deterministic_and_in_range() {
+        let a = pseudo_random_tokens(1000, 49152);
+        assert_eq!(a, pseudo_random_tokens(1000, 49152));
+        assert!(a.iter().all(|&t| t < 49152));
+        // Not a constant stream: llama-bench's prompts are random too.
+        assert!(a.windows(2).filter(|w| w[0] != w[1]).count() > 990);
+    }
+}

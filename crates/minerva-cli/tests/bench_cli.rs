@@ -1,0 +1,58 @@
+//! `minerva bench` on the real model: small runs, JSON and text output, one-line errors.
+
+mod common;
+
+use common::{assert_one_line_error, minerva, os, real_model};
+
+#[test]
+fn json_reports_both_rates_and_every_run() {
+    let model = real_model();
+    let out = minerva(&[
+        os("bench"),
+        model.as_os_str(),
+        os("-p"),
+        os("16"),
+        os("-n"),
+        os("4"),
+        os("-r"),
+        os("2"),
+        os("--threads"),
+        os("1"),
+        os("--json"),
+    ]);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    for key in ["prefill_tok_s", "decode_tok_s"] {
+        let v = json[key].as_f64().unwrap_or_else(|| panic!("{key} in {json}"));
+        assert!(v.is_finite() && v > 0.0, "{key} = {v}");
+    }
+    assert_eq!(json["prefill_runs_tok_s"].as_array().map(Vec::len), Some(2));
+    assert_eq!(json["decode_runs_tok_s"].as_array().map(Vec::len), Some(2));
+    assert_eq!((json["prompt_tokens"].as_u64(), json["gen_tokens"].as_u64()), (Some(16), Some(4)));
+    assert_eq!(json["threads"].as_u64(), Some(1));
+}
+
+#[test]
+fn text_output_and_skipped_phases() {
+    let model = real_model();
+    let out = minerva(&[os("bench"), model.as_os_str(), os("-p"), os("0"), os("-n"), os("3"), os("-r"), os("1")]);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("decode   tg3") && !text.contains("prefill"), "{text}");
+}
+
+#[test]
+fn bad_requests_are_one_line_errors() {
+    let model = real_model();
+    let cases: [(&[&str], &str); 4] = [
+        (&["--device", "tpu"], "--device"),
+        (&["-r", "0"], "-r must be at least 1"),
+        (&["-p", "0", "-n", "0"], "nothing to measure"),
+        (&["-p", "100000"], "exceed the model's context"),
+    ];
+    for (extra, what) in cases {
+        let mut args = vec![os("bench"), model.as_os_str()];
+        args.extend(extra.iter().map(|s| os(s)));
+        assert_one_line_error(&minerva(&args), what);
+    }
+}
