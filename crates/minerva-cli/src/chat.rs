@@ -9,7 +9,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use minerva_generate::{ChatTemplate, Event, Message, Sampler, Session};
+use minerva_generate::{ChatTemplate, Event, Message, Sampler, SamplingParams, Session};
 
 use crate::error::CliError;
 use minerva_model::Backend;
@@ -45,19 +45,19 @@ pub fn run(
     let params = sampling.sampling();
     Sampler::new(params.clone()).map_err(|e| CliError::Usage(e.to_string()))?;
     match model.device {
-        Device::Cpu => converse(load::load(model, load::cpu_backend(model)?)?, sampling, system, input, out),
-        Device::Wgpu => converse(load::load(model, crate::device::open_wgpu()?)?, sampling, system, input, out),
+        Device::Cpu => converse(load::load(model, load::cpu_backend(model)?)?, sampling, params, system, input, out),
+        Device::Wgpu => converse(load::load(model, crate::device::open_wgpu()?)?, sampling, params, system, input, out),
     }
 }
 
 fn converse<B: Backend>(
     loaded: Loaded<B>,
     sampling: &GenArgs,
+    params: SamplingParams,
     system: Option<String>,
     input: impl BufRead,
     out: &mut impl Write,
 ) -> Result<(), CliError> {
-    let params = sampling.sampling();
     let gen_err = |source| CliError::Generate { path: loaded.path.clone(), source };
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_tokenizer(tok).map_err(gen_err)?;

@@ -159,21 +159,21 @@ fn rope_factor_tensor<D: AsRef<[u8]>>(g: &Gguf<D>, name: &str, rope_dim: usize) 
     Ok(factors)
 }
 
-impl Config {
-    /// Reads the configuration from a GGUF file's metadata and the shape of `token_embd.weight`.
-    ///
-    /// Errors name the missing or inconsistent key: `{arch}.attention.head_count` not dividing
-    /// `{arch}.embedding_length` (when no `key_length` is given), `head_count_kv` not dividing
-    /// `head_count`, an odd or oversized `rope.dimension_count`, an unknown `rope.scaling.type`.
-    pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<Config> {
-        let arch = g.architecture()?.to_string();
-        if !matches!(arch.as_str(), "llama" | "mistral" | "phi3") {
-            return Err(ModelError::UnsupportedArch { arch });
-        }
+/// The attention shape every architecture reads from GGUF the same way: `{arch}.attention.*`.
+pub(crate) struct AttentionDims {
+    pub(crate) n_head: usize,
+    pub(crate) n_head_kv: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) rms_eps: f32,
+}
+
+impl AttentionDims {
+    /// Reads head counts, head size and the RMS-norm epsilon, checking that `head_count_kv`
+    /// divides `head_count`, that `head_count` divides `n_embd` when no `key_length` is given, and
+    /// that `value_length` (if any) equals the key length. Errors name the key.
+    pub(crate) fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>, n_embd: usize) -> Result<AttentionDims> {
+        let arch = g.architecture()?;
         let key = |suffix: &str| format!("{arch}.{suffix}");
-        let n_layer = count(g, "block_count")?;
-        let n_embd = count(g, "embedding_length")?;
-        let n_ff = count(g, "feed_forward_length")?;
         let n_head = count(g, "attention.head_count")?;
         let n_head_kv = match opt_count(g, "attention.head_count_kv")? {
             None => n_head,
@@ -205,6 +205,26 @@ impl Config {
         }
         let rms_eps = opt_f32(g, "attention.layer_norm_rms_epsilon")?
             .ok_or_else(|| ModelError::MissingKey { key: key("attention.layer_norm_rms_epsilon") })?;
+        Ok(AttentionDims { n_head, n_head_kv, head_dim, rms_eps })
+    }
+}
+
+impl Config {
+    /// Reads the configuration from a GGUF file's metadata and the shape of `token_embd.weight`.
+    ///
+    /// Errors name the missing or inconsistent key: `{arch}.attention.head_count` not dividing
+    /// `{arch}.embedding_length` (when no `key_length` is given), `head_count_kv` not dividing
+    /// `head_count`, an odd or oversized `rope.dimension_count`, an unknown `rope.scaling.type`.
+    pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<Config> {
+        let arch = g.architecture()?.to_string();
+        if !matches!(arch.as_str(), "llama" | "mistral" | "phi3") {
+            return Err(ModelError::UnsupportedArch { arch });
+        }
+        let key = |suffix: &str| format!("{arch}.{suffix}");
+        let n_layer = count(g, "block_count")?;
+        let n_embd = count(g, "embedding_length")?;
+        let n_ff = count(g, "feed_forward_length")?;
+        let AttentionDims { n_head, n_head_kv, head_dim, rms_eps } = AttentionDims::from_gguf(g, n_embd)?;
         let rope_dim = opt_count(g, "rope.dimension_count")?.unwrap_or(head_dim);
         if rope_dim == 0 || !rope_dim.is_multiple_of(2) || rope_dim > head_dim {
             return Err(ModelError::BadKey {

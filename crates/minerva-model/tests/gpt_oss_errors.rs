@@ -66,6 +66,8 @@ fn gguf_metadata_errors_name_the_key() {
     assert_eq!(err, "missing metadata key gpt-oss.rope.scaling.factor");
     let err = gguf_error(&[("gpt-oss.attention.head_count_kv", Some(3u32.into()))], None, None);
     assert!(err.starts_with("metadata key gpt-oss.attention.head_count_kv: 3 does not divide"), "{err}");
+    let err = gguf_error(&[("gpt-oss.attention.head_count_kv", Some(0u32.into()))], None, None);
+    assert!(err.starts_with("metadata key gpt-oss.attention.head_count_kv: 0 does not divide"), "{err}");
 }
 
 #[test]

@@ -22,7 +22,7 @@ use minerva_gguf::Gguf;
 use serde_json::Value;
 
 use crate::backend::{Backend, Batch, Mask, MoeExperts, MoeParams};
-use crate::config::{Config, RopeConfig, RopeScaling, RopeStyle, count, opt_count, opt_f32};
+use crate::config::{AttentionDims, Config, RopeConfig, RopeScaling, RopeStyle, count, opt_count, opt_f32};
 use crate::error::{ModelError, Result};
 
 /// GPT-OSS's fixed SwiGLU slope (OpenAI's `swiglu(alpha=1.702)`; transformers' `swiglu_alpha`).
@@ -63,22 +63,7 @@ impl GptOssConfig {
             Some(n) if n > 0 => n,
             _ => count(g, "feed_forward_length")?,
         };
-        let n_head = count(g, "attention.head_count")?;
-        let n_head_kv = opt_count(g, "attention.head_count_kv")?.unwrap_or(n_head);
-        let head_dim = match opt_count(g, "attention.key_length")? {
-            Some(d) if d > 0 => d,
-            _ => n_embd / n_head,
-        };
-        if let Some(v) = opt_count(g, "attention.value_length")?
-            && v != head_dim
-        {
-            return Err(ModelError::BadKey {
-                key: key("attention.value_length"),
-                message: format!("{v} differs from the key length {head_dim}, which is not supported"),
-            });
-        }
-        let rms_eps = opt_f32(g, "attention.layer_norm_rms_epsilon")?
-            .ok_or_else(|| ModelError::MissingKey { key: key("attention.layer_norm_rms_epsilon") })?;
+        let AttentionDims { n_head, n_head_kv, head_dim, rms_eps } = AttentionDims::from_gguf(g, n_embd)?;
         let context_length = opt_count(g, "context_length")?.unwrap_or(4096).max(1);
         let scaling = match g.get(&key("rope.scaling.type")).map(|v| v.as_str()) {
             None | Some(Some("none")) => RopeScaling::None,
