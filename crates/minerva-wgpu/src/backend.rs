@@ -2,7 +2,7 @@
 //!
 //! Every op records its dispatches into one pending command encoder and returns at once; the
 //! step is submitted as one command buffer when something is read back ([`Backend::logits`],
-//! [`WgpuBackend::greedy`], [`WgpuBackend::download`]).
+//! [`Backend::greedy`], [`WgpuBackend::download`]).
 
 use std::sync::{Mutex, PoisonError};
 
@@ -159,16 +159,6 @@ impl WgpuBackend {
     /// Submits the pending step and reads `t` back.
     pub fn download(&self, t: &WgpuTensor) -> Result<Vec<f32>> {
         let bytes = self.gpu.read_back(t.buffer(), (t.rows * t.cols * 4) as u64)?;
-        Ok(bytemuck::pod_collect_to_vec(&bytes))
-    }
-
-    /// Greedy decoding on the GPU: the argmax token of the logits of rows `rows` of `x`; only
-    /// one u32 per row comes back to the host.
-    pub fn greedy(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<Vec<u32>> {
-        let logits = self.head_logits(x, head, rows)?;
-        let out = self.gpu.scratch((rows.len() * 4) as u64);
-        kernels::argmax::argmax(&self.gpu, logits.buffer(), out.buffer(), rows.len(), head.rows);
-        let bytes = self.gpu.read_back(out.buffer(), (rows.len() * 4) as u64)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
@@ -490,6 +480,16 @@ impl Backend for WgpuBackend {
                 request(format!("attention: sinks {} are not a vector of {n_head} values", sinks.name))
             })?;
         self.attention_impl(q, k, v, cache, layer, batch, mask, Some(buffer))
+    }
+
+    /// Greedy decoding on the GPU: the LM head and an argmax kernel are recorded into the step,
+    /// and only one u32 per row comes back to the host.
+    fn greedy(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<Vec<u32>> {
+        let logits = self.head_logits(x, head, rows)?;
+        let out = self.gpu.scratch((rows.len() * 4) as u64);
+        kernels::argmax::argmax(&self.gpu, logits.buffer(), out.buffer(), rows.len(), head.rows);
+        let bytes = self.gpu.read_back(out.buffer(), (rows.len() * 4) as u64)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
     fn add_bias(&self, x: &mut WgpuTensor, bias: &WgpuWeight) -> Result<()> {

@@ -7,7 +7,9 @@
 //! within 1e-4 · max |logit| at every step (f32 rounding of another summation order; measured
 //! figures in docs/wgpu.md). Greedy tokens: the CPU's choice is fed to both backends (teacher
 //! forcing), and the GPU's argmax must equal it at every step whose CPU top-2 margin exceeds the
-//! tolerance. Needs a wgpu adapter (lavapipe in CI) and fails without one.
+//! tolerance. `Model::forward_greedy` runs alongside on its own caches: on the GPU (argmax kernel,
+//! one id read back) it must equal the argmax of the GPU's logits, on the CPU (the trait's
+//! default, a host argmax) the CPU's. Needs a wgpu adapter (lavapipe in CI) and fails without one.
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +36,7 @@ fn check(path: &str) {
     let steps = 32;
     let capacity = prompt.len() + steps;
     let (mut cc, mut gc) = (cpu.new_cache(1, capacity).unwrap(), gpu.new_cache(1, capacity).unwrap());
+    let (mut cgc, mut ggc) = (cpu.new_cache(1, capacity).unwrap(), gpu.new_cache(1, capacity).unwrap());
     let mut tokens = prompt.clone();
     let (mut start, mut near_ties, mut worst) = (0, 0, 0.0f32);
     for step in 0..=steps {
@@ -48,6 +51,13 @@ fn check(path: &str) {
         worst = worst.max(err / scale);
         let last = want.rows.len() - 1;
         let (next, margin) = top(want.row(last));
+        assert_eq!(cpu.forward_greedy(&mut cgc, &[seq]).unwrap(), [next], "{path}: CPU forward_greedy, step {step}");
+        let gpu_next = top(got.row(last)).0;
+        assert_eq!(
+            gpu.forward_greedy(&mut ggc, &[seq]).unwrap(),
+            [gpu_next],
+            "{path}: GPU forward_greedy, step {step}"
+        );
         if margin > tol {
             assert_eq!(top(got.row(last)).0, next, "{path}: greedy token at step {step}");
         } else {
@@ -88,4 +98,27 @@ fn mistral_safetensors() {
 #[test]
 fn phi3_safetensors() {
     check("model/tiny/phi3");
+}
+
+#[test]
+fn forward_greedy_of_a_batch_of_two_sequences() {
+    // Two prompts of different lengths in one step, then a decode step of both: one id each.
+    let gpu = Model::load(fixture("gpt_oss/gpt_oss.gguf"), WgpuBackend::new(WgpuOptions::default()).unwrap()).unwrap();
+    let (a, b) = ([5u32, 9, 200, 31, 7], [44u32, 2, 18]);
+    let (mut logits_cache, mut greedy_cache) = (gpu.new_cache(2, 8).unwrap(), gpu.new_cache(2, 8).unwrap());
+    let mut steps = vec![(a.to_vec(), b.to_vec(), 0, 0)];
+    let mut next = Vec::new();
+    for step in 0..2 {
+        let (ta, tb, sa, sb) = steps[step].clone();
+        let batch = [
+            SequenceInput { tokens: &ta, start_pos: sa, slot: 1 },
+            SequenceInput { tokens: &tb, start_pos: sb, slot: 0 },
+        ];
+        let logits = gpu.forward(&mut logits_cache, &batch, LogitsFor::Last).unwrap();
+        let want: Vec<u32> = (0..2).map(|r| top(logits.row(r)).0).collect();
+        next = gpu.forward_greedy(&mut greedy_cache, &batch).unwrap();
+        assert_eq!(next, want, "step {step}");
+        steps.push((vec![next[0]], vec![next[1]], sa + ta.len(), sb + tb.len()));
+    }
+    assert_eq!(next.len(), 2);
 }
