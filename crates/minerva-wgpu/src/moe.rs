@@ -8,8 +8,11 @@
 //!                   --moe_sum (routing weights)--> [rows × n_embd]
 //! ```
 //!
-//! Only the picked experts' weight rows are read. Prefill does not group tokens by expert: each
-//! pair reads its expert's rows itself (correct; grouping is the optimisation left to do).
+//! Only the picked experts' weight rows are read. A decode step (one token) runs one workgroup
+//! set per pair (`mul_mat_id`); a prefill groups the pairs by expert (`mul_mat_id_grouped`: one
+//! workgroup set per expert walks the pairs routed to it, 8 at a time), so each picked expert's
+//! weights are read once per 8 of its tokens rather than once per token. The grouping needs no
+//! sort and no read-back: each expert's workgroups scan the routing ids themselves.
 
 use minerva_model::{MoeExperts, MoeParams, Result};
 
@@ -54,16 +57,24 @@ pub(crate) fn moe(
     kernels::moe_route::moe_route(gpu, router_logits.buffer(), ids.buffer(), weights.buffer(), rows, n_expert, k);
     let ids = ids.buffer();
 
+    // Decode: one workgroup set per pair; prefill: per expert, over the pairs routed to it.
+    let expert_matmul = |w: &WgpuWeight, rows: usize, x: &wgpu::Buffer, x_div: usize, y: &wgpu::Buffer| {
+        if pairs <= k {
+            kernels::mul_mat_id::mul_mat_id(gpu, w, rows, x, x_div, ids, pairs, y, subgroups);
+        } else {
+            kernels::mul_mat_id_grouped::mul_mat_id_grouped(gpu, w, rows, x, x_div, ids, pairs, y);
+        }
+    };
     let gate = backend.tensor(pairs, n_ff)?;
     let up = backend.tensor(pairs, n_ff)?;
-    kernels::mul_mat_id::mul_mat_id(gpu, experts.gate, n_ff, x.buffer(), k, ids, pairs, gate.buffer(), subgroups);
-    kernels::mul_mat_id::mul_mat_id(gpu, experts.up, n_ff, x.buffer(), k, ids, pairs, up.buffer(), subgroups);
+    expert_matmul(experts.gate, n_ff, x.buffer(), k, gate.buffer());
+    expert_matmul(experts.up, n_ff, x.buffer(), k, up.buffer());
     kernels::expert_bias::expert_bias(gpu, experts.gate_bias, ids, pairs, gate.buffer());
     kernels::expert_bias::expert_bias(gpu, experts.up_bias, ids, pairs, up.buffer());
     kernels::swiglu_oai::swiglu_oai(gpu, gate.buffer(), up.buffer(), pairs * n_ff, p.alpha, p.limit);
 
     let down = backend.tensor(pairs, n_embd)?;
-    kernels::mul_mat_id::mul_mat_id(gpu, experts.down, n_embd, gate.buffer(), 1, ids, pairs, down.buffer(), subgroups);
+    expert_matmul(experts.down, n_embd, gate.buffer(), 1, down.buffer());
     kernels::expert_bias::expert_bias(gpu, experts.down_bias, ids, pairs, down.buffer());
     let out = backend.tensor(rows, n_embd)?;
     kernels::moe_sum::moe_sum(gpu, down.buffer(), weights.buffer(), out.buffer(), rows, n_embd, k);

@@ -170,7 +170,8 @@ fn moe_case(dtype: DType, bias_dtype: DType, rows: usize, options: WgpuOptions, 
 
 #[test]
 fn moe_decode_and_prefill() {
-    for rows in [1, 7] {
+    // 37 rows × top 2 over 5 experts: about 15 pairs per expert, two tiles of the grouped kernel.
+    for rows in [1, 7, 37] {
         // GGUF: MXFP4 experts, f32 biases; MLX: affine experts dequantized to bf16, bf16 biases.
         moe_case(DType::MXFP4, DType::F32, rows, WgpuOptions::default(), 20 + rows as u64);
         moe_case(DType::BF16, DType::BF16, rows, WgpuOptions::default(), 30 + rows as u64);
@@ -185,5 +186,6 @@ fn moe_experts_split_across_bindings() {
     let g = gpu(options.clone());
     let w = g.weight(source("gate", DType::MXFP4, &[5, 96, 64], vec![0; 5 * 96 * row_bytes as usize])).unwrap();
     assert_eq!(w.chunk_count(), 3, "5 experts in chunks of 2");
-    moe_case(DType::MXFP4, DType::F32, 6, options, 40);
+    moe_case(DType::MXFP4, DType::F32, 1, options.clone(), 41);
+    moe_case(DType::MXFP4, DType::F32, 37, options, 40);
 }

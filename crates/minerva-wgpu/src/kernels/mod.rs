@@ -15,6 +15,7 @@ pub(crate) mod moe_route;
 pub(crate) mod moe_sum;
 pub(crate) mod mul_mat;
 pub(crate) mod mul_mat_id;
+pub(crate) mod mul_mat_id_grouped;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
 pub(crate) mod swiglu;
