@@ -11,6 +11,10 @@
 //!
 //! A chat keeps one session: each turn's prompt re-renders the whole conversation, and only the
 //! tokens after the longest prefix already in the cache are run again.
+//!
+//! Plain greedy decoding (temperature 0, no bias, no penalty) asks the model for the argmax only
+//! ([`Model::forward_greedy`]): a GPU backend then reads back one token id per step instead of
+//! the vocabulary's logits.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -181,7 +185,7 @@ impl<'m, B: Backend> Session<'m, B> {
             first_token: None,
             prefilled: 0,
             prefill_time: Duration::ZERO,
-            logits: None,
+            pending: None,
             done: false,
         })
     }
@@ -204,13 +208,24 @@ impl<'m, B: Backend> Session<'m, B> {
         Err(GenerateError::Request("generation ended without a summary".into()))
     }
 
-    /// Runs `tokens` at the end of the cache and returns the last position's logits.
-    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+    /// Runs `tokens` at the end of the cache and returns the last position's logits, or, when
+    /// `argmax` (plain greedy decoding), only their argmax from [`Model::forward_greedy`].
+    fn forward(&mut self, tokens: &[u32], argmax: bool) -> Result<Next> {
         let seq = SequenceInput { tokens, start_pos: self.cached.len(), slot: 0 };
-        let logits = self.model.forward(&mut self.cache, &[seq], LogitsFor::Last)?;
+        let next = if argmax {
+            Next::Token(self.model.forward_greedy(&mut self.cache, &[seq])?[0])
+        } else {
+            Next::Logits(self.model.forward(&mut self.cache, &[seq], LogitsFor::Last)?.data)
+        };
         self.cached.extend_from_slice(tokens);
-        Ok(logits.data)
+        Ok(next)
     }
+}
+
+/// What a forward step left for the next token: the logits to sample from, or the token itself.
+enum Next {
+    Logits(Vec<f32>),
+    Token(u32),
 }
 
 /// An iterator of [`Event`]s; see [`Session::generate`]. Dropping it early stops generation
@@ -230,22 +245,22 @@ pub struct Generation<'s, 'm, B: Backend> {
     first_token: Option<Instant>,
     prefilled: usize,
     prefill_time: Duration,
-    logits: Option<Vec<f32>>,
+    pending: Option<Next>,
     done: bool,
 }
 
 impl<B: Backend> Generation<'_, '_, B> {
-    fn prefill(&mut self) -> Result<Vec<f32>> {
+    fn prefill(&mut self) -> Result<Next> {
         let s = &mut *self.session;
         // Reuse the longest cached prefix, but always run at least the last prompt token.
         let common = s.cached.iter().zip(&self.history).take_while(|(a, b)| a == b).count();
         let reuse = common.min(self.history.len() - 1);
         s.cached.truncate(reuse);
         let t = Instant::now();
-        let logits = s.forward(&self.history[reuse..])?;
+        let next = s.forward(&self.history[reuse..], self.sampler.params().is_plain_greedy())?;
         self.prefill_time = t.elapsed();
         self.prefilled = self.history.len() - reuse;
-        Ok(logits)
+        Ok(next)
     }
 
     fn finish(&mut self, finish: FinishReason) {
@@ -274,15 +289,18 @@ impl<B: Backend> Generation<'_, '_, B> {
 
     /// One step: sample a token from the pending logits, queue its text, run it if more are needed.
     fn step(&mut self) -> Result<()> {
-        let mut logits = match self.logits.take() {
-            Some(l) => l,
+        let pending = match self.pending.take() {
+            Some(p) => p,
             None => self.prefill()?,
         };
         if self.options.max_tokens == 0 {
             self.finish(FinishReason::MaxTokens);
             return Ok(());
         }
-        let id = self.sampler.sample(&mut logits, &self.history);
+        let id = match pending {
+            Next::Logits(mut logits) => self.sampler.sample(&mut logits, &self.history),
+            Next::Token(id) => id,
+        };
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());
         }
@@ -309,7 +327,7 @@ impl<B: Backend> Generation<'_, '_, B> {
             // Every position holds a token: the one just sampled has no room to be run.
             self.finish(FinishReason::ContextEnd);
         } else {
-            self.logits = Some(self.session.forward(&[id])?);
+            self.pending = Some(self.session.forward(&[id], self.sampler.params().is_plain_greedy())?);
         }
         Ok(())
     }

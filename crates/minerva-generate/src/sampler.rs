@@ -84,6 +84,17 @@ impl SamplingParams {
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 0.0
     }
+
+    /// Whether the next token is the argmax of the raw logits: greedy with no logit bias and no
+    /// penalty. The generator then asks the backend for the argmax only (one id read back from a
+    /// GPU instead of the vocabulary's logits).
+    pub fn is_plain_greedy(&self) -> bool {
+        self.is_greedy()
+            && self.logit_bias.is_empty()
+            && self.repeat_penalty == 1.0
+            && self.frequency_penalty == 0.0
+            && self.presence_penalty == 0.0
+    }
 }
 
 /// A token and its (log-domain) score, or its probability after [`softmax`].
@@ -226,6 +237,11 @@ impl Sampler {
         params.validate()?;
         let rng = Rng::new(params.seed.unwrap_or_else(Rng::seed_from_time));
         Ok(Sampler { params, rng })
+    }
+
+    /// The settings.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
     }
 
     /// Picks the next token from `logits` (modified in place by bias and penalties), given the

@@ -46,6 +46,24 @@ fn greedy_runs(model: &Model<CpuBackend>, tok: &Tokenizer, steps: usize) -> Vec<
 }
 
 #[test]
+fn plain_greedy_takes_the_argmax_path_with_the_same_tokens() {
+    // A zero logit bias changes no logit but takes the sampler's path (full logits, host argmax):
+    // both paths must give the same tokens.
+    let (model, tok) = load(false);
+    let (prompt, _) = &reference()[0];
+    let run = |params: SamplingParams| {
+        assert_eq!(params.is_plain_greedy(), params.logit_bias.is_empty());
+        let mut session = Session::new(&model, &tok, 64).unwrap();
+        let options = GenerateOptions { max_tokens: 16, ignore_eos: true, ..GenerateOptions::default() };
+        session.generate_with(prompt, options, Sampler::new(params).unwrap(), |_| {}).unwrap().tokens
+    };
+    let plain = run(SamplingParams::default());
+    let sampled = run(SamplingParams { logit_bias: vec![(0, 0.0)], ..SamplingParams::default() });
+    assert_eq!(plain.len(), 16);
+    assert_eq!(plain, sampled);
+}
+
+#[test]
 fn greedy_matches_transformers_with_f32_activations() {
     let (model, tok) = load(true);
     let reference = reference();

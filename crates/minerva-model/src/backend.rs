@@ -170,6 +170,15 @@ pub trait Backend: Send + Sync {
     /// The logits `x[rows] · headᵀ`, read back to the host row-major (`rows.len() × vocab`).
     fn logits(&self, x: &Self::Tensor, head: &Self::Weight, rows: &[usize]) -> Result<Vec<f32>>;
 
+    /// Greedy decoding: for each row `r` of `rows`, the index of the largest logit of
+    /// `x[r] · headᵀ` (the first on ties). The default computes [`Backend::logits`] and takes the
+    /// argmax on the host; a GPU backend reads back only the ids.
+    fn greedy(&self, x: &Self::Tensor, head: &Self::Weight, rows: &[usize]) -> Result<Vec<u32>> {
+        let logits = self.logits(x, head, rows)?;
+        let vocab = logits.len() / rows.len().max(1);
+        Ok(logits.chunks_exact(vocab.max(1)).map(argmax).collect())
+    }
+
     /// `x[r] += bias` for every row (`bias`: a vector of `x`'s width).
     fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Weight) -> Result<()> {
         let _ = (x, bias);
@@ -211,4 +220,15 @@ pub trait Backend: Send + Sync {
         let _ = (x, router_logits, experts, params);
         Err(ModelError::UnsupportedOp { op: "moe" })
     }
+}
+
+/// The index of the largest value (the first on ties; NaN never wins).
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] || row[best].is_nan() && !v.is_nan() {
+            best = i;
+        }
+    }
+    best as u32
 }

@@ -146,6 +146,54 @@ impl<B: Backend> Model<B> {
     /// Runs every sequence's new tokens in one pass (a prompt's prefill, or one decode token each),
     /// extending their cache slots, and returns the logits `which` asks for.
     pub fn forward(&self, cache: &mut B::Cache, batch: &[SequenceInput<'_>], which: LogitsFor) -> Result<Logits> {
+        let step = Step::new(batch, which)?;
+        let x = self.hidden(cache, &step)?;
+        let data = self.backend.logits(&x, self.head(), &step.logit_rows)?;
+        Ok(Logits { vocab: self.config.vocab, data, rows: step.rows })
+    }
+
+    /// [`Model::forward`] followed by greedy decoding: the id of the largest logit (the lowest
+    /// id on ties) of each sequence's last position, in batch order, through [`Backend::greedy`]
+    /// (on a GPU backend only these ids are read back, not the vocabulary's logits).
+    pub fn forward_greedy(&self, cache: &mut B::Cache, batch: &[SequenceInput<'_>]) -> Result<Vec<u32>> {
+        let step = Step::new(batch, LogitsFor::Last)?;
+        let x = self.hidden(cache, &step)?;
+        self.backend.greedy(&x, self.head(), &step.logit_rows)
+    }
+
+    /// The final normed hidden states of a step's rows.
+    fn hidden(&self, cache: &mut B::Cache, step: &Step) -> Result<B::Tensor> {
+        match &self.weights {
+            ModelWeights::Llama(w) => {
+                arch::llama::forward(&self.backend, &self.config, w, cache, &step.tokens, &step.layout)
+            }
+            ModelWeights::GptOss(m) => {
+                arch::gpt_oss::forward(&self.backend, &m.0, &m.1, cache, &step.tokens, &step.layout)
+            }
+        }
+    }
+
+    /// The LM head.
+    fn head(&self) -> &B::Weight {
+        match &self.weights {
+            ModelWeights::Llama(w) => w.head(),
+            ModelWeights::GptOss(m) => &m.1.output,
+        }
+    }
+}
+
+/// A batch laid out for one forward step.
+struct Step {
+    tokens: Vec<u32>,
+    layout: Batch,
+    /// Rows whose logits are wanted.
+    logit_rows: Vec<usize>,
+    /// (sequence, position) of each of those rows.
+    rows: Vec<(usize, usize)>,
+}
+
+impl Step {
+    fn new(batch: &[SequenceInput<'_>], which: LogitsFor) -> Result<Step> {
         let mut layout = Batch::default();
         let mut tokens = Vec::new();
         let mut rows = Vec::new();
@@ -174,15 +222,7 @@ impl<B: Backend> Model<B> {
                 rows.push((i, seq.start_pos + j));
             }
         }
-        let data = match &self.weights {
-            ModelWeights::Llama(w) => {
-                arch::llama::forward(&self.backend, &self.config, w, cache, &tokens, &layout, &logit_rows)?
-            }
-            ModelWeights::GptOss(m) => {
-                arch::gpt_oss::forward(&self.backend, &m.0, &m.1, cache, &tokens, &layout, &logit_rows)?
-            }
-        };
-        Ok(Logits { vocab: self.config.vocab, data, rows })
+        Ok(Step { tokens, layout, logit_rows, rows })
     }
 }
 

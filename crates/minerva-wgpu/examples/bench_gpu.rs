@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use minerva_model::{Backend, CpuBackend, LogitsFor, Model, SequenceInput};
+use minerva_model::{Backend, CpuBackend, Model, SequenceInput};
 use minerva_wgpu::{WgpuBackend, WgpuOptions};
 
 struct Args {
@@ -55,17 +55,15 @@ fn run<B: Backend>(model: &Model<B>, args: &Args) -> Result<(f64, f64), minerva_
     let vocab = model.config.vocab as u32;
     let prompt: Vec<u32> = (0..args.prompt as u32).map(|i| (i * 7919 + 1) % vocab).collect();
     let mut cache = model.new_cache(1, args.prompt + args.decode + 1)?;
+    // Greedy as generation runs it: `forward_greedy` reads back one token id per step.
     let t = Instant::now();
-    let logits =
-        model.forward(&mut cache, &[SequenceInput { tokens: &prompt, start_pos: 0, slot: 0 }], LogitsFor::Last)?;
+    let mut next = model.forward_greedy(&mut cache, &[SequenceInput { tokens: &prompt, start_pos: 0, slot: 0 }])?[0];
     let prefill = args.prompt as f64 / t.elapsed().as_secs_f64();
-    let argmax = |row: &[f32]| row.iter().enumerate().fold(0, |b, (i, &v)| if v > row[b] { i } else { b }) as u32;
-    let mut next = argmax(logits.row(0));
     let t = Instant::now();
     for step in 0..args.decode {
         let tokens = [next];
         let seq = SequenceInput { tokens: &tokens, start_pos: args.prompt + step, slot: 0 };
-        next = argmax(model.forward(&mut cache, &[seq], LogitsFor::Last)?.row(0));
+        next = model.forward_greedy(&mut cache, &[seq])?[0];
     }
     let decode = args.decode as f64 / t.elapsed().as_secs_f64().max(1e-9);
     Ok((prefill, decode))

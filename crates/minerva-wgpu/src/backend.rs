@@ -2,12 +2,13 @@
 //!
 //! Every op records its dispatches into one pending command encoder and returns at once; the
 //! step is submitted as one command buffer when something is read back ([`Backend::logits`],
-//! [`WgpuBackend::greedy`], [`WgpuBackend::download`]).
+//! [`Backend::greedy`], [`WgpuBackend::download`]).
 
 use std::sync::{Mutex, PoisonError};
 
 use minerva_model::{
-    Backend, Batch, CacheShape, Mask, ModelError, Result, RopeConfig, RopeScaling, RopeStyle, WeightSource,
+    Backend, Batch, CacheShape, Mask, ModelError, MoeExperts, MoeParams, Result, RopeConfig, RopeScaling, RopeStyle,
+    WeightSource,
 };
 
 use crate::device::{self, DeviceInfo};
@@ -46,8 +47,8 @@ impl Default for WgpuOptions {
 /// An activation on the GPU: `rows × cols` f32, row-major.
 pub struct WgpuTensor {
     buf: PooledBuffer,
-    rows: usize,
-    cols: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
 }
 
 impl WgpuTensor {
@@ -61,7 +62,7 @@ impl WgpuTensor {
         self.cols
     }
 
-    fn buffer(&self) -> &wgpu::Buffer {
+    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
         self.buf.buffer()
     }
 }
@@ -99,6 +100,8 @@ pub struct WgpuBackend {
     /// Whether kernels use subgroup shuffles (offered, wanted, and subgroups of at least 8).
     subgroups: bool,
     tables: Mutex<StepTables>,
+    /// Bound in place of attention sinks when a model has none.
+    no_sinks: wgpu::Buffer,
 }
 
 /// The most rows (tokens) a batch may have: WebGPU's minimum for workgroups per dimension, which
@@ -119,13 +122,20 @@ impl WgpuBackend {
         let device_limit = info.max_storage_binding.min(1 << 31);
         let max_binding = options.max_binding.map_or(device_limit, |m| m.min(device_limit));
         let subgroups = options.subgroups && info.subgroups && info.subgroup_min_size >= 8;
+        let gpu = Gpu::new(dev, queue, info);
+        let no_sinks = gpu.init_buffer("no sinks", &[0; 4], wgpu::BufferUsages::STORAGE);
         Ok(WgpuBackend {
-            gpu: Gpu::new(dev, queue, info),
+            gpu,
+            no_sinks,
             max_binding,
             attention_split: options.attention_split.max(1),
             subgroups,
             tables: Mutex::new(StepTables::default()),
         })
+    }
+
+    pub(crate) fn gpu(&self) -> &Gpu {
+        &self.gpu
     }
 
     /// The device's description.
@@ -152,16 +162,6 @@ impl WgpuBackend {
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
-    /// Greedy decoding on the GPU: the argmax token of the logits of rows `rows` of `x`; only
-    /// one u32 per row comes back to the host.
-    pub fn greedy(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<Vec<u32>> {
-        let logits = self.head_logits(x, head, rows)?;
-        let out = self.gpu.scratch((rows.len() * 4) as u64);
-        kernels::argmax::argmax(&self.gpu, logits.buffer(), out.buffer(), rows.len(), head.rows);
-        let bytes = self.gpu.read_back(out.buffer(), (rows.len() * 4) as u64)?;
-        Ok(bytemuck::pod_collect_to_vec(&bytes))
-    }
-
     /// The argmax of every row of `x`.
     pub fn argmax(&self, x: &WgpuTensor) -> Result<Vec<u32>> {
         let out = self.gpu.scratch((x.rows * 4) as u64);
@@ -171,7 +171,7 @@ impl WgpuBackend {
     }
 
     /// A new activation, or an error when it would not fit one storage binding.
-    fn tensor(&self, rows: usize, cols: usize) -> Result<WgpuTensor> {
+    pub(crate) fn tensor(&self, rows: usize, cols: usize) -> Result<WgpuTensor> {
         let bytes = rows.checked_mul(cols).and_then(|n| n.checked_mul(4)).unwrap_or(usize::MAX) as u64;
         let limit = self.gpu.info.max_storage_binding;
         if bytes > limit {
@@ -250,6 +250,102 @@ impl WgpuBackend {
         let blocks = self.gpu.init_buffer("query blocks", bytemuck::cast_slice(&blocks), wgpu::BufferUsages::STORAGE);
         tables.rows = Some((batch.clone(), info.clone(), blocks.clone(), n));
         (info, blocks, n)
+    }
+}
+
+impl WgpuBackend {
+    /// [`Backend::attention`], with per-head sink logits when `sinks` is set.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_impl(
+        &self,
+        q: &WgpuTensor,
+        k: &WgpuTensor,
+        v: &WgpuTensor,
+        cache: &mut WgpuCache,
+        layer: usize,
+        batch: &Batch,
+        mask: Mask,
+        sinks: Option<&wgpu::Buffer>,
+    ) -> Result<WgpuTensor> {
+        let s = cache.shape;
+        let hd = s.head_dim;
+        let kv_dim = s.n_head_kv * hd;
+        let rows = batch.n_tokens();
+        if q.rows != rows || k.rows != rows || v.rows != rows || k.cols != kv_dim || v.cols != kv_dim {
+            return Err(request(format!(
+                "attention: q {}×{}, k {}×{}, v {}×{} for {rows} tokens and {kv_dim} key/value columns",
+                q.rows, q.cols, k.rows, k.cols, v.rows, v.cols
+            )));
+        }
+        if layer >= s.n_layer || !q.cols.is_multiple_of(hd) || !(q.cols / hd).is_multiple_of(s.n_head_kv) {
+            return Err(request(format!("attention: layer {layer} or {} query columns do not fit", q.cols)));
+        }
+        if hd > kernels::attention::MAX_HEAD_DIM {
+            return Err(request(format!(
+                "attention: head dim {hd} exceeds the kernel's {}",
+                kernels::attention::MAX_HEAD_DIM
+            )));
+        }
+        let mut covered = 0;
+        for seq in &batch.seqs {
+            if seq.slot >= s.slots || seq.rows.end > rows {
+                return Err(request(format!("attention: slot {} of {} or rows {:?}", seq.slot, s.slots, seq.rows)));
+            }
+            covered += seq.rows.len();
+        }
+        if covered != rows {
+            return Err(request(format!("attention: the sequences cover {covered} of {rows} rows")));
+        }
+        if let Some(&pos) = batch.positions.iter().find(|&&p| p as usize >= s.capacity) {
+            return Err(request(format!("position {pos} is beyond the KV cache's {}", s.capacity)));
+        }
+        let window = match mask {
+            Mask::Causal => 0,
+            Mask::SlidingWindow(w) => w.max(1),
+        };
+        let max_span = batch
+            .positions
+            .iter()
+            .map(|&p| if window == 0 { p as usize + 1 } else { (p as usize + 1).min(window) })
+            .max()
+            .unwrap_or(1);
+        let (info, blocks, n_blocks) = self.row_table(batch);
+        let (kc, vc) = (&cache.k[layer], &cache.v[layer]);
+        kernels::kv_store::kv_store(
+            &self.gpu,
+            k.buffer(),
+            v.buffer(),
+            kc,
+            vc,
+            &info,
+            rows,
+            s.n_head_kv,
+            hd,
+            s.capacity,
+        );
+        let shape = AttentionShape {
+            rows,
+            n_head: q.cols / hd,
+            n_kv: s.n_head_kv,
+            head_dim: hd,
+            capacity: s.capacity,
+            split_len: self.attention_split,
+            max_span,
+            window,
+            sinks: sinks.cloned(),
+            no_sinks: self.no_sinks.clone(),
+        };
+        let out = self.tensor(rows, q.cols)?;
+        let prefill = batch.seqs.iter().any(|seq| seq.rows.len() > 1);
+        let fits = self.gpu.info.max_workgroup_storage as usize >= kernels::attention::PREFILL_WORKGROUP_BYTES;
+        if prefill && fits && hd <= kernels::attention::PREFILL_MAX_HEAD_DIM {
+            let (qb, ob) = (q.buffer(), out.buffer());
+            kernels::attention::attention_prefill(&self.gpu, qb, kc, vc, &info, &blocks, n_blocks, ob, &shape);
+        } else {
+            let part = self.tensor(kernels::attention::partial_len(&shape), 1)?;
+            kernels::attention::attention(&self.gpu, q.buffer(), kc, vc, &info, part.buffer(), out.buffer(), &shape);
+        }
+        Ok(out)
     }
 }
 
@@ -364,83 +460,56 @@ impl Backend for WgpuBackend {
         batch: &Batch,
         mask: Mask,
     ) -> Result<WgpuTensor> {
-        let s = cache.shape;
-        let hd = s.head_dim;
-        let kv_dim = s.n_head_kv * hd;
-        let rows = batch.n_tokens();
-        if q.rows != rows || k.rows != rows || v.rows != rows || k.cols != kv_dim || v.cols != kv_dim {
-            return Err(request(format!(
-                "attention: q {}×{}, k {}×{}, v {}×{} for {rows} tokens and {kv_dim} key/value columns",
-                q.rows, q.cols, k.rows, k.cols, v.rows, v.cols
-            )));
-        }
-        if layer >= s.n_layer || !q.cols.is_multiple_of(hd) || !(q.cols / hd).is_multiple_of(s.n_head_kv) {
-            return Err(request(format!("attention: layer {layer} or {} query columns do not fit", q.cols)));
-        }
-        if hd > kernels::attention::MAX_HEAD_DIM {
-            return Err(request(format!(
-                "attention: head dim {hd} exceeds the kernel's {}",
-                kernels::attention::MAX_HEAD_DIM
-            )));
-        }
-        let mut covered = 0;
-        for seq in &batch.seqs {
-            if seq.slot >= s.slots || seq.rows.end > rows {
-                return Err(request(format!("attention: slot {} of {} or rows {:?}", seq.slot, s.slots, seq.rows)));
-            }
-            covered += seq.rows.len();
-        }
-        if covered != rows {
-            return Err(request(format!("attention: the sequences cover {covered} of {rows} rows")));
-        }
-        if let Some(&pos) = batch.positions.iter().find(|&&p| p as usize >= s.capacity) {
-            return Err(request(format!("position {pos} is beyond the KV cache's {}", s.capacity)));
-        }
-        let window = match mask {
-            Mask::Causal => 0,
-            Mask::SlidingWindow(w) => w.max(1),
-        };
-        let max_span = batch
-            .positions
-            .iter()
-            .map(|&p| if window == 0 { p as usize + 1 } else { (p as usize + 1).min(window) })
-            .max()
-            .unwrap_or(1);
-        let (info, blocks, n_blocks) = self.row_table(batch);
-        let (kc, vc) = (&cache.k[layer], &cache.v[layer]);
-        kernels::kv_store::kv_store(
-            &self.gpu,
-            k.buffer(),
-            v.buffer(),
-            kc,
-            vc,
-            &info,
-            rows,
-            s.n_head_kv,
-            hd,
-            s.capacity,
-        );
-        let shape = AttentionShape {
-            rows,
-            n_head: q.cols / hd,
-            n_kv: s.n_head_kv,
-            head_dim: hd,
-            capacity: s.capacity,
-            split_len: self.attention_split,
-            max_span,
-            window,
-        };
-        let out = self.tensor(rows, q.cols)?;
-        let prefill = batch.seqs.iter().any(|seq| seq.rows.len() > 1);
-        let fits = self.gpu.info.max_workgroup_storage as usize >= kernels::attention::PREFILL_WORKGROUP_BYTES;
-        if prefill && fits && hd <= kernels::attention::PREFILL_MAX_HEAD_DIM {
-            let (qb, ob) = (q.buffer(), out.buffer());
-            kernels::attention::attention_prefill(&self.gpu, qb, kc, vc, &info, &blocks, n_blocks, ob, &shape);
-        } else {
-            let part = self.tensor(kernels::attention::partial_len(&shape), 1)?;
-            kernels::attention::attention(&self.gpu, q.buffer(), kc, vc, &info, part.buffer(), out.buffer(), &shape);
-        }
-        Ok(out)
+        self.attention_impl(q, k, v, cache, layer, batch, mask, None)
+    }
+
+    fn attention_with_sinks(
+        &self,
+        q: &WgpuTensor,
+        k: &WgpuTensor,
+        v: &WgpuTensor,
+        cache: &mut WgpuCache,
+        layer: usize,
+        batch: &Batch,
+        mask: Mask,
+        sinks: &WgpuWeight,
+    ) -> Result<WgpuTensor> {
+        let n_head = q.cols / cache.shape.head_dim.max(1);
+        let buffer =
+            sinks.vector.as_ref().filter(|_| sinks.cols == n_head).ok_or_else(|| {
+                request(format!("attention: sinks {} are not a vector of {n_head} values", sinks.name))
+            })?;
+        self.attention_impl(q, k, v, cache, layer, batch, mask, Some(buffer))
+    }
+
+    /// Greedy decoding on the GPU: the LM head and an argmax kernel are recorded into the step,
+    /// and only one u32 per row comes back to the host.
+    fn greedy(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<Vec<u32>> {
+        let logits = self.head_logits(x, head, rows)?;
+        let out = self.gpu.scratch((rows.len() * 4) as u64);
+        kernels::argmax::argmax(&self.gpu, logits.buffer(), out.buffer(), rows.len(), head.rows);
+        let bytes = self.gpu.read_back(out.buffer(), (rows.len() * 4) as u64)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    fn add_bias(&self, x: &mut WgpuTensor, bias: &WgpuWeight) -> Result<()> {
+        let b = bias
+            .vector
+            .as_ref()
+            .filter(|_| bias.cols == x.cols)
+            .ok_or_else(|| request(format!("add_bias: {} is not a vector of {} values", bias.name, x.cols)))?;
+        kernels::add_bias::add_bias(&self.gpu, x.buffer(), b, x.rows, x.cols);
+        Ok(())
+    }
+
+    fn moe(
+        &self,
+        x: &WgpuTensor,
+        router_logits: &WgpuTensor,
+        experts: &MoeExperts<'_, WgpuWeight>,
+        params: &MoeParams,
+    ) -> Result<WgpuTensor> {
+        crate::moe::moe(self, x, router_logits, experts, params)
     }
 
     fn add(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<()> {

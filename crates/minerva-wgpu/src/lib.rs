@@ -19,6 +19,7 @@ mod device;
 mod error;
 mod gpu;
 mod kernels;
+mod moe;
 mod weight;
 
 pub use backend::{WgpuBackend, WgpuCache, WgpuOptions, WgpuTensor};

@@ -45,9 +45,12 @@ impl WgpuWeight {
 /// bytes, written in pieces of [`UPLOAD_PIECE`] with a drain every [`UPLOAD_FLUSH`] bytes.
 pub(crate) fn upload(gpu: &Gpu, source: WeightSource, max_binding: u64) -> Result<WgpuWeight> {
     let WeightSource { file, name, dtype, shape, range } = source;
-    let (rows, cols) = match shape.as_slice() {
-        [cols] => (1, *cols),
-        [rows, cols] => (*rows, *cols),
+    // Stacked experts `[n_expert, rows, cols]` are one matrix of every expert's rows, split only
+    // between experts (`whole`: rows per expert) so each expert lies in one binding.
+    let (rows, cols, whole) = match shape.as_slice() {
+        [cols] => (1, *cols, 1),
+        [rows, cols] => (*rows, *cols, 1),
+        [experts, rows, cols] => (experts * rows, *cols, (*rows).max(1)),
         _ => return Err(ModelError::TensorShape { tensor: name, expected: vec![0, 0], actual: shape }),
     };
     let bytes = file
@@ -69,10 +72,10 @@ pub(crate) fn upload(gpu: &Gpu, source: WeightSource, max_binding: u64) -> Resul
     if cols > u32::MAX as usize / 8 {
         return Err(ModelError::Request(format!("tensor {name}: {cols} columns are too many for the GPU kernels")));
     }
-    let rows_per_chunk = (max_binding as usize / row_bytes).min(rows);
+    let rows_per_chunk = (max_binding as usize / row_bytes).min(rows) / whole * whole;
     if rows_per_chunk == 0 {
         return Err(ModelError::Request(format!(
-            "tensor {name}: one row of {row_bytes} bytes exceeds the GPU's storage binding limit of {max_binding}"
+            "tensor {name}: {whole} row(s) of {row_bytes} bytes exceed the GPU's storage binding limit of {max_binding}"
         )));
     }
     let mut chunks = Vec::new();

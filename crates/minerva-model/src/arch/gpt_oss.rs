@@ -392,8 +392,8 @@ pub struct GptOssWeights<W> {
 }
 
 /// Runs the batch `tokens` (laid out by `batch`) through the model, filling `cache`, and returns
-/// the logits of rows `logit_rows` (row-major, `logit_rows.len() × vocab`).
-#[allow(clippy::too_many_arguments)]
+/// the final normed hidden states (`tokens.len() × n_embd`), which the LM head
+/// ([`GptOssWeights::output`]) turns into logits or greedy tokens.
 pub fn forward<B: Backend>(
     backend: &B,
     cfg: &GptOssConfig,
@@ -401,8 +401,7 @@ pub fn forward<B: Backend>(
     cache: &mut B::Cache,
     tokens: &[u32],
     batch: &Batch,
-    logit_rows: &[usize],
-) -> Result<Vec<f32>> {
+) -> Result<B::Tensor> {
     let c = &cfg.base;
     let mut x = backend.embed(&weights.token_embd, tokens)?;
     for (il, layer) in weights.layers.iter().enumerate() {
@@ -423,8 +422,7 @@ pub fn forward<B: Backend>(
         let moe = backend.moe(&h, &router_logits, &experts, &cfg.moe_params())?;
         backend.add(&mut x, &moe)?;
     }
-    let x = backend.rms_norm(&x, &weights.output_norm, c.rms_eps)?;
-    backend.logits(&x, &weights.output, logit_rows)
+    backend.rms_norm(&x, &weights.output_norm, c.rms_eps)
 }
 
 fn self_attention<B: Backend>(

@@ -10,7 +10,8 @@ use crate::error::Result;
 use crate::weights::{LayerWeights, Weights};
 
 /// Runs the batch `tokens` (laid out by `batch`) through the model, filling `cache`, and returns
-/// the logits of rows `logit_rows` (row-major, `logit_rows.len() × vocab`).
+/// the final normed hidden states (`tokens.len() × n_embd`), which the LM head
+/// ([`Weights::head`]) turns into logits or greedy tokens.
 pub fn forward<B: Backend>(
     backend: &B,
     cfg: &Config,
@@ -18,8 +19,7 @@ pub fn forward<B: Backend>(
     cache: &mut B::Cache,
     tokens: &[u32],
     batch: &Batch,
-    logit_rows: &[usize],
-) -> Result<Vec<f32>> {
+) -> Result<B::Tensor> {
     let mask = cfg.sliding_window.map_or(Mask::Causal, Mask::SlidingWindow);
     let mut x = backend.embed(&weights.token_embd, tokens)?;
     for (il, layer) in weights.layers.iter().enumerate() {
@@ -30,8 +30,7 @@ pub fn forward<B: Backend>(
         let mlp = mlp(backend, layer, &h)?;
         backend.add(&mut x, &mlp)?;
     }
-    let x = backend.rms_norm(&x, &weights.output_norm, cfg.rms_eps)?;
-    backend.logits(&x, weights.head(), logit_rows)
+    backend.rms_norm(&x, &weights.output_norm, cfg.rms_eps)
 }
 
 #[allow(clippy::too_many_arguments)]

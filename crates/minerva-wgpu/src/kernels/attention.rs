@@ -17,13 +17,18 @@ pub(crate) struct AttentionShape {
     pub max_span: usize,
     /// 0: causal; else the sliding window.
     pub window: usize,
+    /// Per-head sink logits (`n_head` f32), if any.
+    pub sinks: Option<wgpu::Buffer>,
+    /// A placeholder bound in `sinks`' place when there are none.
+    pub no_sinks: wgpu::Buffer,
 }
 
 /// The largest head dimension the kernel's accumulator holds (64 threads × 4).
 pub(crate) const MAX_HEAD_DIM: usize = 256;
 
 /// Records `out = softmax(q kᵀ / √d) v` for every (row, head), reading the cached keys/values
-/// `kc`/`vc` at each row's slot from `info`; `part` is scratch of [`partial_len`] f32.
+/// `kc`/`vc` at each row's slot from `info`; `part` is scratch of [`partial_len`] f32. The
+/// reduction adds `s.sinks`' logit per head to every softmax when set.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     gpu: &Gpu,
@@ -50,9 +55,10 @@ pub(crate) fn attention(
     let groups = [n_splits as u32, s.n_head as u32, s.rows as u32];
     let source = || include_str!("attention.wgsl").to_string();
     gpu.dispatch("attention", source, &[q, kc, vc, info, part], &params, groups);
-    let params = [s.n_head as u32, s.head_dim as u32, n_splits as u32, 0];
+    let params = [s.n_head as u32, s.head_dim as u32, n_splits as u32, s.sinks.is_some() as u32];
     let source = || include_str!("attention_reduce.wgsl").to_string();
-    gpu.dispatch("attention_reduce", source, &[part, out], &params, [s.n_head as u32, s.rows as u32, 1]);
+    let sinks = s.sinks.as_ref().unwrap_or(&s.no_sinks);
+    gpu.dispatch("attention_reduce", source, &[part, out, sinks], &params, [s.n_head as u32, s.rows as u32, 1]);
 }
 
 fn splits(s: &AttentionShape) -> usize {
@@ -98,9 +104,18 @@ pub(crate) fn attention_prefill(
     s: &AttentionShape,
 ) {
     let scale = 1.0 / (s.head_dim as f32).sqrt();
-    let params =
-        [s.n_head as u32, s.n_kv as u32, s.head_dim as u32, s.capacity as u32, s.window as u32, scale.to_bits(), 0, 0];
+    let params = [
+        s.n_head as u32,
+        s.n_kv as u32,
+        s.head_dim as u32,
+        s.capacity as u32,
+        s.window as u32,
+        scale.to_bits(),
+        s.sinks.is_some() as u32,
+        0,
+    ];
     let source = || include_str!("attention_prefill.wgsl").to_string();
     let groups = [n_blocks as u32, s.n_head as u32, 1];
-    gpu.dispatch("attention_prefill", source, &[q, kc, vc, info, blocks, out], &params, groups);
+    let sinks = s.sinks.as_ref().unwrap_or(&s.no_sinks);
+    gpu.dispatch("attention_prefill", source, &[q, kc, vc, info, blocks, out, sinks], &params, groups);
 }

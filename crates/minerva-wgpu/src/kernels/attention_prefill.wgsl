@@ -3,7 +3,8 @@
 // the block can see are walked in tiles of KT positions, each tile loaded once into workgroup
 // memory and used by all QB queries (the reuse a per-query kernel lacks). Four threads per query
 // each own every fourth head dim of its accumulator. Masks (causal, sliding window) are applied
-// per query from its own position.
+// per query from its own position. With `has_sinks`, head h's sink logit sinks[h] (GPT-OSS) joins
+// every softmax as one more score that attends to nothing: only the final normalisation changes.
 
 struct Params {
     n_head: u32,
@@ -12,7 +13,7 @@ struct Params {
     capacity: u32,
     window: u32,     // 0: causal
     scale: f32,
-    _pad0: u32,
+    has_sinks: u32,  // 1: sinks[h] joins every softmax of head h
     _pad1: u32,
 }
 
@@ -29,7 +30,8 @@ struct Block {
 @group(0) @binding(3) var<storage, read> info: array<vec2<u32>>; // (slot, position) per row
 @group(0) @binding(4) var<storage, read> blocks: array<Block>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
-@group(0) @binding(6) var<uniform> p: Params;
+@group(0) @binding(6) var<storage, read> sinks: array<f32>;
+@group(0) @binding(7) var<uniform> p: Params;
 
 const QB: u32 = 16u;
 const KT: u32 = 16u;
@@ -135,11 +137,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         }
     }
     if (live) {
+        // The sink as one more score: rescale to the new maximum, add its weight to the total.
+        var scale = 1.0;
+        if (p.has_sinks != 0u) {
+            let s = sinks[h];
+            let m_new = max(m, s);
+            scale = exp(m - m_new);
+            l = l * scale + exp(s - m_new);
+        }
         let o = ((blk.first_row + qi) * p.n_head + h) * hd;
         for (var j = 0u; j < 32u; j++) {
             let d = sub + 4u * j;
             if (d < hd) {
-                out[o + d] = acc[j] / l;
+                out[o + d] = acc[j] * scale / l;
             }
         }
     }

@@ -5,14 +5,21 @@
 //! + the kernel, and compiled once per (kernel, dtype, variant) by [`crate::gpu::Gpu`].
 
 pub(crate) mod add;
+pub(crate) mod add_bias;
 pub(crate) mod argmax;
 pub(crate) mod attention;
 pub(crate) mod embed;
+pub(crate) mod expert_bias;
 pub(crate) mod kv_store;
+pub(crate) mod moe_route;
+pub(crate) mod moe_sum;
 pub(crate) mod mul_mat;
+pub(crate) mod mul_mat_id;
+pub(crate) mod mul_mat_id_grouped;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
 pub(crate) mod swiglu;
+pub(crate) mod swiglu_oai;
 
 use minerva_core::DType;
 

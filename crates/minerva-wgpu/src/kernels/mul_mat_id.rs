@@ -1,0 +1,48 @@
+//! `mul_mat_id.wgsl`: each (token, slot) pair's row times its picked expert's matrix.
+
+use crate::gpu::{Gpu, groups_1d};
+use crate::weight::WgpuWeight;
+
+/// Weight rows per workgroup (`RPW` in the shader).
+const ROWS_PER_WORKGROUP: usize = 8;
+
+/// Records `y[i] = x[i / x_div] · W[ids[i]]ᵀ` for `pairs` pairs, `W` a stacked weight of
+/// `expert_rows` rows per expert whose chunks hold whole experts (checked by the caller).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mul_mat_id(
+    gpu: &Gpu,
+    w: &WgpuWeight,
+    expert_rows: usize,
+    x: &wgpu::Buffer,
+    x_div: usize,
+    ids: &wgpu::Buffer,
+    pairs: usize,
+    y: &wgpu::Buffer,
+    subgroups: bool,
+) {
+    let reduce = if subgroups {
+        include_str!("mul_mat_reduce_subgroup.wgsl")
+    } else {
+        include_str!("mul_mat_reduce_workgroup.wgsl")
+    };
+    let key = format!("mul_mat_id/{}/{}", w.dtype.name(), if subgroups { "subgroup" } else { "workgroup" });
+    let [gx, gy, _] = groups_1d(expert_rows.div_ceil(ROWS_PER_WORKGROUP) as u32);
+    for chunk in &w.chunks {
+        let params = [
+            w.cols as u32,
+            expert_rows as u32,
+            pairs as u32,
+            w.row_bytes as u32,
+            0,
+            expert_rows as u32,
+            gx,
+            (chunk.row_start / expert_rows) as u32,
+            (chunk.rows / expert_rows) as u32,
+            x_div as u32,
+            0,
+            0,
+        ];
+        let source = || super::with_dequant(w.dtype, &format!("{}\n{reduce}", include_str!("mul_mat_id.wgsl")));
+        gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, pairs as u32]);
+    }
+}

@@ -1,0 +1,109 @@
+//! GPT-OSS mixture of experts on the GPU, recorded into the step like every other op (no
+//! read-back): route on the GPU, then run each (token, slot) pair's expert.
+//!
+//! ```text
+//! router logits [rows × n_expert] --moe_route--> ids, weights [rows × k]
+//! x [rows × n_embd] --mul_mat_id(gate), (up)--> [rows·k × n_ff] each, + expert_bias
+//!                   --swiglu_oai--> [rows·k × n_ff] --mul_mat_id(down)--> [rows·k × n_embd] + expert_bias
+//!                   --moe_sum (routing weights)--> [rows × n_embd]
+//! ```
+//!
+//! Only the picked experts' weight rows are read. A decode step (one token) runs one workgroup
+//! set per pair (`mul_mat_id`); a prefill groups the pairs by expert (`mul_mat_id_grouped`: one
+//! workgroup set per expert walks the pairs routed to it, 8 at a time), so each picked expert's
+//! weights are read once per 8 of its tokens rather than once per token. The grouping needs no
+//! sort and no read-back: each expert's workgroups scan the routing ids themselves.
+
+use minerva_model::{MoeExperts, MoeParams, Result};
+
+use crate::backend::{WgpuBackend, WgpuTensor};
+use crate::kernels;
+use crate::weight::WgpuWeight;
+
+/// The most (token, slot) pairs one step may route (workgroups along z).
+const MAX_PAIRS: usize = 65535;
+
+/// See [`minerva_model::Backend::moe`].
+pub(crate) fn moe(
+    backend: &WgpuBackend,
+    x: &WgpuTensor,
+    router_logits: &WgpuTensor,
+    experts: &MoeExperts<'_, WgpuWeight>,
+    p: &MoeParams,
+) -> Result<WgpuTensor> {
+    let (rows, n_embd, n_expert, k) = (x.rows, x.cols, p.n_expert, p.n_expert_used);
+    if router_logits.rows != rows || router_logits.cols != n_expert || k == 0 || k > n_expert {
+        return Err(request(format!(
+            "moe: router logits {}×{} for {rows} rows, {n_expert} experts, top {k}",
+            router_logits.rows, router_logits.cols
+        )));
+    }
+    let pairs = rows * k;
+    if pairs > MAX_PAIRS {
+        return Err(request(format!("moe: {rows} rows × top {k} exceed the GPU limit of {MAX_PAIRS} pairs")));
+    }
+    let n_ff = experts.gate.rows / n_expert;
+    check(experts.gate, n_expert, n_ff, n_embd)?;
+    check(experts.up, n_expert, n_ff, n_embd)?;
+    check(experts.down, n_expert, n_embd, n_ff)?;
+    check_bias(experts.gate_bias, n_expert, n_ff)?;
+    check_bias(experts.up_bias, n_expert, n_ff)?;
+    check_bias(experts.down_bias, n_expert, n_embd)?;
+
+    let gpu = backend.gpu();
+    let subgroups = backend.uses_subgroups();
+    let ids = backend.tensor(pairs, 1)?;
+    let weights = backend.tensor(pairs, 1)?;
+    kernels::moe_route::moe_route(gpu, router_logits.buffer(), ids.buffer(), weights.buffer(), rows, n_expert, k);
+    let ids = ids.buffer();
+
+    // Decode: one workgroup set per pair; prefill: per expert, over the pairs routed to it.
+    let expert_matmul = |w: &WgpuWeight, rows: usize, x: &wgpu::Buffer, x_div: usize, y: &wgpu::Buffer| {
+        if pairs <= k {
+            kernels::mul_mat_id::mul_mat_id(gpu, w, rows, x, x_div, ids, pairs, y, subgroups);
+        } else {
+            kernels::mul_mat_id_grouped::mul_mat_id_grouped(gpu, w, rows, x, x_div, ids, pairs, y);
+        }
+    };
+    let gate = backend.tensor(pairs, n_ff)?;
+    let up = backend.tensor(pairs, n_ff)?;
+    expert_matmul(experts.gate, n_ff, x.buffer(), k, gate.buffer());
+    expert_matmul(experts.up, n_ff, x.buffer(), k, up.buffer());
+    kernels::expert_bias::expert_bias(gpu, experts.gate_bias, ids, pairs, gate.buffer());
+    kernels::expert_bias::expert_bias(gpu, experts.up_bias, ids, pairs, up.buffer());
+    kernels::swiglu_oai::swiglu_oai(gpu, gate.buffer(), up.buffer(), pairs * n_ff, p.alpha, p.limit);
+
+    let down = backend.tensor(pairs, n_embd)?;
+    expert_matmul(experts.down, n_embd, gate.buffer(), 1, down.buffer());
+    kernels::expert_bias::expert_bias(gpu, experts.down_bias, ids, pairs, down.buffer());
+    let out = backend.tensor(rows, n_embd)?;
+    kernels::moe_sum::moe_sum(gpu, down.buffer(), weights.buffer(), out.buffer(), rows, n_embd, k);
+    Ok(out)
+}
+
+fn request(message: String) -> minerva_model::ModelError {
+    minerva_model::ModelError::Request(message)
+}
+
+/// Checks a stacked weight is `experts × rows` by `cols`, with chunks of whole experts.
+fn check(w: &WgpuWeight, experts: usize, rows: usize, cols: usize) -> Result<()> {
+    let whole = w.chunks.iter().all(|c| c.row_start.is_multiple_of(rows.max(1)) && c.rows.is_multiple_of(rows.max(1)));
+    if w.vector.is_some() || rows == 0 || w.rows != experts * rows || w.cols != cols || !whole {
+        return Err(request(format!(
+            "moe: {} is {}×{} in {} chunks, expected {experts}·{rows}×{cols} in chunks of whole experts",
+            w.name,
+            w.rows,
+            w.cols,
+            w.chunks.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a stacked bias is `experts × len` in one buffer.
+fn check_bias(w: &WgpuWeight, experts: usize, len: usize) -> Result<()> {
+    if w.vector.is_some() || w.rows != experts || w.cols != len || w.chunks.len() != 1 {
+        return Err(request(format!("moe: bias {} is {}×{}, expected {experts}×{len}", w.name, w.rows, w.cols)));
+    }
+    Ok(())
+}
