@@ -62,7 +62,9 @@ fn measure(path: &Path, opts: &Options, threads: usize) -> Result<String, CliErr
             measure_on(path, &model, opts, threads)
         }
         Device::Wgpu => {
-            let model = Model::load(path, crate::device::open_wgpu()?).map_err(model_err)?;
+            let (backend, bar) = crate::device::open_wgpu_with_progress()?;
+            let model = Model::load(path, backend).map_err(model_err)?;
+            drop(bar);
             measure_on(path, &model, opts, threads)
         }
     }

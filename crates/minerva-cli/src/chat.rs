@@ -46,7 +46,12 @@ pub fn run(
     Sampler::new(params.clone()).map_err(|e| CliError::Usage(e.to_string()))?;
     match model.device {
         Device::Cpu => converse(load::load(model, load::cpu_backend(model)?)?, sampling, params, system, input, out),
-        Device::Wgpu => converse(load::load(model, crate::device::open_wgpu()?)?, sampling, params, system, input, out),
+        Device::Wgpu => {
+            let (backend, bar) = crate::device::open_wgpu_with_progress()?;
+            let loaded = load::load(model, backend)?;
+            drop(bar);
+            converse(loaded, sampling, params, system, input, out)
+        }
     }
 }
 

@@ -1,8 +1,9 @@
 //! `--device cpu|wgpu` and `minerva inspect --device`: which backend runs the model.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, OnceLock};
 
-use minerva_wgpu::{WgpuBackend, WgpuOptions};
+use minerva_wgpu::{UploadProgress, WgpuBackend, WgpuOptions};
 
 use crate::error::CliError;
 
@@ -16,9 +17,59 @@ pub enum Device {
     Wgpu,
 }
 
+/// `--adapter NAME`, set once from the command line (it wins over `MINERVA_ADAPTER`).
+static ADAPTER: OnceLock<String> = OnceLock::new();
+
+/// Remembers `--adapter` for every later [`open_wgpu`].
+pub fn set_adapter(name: Option<String>) {
+    if let Some(name) = name {
+        // Set once, from `main`, before anything opens a device.
+        let _ = ADAPTER.set(name);
+    }
+}
+
+fn options() -> WgpuOptions {
+    let mut options = WgpuOptions::default();
+    if let Some(name) = ADAPTER.get() {
+        options.adapter = Some(name.clone());
+    }
+    options
+}
+
 /// Opens the wgpu backend, or says in one line why there is none.
 pub fn open_wgpu() -> Result<WgpuBackend, CliError> {
-    WgpuBackend::new(WgpuOptions::default()).map_err(CliError::Device)
+    WgpuBackend::new(options()).map_err(CliError::Device)
+}
+
+/// A progress line on stderr while weights stream to the GPU (only on a terminal); cleared when
+/// dropped, i.e. once the model is loaded.
+pub struct UploadBar(indicatif::ProgressBar);
+
+impl Drop for UploadBar {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// [`open_wgpu`] with an [`UploadBar`] counting the weight bytes uploaded.
+pub fn open_wgpu_with_progress() -> Result<(WgpuBackend, UploadBar), CliError> {
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} uploading weights to the GPU: {bytes} ({bytes_per_sec})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let counter = bar.clone();
+    let mut options = options();
+    options.on_upload = Some(UploadProgress(Arc::new(move |bytes| counter.inc(bytes))));
+    let backend = WgpuBackend::new(options).map_err(CliError::Device)?;
+    Ok((backend, UploadBar(bar)))
 }
 
 /// `minerva inspect --device [--json]`: the adapter the wgpu backend would use.

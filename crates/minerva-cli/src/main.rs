@@ -26,6 +26,10 @@ use crate::error::CliError;
 #[derive(Debug, Parser)]
 #[command(name = "minerva", version, about)]
 struct Cli {
+    /// The GPU adapter for `--device wgpu`: the first whose name contains this (case-insensitive;
+    /// default `MINERVA_ADAPTER`, else the most capable).
+    #[arg(long, global = true, value_name = "NAME")]
+    adapter: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -182,6 +186,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
+    device::set_adapter(cli.adapter);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match cli.command {

@@ -137,7 +137,13 @@ pub fn run(
             generate(load::load(model, load::cpu_backend(model)?)?, sampling, sampler, prompt, chat, system, out)
         }
         Device::Wgpu => {
-            generate(load::load(model, crate::device::open_wgpu()?)?, sampling, sampler, prompt, chat, system, out)
+            let (backend, bar) = crate::device::open_wgpu_with_progress()?;
+            let loaded = load::load(model, backend)?;
+            drop(bar);
+            if sampling.stats {
+                eprintln!("{}", loaded.model.backend.info());
+            }
+            generate(loaded, sampling, sampler, prompt, chat, system, out)
         }
     }
 }

@@ -41,7 +41,9 @@ pub fn run(path: &Path, tokens: &[u32], opts: Options<'_>, stdout: &mut impl Wri
             score(path, &model, tokens, ctx, &opts, stdout)
         }
         Device::Wgpu => {
-            let model = Model::load(path, crate::device::open_wgpu()?).map_err(model_err)?;
+            let (backend, bar) = crate::device::open_wgpu_with_progress()?;
+            let model = Model::load(path, backend).map_err(model_err)?;
+            drop(bar);
             score(path, &model, tokens, ctx, &opts, stdout)
         }
     }

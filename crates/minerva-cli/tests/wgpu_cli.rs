@@ -48,6 +48,14 @@ fn unknown_adapter_is_one_line() {
         .output()
         .unwrap();
     assert_one_line_error(&out, "no-such-gpu-xyz");
+    // The flag does the same, and wins over the environment.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_minerva"))
+        .args(["inspect", "--device", "--adapter", "other-gpu-abc"])
+        .env("MINERVA_ADAPTER", "no-such-gpu-xyz")
+        .env("NODEVICE_SELECT", "1")
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "other-gpu-abc");
 }
 
 #[test]
@@ -63,6 +71,11 @@ fn greedy_run_on_wgpu_equals_the_cpu_reference_mode() {
     };
     let cpu = run(&["--device", "cpu", "--f32-activations"]);
     let gpu = run(&["--device", "wgpu"]);
+    // `--stats` names the adapter the model ran on.
+    let args = ["run", "-m", model.to_str().unwrap(), "-p", "Hi", "-n", "1", "--device", "wgpu", "--stats"];
+    let out = minerva(&args.map(os));
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("adapter:"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!cpu.trim().is_empty());
     assert_eq!(gpu, cpu);
 }

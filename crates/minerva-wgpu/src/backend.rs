@@ -4,7 +4,7 @@
 //! step is submitted as one command buffer when something is read back ([`Backend::logits`],
 //! [`Backend::greedy`], [`WgpuBackend::download`]).
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use minerva_model::{
     Backend, Batch, CacheShape, Mask, ModelError, MoeExperts, MoeParams, Result, RopeConfig, RopeScaling, RopeStyle,
@@ -31,6 +31,19 @@ pub struct WgpuOptions {
     /// Use subgroup operations where the device offers them (`false`: the workgroup-memory
     /// fallbacks everywhere, as on a device without subgroups).
     pub subgroups: bool,
+    /// Called with the byte count of every piece of weight data written to the GPU (a progress
+    /// bar while a model uploads).
+    pub on_upload: Option<UploadProgress>,
+}
+
+/// A callback told how many more weight bytes reached the GPU.
+#[derive(Clone)]
+pub struct UploadProgress(pub Arc<dyn Fn(u64) + Send + Sync>);
+
+impl std::fmt::Debug for UploadProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UploadProgress(..)")
+    }
 }
 
 impl Default for WgpuOptions {
@@ -40,6 +53,7 @@ impl Default for WgpuOptions {
             max_binding: None,
             attention_split: 256,
             subgroups: true,
+            on_upload: None,
         }
     }
 }
@@ -102,6 +116,7 @@ pub struct WgpuBackend {
     tables: Mutex<StepTables>,
     /// Bound in place of attention sinks when a model has none.
     no_sinks: wgpu::Buffer,
+    on_upload: Option<UploadProgress>,
 }
 
 /// The most rows (tokens) a batch may have: WebGPU's minimum for workgroups per dimension, which
@@ -131,6 +146,7 @@ impl WgpuBackend {
             attention_split: options.attention_split.max(1),
             subgroups,
             tables: Mutex::new(StepTables::default()),
+            on_upload: options.on_upload,
         })
     }
 
@@ -362,7 +378,7 @@ impl Backend for WgpuBackend {
     type Cache = WgpuCache;
 
     fn weight(&self, source: WeightSource) -> Result<WgpuWeight> {
-        weight::upload(&self.gpu, source, self.max_binding)
+        weight::upload(&self.gpu, source, self.max_binding, self.on_upload.as_ref())
     }
 
     fn new_cache(&self, shape: CacheShape) -> Result<WgpuCache> {

@@ -22,7 +22,7 @@ mod kernels;
 mod moe;
 mod weight;
 
-pub use backend::{WgpuBackend, WgpuCache, WgpuOptions, WgpuTensor};
+pub use backend::{UploadProgress, WgpuBackend, WgpuCache, WgpuOptions, WgpuTensor};
 pub use device::{DeviceInfo, list_adapters};
 pub use error::WgpuError;
 pub use kernels::{WEIGHT_DTYPES, supports};

@@ -3,6 +3,7 @@
 use minerva_core::DType;
 use minerva_model::{ModelError, Result, WeightSource};
 
+use crate::backend::UploadProgress;
 use crate::gpu::Gpu;
 
 /// Bytes written per `Queue::write_buffer` call while uploading.
@@ -43,7 +44,12 @@ impl WgpuWeight {
 
 /// Uploads `source`: vectors as f32, matrices byte for byte in chunks of at most `max_binding`
 /// bytes, written in pieces of [`UPLOAD_PIECE`] with a drain every [`UPLOAD_FLUSH`] bytes.
-pub(crate) fn upload(gpu: &Gpu, source: WeightSource, max_binding: u64) -> Result<WgpuWeight> {
+pub(crate) fn upload(
+    gpu: &Gpu,
+    source: WeightSource,
+    max_binding: u64,
+    on_upload: Option<&UploadProgress>,
+) -> Result<WgpuWeight> {
     let WeightSource { file, name, dtype, shape, range } = source;
     // Stacked experts `[n_expert, rows, cols]` are one matrix of every expert's rows, split only
     // between experts (`whole`: rows per expert) so each expert lies in one binding.
@@ -64,6 +70,9 @@ pub(crate) fn upload(gpu: &Gpu, source: WeightSource, max_binding: u64) -> Resul
         let mut values = vec![0.0f32; cols];
         minerva_quant::dequantize(dtype, bytes, &mut values)?;
         let buffer = gpu.init_buffer(&name, bytemuck::cast_slice(&values), wgpu::BufferUsages::STORAGE);
+        if let Some(progress) = on_upload {
+            (progress.0)(bytes.len() as u64);
+        }
         return Ok(WgpuWeight { name, dtype, rows, cols, row_bytes, chunks: Vec::new(), vector: Some(buffer) });
     }
     if !crate::kernels::supports(dtype) {
@@ -101,6 +110,9 @@ pub(crate) fn upload(gpu: &Gpu, source: WeightSource, max_binding: u64) -> Resul
                 gpu.queue.write_buffer(&buffer, offset, &padded);
             }
             since_flush += piece.len();
+            if let Some(progress) = on_upload {
+                (progress.0)(piece.len() as u64);
+            }
             if since_flush >= UPLOAD_FLUSH {
                 gpu.queue.submit([]);
                 gpu.wait()?;
