@@ -42,10 +42,16 @@ fn main() -> Result<()> {
                 .args(&args[1..]))
         }
         // A debug build makes random gigabytes several times slower: hand over to a release one.
-        Some("synth") if cfg!(debug_assertions) => run(Command::new("cargo")
-            .current_dir(&root)
-            .args(["run", "--release", "--quiet", "-p", "xtask", "--", "synth"])
-            .args(&args[1..])),
+        // The release run prints its own one-line error: pass its exit status on, add nothing.
+        Some("synth") if cfg!(debug_assertions) => {
+            let status = Command::new("cargo")
+                .current_dir(&root)
+                .args(["run", "--release", "--quiet", "-p", "xtask", "--", "synth"])
+                .args(&args[1..])
+                .status()
+                .context("cannot start cargo")?;
+            std::process::exit(status.code().unwrap_or(1))
+        }
         Some("synth") => {
             let opts = synth::parse_args(&args[1..])?;
             let start = std::time::Instant::now();
