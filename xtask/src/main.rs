@@ -7,11 +7,16 @@
 //!   test. `.ci/run` and README's test command call exactly this.
 //! * `demo`   — `setup`, then the main job: `minerva run --chat` (greedy) on the real model with a
 //!   short question; extra arguments go to `minerva run`.
+//! * `synth`  — a synthetic checkpoint with random weights at a real model's shapes and storage
+//!   types (GPT-OSS-20B, Llama 8B/1B, tiny test presets) in GGUF, SafeTensors or MLX layout, for
+//!   speed measurements (`synth/mod.rs`); runs itself in release, since it writes gigabytes.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+
+mod synth;
 
 /// The real model: where it comes from and what it must hash to.
 const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -36,8 +41,27 @@ fn main() -> Result<()> {
                 .args(["--prompt", DEMO_QUESTION])
                 .args(&args[1..]))
         }
+        // A debug build makes random gigabytes several times slower: hand over to a release one.
+        // The release run prints its own one-line error: pass its exit status on, add nothing.
+        Some("synth") if cfg!(debug_assertions) => {
+            let status = Command::new("cargo")
+                .current_dir(&root)
+                .args(["run", "--release", "--quiet", "-p", "xtask", "--", "synth"])
+                .args(&args[1..])
+                .status()
+                .context("cannot start cargo")?;
+            std::process::exit(status.code().unwrap_or(1))
+        }
+        Some("synth") => {
+            let opts = synth::parse_args(&args[1..])?;
+            let start = std::time::Instant::now();
+            let bytes = synth::synth(&opts)?;
+            let secs = start.elapsed().as_secs_f64();
+            eprintln!("xtask: wrote {} ({bytes} bytes) in {secs:.1} s", opts.out.display());
+            Ok(())
+        }
         _ => {
-            eprintln!("usage: cargo xtask <setup|ci|demo>");
+            eprintln!("usage: cargo xtask <setup|ci|demo|synth>");
             std::process::exit(2);
         }
     }

@@ -1,0 +1,287 @@
+//! `cargo xtask synth`: synthetic checkpoints with random weights at the real shapes and in the
+//! real storage formats of models we cannot download here, for speed measurements and loader tests.
+//!
+//! ```text
+//! cargo xtask synth --arch gpt-oss --preset 20b|tiny --format gguf|safetensors|mlx [--seed S] OUT
+//! cargo xtask synth --arch llama --preset 8b|1b|tiny --format gguf|safetensors [--quant q4_0|q8_0] [--seed S] OUT
+//! ```
+//!
+//! GGUF writes one file `OUT`; SafeTensors (Hugging Face layout) and MLX write a directory `OUT`
+//! with `config.json` and `model.safetensors` (or 5 GB shards plus `model.safetensors.index.json`,
+//! as the real checkpoints). No tokenizer: run the files with token ids (`minerva score --tokens`).
+//!
+//! Every byte is generated and written chunk by chunk ([`CHUNK`]), so memory stays bounded whatever
+//! the model size. The values are random but sane, so activations stay finite and the router spreads
+//! tokens over experts as a trained model does:
+//! * float matrices uniform with standard deviation 1/√(input size) (embeddings: 1), so each
+//!   projection keeps the activations' scale; norm weights 1 ± 0.05; biases ±0.02·√3; sinks σ 1;
+//! * Q8_0 / Q4_0 blocks: random quants, f16 scale chosen for that σ (± 25 % per block);
+//! * MXFP4 (E2M1 codes, E8M0 scales): random codes, exponents 127 + log₂(σ / 2.93) ± 1 (2.93 is
+//!   the RMS of a random E2M1 code), i.e. 119…121 for GPT-OSS-20B's 2880 inputs;
+//! * MLX 8-bit affine: random codes, scale σ/73.9 and bias −127.5·scale (centred codes).
+
+mod gguf;
+mod presets;
+mod rng;
+mod safetensors;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use minerva_core::DType;
+
+pub use presets::{LlamaShape, gpt_oss_preset, llama_preset};
+use rng::Rng;
+
+/// Bytes generated and written at a time.
+pub const CHUNK: usize = 4 << 20;
+
+/// What to write.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The model.
+    pub arch: Arch,
+    /// The storage format.
+    pub format: Format,
+    /// Matrix type of LLaMA GGUF files (Q4_0 or Q8_0); GPT-OSS files use the real ones.
+    pub quant: DType,
+    /// Seed of the random weights.
+    pub seed: u64,
+    /// Output file (GGUF) or directory (SafeTensors, MLX).
+    pub out: PathBuf,
+    /// Largest SafeTensors shard (5 GB as `save_pretrained`; tests use less to make shards).
+    pub shard_bytes: u64,
+}
+
+/// A model architecture at a preset's shapes.
+#[derive(Clone, Copy, Debug)]
+pub enum Arch {
+    /// GPT-OSS (MoE, MXFP4 experts).
+    GptOss(minerva_benches::GptOssShape),
+    /// LLaMA family (dense).
+    Llama(LlamaShape),
+}
+
+/// Storage formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// One llama.cpp GGUF file.
+    Gguf,
+    /// A Hugging Face SafeTensors directory.
+    Safetensors,
+    /// An mlx-community directory (MLX quantization).
+    Mlx,
+}
+
+const USAGE: &str = "usage: cargo xtask synth --arch gpt-oss|llama --preset 20b|tiny (gpt-oss) / 8b|1b|tiny (llama) \
+                     --format gguf|safetensors|mlx [--quant q4_0|q8_0] [--seed S] OUT";
+
+/// Parses `synth`'s arguments.
+pub fn parse_args(args: &[String]) -> Result<Options> {
+    let (mut arch, mut preset, mut format, mut quant, mut seed, mut out) = (None, None, None, None, 0x5EED, None);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{a} needs a value\n{USAGE}"));
+        match a.as_str() {
+            "--arch" => arch = Some(value()?.clone()),
+            "--preset" => preset = Some(value()?.clone()),
+            "--format" => format = Some(value()?.clone()),
+            "--quant" => quant = Some(value()?.clone()),
+            "--seed" => seed = value()?.parse().with_context(|| format!("--seed: not an integer\n{USAGE}"))?,
+            _ if !a.starts_with('-') && out.is_none() => out = Some(PathBuf::from(a)),
+            _ => bail!("unknown argument {a}\n{USAGE}"),
+        }
+    }
+    let (Some(arch), Some(preset), Some(format), Some(out)) = (arch, preset, format, out) else {
+        bail!("{USAGE}");
+    };
+    let format = match format.as_str() {
+        "gguf" => Format::Gguf,
+        "safetensors" | "hf" => Format::Safetensors,
+        "mlx" => Format::Mlx,
+        f => bail!("--format {f}: gguf, safetensors or mlx"),
+    };
+    let arch = match arch.as_str() {
+        "gpt-oss" | "gpt_oss" => {
+            Arch::GptOss(gpt_oss_preset(&preset).with_context(|| format!("--preset {preset}: gpt-oss has 20b, tiny"))?)
+        }
+        "llama" => {
+            Arch::Llama(llama_preset(&preset).with_context(|| format!("--preset {preset}: llama has 8b, 1b, tiny"))?)
+        }
+        a => bail!("--arch {a}: gpt-oss or llama"),
+    };
+    let quant = match (quant.as_deref(), arch, format) {
+        (None, Arch::Llama(_), Format::Gguf) => DType::Q4_0,
+        (Some("q4_0"), Arch::Llama(_), Format::Gguf) => DType::Q4_0,
+        (Some("q8_0"), Arch::Llama(_), Format::Gguf) => DType::Q8_0,
+        (Some(q), Arch::Llama(_), Format::Gguf) => bail!("--quant {q}: q4_0 or q8_0"),
+        (Some(q), _, _) => {
+            bail!("--quant {q}: only for --arch llama --format gguf (the other layouts have fixed types)")
+        }
+        (None, _, _) => DType::BF16,
+    };
+    if matches!((arch, format), (Arch::Llama(_), Format::Mlx)) {
+        bail!("--arch llama --format mlx: not supported (MLX is written for gpt-oss only)");
+    }
+    Ok(Options { arch, format, quant, seed, out, shard_bytes: safetensors::MAX_SHARD })
+}
+
+/// Writes the checkpoint `opts` describes; returns the bytes written.
+pub fn synth(opts: &Options) -> Result<u64> {
+    let mut rng = Rng::new(opts.seed);
+    match opts.format {
+        Format::Gguf => gguf::write(opts, &mut rng),
+        Format::Safetensors | Format::Mlx => safetensors::write(opts, &mut rng),
+    }
+}
+
+/// How a tensor's bytes are made.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fill {
+    /// Floats uniform with this mean and standard deviation, in the tensor's float type.
+    Float {
+        /// Mean.
+        mean: f32,
+        /// Standard deviation.
+        std: f32,
+    },
+    /// GGML Q8_0 / Q4_0 / MXFP4 blocks for values of this standard deviation.
+    Blocks {
+        /// Standard deviation of the dequantized values.
+        std: f32,
+    },
+    /// Random bytes (MXFP4 codes, MLX packed quants).
+    Bytes,
+    /// E8M0 exponents for MXFP4 codes of this standard deviation.
+    E8m0 {
+        /// Standard deviation of the dequantized values.
+        std: f32,
+    },
+    /// One value repeated.
+    Const(f32),
+}
+
+/// Element types of the tensors written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    /// A GGML type (floats or blocks).
+    Ggml(DType),
+    /// Bytes (SafeTensors `U8`).
+    U8,
+    /// Little-endian u32 (SafeTensors `U32`).
+    U32,
+}
+
+/// The standard deviation that keeps a projection's output at its input's scale.
+fn matrix_std(inputs: usize) -> f32 {
+    1.0 / (inputs as f32).sqrt()
+}
+
+/// The RMS of a uniformly random E2M1 code (values 0, ±0.5, …, ±6).
+const E2M1_RMS: f32 = 2.926;
+
+/// The E8M0 exponent for MXFP4 values of standard deviation `std`.
+fn e8m0_centre(std: f32) -> u8 {
+    (127.0 + (std / E2M1_RMS).log2()).round().clamp(2.0, 252.0) as u8
+}
+
+/// Fills `out` (whole units of `elem`) with the bytes `fill` asks for.
+pub fn fill_bytes(elem: Elem, fill: Fill, rng: &mut Rng, out: &mut [u8]) {
+    match fill {
+        Fill::Bytes => rng.fill(out),
+        Fill::E8m0 { std } => {
+            let centre = e8m0_centre(std);
+            for b in out {
+                *b = centre - 1 + (rng.next() % 3) as u8;
+            }
+        }
+        Fill::Float { .. } | Fill::Const(_) => {
+            let Elem::Ggml(dt @ (DType::F32 | DType::F16 | DType::BF16)) = elem else {
+                unreachable!("float fill for {elem:?}")
+            };
+            for v in out.chunks_exact_mut(dt.block_bytes()) {
+                let x = match fill {
+                    Fill::Float { mean, std } => mean + std * rng.uniform_unit(),
+                    Fill::Const(c) => c,
+                    _ => 0.0,
+                };
+                match dt {
+                    DType::F32 => v.copy_from_slice(&x.to_le_bytes()),
+                    DType::F16 => v.copy_from_slice(&half::f16::from_f32(x).to_le_bytes()),
+                    _ => v.copy_from_slice(&half::bf16::from_f32(x).to_le_bytes()),
+                }
+            }
+        }
+        Fill::Blocks { std } => {
+            let Elem::Ggml(dt) = elem else { unreachable!("block fill for {elem:?}") };
+            rng.fill(out);
+            for block in out.chunks_exact_mut(dt.block_bytes()) {
+                // ±25 % per block, so blocks differ as trained ones do.
+                let scale = std * (1.0 + 0.25 / 3f32.sqrt() * rng.uniform_unit());
+                match dt {
+                    // RMS of a uniform i8 quant ≈ 73.9, of a Q4_0 quant (q − 8, q in 0..16) ≈ 4.61.
+                    DType::Q8_0 => block[..2].copy_from_slice(&half::f16::from_f32(scale / 73.9).to_le_bytes()),
+                    DType::Q4_0 => block[..2].copy_from_slice(&half::f16::from_f32(scale / 4.61).to_le_bytes()),
+                    DType::MXFP4 => block[0] = e8m0_centre(std) - 1 + (rng.next() % 3) as u8,
+                    other => unreachable!("no random blocks for {other}"),
+                }
+            }
+        }
+    }
+}
+
+/// The bytes of one generation unit (a float, a block, a byte) and the tensor's total bytes.
+fn sizes(elem: Elem, shape: &[usize]) -> Result<(usize, usize)> {
+    let n: usize = shape.iter().product();
+    Ok(match elem {
+        Elem::U8 => (1, n),
+        Elem::U32 => (4, 4 * n),
+        Elem::Ggml(dt) => {
+            let cols = *shape.last().context("a tensor without dimensions")?;
+            let row = dt.row_bytes(cols).with_context(|| format!("{cols} columns are not whole {dt} blocks"))?;
+            (dt.block_bytes(), row * (n / cols.max(1)))
+        }
+    })
+}
+
+/// Generates a tensor's bytes chunk by chunk and hands each chunk to `sink`.
+pub fn stream_tensor(
+    elem: Elem,
+    shape: &[usize],
+    fill: Fill,
+    rng: &mut Rng,
+    buf: &mut Vec<u8>,
+    mut sink: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<u64> {
+    let (unit, total) = sizes(elem, shape)?;
+    // Whole units per chunk, so every chunk starts on a block boundary.
+    let per_chunk = (CHUNK / unit).max(1) * unit;
+    buf.resize(per_chunk, 0);
+    let mut left = total;
+    while left > 0 {
+        let n = left.min(per_chunk);
+        fill_bytes(elem, fill, rng, &mut buf[..n]);
+        sink(&buf[..n])?;
+        left -= n;
+    }
+    Ok(total as u64)
+}
+
+/// The fill of a float or GGML-block tensor by its role, from its name (GGUF or Hugging Face).
+pub fn fill_for(name: &str, dtype: DType, shape: &[usize]) -> Fill {
+    let std =
+        if name.contains("embd") || name.contains("embed") { 1.0 } else { matrix_std(*shape.last().unwrap_or(&1)) };
+    if name.contains("norm") {
+        Fill::Float { mean: 1.0, std: 0.05 }
+    } else if name.contains("sinks") {
+        Fill::Float { mean: 0.0, std: 1.0 }
+    } else if name.ends_with("bias") {
+        Fill::Float { mean: 0.0, std: 0.02 }
+    } else if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        Fill::Float { mean: 0.0, std }
+    } else {
+        Fill::Blocks { std }
+    }
+}
