@@ -12,52 +12,12 @@
 //! up to 1024 terms and for attention's online softmax.
 
 use minerva_core::DType;
-use minerva_model::{
-    Backend, Batch, CacheShape, CpuBackend, CpuTensor, Mask, RopeConfig, RopeScaling, RopeStyle, SeqSpan, WeightSource,
-};
+use minerva_model::{Backend, Batch, CacheShape, Mask, RopeConfig, RopeScaling, RopeStyle, SeqSpan};
 use minerva_wgpu::{WEIGHT_DTYPES, WgpuBackend, WgpuOptions};
 
 mod common;
 
-use common::{Rng, source, weight_bytes};
-
-fn gpu(options: WgpuOptions) -> WgpuBackend {
-    WgpuBackend::new(options)
-        .expect("these tests need a wgpu adapter; on Debian/Ubuntu install mesa-vulkan-drivers (lavapipe)")
-}
-
-fn cpu() -> CpuBackend {
-    CpuBackend::new(Some(1)).unwrap().with_f32_activations(true)
-}
-
-fn both<C, G>(c: &CpuBackend, g: &WgpuBackend, src: WeightSource) -> (C, G)
-where
-    CpuBackend: Backend<Weight = C>,
-    WgpuBackend: Backend<Weight = G>,
-{
-    (c.weight(src.clone()).unwrap(), g.weight(src).unwrap())
-}
-
-#[track_caller]
-fn assert_close(what: &str, cpu: &[f32], gpu: &[f32], tol: f32) {
-    assert_eq!(cpu.len(), gpu.len(), "{what}: lengths");
-    let scale = cpu.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
-    let (i, err) = cpu
-        .iter()
-        .zip(gpu)
-        .map(|(a, b)| (a - b).abs())
-        .enumerate()
-        .fold((0, 0.0f32), |best, (i, e)| if e > best.1 || e.is_nan() { (i, e) } else { best });
-    assert!(err <= tol * scale, "{what}: max error {err} at {i} (cpu {}, gpu {}) > {tol} × {scale}", cpu[i], gpu[i]);
-}
-
-fn to_gpu(g: &WgpuBackend, t: &CpuTensor) -> minerva_wgpu::WgpuTensor {
-    g.upload(&t.data, t.rows, t.cols).unwrap()
-}
-
-fn tensor(rng: &mut Rng, rows: usize, cols: usize) -> CpuTensor {
-    CpuTensor { data: rng.vec(rows * cols), rows, cols }
-}
+use common::{Rng, assert_close, both, cpu, gpu, source, tensor, to_gpu, weight_bytes};
 
 /// Columns per dtype: not a multiple of 8 where the format allows (the `load1` tail path).
 fn cols_for(dtype: DType, base: usize) -> usize {

@@ -1,10 +1,12 @@
-//! Helpers shared by the test binaries: reproducible random inputs and in-memory weights.
+//! Helpers shared by the test binaries: reproducible random inputs, in-memory weights, both
+//! backends and the CPU-vs-GPU comparison.
 #![allow(dead_code)]
 
 use std::sync::Arc;
 
 use minerva_core::DType;
-use minerva_model::{ByteSource, WeightSource};
+use minerva_model::{Backend, ByteSource, CpuBackend, CpuTensor, WeightSource};
+use minerva_wgpu::{WgpuBackend, WgpuOptions};
 
 /// Bytes in memory as a weight's file.
 pub struct Bytes(pub Vec<u8>);
@@ -76,4 +78,48 @@ pub fn weight_bytes(rng: &mut Rng, dtype: DType, rows: usize, cols: usize) -> Ve
 pub fn source(name: &str, dtype: DType, shape: &[usize], bytes: Vec<u8>) -> WeightSource {
     let len = bytes.len();
     WeightSource { file: Arc::new(Bytes(bytes)), name: name.into(), dtype, shape: shape.to_vec(), range: 0..len }
+}
+
+/// The wgpu backend; these tests fail (not skip) without an adapter.
+pub fn gpu(options: WgpuOptions) -> WgpuBackend {
+    WgpuBackend::new(options)
+        .expect("these tests need a wgpu adapter; on Debian/Ubuntu install mesa-vulkan-drivers (lavapipe)")
+}
+
+/// The CPU backend in its f32 reference mode, one thread.
+pub fn cpu() -> CpuBackend {
+    CpuBackend::new(Some(1)).unwrap().with_f32_activations(true)
+}
+
+/// The same weight on both backends.
+pub fn both<C, G>(c: &CpuBackend, g: &WgpuBackend, src: WeightSource) -> (C, G)
+where
+    CpuBackend: Backend<Weight = C>,
+    WgpuBackend: Backend<Weight = G>,
+{
+    (c.weight(src.clone()).unwrap(), g.weight(src).unwrap())
+}
+
+/// max |gpu − cpu| ≤ tol · max |cpu| (at least 1e-3), naming the worst element.
+#[track_caller]
+pub fn assert_close(what: &str, cpu: &[f32], gpu: &[f32], tol: f32) {
+    assert_eq!(cpu.len(), gpu.len(), "{what}: lengths");
+    let scale = cpu.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+    let (i, err) = cpu
+        .iter()
+        .zip(gpu)
+        .map(|(a, b)| (a - b).abs())
+        .enumerate()
+        .fold((0, 0.0f32), |best, (i, e)| if e > best.1 || e.is_nan() { (i, e) } else { best });
+    assert!(err <= tol * scale, "{what}: max error {err} at {i} (cpu {}, gpu {}) > {tol} × {scale}", cpu[i], gpu[i]);
+}
+
+/// A CPU tensor copied to the GPU.
+pub fn to_gpu(g: &WgpuBackend, t: &CpuTensor) -> minerva_wgpu::WgpuTensor {
+    g.upload(&t.data, t.rows, t.cols).unwrap()
+}
+
+/// A random `rows × cols` activation.
+pub fn tensor(rng: &mut Rng, rows: usize, cols: usize) -> CpuTensor {
+    CpuTensor { data: rng.vec(rows * cols), rows, cols }
 }
