@@ -13,10 +13,10 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Rng, weight_bytes};
+use common::{Rng, greedy_parity, weight_bytes};
 use minerva_core::DType;
 use minerva_gguf::{Gguf, GgufWriter};
-use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput};
+use minerva_model::{CpuBackend, Model};
 use minerva_wgpu::{WgpuBackend, WgpuOptions};
 
 /// 2 layers, n_embd 256 (4 heads of 64, 2 KV heads), n_ff 512, vocab 300.
@@ -76,48 +76,12 @@ fn tiny(arch: &str, sliding_window: Option<u32>, seed: u64) -> Arc<Gguf<Vec<u8>>
     Arc::new(Gguf::parse(bytes).unwrap())
 }
 
-/// (index of the max, margin to the runner-up).
-fn top(row: &[f32]) -> (u32, f32) {
-    let best = row.iter().enumerate().fold(0, |b, (i, &v)| if v > row[b] { i } else { b });
-    let second = row.iter().enumerate().filter(|&(i, _)| i != best).fold(f32::NEG_INFINITY, |m, (_, &v)| m.max(v));
-    (best as u32, row[best] - second)
-}
-
 fn check(arch: &str, sliding_window: Option<u32>, seed: u64) {
     let file = tiny(arch, sliding_window, seed);
     let cpu = Model::from_gguf(file.clone(), CpuBackend::new(Some(1)).unwrap().with_f32_activations(true)).unwrap();
     let gpu = Model::from_gguf(file, WgpuBackend::new(WgpuOptions::default()).expect("a wgpu adapter")).unwrap();
     assert_eq!(gpu.config.sliding_window, sliding_window.map(|w| w as usize));
-    let prompt = [1u32, 17, 250, 3, 99, 42, 7];
-    let steps = 32;
-    let capacity = prompt.len() + steps;
-    let (mut cc, mut gc) = (cpu.new_cache(1, capacity).unwrap(), gpu.new_cache(1, capacity).unwrap());
-    let mut tokens = prompt.to_vec();
-    let mut start = 0;
-    let mut near_ties = 0;
-    let mut worst = 0.0f32;
-    for step in 0..=steps {
-        let seq = SequenceInput { tokens: &tokens[start..], start_pos: start, slot: 0 };
-        let which = if step == 0 { LogitsFor::All } else { LogitsFor::Last };
-        let want = cpu.forward(&mut cc, &[seq], which).unwrap();
-        let got = gpu.forward(&mut gc, &[seq], which).unwrap();
-        let scale = want.data.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let err = want.data.iter().zip(&got.data).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-        let tol = 2e-4 * scale;
-        assert!(err <= tol, "{arch} step {step}: max |Δlogit| {err} > 2e-4 × {scale}");
-        worst = worst.max(err / scale);
-        let last = want.rows.len() - 1;
-        let (next, margin) = top(want.row(last));
-        if margin > tol {
-            assert_eq!(top(got.row(last)).0, next, "{arch}: greedy token at step {step}");
-        } else {
-            near_ties += 1;
-        }
-        start = tokens.len();
-        tokens.push(next);
-    }
-    eprintln!("{arch}: worst |Δlogit| / max |logit| {worst:.2e}, {near_ties} near-ties, tokens {tokens:?}");
-    assert!(near_ties <= 2, "{arch}: {near_ties} of {steps} steps were near-ties");
+    greedy_parity(arch, &cpu, &gpu, &[1, 17, 250, 3, 99, 42, 7], 2e-4);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use minerva_core::DType;
-use minerva_model::{Backend, ByteSource, CpuBackend, CpuTensor, WeightSource};
+use minerva_model::{Backend, ByteSource, CpuBackend, CpuTensor, LogitsFor, Model, SequenceInput, WeightSource};
 use minerva_wgpu::{WgpuBackend, WgpuOptions};
 
 /// Bytes in memory as a weight's file.
@@ -122,4 +122,57 @@ pub fn to_gpu(g: &WgpuBackend, t: &CpuTensor) -> minerva_wgpu::WgpuTensor {
 /// A random `rows × cols` activation.
 pub fn tensor(rng: &mut Rng, rows: usize, cols: usize) -> CpuTensor {
     CpuTensor { data: rng.vec(rows * cols), rows, cols }
+}
+
+/// (index of the max, margin to the runner-up).
+pub fn top(row: &[f32]) -> (u32, f32) {
+    let best = row.iter().enumerate().fold(0, |b, (i, &v)| if v > row[b] { i } else { b });
+    let second = row.iter().enumerate().filter(|&(i, _)| i != best).fold(f32::NEG_INFINITY, |m, (_, &v)| m.max(v));
+    (best as u32, row[best] - second)
+}
+
+/// Prefill of `prompt` (every row's logits) and 32 greedy decode steps on both models.
+///
+/// Logits must agree within `rel_tol` · max |logit| at every step. Greedy tokens: the CPU's choice
+/// is fed to both (teacher forcing, so one disagreement cannot derail the rest), and the GPU's
+/// argmax must equal it at every step whose CPU top-2 margin exceeds the tolerance (with random
+/// weights an exact near-tie is possible; at most 2 are allowed). `Model::forward_greedy` runs
+/// alongside on its own caches and must equal each backend's own argmax.
+#[track_caller]
+pub fn greedy_parity(label: &str, cpu: &Model<CpuBackend>, gpu: &Model<WgpuBackend>, prompt: &[u32], rel_tol: f32) {
+    let steps = 32;
+    let capacity = prompt.len() + steps;
+    let (mut cc, mut gc) = (cpu.new_cache(1, capacity).unwrap(), gpu.new_cache(1, capacity).unwrap());
+    let (mut cgc, mut ggc) = (cpu.new_cache(1, capacity).unwrap(), gpu.new_cache(1, capacity).unwrap());
+    let mut tokens = prompt.to_vec();
+    let (mut start, mut near_ties, mut worst) = (0, 0, 0.0f32);
+    for step in 0..=steps {
+        let seq = SequenceInput { tokens: &tokens[start..], start_pos: start, slot: 0 };
+        let which = if step == 0 { LogitsFor::All } else { LogitsFor::Last };
+        let want = cpu.forward(&mut cc, &[seq], which).unwrap();
+        let got = gpu.forward(&mut gc, &[seq], which).unwrap();
+        let scale = want.data.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let err = want.data.iter().zip(&got.data).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        let tol = rel_tol * scale;
+        assert!(err <= tol, "{label} step {step}: max |Δlogit| {err} > {rel_tol} × {scale}");
+        worst = worst.max(err / scale);
+        let last = want.rows.len() - 1;
+        let (next, margin) = top(want.row(last));
+        assert_eq!(cpu.forward_greedy(&mut cgc, &[seq]).unwrap(), [next], "{label}: CPU forward_greedy, step {step}");
+        let gpu_next = top(got.row(last)).0;
+        assert_eq!(
+            gpu.forward_greedy(&mut ggc, &[seq]).unwrap(),
+            [gpu_next],
+            "{label}: GPU forward_greedy, step {step}"
+        );
+        if margin > tol {
+            assert_eq!(gpu_next, next, "{label}: greedy token at step {step}");
+        } else {
+            near_ties += 1;
+        }
+        start = tokens.len();
+        tokens.push(next);
+    }
+    eprintln!("{label}: worst |Δlogit| / max |logit| {worst:.2e}, {near_ties} near-ties, tokens {tokens:?}");
+    assert!(near_ties <= 2, "{label}: {near_ties} of {steps} steps were near-ties");
 }
