@@ -13,6 +13,7 @@ mod model_file;
 mod npy;
 mod run;
 mod score;
+mod serve;
 mod tokenize;
 
 use std::path::PathBuf;
@@ -128,6 +129,13 @@ enum Command {
         #[arg(long)]
         no_bos: bool,
     },
+    /// Serve the model over an OpenAI-compatible HTTP API with continuous batching.
+    Serve {
+        #[command(flatten)]
+        model: load::ModelArgs,
+        #[command(flatten)]
+        serve: serve::ServeArgs,
+    },
     /// Prefill and decode speed (tokens/s, median of repetitions), like llama.cpp's `llama-bench`.
     Bench {
         /// A GGUF model file or a SafeTensors checkpoint.
@@ -214,6 +222,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             };
             tokenize::run(&path, &text, pieces, json, no_bos, &mut out)
         }
+        Command::Serve { model, serve } => serve::run(&model, &serve),
         Command::Bench { path, prompt, gen_tokens, reps, threads, device, json } => {
             let opts = bench::Options { prompt, gen_tokens, reps, threads, device, json };
             bench::run(&path, &opts, &mut out)

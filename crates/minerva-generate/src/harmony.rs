@@ -130,6 +130,9 @@ pub struct SystemContent {
     pub reasoning_effort: ReasoningEffort,
     /// `# Valid channels: …`.
     pub valid_channels: Vec<String>,
+    /// The developer message defines function tools: the model is told to call them on the
+    /// `commentary` channel.
+    pub function_tools: bool,
 }
 
 impl Default for SystemContent {
@@ -140,6 +143,7 @@ impl Default for SystemContent {
             conversation_start_date: None,
             reasoning_effort: ReasoningEffort::Medium,
             valid_channels: ["analysis", "commentary", "final"].map(String::from).to_vec(),
+            function_tools: false,
         }
     }
 }
@@ -158,6 +162,9 @@ impl SystemContent {
                 "\n\n# Valid channels: {}. Channel must be included for every message.",
                 self.valid_channels.join(", ")
             );
+            if self.function_tools {
+                s.push_str("\nCalls to these tools must go to the commentary channel: 'functions'.");
+            }
         }
         s
     }
@@ -166,6 +173,86 @@ impl SystemContent {
 /// The developer message's text: `# Instructions\n\n{instructions}`.
 pub fn developer_content(instructions: &str) -> String {
     format!("# Instructions\n\n{instructions}")
+}
+
+/// A function the model may call, as an OpenAI `tools` entry describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionDefinition {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// A JSON schema of its arguments (`None`: it takes none).
+    pub parameters: Option<serde_json::Value>,
+}
+
+/// The developer message's `# Tools` section for function tools: each function as a TypeScript
+/// type in `namespace functions`, as `openai-harmony` renders it.
+pub fn render_function_tools(functions: &[FunctionDefinition]) -> String {
+    let mut s = String::from("# Tools\n\n## functions\n\nnamespace functions {\n\n");
+    for f in functions {
+        for line in f.description.lines() {
+            let _ = writeln!(s, "// {line}");
+        }
+        match &f.parameters {
+            Some(schema) if schema.get("properties").is_some() => {
+                let _ = writeln!(s, "type {} = (_: {{", f.name);
+                render_properties(&mut s, schema);
+                s.push_str("}) => any;\n\n");
+            }
+            _ => {
+                let _ = writeln!(s, "type {} = () => any;\n", f.name);
+            }
+        }
+    }
+    s.push_str("} // namespace functions");
+    s
+}
+
+/// One `name?: type, // default: …` line per property of an object schema.
+fn render_properties(s: &mut String, schema: &serde_json::Value) {
+    let required: Vec<&str> =
+        schema.get("required").and_then(|r| r.as_array()).into_iter().flatten().filter_map(|v| v.as_str()).collect();
+    let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else { return };
+    for (name, prop) in props {
+        if let Some(d) = prop.get("description").and_then(|d| d.as_str()) {
+            for line in d.lines() {
+                let _ = writeln!(s, "// {line}");
+            }
+        }
+        let optional = if required.contains(&name.as_str()) { "" } else { "?" };
+        let _ = write!(s, "{name}{optional}: {},", type_script(prop));
+        if let Some(default) = prop.get("default") {
+            let shown = default.as_str().map_or_else(|| default.to_string(), str::to_string);
+            let _ = write!(s, " // default: {shown}");
+        }
+        s.push('\n');
+    }
+}
+
+/// A JSON schema as a TypeScript type.
+fn type_script(schema: &serde_json::Value) -> String {
+    if let Some(options) = schema.get("enum").and_then(|e| e.as_array()) {
+        return options.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(" | ");
+    }
+    match schema.get("type").and_then(|t| t.as_str()) {
+        Some("string") => "string".into(),
+        Some("integer" | "number") => "number".into(),
+        Some("boolean") => "boolean".into(),
+        Some("null") => "null".into(),
+        Some("array") => match schema.get("items") {
+            Some(items) => format!("{}[]", type_script(items)),
+            None => "any[]".into(),
+        },
+        Some("object") if schema.get("properties").is_some() => {
+            let mut s = String::from("{\n");
+            render_properties(&mut s, schema);
+            s.push('}');
+            s
+        }
+        Some("object") => "object".into(),
+        _ => "any".into(),
+    }
 }
 
 /// One message: header fields and text content.
@@ -304,7 +391,7 @@ pub fn parse_completion(completion: &str, role: &Role) -> Result<Vec<ParsedMessa
 
 /// `{role}[ to=R]<|channel|>{channel}[ to=R][ {content type}]`, the role given for the first
 /// message of a completion.
-fn parse_header(header: &str, role: Option<&Role>) -> Message {
+pub(crate) fn parse_header(header: &str, role: Option<&Role>) -> Message {
     let (before, after) = match header.split_once(CHANNEL) {
         Some((b, a)) => (b, Some(a)),
         None => (header, None),

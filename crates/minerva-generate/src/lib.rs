@@ -31,12 +31,14 @@
 pub mod error;
 pub mod generator;
 pub mod harmony;
+pub mod harmony_stream;
 pub mod rng;
 pub mod sampler;
 pub mod template;
 pub mod tokenizer;
 
 pub use error::{GenerateError, Result};
+pub use harmony_stream::{HarmonyEvent, HarmonyStream};
 pub use generator::{Event, FinishReason, GenerateOptions, Generation, Session, StopText, Summary};
 pub use rng::Rng;
 pub use sampler::{Sampler, SamplingParams};

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use minerva_generate::harmony::{
-    Completion, Message, ReasoningEffort, Role, SystemContent, parse_completion, render_conversation,
-    render_conversation_for_completion,
+    Completion, FunctionDefinition, Message, ReasoningEffort, Role, SystemContent, developer_content,
+    parse_completion, render_conversation, render_conversation_for_completion, render_function_tools,
 };
 use serde_json::Value;
 
@@ -36,9 +36,27 @@ fn message(m: &Value) -> Message {
                 Some("high") => ReasoningEffort::High,
                 _ => ReasoningEffort::Medium,
             };
+            s.function_tools = m.get("function_tools").and_then(Value::as_bool).unwrap_or(false);
             Message::system(&s)
         }
-        "developer" => Message::developer(text(m, "instructions").unwrap()),
+        "developer" => {
+            let mut parts = Vec::new();
+            if let Some(instructions) = text(m, "instructions") {
+                parts.push(developer_content(instructions));
+            }
+            if let Some(tools) = m.get("tools").and_then(Value::as_array) {
+                let defs: Vec<FunctionDefinition> = tools
+                    .iter()
+                    .map(|t| FunctionDefinition {
+                        name: text(t, "name").unwrap().into(),
+                        description: text(t, "description").unwrap().into(),
+                        parameters: t.get("parameters").cloned(),
+                    })
+                    .collect();
+                parts.push(render_function_tools(&defs));
+            }
+            Message::new(Role::Developer, parts.join("\n\n"))
+        }
         "tool" => Message::new(Role::Tool(text(m, "name").unwrap().into()), text(m, "content").unwrap()),
         other => Message::new(Role::from_header_name(other), text(m, "content").unwrap()),
     };

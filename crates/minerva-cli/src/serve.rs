@@ -1,0 +1,177 @@
+//! `minerva serve`: the OpenAI-compatible server (crate `minerva-server`) on one model.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use minerva_model::Backend;
+use minerva_server::{EngineConfig, EngineHandle, Metrics, ServerConfig};
+
+use crate::device::Device;
+use crate::error::CliError;
+use crate::load::{self, ModelArgs};
+
+/// `serve` flags beyond the model's.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The model name clients use (default: the file or directory name without extension).
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Address to listen on (127.0.0.1: this machine only).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port (0: any free port; the startup line says which).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Sequences decoded together (KV-cache slots).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub parallel: u16,
+    /// Context of each sequence (default: the model's, capped so the KV cache of all slots fits memory).
+    #[arg(long, short = 'c')]
+    pub ctx_size: Option<usize>,
+    /// Most tokens in one forward step (long prompts are prefilled in chunks of this size).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_tokens: u32,
+    /// Most requests waiting for a slot; more are answered 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    pub max_queue: usize,
+    /// Require `Authorization: Bearer KEY` on /v1/* (also from MINERVA_API_KEY).
+    #[arg(long, env = "MINERVA_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Allow browser requests from this origin (repeatable).
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
+    /// Longest a request may run, in seconds; then it ends with finish_reason "length".
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Seconds running requests get to finish after SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 10)]
+    pub shutdown_grace: u64,
+}
+
+/// Half the memory available now, for the KV cache when the context size is automatic.
+fn kv_budget() -> u64 {
+    let available_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines().find_map(|l| l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+    });
+    available_kb.map_or(4 << 30, |kb| kb * 1024 / 2)
+}
+
+/// Resolves SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(t) => t,
+            Err(_) => {
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+/// Runs the command.
+pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
+    let path = load::model_path(model)?;
+    let name = args.alias.clone().unwrap_or_else(|| {
+        let stem = if path.is_dir() { path.file_name() } else { path.file_stem() };
+        stem.map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let engine_config = EngineConfig {
+        parallel: usize::from(args.parallel),
+        ctx_size: args.ctx_size,
+        batch_tokens: args.batch_tokens as usize,
+        max_queue: args.max_queue,
+        kv_budget_bytes: kv_budget(),
+    };
+    let config = ServerConfig {
+        model_name: name.clone(),
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        cors_origins: args.cors_origins.clone(),
+        request_timeout: Duration::from_secs(args.timeout),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace),
+        ..ServerConfig::default()
+    };
+    let metrics = Arc::new(Metrics::new());
+    let model_args = ModelArgs { model: Some(path.clone()), hf: None, ..model.clone() };
+    let (engine, device) = match model.device {
+        Device::Cpu => {
+            let backend = load::cpu_backend(&model_args)?;
+            let threads = model.threads.unwrap_or_else(rayon::current_num_threads);
+            (spawn(model_args, backend, engine_config, metrics.clone()), format!("cpu ({threads} threads)"))
+        }
+        Device::Wgpu => {
+            let backend = crate::device::open_wgpu()?;
+            let device = format!("wgpu ({})", backend.info());
+            (spawn(model_args, backend, engine_config, metrics.clone()), device)
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Usage(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .map_err(|e| CliError::Usage(format!("cannot listen on {}:{}: {e}", args.host, args.port)))?;
+        let address = listener.local_addr().map_err(|e| CliError::Usage(e.to_string()))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = async move {
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                _ = stopped => {}
+            }
+        };
+        let server = tokio::spawn(minerva_server::serve(listener, engine.clone(), metrics, config, shutdown));
+        loop {
+            match engine.info() {
+                Some(Ok(info)) => {
+                    eprintln!(
+                        "minerva serve: model {name} ({}, {}) on {device} | {} slots × {} tokens of context ({}) | http://{address}",
+                        info.arch,
+                        path.display(),
+                        info.slots,
+                        info.ctx_size,
+                        info.ctx_note,
+                    );
+                    break;
+                }
+                Some(Err(message)) => {
+                    let _ = stop.send(());
+                    let _ = server.await;
+                    return Err(CliError::Usage(message));
+                }
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        match server.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(CliError::Usage(format!("server: {e}"))),
+            Err(e) => Err(CliError::Usage(format!("server: {e}"))),
+        }
+    })
+}
+
+fn spawn<B: Backend + 'static>(
+    args: ModelArgs,
+    backend: B,
+    config: EngineConfig,
+    metrics: Arc<Metrics>,
+) -> EngineHandle {
+    EngineHandle::spawn(
+        move || {
+            let loaded = load::load(&args, backend).map_err(|e| e.to_string())?;
+            Ok((loaded.model, loaded.tokenizer))
+        },
+        config,
+        metrics,
+    )
+}

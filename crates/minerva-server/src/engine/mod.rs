@@ -1,0 +1,192 @@
+//! The engine: one thread that owns the model and a KV cache of `parallel` slots, and runs
+//! continuous batching over every request the HTTP side submits.
+//!
+//! ```text
+//! handlers ──submit(GenerationRequest)──► queue (≤ max_queue) ──admit when n slots are free──┐
+//!    ▲                                                                                       ▼
+//!    └──── SeqEvent (delta / finish / error) per choice ◄── sample each row ◄── one forward: every
+//!                                                                  running sequence's next token +
+//!                                                                  prompt chunks (≤ batch_tokens)
+//! ```
+//!
+//! The HTTP side never touches the model: it renders and tokenizes prompts with the
+//! [`ModelInfo`] the engine publishes once the model is loaded, and reads events from a channel.
+//! A dropped receiver (the client went away) cancels the request at the next step.
+
+mod scheduler;
+mod sequence;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use minerva_generate::{SamplingParams, Tokenizer};
+use minerva_model::{Backend, Model};
+use tokio::sync::mpsc as tokio_mpsc;
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+pub use sequence::{Delta, Finish, TokenLogprob, ToolDelta, TopLogprob};
+
+/// How a model's chat requests become prompts.
+pub enum ChatFormat {
+    /// The model's Jinja chat template.
+    Template(minerva_generate::ChatTemplate),
+    /// GPT-OSS's Harmony format (reasoning and tool calls in channels).
+    Harmony,
+    /// No chat template: only `/v1/completions` works.
+    None,
+}
+
+/// What the HTTP side needs to know about the loaded model.
+pub struct ModelInfo {
+    /// The tokenizer (prompts are tokenized on the HTTP side, off the engine thread).
+    pub tokenizer: Arc<Tokenizer>,
+    /// How chat messages become a prompt.
+    pub chat: ChatFormat,
+    /// Positions per sequence.
+    pub ctx_size: usize,
+    /// Sequences decoded together.
+    pub slots: usize,
+    /// `general.architecture` / `model_type`.
+    pub arch: String,
+    /// How the context size was chosen (for the startup line).
+    pub ctx_note: String,
+}
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// KV-cache slots: sequences decoded together.
+    pub parallel: usize,
+    /// Positions per slot; `None`: the model's trained context, capped to fit memory.
+    pub ctx_size: Option<usize>,
+    /// Most tokens in one forward step (prompt chunks are cut to fit).
+    pub batch_tokens: usize,
+    /// Most requests waiting for a slot; more are refused with 503.
+    pub max_queue: usize,
+    /// Bytes the KV cache of all slots may take when the context size is chosen automatically.
+    pub kv_budget_bytes: u64,
+}
+
+/// One generation request: a tokenized prompt and how to continue it, `n` times.
+#[derive(Clone, Debug)]
+pub struct GenerationRequest {
+    /// Prompt token ids.
+    pub prompt: Vec<u32>,
+    /// Independent choices (each in its own slot, sharing the prompt).
+    pub n: usize,
+    /// Sampling; choice `i` seeds its RNG with `seed + i`.
+    pub sampling: SamplingParams,
+    /// Most tokens per choice.
+    pub max_tokens: usize,
+    /// Stop strings (not returned).
+    pub stop: Vec<String>,
+    /// Return each token's log-probability and this many alternatives.
+    pub logprobs: Option<usize>,
+    /// Split the output into Harmony channels (GPT-OSS).
+    pub harmony: bool,
+    /// When the request must end (`finish_reason: length`).
+    pub deadline: Instant,
+}
+
+/// What a choice's sequence reports, in order: deltas, then one finish (or an error).
+#[derive(Clone, Debug)]
+pub enum SeqEvent {
+    /// New output of choice `choice`.
+    Delta {
+        /// The choice.
+        choice: usize,
+        /// Its new output.
+        delta: Delta,
+    },
+    /// Choice `choice` ended.
+    Finish {
+        /// The choice.
+        choice: usize,
+        /// Why.
+        reason: Finish,
+        /// Tokens it generated.
+        completion_tokens: usize,
+    },
+    /// The request failed (every choice ends).
+    Error(ApiError),
+}
+
+/// A submitted request's event stream.
+pub type EventReceiver = tokio_mpsc::UnboundedReceiver<SeqEvent>;
+
+pub(crate) struct Submission {
+    request: GenerationRequest,
+    events: tokio_mpsc::UnboundedSender<SeqEvent>,
+    received: Instant,
+}
+
+/// The HTTP side's handle on the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    submit: mpsc::Sender<Submission>,
+    info: Arc<OnceLock<Result<Arc<ModelInfo>, String>>>,
+    queued: Arc<AtomicUsize>,
+    cancel_all: Arc<AtomicBool>,
+    max_queue: usize,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread: it runs `load`, publishes the [`ModelInfo`], then serves
+    /// submissions until every handle is dropped.
+    pub fn spawn<B, L>(load: L, config: EngineConfig, metrics: Arc<Metrics>) -> EngineHandle
+    where
+        B: Backend + 'static,
+        L: FnOnce() -> Result<(Model<B>, Tokenizer), String> + Send + 'static,
+    {
+        let (submit, receive) = mpsc::channel();
+        let info = Arc::new(OnceLock::new());
+        let queued = Arc::new(AtomicUsize::new(0));
+        let cancel_all = Arc::new(AtomicBool::new(false));
+        let handle =
+            EngineHandle { submit, info: info.clone(), queued: queued.clone(), cancel_all: cancel_all.clone(), max_queue: config.max_queue };
+        let shared = scheduler::Shared { info, queued, cancel_all, metrics };
+        std::thread::Builder::new()
+            .name("minerva-engine".into())
+            .spawn(move || scheduler::run(load, config, receive, shared))
+            .expect("the OS refused to start the engine thread");
+        handle
+    }
+
+    /// The model, once loaded; `Err` with the message if loading failed.
+    pub fn info(&self) -> Option<Result<Arc<ModelInfo>, String>> {
+        self.info.get().cloned()
+    }
+
+    /// Requests waiting for a slot.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Queues `request`; its events arrive on the returned receiver. Refused with 503 when
+    /// `max_queue` requests already wait.
+    pub fn submit(&self, request: GenerationRequest) -> Result<EventReceiver, ApiError> {
+        if self.cancel_all.load(Ordering::Relaxed) {
+            return Err(ApiError::shutting_down());
+        }
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.max_queue {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(ApiError::overloaded(self.max_queue));
+        }
+        let (events, receiver) = tokio_mpsc::unbounded_channel();
+        let submission = Submission { request, events, received: Instant::now() };
+        if self.submit.send(submission).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(ApiError::internal("the engine has stopped"));
+        }
+        Ok(receiver)
+    }
+
+    /// Ends every running and waiting request with an error and refuses new ones (shutdown).
+    pub fn cancel_all(&self) {
+        self.cancel_all.store(true, Ordering::Release);
+    }
+}

@@ -1,0 +1,244 @@
+//! One choice being generated: its sampler, and the path from a sampled token id to the text a
+//! client sees (whole UTF-8 characters, stop strings held back, Harmony channels apart).
+
+use std::time::Instant;
+
+use minerva_generate::harmony::Message;
+use minerva_generate::{HarmonyEvent, HarmonyStream, Sampler, StopText, TextStream, Tokenizer};
+
+use crate::error::ApiError;
+
+/// Why a choice ended, as OpenAI's `finish_reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// End of sequence, or a stop string.
+    Stop,
+    /// `max_tokens`, the context, or the request's time limit.
+    Length,
+    /// The model called a tool (Harmony `<|call|>`).
+    ToolCalls,
+}
+
+impl Finish {
+    /// `stop`, `length` or `tool_calls`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+            Finish::ToolCalls => "tool_calls",
+        }
+    }
+}
+
+/// An alternative token at a position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopLogprob {
+    /// Its text.
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+}
+
+/// The log-probability of a generated token, with the most likely alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The token's text.
+    pub token: String,
+    /// Its log-probability under the model (before sampling settings).
+    pub logprob: f32,
+    /// The most likely tokens at this position, most likely first.
+    pub top: Vec<TopLogprob>,
+}
+
+/// Part of a tool call: the first delta of a call carries its name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolDelta {
+    /// Which call of the choice (0, 1, …).
+    pub index: usize,
+    /// The function's name (first delta of a call only).
+    pub name: Option<String>,
+    /// More of the JSON arguments.
+    pub arguments: String,
+}
+
+/// New output of one choice.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Delta {
+    /// Answer text (`content`).
+    pub content: String,
+    /// Reasoning text (Harmony `analysis`, sent as `reasoning_content`).
+    pub reasoning: String,
+    /// Tool-call pieces.
+    pub tool_calls: Vec<ToolDelta>,
+    /// Log-probabilities of the tokens this delta covers.
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+impl Delta {
+    /// Nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.content.is_empty() && self.reasoning.is_empty() && self.tool_calls.is_empty() && self.logprobs.is_empty()
+    }
+}
+
+/// Where the current Harmony message's text goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Content,
+    Reasoning,
+    Tool,
+}
+
+/// Output state of one choice.
+pub(super) struct Output {
+    stream: TextStream,
+    stop: StopText,
+    harmony: Option<(HarmonyStream, Route)>,
+    tool_calls: usize,
+}
+
+impl Output {
+    pub(super) fn new(stop: Vec<String>, harmony: bool) -> Output {
+        Output {
+            stream: TextStream::new(),
+            stop: StopText::new(stop),
+            harmony: harmony.then(|| (HarmonyStream::new(), Route::Content)),
+            tool_calls: 0,
+        }
+    }
+
+    /// Adds token `id` to `delta`; returns `Some(finish)` when a stop string or a Harmony tool
+    /// call (`<|call|>`) ended the choice.
+    pub(super) fn push(&mut self, tok: &Tokenizer, id: u32, delta: &mut Delta) -> Result<Option<Finish>, ApiError> {
+        let err = |e: minerva_generate::GenerateError| ApiError::internal(format!("detokenizing: {e}"));
+        let Some((harmony, route)) = &mut self.harmony else {
+            if let Some(text) = self.stream.push(tok, id).map_err(err)? {
+                let (ready, hit) = self.stop.push(&text);
+                delta.content.push_str(&ready);
+                if hit {
+                    return Ok(Some(Finish::Stop));
+                }
+            }
+            return Ok(None);
+        };
+        let events = if tok.is_special(id) {
+            harmony.special(&tok.id_to_token(id).unwrap_or_default())
+        } else {
+            match self.stream.push(tok, id).map_err(err)? {
+                Some(text) => harmony.text(&text),
+                None => Vec::new(),
+            }
+        };
+        for event in events {
+            match event {
+                HarmonyEvent::Start(message) => {
+                    *route = route_of(&message);
+                    if *route == Route::Tool {
+                        let name = message.recipient.as_deref().unwrap_or_default();
+                        let name = name.strip_prefix("functions.").unwrap_or(name).to_string();
+                        delta.tool_calls.push(ToolDelta { index: self.tool_calls, name: Some(name), arguments: String::new() });
+                        self.tool_calls += 1;
+                    }
+                }
+                HarmonyEvent::Text(text) => match route {
+                    Route::Reasoning => delta.reasoning.push_str(&text),
+                    Route::Tool => match delta.tool_calls.last_mut() {
+                        Some(call) if call.index + 1 == self.tool_calls => call.arguments.push_str(&text),
+                        _ => delta.tool_calls.push(ToolDelta {
+                            index: self.tool_calls.saturating_sub(1),
+                            name: None,
+                            arguments: text,
+                        }),
+                    },
+                    Route::Content => {
+                        let (ready, hit) = self.stop.push(&text);
+                        delta.content.push_str(&ready);
+                        if hit {
+                            return Ok(Some(Finish::Stop));
+                        }
+                    }
+                },
+                HarmonyEvent::End { call: true } => return Ok(Some(Finish::ToolCalls)),
+                HarmonyEvent::End { call: false } => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// Text held back as a possible stop-string prefix, released at the end.
+    pub(super) fn flush(&mut self, delta: &mut Delta) {
+        delta.content.push_str(&self.stop.flush());
+    }
+
+    /// Whether the choice called a tool.
+    pub(super) fn called_tool(&self) -> bool {
+        self.tool_calls > 0
+    }
+}
+
+fn route_of(message: &Message) -> Route {
+    match (message.channel.as_deref(), message.recipient.as_deref()) {
+        (_, Some(r)) if r.starts_with("functions.") => Route::Tool,
+        (Some("analysis"), _) => Route::Reasoning,
+        _ => Route::Content,
+    }
+}
+
+/// A choice being generated in a KV-cache slot.
+pub(super) struct Sequence {
+    /// The request it belongs to (index into the scheduler's requests).
+    pub(super) request: u64,
+    pub(super) choice: usize,
+    pub(super) slot: usize,
+    /// Prompt and generated ids: what the penalties see, and what the cache holds up to `fed`.
+    pub(super) tokens: Vec<u32>,
+    pub(super) prompt_len: usize,
+    /// Tokens already run through the model (in the slot's cache).
+    pub(super) fed: usize,
+    pub(super) sampler: Sampler,
+    pub(super) output: Output,
+    pub(super) max_tokens: usize,
+    pub(super) logprobs: Option<usize>,
+    pub(super) deadline: Instant,
+    pub(super) received: Instant,
+    pub(super) last_token_at: Option<Instant>,
+}
+
+impl Sequence {
+    /// Tokens generated so far.
+    pub(super) fn generated(&self) -> usize {
+        self.tokens.len() - self.prompt_len
+    }
+
+    /// Whether the whole prompt has been run.
+    pub(super) fn prefilled(&self) -> bool {
+        self.fed >= self.prompt_len
+    }
+}
+
+/// `logprob` of `id` and the `top` most likely tokens, from raw logits.
+pub(super) fn logprobs(tok: &Tokenizer, logits: &[f32], id: u32, top: usize) -> TokenLogprob {
+    let max = logits.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().filter(|v| !v.is_nan()).map(|&v| f64::from(v - max).exp()).sum();
+    let log_z = f64::from(max) + sum.ln();
+    let lp = |v: f32| (f64::from(v) - log_z) as f32;
+    let mut best: Vec<u32> = Vec::with_capacity(top + 1);
+    if top > 0 {
+        // A running top-`top` list: one pass over the vocabulary.
+        for (i, &v) in logits.iter().enumerate() {
+            if v.is_nan() {
+                continue;
+            }
+            let pos = best.partition_point(|&b| logits[b as usize] >= v);
+            if pos < top {
+                best.insert(pos, i as u32);
+                best.truncate(top);
+            }
+        }
+    }
+    TokenLogprob {
+        token: tok.piece(id),
+        logprob: logits.get(id as usize).map_or(f32::NEG_INFINITY, |&v| lp(v)),
+        top: best.iter().map(|&b| TopLogprob { token: tok.piece(b), logprob: lp(logits[b as usize]) }).collect(),
+    }
+}

@@ -1,0 +1,230 @@
+//! `POST /v1/chat/completions`.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::response::Response;
+
+use super::json::ApiJson;
+use super::respond::{self, ChoiceResult, ChunkWriter};
+use super::{AppState, Tokens, unix_now};
+use crate::api::request::ChatRequest;
+use crate::api::response::{
+    AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatDelta, ChatLogprobs, FunctionCallOut,
+    TokenLogprobOut, ToolCallOut, TopLogprobOut, Usage,
+};
+use crate::api::{check_common, check_top_logprobs, fit_context};
+use crate::engine::{ChatFormat, Delta, Finish, GenerationRequest, TokenLogprob};
+use crate::error::ApiError;
+use crate::prompt;
+
+/// A fresh id with `prefix` (`chatcmpl-`, `cmpl-`, `call_`): 24 hex digits from the process's
+/// random hasher keys.
+pub(crate) fn new_id(prefix: &str) -> String {
+    let a = RandomState::new().hash_one(Instant::now());
+    let b = RandomState::new().hash_one(a);
+    format!("{prefix}{:016x}{:08x}", a, b as u32)
+}
+
+/// This build, as `system_fingerprint`.
+pub(crate) fn fingerprint() -> String {
+    format!("fp_minerva_{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Today's date (UTC) for Harmony's system message.
+fn today() -> String {
+    minerva_generate::template::strftime("%Y-%m-%d", unix_now() as i64)
+}
+
+pub(crate) async fn handle(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let info = state.model()?;
+    state.check_model(req.common.model.as_deref())?;
+    let harmony = matches!(info.chat, ChatFormat::Harmony);
+    req.refuse_unsupported(harmony)?;
+    let max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
+    let checked = check_common(&req.common, max_tokens, info.tokenizer.vocab_size(), info.slots)?;
+    let logprobs = match (req.logprobs, req.top_logprobs) {
+        (true, top) => Some(check_top_logprobs("top_logprobs", top)?),
+        (false, Some(_)) => return Err(ApiError::invalid("top_logprobs", "`top_logprobs` needs `logprobs: true`")),
+        (false, None) => None,
+    };
+    let text = match &info.chat {
+        ChatFormat::Template(t) => prompt::render_template(t, &req)?,
+        ChatFormat::Harmony => prompt::render_harmony(&req, &today())?,
+        ChatFormat::None => {
+            return Err(ApiError::invalid(
+                "messages",
+                "this model has no chat template; use /v1/completions with a prompt",
+            ));
+        }
+    };
+    // The template writes BOS and the other specials itself (as `minerva run --chat`).
+    let ids = info.tokenizer.encode(&text, false).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let max_tokens = fit_context(info.ctx_size, ids.len(), checked.max_tokens)?;
+    let prompt_tokens = ids.len();
+    let n = checked.n;
+    let events = state.engine.submit(GenerationRequest {
+        prompt: ids,
+        n,
+        sampling: checked.sampling,
+        max_tokens,
+        stop: checked.stop,
+        logprobs,
+        harmony,
+        deadline: Instant::now() + state.config.request_timeout,
+    })?;
+    let events = respond::merge(vec![events], n);
+    let id = new_id("chatcmpl-");
+    let model = state.config.model_name.clone();
+    if checked.stream {
+        let writer = ChatWriter { id, model, created: unix_now(), tool_calls: vec![0; n] };
+        return Ok(respond::sse(
+            state.clone(),
+            "/v1/chat/completions",
+            started,
+            events,
+            writer,
+            n,
+            prompt_tokens,
+            checked.include_usage,
+        ));
+    }
+    let results = respond::collect(events, n).await?;
+    let completion_tokens = results.iter().map(|r| r.tokens).sum();
+    let body = ChatCompletion {
+        id,
+        object: "chat.completion",
+        created: unix_now(),
+        model,
+        system_fingerprint: fingerprint(),
+        choices: results.into_iter().enumerate().map(|(index, r)| choice(index, r, logprobs.is_some())).collect(),
+        usage: Usage::new(prompt_tokens, completion_tokens),
+    };
+    Ok(respond::json_with_tokens(body, Tokens { prompt: prompt_tokens, completion: completion_tokens }))
+}
+
+fn logprob_out(t: TokenLogprob) -> TokenLogprobOut {
+    TokenLogprobOut {
+        bytes: t.token.as_bytes().to_vec(),
+        token: t.token,
+        logprob: t.logprob,
+        top_logprobs: t
+            .top
+            .into_iter()
+            .map(|a| TopLogprobOut { bytes: a.token.as_bytes().to_vec(), token: a.token, logprob: a.logprob })
+            .collect(),
+    }
+}
+
+fn choice(index: usize, r: ChoiceResult, logprobs: bool) -> ChatChoice {
+    let finish_reason = r.finish_reason();
+    let tool_calls = (!r.tool_calls.is_empty()).then(|| {
+        r.tool_calls
+            .into_iter()
+            .map(|(name, arguments)| ToolCallOut {
+                index: None,
+                id: Some(new_id("call_")),
+                kind: Some("function"),
+                function: FunctionCallOut { name: Some(name), arguments },
+            })
+            .collect()
+    });
+    ChatChoice {
+        index,
+        message: AssistantMessage {
+            role: "assistant",
+            content: (tool_calls.is_none() || !r.content.is_empty()).then_some(r.content),
+            reasoning_content: (!r.reasoning.is_empty()).then_some(r.reasoning),
+            tool_calls,
+        },
+        logprobs: logprobs.then(|| ChatLogprobs { content: r.logprobs.into_iter().map(logprob_out).collect() }),
+        finish_reason,
+    }
+}
+
+/// `chat.completion.chunk`s.
+struct ChatWriter {
+    id: String,
+    model: String,
+    created: u64,
+    /// Tool calls started per choice (their stream `index`).
+    tool_calls: Vec<usize>,
+}
+
+impl ChatWriter {
+    fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: Option<Option<Usage>>) -> serde_json::Value {
+        let chunk = ChatChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: self.model.clone(),
+            system_fingerprint: fingerprint(),
+            choices,
+            usage,
+        };
+        serde_json::to_value(chunk).unwrap_or_default()
+    }
+}
+
+impl ChunkWriter for ChatWriter {
+    fn opening(&mut self, choices: usize) -> Vec<serde_json::Value> {
+        (0..choices)
+            .map(|index| {
+                let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()), ..ChatDelta::default() };
+                self.chunk(vec![ChatChunkChoice { index, delta, logprobs: None, finish_reason: None }], None)
+            })
+            .collect()
+    }
+
+    fn delta(&mut self, choice: usize, d: Delta) -> Option<serde_json::Value> {
+        let has_logprobs = !d.logprobs.is_empty();
+        let tool_calls: Vec<ToolCallOut> = d
+            .tool_calls
+            .into_iter()
+            .map(|call| {
+                let first = call.name.is_some();
+                if first {
+                    self.tool_calls[choice] += 1;
+                }
+                ToolCallOut {
+                    index: Some(call.index),
+                    id: first.then(|| new_id("call_")),
+                    kind: first.then_some("function"),
+                    function: FunctionCallOut { name: call.name, arguments: call.arguments },
+                }
+            })
+            .collect();
+        let delta = ChatDelta {
+            role: None,
+            content: (!d.content.is_empty()).then_some(d.content),
+            reasoning_content: (!d.reasoning.is_empty()).then_some(d.reasoning),
+            tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+        };
+        if delta == ChatDelta::default() && !has_logprobs {
+            return None;
+        }
+        let logprobs = has_logprobs.then(|| ChatLogprobs { content: d.logprobs.into_iter().map(logprob_out).collect() });
+        Some(self.chunk(vec![ChatChunkChoice { index: choice, delta, logprobs, finish_reason: None }], None))
+    }
+
+    fn finish(&mut self, choice: usize, reason: Finish) -> serde_json::Value {
+        let c = ChatChunkChoice {
+            index: choice,
+            delta: ChatDelta::default(),
+            logprobs: None,
+            finish_reason: Some(reason.as_str()),
+        };
+        self.chunk(vec![c], None)
+    }
+
+    fn usage(&mut self, usage: Usage) -> serde_json::Value {
+        self.chunk(Vec::new(), Some(Some(usage)))
+    }
+}

@@ -1,0 +1,250 @@
+//! The router: routes, middleware (API key, CORS, body limit, panics, request log), and the small
+//! handlers (`/health`, `/metrics`, `/v1/models`, `/tokenize`, `/detokenize`).
+
+mod chat;
+mod completions;
+mod json;
+mod respond;
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::api::response::{ModelCard, ModelList};
+use crate::engine::{EngineHandle, ModelInfo};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::ServerConfig;
+use json::ApiJson;
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    pub(crate) engine: EngineHandle,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) config: ServerConfig,
+    pub(crate) started: u64,
+}
+
+type Shared = Arc<AppState>;
+
+impl AppState {
+    /// The loaded model, or 503 while it loads.
+    pub(crate) fn model(&self) -> Result<Arc<ModelInfo>, ApiError> {
+        match self.engine.info() {
+            Some(Ok(info)) => Ok(info),
+            Some(Err(e)) => Err(ApiError::internal(format!("the model failed to load: {e}"))),
+            None => Err(ApiError::loading()),
+        }
+    }
+
+    /// 404 unless `asked` is the served model (or absent).
+    pub(crate) fn check_model(&self, asked: Option<&str>) -> Result<(), ApiError> {
+        match asked {
+            Some(name) if !name.is_empty() && name != self.config.model_name => {
+                Err(ApiError::model_not_found(name, &self.config.model_name))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Unix seconds now.
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Builds the whole application.
+pub(crate) fn router(engine: EngineHandle, metrics: Arc<Metrics>, config: ServerConfig) -> Router {
+    let body_limit = config.body_limit;
+    let cors = (!config.cors_origins.is_empty()).then(|| {
+        let origins: Vec<HeaderValue> = config.cors_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+    });
+    let state: Shared = Arc::new(AppState { engine, metrics, config, started: unix_now() });
+    let v1 = Router::new()
+        .route("/v1/chat/completions", post(chat::handle))
+        .route("/v1/completions", post(completions::handle))
+        .route("/v1/models", get(models))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    let app = Router::new()
+        .merge(v1)
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::Extension(json::BodyLimit(body_limit)))
+        .layer(CatchPanicLayer::custom(|_panic: Box<dyn std::any::Any + Send>| {
+            ApiError::internal("the server failed while handling this request").into_response()
+        }))
+        .layer(middleware::from_fn_with_state(state.clone(), log_and_count))
+        .with_state(state);
+    match cors {
+        Some(cors) => app.layer(cors),
+        None => app,
+    }
+}
+
+/// Marks a response whose stream logs and counts itself when it ends.
+#[derive(Clone, Copy)]
+pub(crate) struct LoggedByStream;
+
+/// Token counts a handler reports for the log line.
+#[derive(Clone, Copy)]
+pub(crate) struct Tokens {
+    pub(crate) prompt: usize,
+    pub(crate) completion: usize,
+}
+
+/// One line per request, `METHOD PATH STATUS [prompt=N completion=N] MS ms`, and the status counter.
+async fn log_and_count(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    if response.extensions().get::<LoggedByStream>().is_none() {
+        let tokens = response.extensions().get::<Tokens>().copied();
+        finish_request(&state, method.as_str(), &path, response.status(), tokens, started);
+    }
+    response
+}
+
+/// Logs and counts a request that has ended.
+pub(crate) fn finish_request(
+    state: &AppState,
+    method: &str,
+    path: &str,
+    status: StatusCode,
+    tokens: Option<Tokens>,
+    started: Instant,
+) {
+    state.metrics.count_request(status.as_u16());
+    if state.config.log_requests {
+        let tokens =
+            tokens.map(|t| format!(" prompt={} completion={}", t.prompt, t.completion)).unwrap_or_default();
+        let ms = started.elapsed().as_millis();
+        eprintln!("{method} {path} {}{tokens} {ms} ms", status.as_u16());
+    }
+}
+
+/// `/v1/*` needs `Authorization: Bearer KEY` when the server has a key (compared in constant time).
+async fn require_key(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    if let Some(key) = &state.config.api_key {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        if !bool::from(given.as_bytes().ct_eq(key.as_bytes())) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+async fn no_route(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::no_route(method.as_str(), uri.path())
+}
+
+async fn wrong_method(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::wrong_method(method.as_str(), uri.path())
+}
+
+/// 200 `{"status": "ok"}` once the model is loaded, 503 before.
+async fn health(State(state): State<Shared>) -> Response {
+    match state.model() {
+        Ok(_) => axum::Json(serde_json::json!({"status": "ok"})).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn metrics_text(State(state): State<Shared>) -> Response {
+    let body = state.metrics.render();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+async fn models(State(state): State<Shared>) -> axum::Json<ModelList> {
+    axum::Json(ModelList {
+        object: "list",
+        data: vec![ModelCard {
+            id: state.config.model_name.clone(),
+            object: "model",
+            created: state.started,
+            owned_by: "minerva",
+        }],
+    })
+}
+
+/// `POST /tokenize`, as llama-server: `{"content", "add_special", "with_pieces"}`.
+#[derive(Deserialize)]
+struct TokenizeRequest {
+    content: String,
+    #[serde(default)]
+    add_special: bool,
+    #[serde(default)]
+    with_pieces: bool,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum TokenOut {
+    Id(u32),
+    Piece { id: u32, piece: String },
+}
+
+async fn tokenize(State(state): State<Shared>, ApiJson(req): ApiJson<TokenizeRequest>) -> Result<Response, ApiError> {
+    let info = state.model()?;
+    let ids = info
+        .tokenizer
+        .encode(&req.content, req.add_special)
+        .map_err(|e| ApiError::invalid("content", e.to_string()))?;
+    let tokens: Vec<TokenOut> = ids
+        .iter()
+        .map(|&id| {
+            if req.with_pieces {
+                TokenOut::Piece { id, piece: info.tokenizer.piece(id) }
+            } else {
+                TokenOut::Id(id)
+            }
+        })
+        .collect();
+    Ok(axum::Json(serde_json::json!({ "tokens": tokens })).into_response())
+}
+
+/// `POST /detokenize`: `{"tokens": [ids]}` → `{"content"}`.
+#[derive(Deserialize)]
+struct DetokenizeRequest {
+    tokens: Vec<u32>,
+}
+
+async fn detokenize(
+    State(state): State<Shared>,
+    ApiJson(req): ApiJson<DetokenizeRequest>,
+) -> Result<Response, ApiError> {
+    let info = state.model()?;
+    let vocab = info.tokenizer.vocab_size();
+    if let Some(i) = req.tokens.iter().position(|&t| t as usize >= vocab) {
+        return Err(ApiError::invalid(
+            format!("tokens[{i}]"),
+            format!("token {} is outside the vocabulary of {vocab}", req.tokens[i]),
+        ));
+    }
+    let content = info.tokenizer.decode(&req.tokens, false).map_err(|e| ApiError::invalid("tokens", e.to_string()))?;
+    Ok(axum::Json(serde_json::json!({ "content": content })).into_response())
+}

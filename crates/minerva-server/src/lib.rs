@@ -1,0 +1,112 @@
+//! Minerva's OpenAI-compatible server: `/v1/chat/completions`, `/v1/completions` (streaming or
+//! not), `/v1/models`, `/tokenize`, `/detokenize`, `/health` and `/metrics`, over one model with
+//! continuous batching.
+//!
+//! ```text
+//! axum router (auth, CORS, body limit, panics → 500, one log line per request)
+//!   └─ handlers: check the request, render + tokenize the prompt, submit
+//!        └─ EngineHandle ──► engine thread: Model<B> + KV cache of `parallel` slots,
+//!                            one forward step over every running sequence at a time
+//! ```
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use minerva_generate::Tokenizer;
+//! use minerva_model::{CpuBackend, Model};
+//! use minerva_server::{EngineConfig, EngineHandle, Metrics, ServerConfig};
+//!
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! let path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+//! let metrics = Arc::new(Metrics::new());
+//! let engine = EngineHandle::spawn(
+//!     move || {
+//!         let tokenizer = Tokenizer::from_gguf(&minerva_gguf::Gguf::open(path).map_err(|e| e.to_string())?)
+//!             .map_err(|e| e.to_string())?;
+//!         let model = Model::load(path, CpuBackend::new(None).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+//!         Ok((model, tokenizer))
+//!     },
+//!     EngineConfig { parallel: 4, ctx_size: Some(2048), batch_tokens: 512, max_queue: 64, kv_budget_bytes: 1 << 30 },
+//!     metrics.clone(),
+//! );
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! let config = ServerConfig { model_name: "smollm2".into(), ..ServerConfig::default() };
+//! minerva_server::serve(listener, engine, metrics, config, std::future::pending()).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod api;
+pub mod engine;
+pub mod error;
+mod http;
+pub mod metrics;
+pub mod prompt;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use engine::{EngineConfig, EngineHandle, GenerationRequest, ModelInfo, SeqEvent};
+pub use error::ApiError;
+pub use metrics::Metrics;
+
+/// HTTP-side settings.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The name `/v1/models` lists and requests may ask for.
+    pub model_name: String,
+    /// With a key, every `/v1/*` request needs `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+    /// Browser origins allowed by CORS (none: no CORS headers).
+    pub cors_origins: Vec<String>,
+    /// Longest a request may run; then it ends with `finish_reason: length`.
+    pub request_timeout: Duration,
+    /// How long running requests may take to finish after a shutdown signal.
+    pub shutdown_grace: Duration,
+    /// Largest request body.
+    pub body_limit: usize,
+    /// Print one line per request on stderr.
+    pub log_requests: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            model_name: "model".into(),
+            api_key: None,
+            cors_origins: Vec::new(),
+            request_timeout: Duration::from_secs(600),
+            shutdown_grace: Duration::from_secs(10),
+            body_limit: 8 << 20,
+            log_requests: true,
+        }
+    }
+}
+
+/// Serves the API on `listener` until `shutdown` resolves; then stops accepting, lets running
+/// requests finish within [`ServerConfig::shutdown_grace`], cancels what is left and returns.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    engine: EngineHandle,
+    metrics: Arc<Metrics>,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let grace = config.shutdown_grace;
+    let app = http::router(engine.clone(), metrics, config);
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let graceful = async move {
+        shutdown.await;
+        let _ = signalled_tx.send(());
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(graceful);
+    let server = tokio::spawn(async move { server.await });
+    // After the signal, give running requests the grace period, then end them: their streams
+    // close and the connections with them, so the server can finish.
+    tokio::spawn(async move {
+        if signalled_rx.await.is_ok() {
+            tokio::time::sleep(grace).await;
+            engine.cancel_all();
+        }
+    });
+    server.await.map_err(std::io::Error::other)?
+}
