@@ -129,8 +129,20 @@ mod tests {
     #[test]
     fn channels_stream_apart_and_agree_with_the_whole_parse() {
         let pieces = [
-            "<|channel|>", "analysis", "<|message|>", "Let me", " think", "<|end|>", "<|start|>", "assistant",
-            "<|channel|>", "final", "<|message|>", "The answer", " is 4.", "<|return|>",
+            "<|channel|>",
+            "analysis",
+            "<|message|>",
+            "Let me",
+            " think",
+            "<|end|>",
+            "<|start|>",
+            "assistant",
+            "<|channel|>",
+            "final",
+            "<|message|>",
+            "The answer",
+            " is 4.",
+            "<|return|>",
         ];
         let events = feed(&pieces);
         let starts: Vec<Option<&str>> = events
@@ -157,8 +169,15 @@ mod tests {
     #[test]
     fn a_tool_call_has_its_recipient_and_ends_with_call() {
         let events = feed(&[
-            "<|channel|>", "commentary to=functions.get_weather", " ", "<|constrain|>", "json", "<|message|>",
-            "{\"city\":", "\"Paris\"}", "<|call|>",
+            "<|channel|>",
+            "commentary to=functions.get_weather",
+            " ",
+            "<|constrain|>",
+            "json",
+            "<|message|>",
+            "{\"city\":",
+            "\"Paris\"}",
+            "<|call|>",
         ]);
         let HarmonyEvent::Start(m) = &events[0] else { panic!("{events:?}") };
         assert_eq!(m.channel.as_deref(), Some("commentary"));

@@ -38,8 +38,8 @@ pub mod template;
 pub mod tokenizer;
 
 pub use error::{GenerateError, Result};
-pub use harmony_stream::{HarmonyEvent, HarmonyStream};
 pub use generator::{Event, FinishReason, GenerateOptions, Generation, Session, StopText, Summary};
+pub use harmony_stream::{HarmonyEvent, HarmonyStream};
 pub use rng::Rng;
 pub use sampler::{Sampler, SamplingParams};
 pub use template::{ChatTemplate, Message};

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use minerva_generate::harmony::{
-    Completion, FunctionDefinition, Message, ReasoningEffort, Role, SystemContent, developer_content,
-    parse_completion, render_conversation, render_conversation_for_completion, render_function_tools,
+    Completion, FunctionDefinition, Message, ReasoningEffort, Role, SystemContent, developer_content, parse_completion,
+    render_conversation, render_conversation_for_completion, render_function_tools,
 };
 use serde_json::Value;
 

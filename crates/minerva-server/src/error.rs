@@ -33,7 +33,10 @@ impl ApiError {
 
     /// 400: the request is malformed or asks for something out of range.
     pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> ApiError {
-        ApiError { param: Some(param.into()), ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message) }
+        ApiError {
+            param: Some(param.into()),
+            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        }
     }
 
     /// 400 for a request body that is not valid JSON or does not match the schema.
@@ -107,7 +110,10 @@ impl ApiError {
 
     /// 503: the model is still loading.
     pub fn loading() -> ApiError {
-        ApiError { retry_after: Some(1), ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable_error", "Loading model") }
+        ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable_error", "Loading model")
+        }
     }
 
     /// 503: the queue of waiting requests is full.

@@ -44,7 +44,12 @@ fn in_range(name: &str, v: Option<f32>, lo: f32, hi: f32, lo_open: bool) -> Resu
 
 /// Checks `p`'s ranges and fills in defaults (those of `minerva run`: temperature 0.8, top-k 40,
 /// top-p 0.95, min-p 0.05) for a model of `vocab` tokens served with `slots` slots.
-pub fn check_common(p: &CommonParams, max_tokens: Option<i64>, vocab: usize, slots: usize) -> Result<Checked, ApiError> {
+pub fn check_common(
+    p: &CommonParams,
+    max_tokens: Option<i64>,
+    vocab: usize,
+    slots: usize,
+) -> Result<Checked, ApiError> {
     let defaults = SamplingParams::default();
     let temperature = in_range("temperature", p.temperature, 0.0, 2.0, false)?.unwrap_or(0.8);
     let top_p = in_range("top_p", p.top_p, 0.0, 1.0, true)?.unwrap_or(0.95);
@@ -65,7 +70,10 @@ pub fn check_common(p: &CommonParams, max_tokens: Option<i64>, vocab: usize, slo
         Some(n) => n as usize,
     };
     if n > slots {
-        return Err(ApiError::invalid("n", format!("`n` is {n} but this server decodes at most {slots} sequences at once")));
+        return Err(ApiError::invalid(
+            "n",
+            format!("`n` is {n} but this server decodes at most {slots} sequences at once"),
+        ));
     }
     let max_tokens = match max_tokens {
         None => None,
@@ -148,7 +156,10 @@ mod tests {
     #[test]
     fn defaults_are_minerva_runs() {
         let c = check_common(&common(serde_json::json!({})), None, 100, 4).unwrap();
-        assert_eq!((c.sampling.temperature, c.sampling.top_k, c.sampling.top_p, c.sampling.min_p), (0.8, 40, 0.95, 0.05));
+        assert_eq!(
+            (c.sampling.temperature, c.sampling.top_k, c.sampling.top_p, c.sampling.min_p),
+            (0.8, 40, 0.95, 0.05)
+        );
         assert_eq!((c.n, c.max_tokens, c.stream), (1, None, false));
     }
 

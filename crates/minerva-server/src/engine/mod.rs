@@ -146,8 +146,13 @@ impl EngineHandle {
         let info = Arc::new(OnceLock::new());
         let queued = Arc::new(AtomicUsize::new(0));
         let cancel_all = Arc::new(AtomicBool::new(false));
-        let handle =
-            EngineHandle { submit, info: info.clone(), queued: queued.clone(), cancel_all: cancel_all.clone(), max_queue: config.max_queue };
+        let handle = EngineHandle {
+            submit,
+            info: info.clone(),
+            queued: queued.clone(),
+            cancel_all: cancel_all.clone(),
+            max_queue: config.max_queue,
+        };
         let shared = scheduler::Shared { info, queued, cancel_all, metrics };
         std::thread::Builder::new()
             .name("minerva-engine".into())

@@ -95,11 +95,7 @@ where
 
 /// Picks the context size: the one asked for, or the model's trained context capped so the KV
 /// cache of every slot fits the budget. Returns it with a note for the startup line.
-fn choose_ctx(
-    trained: usize,
-    bytes_per_position: u64,
-    config: &EngineConfig,
-) -> Result<(usize, String), String> {
+fn choose_ctx(trained: usize, bytes_per_position: u64, config: &EngineConfig) -> Result<(usize, String), String> {
     let trained_or_default = if trained > 0 { trained } else { 4096 };
     if let Some(ctx) = config.ctx_size {
         if trained > 0 && ctx > trained {
@@ -157,14 +153,7 @@ impl<B: Backend> Scheduler<B> {
             ChatFormat::None
         };
         let tokenizer = Arc::new(tokenizer);
-        let info = ModelInfo {
-            tokenizer: tokenizer.clone(),
-            chat,
-            ctx_size,
-            slots: config.parallel,
-            arch,
-            ctx_note,
-        };
+        let info = ModelInfo { tokenizer: tokenizer.clone(), chat, ctx_size, slots: config.parallel, arch, ctx_note };
         let _ = shared.info.set(Ok(Arc::new(info)));
         Ok(Scheduler {
             model,
@@ -380,11 +369,8 @@ fn sample_one(
     if tok.is_stop(id) {
         // Harmony's `<|call|>` / `<|return|>` are stop tokens that also close a message.
         let ended = seq.output.push(tok, id, delta)?;
-        let reason = if ended == Some(Finish::ToolCalls) || seq.output.called_tool() {
-            Finish::ToolCalls
-        } else {
-            Finish::Stop
-        };
+        let reason =
+            if ended == Some(Finish::ToolCalls) || seq.output.called_tool() { Finish::ToolCalls } else { Finish::Stop };
         return Ok((Some(reason), None));
     }
     seq.tokens.push(id);

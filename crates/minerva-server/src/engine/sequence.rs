@@ -136,7 +136,11 @@ impl Output {
                     if *route == Route::Tool {
                         let name = message.recipient.as_deref().unwrap_or_default();
                         let name = name.strip_prefix("functions.").unwrap_or(name).to_string();
-                        delta.tool_calls.push(ToolDelta { index: self.tool_calls, name: Some(name), arguments: String::new() });
+                        delta.tool_calls.push(ToolDelta {
+                            index: self.tool_calls,
+                            name: Some(name),
+                            arguments: String::new(),
+                        });
                         self.tool_calls += 1;
                     }
                 }

@@ -210,7 +210,8 @@ impl ChunkWriter for ChatWriter {
         if delta == ChatDelta::default() && !has_logprobs {
             return None;
         }
-        let logprobs = has_logprobs.then(|| ChatLogprobs { content: d.logprobs.into_iter().map(logprob_out).collect() });
+        let logprobs =
+            has_logprobs.then(|| ChatLogprobs { content: d.logprobs.into_iter().map(logprob_out).collect() });
         Some(self.chunk(vec![ChatChunkChoice { index: choice, delta, logprobs, finish_reason: None }], None))
     }
 

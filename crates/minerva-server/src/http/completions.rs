@@ -42,7 +42,10 @@ pub(crate) async fn handle(
     }
     for (i, p) in prompts.iter().enumerate() {
         if let Some(&bad) = p.iter().find(|&&t| t as usize >= vocab) {
-            return Err(ApiError::invalid("prompt", format!("prompt {i}: token {bad} is outside the vocabulary of {vocab}")));
+            return Err(ApiError::invalid(
+                "prompt",
+                format!("prompt {i}: token {bad} is outside the vocabulary of {vocab}"),
+            ));
         }
         if p.is_empty() {
             return Err(ApiError::invalid("prompt", format!("prompt {i} is empty")));
@@ -105,7 +108,12 @@ fn legacy_logprobs(tokens: Vec<TokenLogprob>, mut offset: usize) -> CompletionLo
 
 fn choice(index: usize, r: ChoiceResult, logprobs: bool) -> CompletionChoice {
     let finish_reason = Some(r.finish_reason());
-    CompletionChoice { index, logprobs: logprobs.then(|| legacy_logprobs(r.logprobs, 0)), text: r.content, finish_reason }
+    CompletionChoice {
+        index,
+        logprobs: logprobs.then(|| legacy_logprobs(r.logprobs, 0)),
+        text: r.content,
+        finish_reason,
+    }
 }
 
 /// `text_completion` bodies and chunks.
@@ -147,7 +155,12 @@ impl ChunkWriter for CompletionWriter {
     }
 
     fn finish(&mut self, choice: usize, reason: Finish) -> serde_json::Value {
-        let c = CompletionChoice { index: choice, text: String::new(), logprobs: None, finish_reason: Some(reason.as_str()) };
+        let c = CompletionChoice {
+            index: choice,
+            text: String::new(),
+            logprobs: None,
+            finish_reason: Some(reason.as_str()),
+        };
         self.chunk(vec![c], None)
     }
 

@@ -5,6 +5,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
+use crate::api::request::CommonParams;
 use crate::error::ApiError;
 
 /// A request body parsed as `T`: invalid JSON or a field of the wrong type is a 400 naming the
@@ -33,19 +34,21 @@ pub(crate) struct BodyLimit(pub(crate) usize);
 
 /// Parses `bytes` as `T`, naming the field at fault.
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let message = format!("invalid JSON body: {inner}");
-        if path == "." || inner.is_syntax() || inner.is_eof() {
-            ApiError::bad_json(message)
-        } else {
-            ApiError::invalid(path, message)
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_json(format!("invalid JSON body: {e}")))?;
+    let error = match serde_path_to_error::deserialize::<_, T>(&value) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    let mut path = error.path().to_string();
+    let message = format!("invalid JSON body: {}", error.into_inner());
+    if path == "." {
+        // Fields of a `#[serde(flatten)]`ed struct lose their path: ask the shared part alone.
+        if let Err(e) = serde_path_to_error::deserialize::<_, CommonParams>(&value) {
+            path = e.path().to_string();
         }
-    })?;
-    de.end().map_err(|e| ApiError::bad_json(format!("invalid JSON body: {e}")))?;
-    Ok(value)
+    }
+    if path == "." { Err(ApiError::bad_json(message)) } else { Err(ApiError::invalid(path, message)) }
 }
 
 #[cfg(test)]

@@ -20,11 +20,11 @@ use subtle::ConstantTimeEq;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+use crate::ServerConfig;
 use crate::api::response::{ModelCard, ModelList};
 use crate::engine::{EngineHandle, ModelInfo};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::ServerConfig;
 use json::ApiJson;
 
 /// What every handler shares.
@@ -67,7 +67,8 @@ pub(crate) fn unix_now() -> u64 {
 pub(crate) fn router(engine: EngineHandle, metrics: Arc<Metrics>, config: ServerConfig) -> Router {
     let body_limit = config.body_limit;
     let cors = (!config.cors_origins.is_empty()).then(|| {
-        let origins: Vec<HeaderValue> = config.cors_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+        let origins: Vec<HeaderValue> =
+            config.cors_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(origins))
             .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
@@ -135,8 +136,7 @@ pub(crate) fn finish_request(
 ) {
     state.metrics.count_request(status.as_u16());
     if state.config.log_requests {
-        let tokens =
-            tokens.map(|t| format!(" prompt={} completion={}", t.prompt, t.completion)).unwrap_or_default();
+        let tokens = tokens.map(|t| format!(" prompt={} completion={}", t.prompt, t.completion)).unwrap_or_default();
         let ms = started.elapsed().as_millis();
         eprintln!("{method} {path} {}{tokens} {ms} ms", status.as_u16());
     }
@@ -214,16 +214,12 @@ async fn tokenize(State(state): State<Shared>, ApiJson(req): ApiJson<TokenizeReq
         .tokenizer
         .encode(&req.content, req.add_special)
         .map_err(|e| ApiError::invalid("content", e.to_string()))?;
-    let tokens: Vec<TokenOut> = ids
-        .iter()
-        .map(|&id| {
-            if req.with_pieces {
-                TokenOut::Piece { id, piece: info.tokenizer.piece(id) }
-            } else {
-                TokenOut::Id(id)
-            }
-        })
-        .collect();
+    let tokens: Vec<TokenOut> =
+        ids.iter()
+            .map(|&id| {
+                if req.with_pieces { TokenOut::Piece { id, piece: info.tokenizer.piece(id) } } else { TokenOut::Id(id) }
+            })
+            .collect();
     Ok(axum::Json(serde_json::json!({ "tokens": tokens })).into_response())
 }
 
