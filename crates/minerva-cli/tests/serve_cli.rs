@@ -1,0 +1,166 @@
+//! `minerva serve` as users run it: the startup line, the official `openai` Python client against
+//! it, the same text as `minerva run`, the API key from the environment, SIGTERM, bad flags.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{assert_one_line_error, minerva, os, real_model, root};
+
+/// A `minerva serve` child process on a free port.
+struct Served {
+    child: Child,
+    url: String,
+    startup: String,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Served {
+    fn start(extra: &[&str], env: &[(&str, &str)]) -> Served {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_minerva"));
+        cmd.args(["serve", "--port", "0", "-m"]).arg(real_model()).args(extra);
+        cmd.env_remove("MINERVA_API_KEY");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let (tx, lines) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let startup = lines.recv_timeout(Duration::from_secs(60)).expect("no startup line");
+        let url = startup.rsplit(' ').next().unwrap().to_string();
+        assert!(url.starts_with("http://127.0.0.1:"), "{startup}");
+        Served { child, url, startup, lines }
+    }
+
+    /// A raw HTTP/1.1 request; returns the whole response text.
+    fn request(&self, method: &str, path: &str, headers: &[&str], body: &str) -> String {
+        let address = self.url.trim_start_matches("http://");
+        let mut s = TcpStream::connect(address).unwrap();
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+        for h in headers {
+            head.push_str(h);
+            head.push_str("\r\n");
+        }
+        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
+        s.write_all(head.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        for _ in 0..600 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        panic!("minerva serve did not exit after SIGTERM");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_official_openai_client_works_against_minerva_serve() {
+    let mut served = Served::start(&["--alias", "smollm2", "--parallel", "4", "--ctx-size", "2048"], &[]);
+    assert!(
+        served.startup.contains("model smollm2") && served.startup.contains("4 slots × 2048"),
+        "{}",
+        served.startup
+    );
+    assert!(served.startup.contains("on cpu ("), "{}", served.startup);
+    let script = root().join("fixtures/server/openai_client_check.py");
+    let out = Command::new("python3").arg(&script).args([&served.url, "smollm2"]).output().expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("8 passed, 0 failed"), "{stdout}");
+    assert_eq!(served.terminate().code(), Some(0));
+    // One log line per request: method, path, status, tokens, milliseconds.
+    let log: Vec<String> = served.lines.try_iter().collect();
+    let chat = log.iter().find(|l| l.starts_with("POST /v1/chat/completions 200 prompt=")).expect("no chat log line");
+    assert!(chat.ends_with(" ms") && chat.contains(" completion="), "{chat}");
+    assert!(log.iter().any(|l| l.starts_with("POST /v1/chat/completions 400 ")), "{log:?}");
+}
+
+#[test]
+fn serve_answers_what_minerva_run_answers() {
+    let question = "Give me three tips for staying healthy.";
+    let model = real_model();
+    let run = minerva(&[
+        os("run"),
+        os("-m"),
+        model.as_os_str(),
+        os("--chat"),
+        os("--temperature"),
+        os("0"),
+        os("--max-tokens"),
+        os("40"),
+        os("--prompt"),
+        os(question),
+    ]);
+    assert!(run.status.success());
+    let expected = String::from_utf8(run.stdout).unwrap();
+    let served = Served::start(&[], &[("MINERVA_API_KEY", "k3y")]);
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": question}], "temperature": 0, "max_tokens": 40
+    })
+    .to_string();
+    let refused = served.request("POST", "/v1/chat/completions", &[], &body);
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let answer = served.request("POST", "/v1/chat/completions", &["Authorization: Bearer k3y"], &body);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let json: serde_json::Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(format!("{}\n", json["choices"][0]["message"]["content"].as_str().unwrap()), expected);
+}
+
+#[test]
+fn sigterm_lets_a_running_stream_finish_then_exits_zero() {
+    let mut served = Served::start(&[], &[]);
+    let address = served.url.trim_start_matches("http://").to_string();
+    let body = r#"{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stream": true}"#;
+    let mut s = TcpStream::connect(&address).unwrap();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut first = [0u8; 64];
+    assert!(s.read(&mut first).unwrap() > 0);
+    let status = served.terminate();
+    let mut rest = String::new();
+    s.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("\"finish_reason\":\"length\"") && rest.contains("data: [DONE]"), "{rest}");
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn serve_refuses_bad_flags_and_models_in_one_line() {
+    let model = real_model();
+    let m = model.as_os_str();
+    let out = minerva(&[os("serve"), os("-m"), m, os("--parallel"), os("0")]);
+    assert_one_line_error(&out, "--parallel");
+    let out = minerva(&[os("serve"), os("-m"), m, os("--ctx-size"), os("100000"), os("--port"), os("0")]);
+    assert_one_line_error(&out, "larger than the model's trained context of 8192");
+    let out = minerva(&[os("serve"), os("-m"), os("/nonexistent/model.gguf"), os("--port"), os("0")]);
+    assert_one_line_error(&out, "/nonexistent/model.gguf");
+    let out = minerva(&[os("serve"), os("-m"), m, os("--host"), os("256.0.0.1")]);
+    assert_one_line_error(&out, "cannot listen on 256.0.0.1");
+}
