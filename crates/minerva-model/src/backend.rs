@@ -170,6 +170,13 @@ pub trait Backend: Send + Sync {
     /// The logits `x[rows] · headᵀ`, read back to the host row-major (`rows.len() × vocab`).
     fn logits(&self, x: &Self::Tensor, head: &Self::Weight, rows: &[usize]) -> Result<Vec<f32>>;
 
+    /// Copies the keys and values of positions `0..positions` of every layer from cache slot
+    /// `from` to slot `to` (several sampled continuations of one prompt share its prefill).
+    fn copy_slot(&self, cache: &mut Self::Cache, from: usize, to: usize, positions: usize) -> Result<()> {
+        let _ = (cache, from, to, positions);
+        Err(ModelError::UnsupportedOp { op: "copy_slot" })
+    }
+
     /// Greedy decoding: for each row `r` of `rows`, the index of the largest logit of
     /// `x[r] · headᵀ` (the first on ties). The default computes [`Backend::logits`] and takes the
     /// argmax on the host; a GPU backend reads back only the ids.

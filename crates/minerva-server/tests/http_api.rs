@@ -141,6 +141,26 @@ async fn a_fixed_seed_repeats_and_choices_share_the_prompt() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choices_run_the_prompt_once_and_continue_from_its_cache() {
+    let server = start(4).await;
+    let greedy = chat("Name a planet.", json!({"temperature": 0, "max_tokens": 10}));
+    let (_, _, single) = post(&server.url, "/v1/chat/completions", &greedy).await;
+    let before = common::metric(&server.url, "minerva_batch_tokens_sum").await;
+    let mut three = greedy.clone();
+    three["n"] = json!(3);
+    let (_, _, r) = post(&server.url, "/v1/chat/completions", &three).await;
+    let after = common::metric(&server.url, "minerva_batch_tokens_sum").await;
+    // Greedy choices from copied cache slots equal the single answer.
+    for c in r["choices"].as_array().unwrap() {
+        assert_eq!(c["message"]["content"], single["choices"][0]["message"]["content"]);
+    }
+    // The model ran the prompt once, then each choice's tokens but the last (sampled, not run).
+    let prompt = r["usage"]["prompt_tokens"].as_f64().unwrap();
+    let generated = r["usage"]["completion_tokens"].as_f64().unwrap();
+    assert_eq!(after - before, prompt + generated - 3.0, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logprobs_are_log_probabilities_with_ranked_alternatives() {
     let server = start(2).await;
     let body = chat("Hi", json!({"temperature": 0, "max_tokens": 5, "logprobs": true, "top_logprobs": 3}));

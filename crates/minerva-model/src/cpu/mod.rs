@@ -193,6 +193,32 @@ impl Backend for CpuBackend {
         Ok(CpuCache { shape, k: KvData::zeros(self.kv_dtype, len), v: KvData::zeros(self.kv_dtype, len) })
     }
 
+    fn copy_slot(&self, cache: &mut CpuCache, from: usize, to: usize, positions: usize) -> Result<()> {
+        let s = cache.shape;
+        if from >= s.slots || to >= s.slots || positions > s.capacity {
+            return Err(ModelError::Request(format!(
+                "copy_slot: slots {from} → {to} and {positions} positions do not fit a cache of {} slots × {}",
+                s.slots, s.capacity
+            )));
+        }
+        if from == to || positions == 0 {
+            return Ok(());
+        }
+        let len = positions * s.head_dim;
+        for layer in 0..s.n_layer {
+            for head in 0..s.n_head_kv {
+                let (src, dst) = (cache.index(from, layer, head, 0), cache.index(to, layer, head, 0));
+                for data in [&mut cache.k, &mut cache.v] {
+                    match data {
+                        KvData::F32(d) => d.copy_within(src..src + len, dst),
+                        KvData::F16(d) => d.copy_within(src..src + len, dst),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn embed(&self, table: &CpuWeight, tokens: &[u32]) -> Result<CpuTensor> {
         let row_bytes = table.dtype.row_bytes(table.cols).expect("checked when the weights were loaded");
         let mut out = CpuTensor::zeros(tokens.len(), table.cols);

@@ -43,6 +43,8 @@ struct Scheduler<B: Backend> {
     requests: HashMap<u64, Request>,
     free_slots: Vec<usize>,
     next_request: u64,
+    /// The backend copies cache slots, so choices share their prompt's prefill.
+    share_prompt: bool,
 }
 
 /// The engine thread's body.
@@ -168,6 +170,7 @@ impl<B: Backend> Scheduler<B> {
             // Popped from the end: slot 0 first.
             free_slots: (0..config.parallel).rev().collect(),
             next_request: 0,
+            share_prompt: true,
         })
     }
 
@@ -235,6 +238,7 @@ impl<B: Backend> Scheduler<B> {
                     deadline: r.deadline,
                     received: s.received,
                     last_token_at: None,
+                    waits_for_leader: choice > 0 && self.share_prompt,
                 });
             }
             let live = self.running.iter().filter(|q| q.request == id).count();
@@ -260,7 +264,7 @@ impl<B: Backend> Scheduler<B> {
             }
         }
         for (i, seq) in self.running.iter().enumerate() {
-            if !seq.prefilled() && budget > 0 {
+            if !seq.prefilled() && !seq.waits_for_leader && budget > 0 {
                 let chunk = (seq.prompt_len - seq.fed).min(budget);
                 plan.push((i, chunk));
                 budget -= chunk;
@@ -283,32 +287,15 @@ impl<B: Backend> Scheduler<B> {
         let vocab = logits.vocab;
         let mut finished: Vec<(usize, Finish)> = Vec::new();
         for (row, &(i, len)) in plan.iter().enumerate() {
-            let seq = &mut self.running[i];
-            seq.fed += len;
-            if !seq.prefilled() {
+            self.running[i].fed += len;
+            if !self.running[i].prefilled() {
                 continue;
             }
             let logits_row = &mut logits.data[row * vocab..(row + 1) * vocab];
-            let mut delta = Delta::default();
-            let (finish, id) = sample_one(seq, &self.tokenizer, logits_row, &mut delta, self.ctx_size)?;
-            let now = Instant::now();
-            match seq.last_token_at {
-                None => self.shared.metrics.time_to_first_token.observe((now - seq.received).as_secs_f64()),
-                Some(t) => self.shared.metrics.inter_token_latency.observe((now - t).as_secs_f64()),
+            if self.running[i].generated() == 0 && self.running[i].choice == 0 {
+                self.start_followers(i, logits_row, &mut finished)?;
             }
-            seq.last_token_at = Some(now);
-            if id.is_some() {
-                self.shared.metrics.completion_tokens.inc();
-            }
-            if let Some(finish) = finish {
-                seq.output.flush(&mut delta);
-                finished.push((i, finish));
-            }
-            if !delta.is_empty()
-                && let Some(r) = self.requests.get(&seq.request)
-            {
-                let _ = r.events.send(SeqEvent::Delta { choice: seq.choice, delta });
-            }
+            self.sample_and_send(i, logits_row, &mut finished)?;
         }
         // Remove finished sequences, highest index first so the others keep theirs.
         finished.sort_by_key(|f| std::cmp::Reverse(f.0));
@@ -317,6 +304,69 @@ impl<B: Backend> Scheduler<B> {
             self.finish(seq, finish);
         }
         self.shared.metrics.running.set(self.running.len() as i64);
+        Ok(())
+    }
+
+    /// Choice 0 of a request (at `leader`) has run its prompt: the request's other choices start
+    /// from a copy of its cache slot and sample their first token from the same logits.
+    fn start_followers(
+        &mut self,
+        leader: usize,
+        logits: &[f32],
+        finished: &mut Vec<(usize, Finish)>,
+    ) -> Result<(), ApiError> {
+        let (request, from, positions) = {
+            let l = &self.running[leader];
+            (l.request, l.slot, l.fed)
+        };
+        let followers: Vec<usize> = (0..self.running.len())
+            .filter(|&j| self.running[j].request == request && self.running[j].waits_for_leader)
+            .collect();
+        for j in followers {
+            self.running[j].waits_for_leader = false;
+            match self.model.backend.copy_slot(&mut self.cache, from, self.running[j].slot, positions) {
+                Ok(()) => {
+                    self.running[j].fed = positions;
+                    let mut row = logits.to_vec();
+                    self.sample_and_send(j, &mut row, finished)?;
+                }
+                // This backend cannot copy slots: the follower runs the prompt itself.
+                Err(minerva_model::ModelError::UnsupportedOp { .. }) => self.share_prompt = false,
+                Err(e) => return Err(ApiError::internal(format!("copying a cache slot: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Samples the next token of the sequence at `i` from its logits, sends its output, and notes
+    /// it in `finished` when it ended.
+    fn sample_and_send(
+        &mut self,
+        i: usize,
+        logits: &mut [f32],
+        finished: &mut Vec<(usize, Finish)>,
+    ) -> Result<(), ApiError> {
+        let seq = &mut self.running[i];
+        let mut delta = Delta::default();
+        let (finish, id) = sample_one(seq, &self.tokenizer, logits, &mut delta, self.ctx_size)?;
+        let now = Instant::now();
+        match seq.last_token_at {
+            None => self.shared.metrics.time_to_first_token.observe((now - seq.received).as_secs_f64()),
+            Some(t) => self.shared.metrics.inter_token_latency.observe((now - t).as_secs_f64()),
+        }
+        seq.last_token_at = Some(now);
+        if id.is_some() {
+            self.shared.metrics.completion_tokens.inc();
+        }
+        if let Some(finish) = finish {
+            seq.output.flush(&mut delta);
+            finished.push((i, finish));
+        }
+        if !delta.is_empty()
+            && let Some(r) = self.requests.get(&seq.request)
+        {
+            let _ = r.events.send(SeqEvent::Delta { choice: seq.choice, delta });
+        }
         Ok(())
     }
 

@@ -206,6 +206,9 @@ pub(super) struct Sequence {
     pub(super) deadline: Instant,
     pub(super) received: Instant,
     pub(super) last_token_at: Option<Instant>,
+    /// A choice after the first of its request: it waits for choice 0's prefill and starts from
+    /// a copy of its cache slot.
+    pub(super) waits_for_leader: bool,
 }
 
 impl Sequence {
