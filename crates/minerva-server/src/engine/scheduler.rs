@@ -12,7 +12,7 @@ use minerva_generate::{ChatTemplate, Sampler, Tokenizer};
 use minerva_model::{Backend, LogitsFor, Model, SequenceInput};
 use tokio::sync::mpsc as tokio_mpsc;
 
-use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
+use super::sequence::{Delta, Finish, Output, Sequence, ends_choice, logprobs};
 use super::{ChatFormat, EngineConfig, ModelInfo, SeqEvent, Submission};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -416,8 +416,8 @@ fn sample_one(
     if let (Some(top), Some(raw)) = (top, raw) {
         delta.logprobs.push(logprobs(tok, &raw, id, top));
     }
-    if tok.is_stop(id) {
-        // Harmony's `<|call|>` / `<|return|>` are stop tokens that also close a message.
+    if ends_choice(tok, id, seq.output.is_harmony()) {
+        // Harmony's `<|call|>` / `<|return|>` also close a message.
         let ended = seq.output.push(tok, id, delta)?;
         let reason =
             if ended == Some(Finish::ToolCalls) || seq.output.called_tool() { Finish::ToolCalls } else { Finish::Stop };

@@ -174,6 +174,11 @@ impl Output {
         delta.content.push_str(&self.stop.flush());
     }
 
+    /// Whether the output is split as Harmony.
+    pub(super) fn is_harmony(&self) -> bool {
+        self.harmony.is_some()
+    }
+
     /// Whether the choice called a tool.
     pub(super) fn called_tool(&self) -> bool {
         self.tool_calls > 0
@@ -223,6 +228,19 @@ impl Sequence {
     }
 }
 
+/// Whether `id` ends a choice. In Harmony, `<|return|>` and `<|call|>` do, but `<|end|>` only
+/// ends a message (the reasoning, before the answer), though tokenizers list it as end-of-turn.
+pub(super) fn ends_choice(tok: &Tokenizer, id: u32, harmony: bool) -> bool {
+    if !harmony {
+        return tok.is_stop(id);
+    }
+    match tok.is_special(id).then(|| tok.id_to_token(id)).flatten().as_deref() {
+        Some("<|return|>" | "<|call|>") => true,
+        Some("<|end|>") => false,
+        _ => tok.is_stop(id),
+    }
+}
+
 /// `logprob` of `id` and the `top` most likely tokens, from raw logits.
 pub(super) fn logprobs(tok: &Tokenizer, logits: &[f32], id: u32, top: usize) -> TokenLogprob {
     let max = logits.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
@@ -247,5 +265,145 @@ pub(super) fn logprobs(tok: &Tokenizer, logits: &[f32], id: u32, top: usize) -> 
         token: tok.piece(id),
         logprob: logits.get(id as usize).map_or(f32::NEG_INFINITY, |&v| lp(v)),
         top: best.iter().map(|&b| TopLogprob { token: tok.piece(b), logprob: lp(logits[b as usize]) }).collect(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A tokenizer with Harmony's special tokens and a few words (joined without spaces).
+    pub(crate) fn harmony_tokenizer() -> Tokenizer {
+        let specials =
+            ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>", "<|constrain|>"];
+        let words = [
+            "analysis",
+            "final",
+            "commentary",
+            "assistant",
+            "Think",
+            "ing",
+            "Hello",
+            " world",
+            " to=functions.get_weather",
+            " ",
+            "json",
+            "{\"city\":",
+            "\"Paris\"}",
+        ];
+        let vocab: serde_json::Map<String, serde_json::Value> =
+            specials.iter().chain(&words).enumerate().map(|(i, t)| (t.to_string(), i.into())).collect();
+        let added: Vec<serde_json::Value> = specials
+            .iter()
+            .enumerate()
+            .map(|(i, t)| serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
+            .collect();
+        let json = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
+            "pre_tokenizer": null, "post_processor": null, "decoder": {"type": "Fuse"},
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "Hello"}
+        });
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tokenizer.json"), json.to_string()).unwrap();
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"eos_token": "<|return|>"}"#).unwrap();
+        Tokenizer::from_dir(dir.path()).unwrap()
+    }
+
+    fn ids(tok: &Tokenizer, pieces: &[&str]) -> Vec<u32> {
+        pieces.iter().map(|p| tok.token_to_id(p).unwrap_or_else(|| panic!("{p}"))).collect()
+    }
+
+    fn run(tok: &Tokenizer, pieces: &[&str], stop: Vec<String>) -> (Delta, Option<Finish>) {
+        let mut out = Output::new(stop, true);
+        let mut all = Delta::default();
+        for id in ids(tok, pieces) {
+            let mut d = Delta::default();
+            let finish = out.push(tok, id, &mut d).unwrap();
+            all.content.push_str(&d.content);
+            all.reasoning.push_str(&d.reasoning);
+            all.tool_calls.extend(d.tool_calls);
+            if finish.is_some() {
+                return (all, finish);
+            }
+        }
+        (all, None)
+    }
+
+    #[test]
+    fn harmony_reasoning_and_answer_go_apart() {
+        let tok = harmony_tokenizer();
+        let (d, finish) = run(
+            &tok,
+            &[
+                "<|channel|>",
+                "analysis",
+                "<|message|>",
+                "Think",
+                "ing",
+                "<|end|>",
+                "<|start|>",
+                "assistant",
+                "<|channel|>",
+                "final",
+                "<|message|>",
+                "Hello",
+                " world",
+                "<|return|>",
+            ],
+            Vec::new(),
+        );
+        assert_eq!((d.reasoning.as_str(), d.content.as_str(), finish), ("Thinking", "Hello world", None));
+        // `<|end|>` is an end-of-turn token for other models, not for Harmony; `<|return|>` is.
+        let [end, ret] = [ids(&tok, &["<|end|>"])[0], ids(&tok, &["<|return|>"])[0]];
+        assert!(tok.is_stop(end) && !ends_choice(&tok, end, true) && ends_choice(&tok, end, false));
+        assert!(ends_choice(&tok, ret, true));
+    }
+
+    #[test]
+    fn harmony_tool_calls_stream_name_then_arguments() {
+        let tok = harmony_tokenizer();
+        let (d, finish) = run(
+            &tok,
+            &[
+                "<|channel|>",
+                "commentary",
+                " to=functions.get_weather",
+                " ",
+                "<|constrain|>",
+                "json",
+                "<|message|>",
+                "{\"city\":",
+                "\"Paris\"}",
+                "<|call|>",
+            ],
+            Vec::new(),
+        );
+        assert_eq!(finish, Some(Finish::ToolCalls));
+        assert_eq!(d.tool_calls[0].name.as_deref(), Some("get_weather"));
+        let args: String = d.tool_calls.iter().map(|c| c.arguments.as_str()).collect();
+        assert_eq!(args, "{\"city\":\"Paris\"}");
+        assert!(d.content.is_empty() && d.reasoning.is_empty());
+    }
+
+    #[test]
+    fn harmony_stop_strings_apply_to_the_answer_only() {
+        let tok = harmony_tokenizer();
+        let pieces = [
+            "<|channel|>",
+            "analysis",
+            "<|message|>",
+            "Hello",
+            " world",
+            "<|end|>",
+            "<|start|>",
+            "assistant",
+            "<|channel|>",
+            "final",
+            "<|message|>",
+            "Hello",
+            " world",
+        ];
+        let (d, finish) = run(&tok, &pieces, vec![" wor".into()]);
+        assert_eq!((d.reasoning.as_str(), d.content.as_str(), finish), ("Hello world", "Hello", Some(Finish::Stop)));
     }
 }

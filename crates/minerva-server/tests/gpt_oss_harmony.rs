@@ -1,0 +1,122 @@
+//! The server on the tiny random GPT-OSS (fixtures/gpt_oss/hf) with a tokenizer holding Harmony's
+//! special tokens: chat requests go through Harmony on both backends, the wgpu one on lavapipe,
+//! and greedy answers agree between them.
+
+mod common;
+
+use std::path::Path;
+
+use common::{post, start_with};
+use minerva_generate::Tokenizer;
+use minerva_model::{Backend, CpuBackend, Model};
+use minerva_wgpu::{WgpuBackend, WgpuOptions};
+use serde_json::{Value, json};
+
+/// The tiny GPT-OSS checkpoint plus a 320-token word-level tokenizer: Harmony's specials, the
+/// header words, then filler words.
+fn checkpoint() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = common::root().join("fixtures/gpt_oss/hf");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture.join(f), dir.path().join(f)).unwrap();
+    }
+    let specials = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>", "<|constrain|>"];
+    let words = ["analysis", "final", "commentary", "assistant", "user", "system", "developer", "<unk>"];
+    let mut tokens: Vec<String> = specials.iter().chain(&words).map(|s| s.to_string()).collect();
+    while tokens.len() < 320 {
+        tokens.push(format!(" w{}", tokens.len()));
+    }
+    let vocab: serde_json::Map<String, Value> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i.into())).collect();
+    let added: Vec<Value> = specials
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
+        .collect();
+    let tokenizer = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": {"type": "Fuse"},
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
+    });
+    std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"eos_token": "<|return|>"}"#).unwrap();
+    dir
+}
+
+fn loader<B: Backend + 'static>(
+    dir: &Path,
+    backend: impl FnOnce() -> B + Send + 'static,
+) -> impl FnOnce() -> Result<(Model<B>, Tokenizer), String> + Send + 'static {
+    let dir = dir.to_path_buf();
+    move || {
+        let tokenizer = Tokenizer::from_dir(&dir).map_err(|e| e.to_string())?;
+        let model = Model::load(&dir, backend()).map_err(|e| e.to_string())?;
+        Ok((model, tokenizer))
+    }
+}
+
+fn request(stream: bool) -> Value {
+    json!({
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "w20 w21 w22"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "w30"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "lookup", "description": "Looks up.", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}],
+        "reasoning_effort": "low", "temperature": 0, "max_tokens": 16, "stream": stream,
+    })
+}
+
+async fn answer<B: Backend + 'static>(
+    load: impl FnOnce() -> Result<(Model<B>, Tokenizer), String> + Send + 'static,
+) -> Value {
+    let server = start_with(load, common::engine_config(2), common::quiet()).await;
+    let (status, _, r) = post(&server.url, "/v1/chat/completions", &request(false)).await;
+    assert_eq!(status, 200, "{r}");
+    let events = common::post_stream(&server.url, "/v1/chat/completions", &request(true)).await;
+    let chunks = common::chunks(&events);
+    // The stream carries what the whole answer holds, channel by channel.
+    let streamed = |key: &str| -> String {
+        chunks.iter().filter_map(|c| c["choices"].get(0)?["delta"][key].as_str().map(String::from)).collect()
+    };
+    let message = &r["choices"][0]["message"];
+    assert_eq!(streamed("content"), message["content"].as_str().unwrap_or_default());
+    assert_eq!(streamed("reasoning_content"), message["reasoning_content"].as_str().unwrap_or_default());
+    for text in [&message["content"], &message["reasoning_content"]] {
+        assert!(!text.as_str().unwrap_or_default().contains("<|"), "Harmony markers leaked: {r}");
+    }
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpt_oss_serves_through_harmony_on_cpu_and_wgpu_alike() {
+    let dir = checkpoint();
+    let cpu = answer(loader(dir.path(), || CpuBackend::new(Some(2)).unwrap().with_f32_activations(true))).await;
+    let gpu = answer(loader(dir.path(), || WgpuBackend::new(WgpuOptions::default()).unwrap())).await;
+    assert_eq!(cpu["choices"][0]["message"], gpu["choices"][0]["message"]);
+    assert_eq!(cpu["usage"], gpu["usage"]);
+    assert!(cpu["usage"]["completion_tokens"].as_u64().unwrap() > 0, "{cpu}");
+    assert!(matches!(cpu["choices"][0]["finish_reason"].as_str(), Some("stop" | "length" | "tool_calls")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_harmony_prompt_is_openai_harmonys() {
+    // The `function_tools` case of the openai-harmony fixture, asked as an OpenAI request.
+    let reference: Value =
+        serde_json::from_slice(&std::fs::read(common::root().join("fixtures/harmony/harmony_reference.json")).unwrap())
+            .unwrap();
+    let case = reference["render"].as_array().unwrap().iter().find(|c| c["name"] == "function_tools").unwrap();
+    let tools: Vec<Value> = case["messages"][1]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| json!({"type": "function", "function": t}))
+        .collect();
+    let req: minerva_server::api::request::ChatRequest = serde_json::from_value(json!({
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}],
+        "tools": tools,
+    }))
+    .unwrap();
+    let prompt = minerva_server::prompt::render_harmony(&req, "2026-11-23").unwrap();
+    assert_eq!(prompt, case["expected"].as_str().unwrap());
+}
