@@ -56,6 +56,8 @@ mod hf_config;
 mod model;
 pub mod rope;
 pub mod source;
+pub mod synthetic;
+
 pub mod yarn;
 
 pub use arch::ModelWeights;
