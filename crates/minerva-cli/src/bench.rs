@@ -11,10 +11,11 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use minerva_model::{Backend, CpuBackend, LogitsFor, Model, SequenceInput};
+use minerva_model::{Backend, LogitsFor, Model, SequenceInput, argmax};
 
 use crate::device::Device;
 use crate::error::CliError;
+use crate::load::{self, Loaded, ModelArgs, ModelTask};
 
 /// The command's options besides the model.
 pub struct Options {
@@ -24,53 +25,56 @@ pub struct Options {
     pub gen_tokens: usize,
     /// Repetitions of each measurement.
     pub reps: usize,
-    /// Worker threads.
-    pub threads: Option<usize>,
-    /// Where the model runs.
-    pub device: Device,
     /// One JSON object instead of text.
     pub json: bool,
 }
 
 /// Runs the benchmark, printing its figures to `stdout`.
-pub fn run(path: &Path, opts: &Options, stdout: &mut impl Write) -> Result<(), CliError> {
-    let request = |message: String| CliError::Request { path: path.to_path_buf(), message };
+pub fn run(args: &ModelArgs, opts: &Options, stdout: &mut impl Write) -> Result<(), CliError> {
+    let path = load::model_path(args)?;
+    let request = |message: String| CliError::Request { path: path.clone(), message };
     if opts.reps == 0 {
         return Err(request("-r must be at least 1".to_string()));
     }
     if opts.prompt == 0 && opts.gen_tokens == 0 {
         return Err(request("nothing to measure: -p and -n are both 0".to_string()));
     }
-    let threads = opts.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     // The whole benchmark runs inside one pool of `threads` workers, and the backend uses the
-    // current pool (`CpuBackend::new(None)`): a backend with its own pool would hand every op
-    // over to that pool's threads and wait for them (two wake-ups per op, ~300 ops per token).
+    // current pool (`threads: None`): a backend with its own pool would hand every op over to
+    // that pool's threads and wait for them (two wake-ups per op, ~300 ops per token).
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .build()
         .map_err(|e| request(format!("cannot start {threads} threads: {e}")))?;
-    let text = pool.install(|| measure(path, opts, threads))?;
+    let args = ModelArgs { path: Some(path.clone()), model: None, hf: None, threads: None, ..args.clone() };
+    let task = Measure { opts, threads, device: args.device };
+    let text = pool.install(|| load::with_model(&args, task))?;
     write!(stdout, "{text}").map_err(|source| CliError::Output { path: "<stdout>".into(), source })
 }
 
-/// Loads the model and runs the measurements; returns the text to print.
-fn measure(path: &Path, opts: &Options, threads: usize) -> Result<String, CliError> {
-    let model_err = |source| CliError::Model { path: path.to_path_buf(), source };
-    match opts.device {
-        Device::Cpu => {
-            let model = Model::load(path, CpuBackend::new(None).map_err(model_err)?).map_err(model_err)?;
-            measure_on(path, &model, opts, threads)
-        }
-        Device::Wgpu => {
-            let (backend, bar) = crate::device::open_wgpu_with_progress()?;
-            let model = Model::load(path, backend).map_err(model_err)?;
-            drop(bar);
-            measure_on(path, &model, opts, threads)
-        }
+/// The measurements, on whichever backend the model loaded onto; returns the text to print.
+struct Measure<'a> {
+    opts: &'a Options,
+    threads: usize,
+    device: Device,
+}
+
+impl ModelTask for Measure<'_> {
+    type Output = String;
+
+    fn run<B: Backend>(self, loaded: Loaded<B>) -> Result<String, CliError> {
+        measure_on(&loaded.path, &loaded.model, self.opts, self.threads, self.device)
     }
 }
 
-fn measure_on<B: Backend>(path: &Path, model: &Model<B>, opts: &Options, threads: usize) -> Result<String, CliError> {
+fn measure_on<B: Backend>(
+    path: &Path,
+    model: &Model<B>,
+    opts: &Options,
+    threads: usize,
+    device: Device,
+) -> Result<String, CliError> {
     let request = |message: String| CliError::Request { path: path.to_path_buf(), message };
     let model_err = |source| CliError::Model { path: path.to_path_buf(), source };
     let vocab = model.config.vocab as u32;
@@ -118,7 +122,7 @@ fn measure_on<B: Backend>(path: &Path, model: &Model<B>, opts: &Options, threads
     Ok(if opts.json {
         let object = serde_json::json!({
             "model": name,
-            "device": format!("{:?}", opts.device).to_lowercase(),
+            "device": format!("{device:?}").to_lowercase(),
             "threads": threads,
             "prompt_tokens": opts.prompt,
             "gen_tokens": opts.gen_tokens,
@@ -130,7 +134,7 @@ fn measure_on<B: Backend>(path: &Path, model: &Model<B>, opts: &Options, threads
         });
         format!("{object}\n")
     } else {
-        let device = format!("{:?}", opts.device).to_lowercase();
+        let device = format!("{device:?}").to_lowercase();
         let mut text = format!("{name}  device {device}  threads {threads}  reps {}\n", opts.reps);
         if let Some(v) = prefill_med {
             text += &format!("prefill  pp{:<6} {v:>10.2} tok/s  (median; {})\n", opts.prompt, spread(&prefill));
@@ -153,16 +157,6 @@ fn pseudo_random_tokens(n: usize, vocab: u32) -> Vec<u32> {
             (state % u64::from(vocab.max(1))) as u32
         })
         .collect()
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// The median (mean of the middle two for an even count); `None` when empty. Sorts `values`.

@@ -14,8 +14,7 @@ use minerva_generate::{ChatTemplate, Event, Message, Sampler, SamplingParams, Se
 use crate::error::CliError;
 use minerva_model::Backend;
 
-use crate::device::Device;
-use crate::load::{self, Loaded, ModelArgs};
+use crate::load::{self, Loaded, ModelArgs, ModelTask};
 use crate::run::{GenArgs, stats_line};
 
 static GENERATING: AtomicBool = AtomicBool::new(false);
@@ -44,14 +43,23 @@ pub fn run(
 ) -> Result<(), CliError> {
     let params = sampling.sampling();
     Sampler::new(params.clone()).map_err(|e| CliError::Usage(e.to_string()))?;
-    match model.device {
-        Device::Cpu => converse(load::load(model, load::cpu_backend(model)?)?, sampling, params, system, input, out),
-        Device::Wgpu => {
-            let (backend, bar) = crate::device::open_wgpu_with_progress()?;
-            let loaded = load::load(model, backend)?;
-            drop(bar);
-            converse(loaded, sampling, params, system, input, out)
-        }
+    load::with_model(model, Converse { sampling, params, system, input, out })
+}
+
+/// The conversation, on whichever backend the model loaded onto.
+struct Converse<'a, R, W> {
+    sampling: &'a GenArgs,
+    params: SamplingParams,
+    system: Option<String>,
+    input: R,
+    out: &'a mut W,
+}
+
+impl<R: BufRead, W: Write> ModelTask for Converse<'_, R, W> {
+    type Output = ();
+
+    fn run<B: Backend>(self, loaded: Loaded<B>) -> Result<(), CliError> {
+        converse(loaded, self.sampling, self.params, self.system, self.input, self.out)
     }
 }
 
@@ -64,7 +72,7 @@ fn converse<B: Backend>(
     out: &mut impl Write,
 ) -> Result<(), CliError> {
     let gen_err = |source| CliError::Generate { path: loaded.path.clone(), source };
-    let tok = &loaded.tokenizer;
+    let tok = &loaded.tokenizer()?;
     let template = ChatTemplate::from_tokenizer(tok).map_err(gen_err)?;
     let mut session = Session::new(&loaded.model, tok, sampling.context(&loaded)).map_err(gen_err)?;
     install_ctrl_c()?;

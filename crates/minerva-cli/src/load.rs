@@ -1,5 +1,13 @@
-//! Resolving and loading a model for the generation commands: `--model PATH` or `--hf REPO[:FILE]`,
-//! a progress bar while a large file pages in, the tokenizer, and the backend (`--device`).
+//! Loading a model for every model-running command (`run`, `chat`, `score`, `bench`): one
+//! [`ModelArgs`] (a path, `--model` or `--hf`; `--device`, `--threads`, `--f32-activations`) and
+//! one backend dispatch, [`with_model`], which opens the backend `--device` names, loads the model
+//! onto it (a progress bar while a large file pages in or uploads) and hands it to a
+//! [`ModelTask`], generic over the backend.
+//!
+//! ```text
+//! ModelArgs ─► model_path (--hf: hf-hub cache) ─► with_model ─┬─ cpu:  CpuBackend (threads, f32) ─┐
+//!                                                             └─ wgpu: WgpuBackend (upload bar) ───┴─► Loaded<B> ─► task.run
+//! ```
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -7,17 +15,21 @@ use std::sync::Arc;
 
 use minerva_generate::Tokenizer;
 use minerva_gguf::{Gguf, Mmap};
-use minerva_model::{Backend, CpuBackend, Model};
+use minerva_model::{Backend, CpuBackend, Model, SourceFormat};
 
 use crate::device::Device;
 use crate::error::CliError;
 
-/// Where the model comes from (shared by `run`, `chat`).
+/// Where the model comes from and where it runs (every model-running command).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
     /// A GGUF model file, or a SafeTensors checkpoint (file, index or directory) with its
+    /// `config.json` (and `tokenizer.json` to generate text); the same as --model.
+    #[arg(value_name = "PATH", conflicts_with_all = ["model", "hf"])]
+    pub path: Option<PathBuf>,
+    /// A GGUF model file, or a SafeTensors checkpoint (file, index or directory) with its
     /// `config.json` and `tokenizer.json`.
-    #[arg(long, short = 'm', value_name = "PATH", required_unless_present = "hf", conflicts_with = "hf")]
+    #[arg(long, short = 'm', value_name = "PATH", required_unless_present_any = ["hf", "path"], conflicts_with = "hf")]
     pub model: Option<PathBuf>,
     /// A model in the Hugging Face cache (`REPO:FILE`, e.g. `HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:model.gguf`);
     /// downloaded when missing and online.
@@ -34,14 +46,58 @@ pub struct ModelArgs {
     pub f32_activations: bool,
 }
 
-/// A loaded model and its tokenizer.
+/// A loaded model.
 pub struct Loaded<B: Backend> {
     /// The model file (for error messages).
     pub path: PathBuf,
     /// The model on its backend.
     pub model: Model<B>,
-    /// Its tokenizer.
-    pub tokenizer: Tokenizer,
+    /// The GPU adapter's description on `--device wgpu` (`run --stats` prints it).
+    pub device: Option<String>,
+    /// The parsed GGUF file, whose metadata holds the tokenizer (`None` for SafeTensors).
+    gguf: Option<Arc<Gguf<Mmap>>>,
+}
+
+impl<B: Backend> Loaded<B> {
+    /// The model's tokenizer: from the GGUF metadata, or the `tokenizer.json` beside a
+    /// SafeTensors checkpoint.
+    pub fn tokenizer(&self) -> Result<Tokenizer, CliError> {
+        let gen_err = |source| CliError::Generate { path: self.path.clone(), source };
+        match &self.gguf {
+            Some(gguf) => Tokenizer::from_gguf(gguf).map_err(gen_err),
+            None => Tokenizer::from_dir(checkpoint_dir(&self.path)).map_err(gen_err),
+        }
+    }
+}
+
+/// What a command does with a loaded model, whichever backend it is on.
+pub trait ModelTask {
+    /// What the command returns.
+    type Output;
+    /// Runs the command on `loaded`.
+    fn run<B: Backend>(self, loaded: Loaded<B>) -> Result<Self::Output, CliError>;
+}
+
+/// Opens the backend `args.device` names, loads the model onto it and runs `task`: the one
+/// CPU/wgpu dispatch of the CLI.
+pub fn with_model<T: ModelTask>(args: &ModelArgs, task: T) -> Result<T::Output, CliError> {
+    let path = model_path(args)?;
+    match args.device {
+        Device::Cpu => {
+            let backend = CpuBackend::new(args.threads)
+                .map_err(|source| CliError::Model { path: path.clone(), source })?
+                .with_f32_activations(args.f32_activations);
+            task.run(load(path, backend)?)
+        }
+        Device::Wgpu => {
+            let (backend, bar) = crate::device::open_wgpu_with_progress()?;
+            let info = backend.info().to_string();
+            let mut loaded = load(path, backend)?;
+            drop(bar);
+            loaded.device = Some(info);
+            task.run(loaded)
+        }
+    }
 }
 
 /// Resolves `--hf REPO[:FILE]` through the hf-hub cache, downloading when not cached.
@@ -73,13 +129,18 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or(s)
 }
 
-/// The model path from `--model` or `--hf`.
+/// The model path from the positional PATH, `--model` or `--hf`.
 pub fn model_path(args: &ModelArgs) -> Result<PathBuf, CliError> {
-    match (&args.model, &args.hf) {
-        (Some(p), _) => Ok(p.clone()),
-        (None, Some(spec)) => resolve_hf(spec),
-        (None, None) => Err(CliError::Usage("give --model PATH or --hf REPO:FILE".into())),
+    match (&args.path, &args.model, &args.hf) {
+        (Some(p), _, _) | (None, Some(p), _) => Ok(p.clone()),
+        (None, None, Some(spec)) => resolve_hf(spec),
+        (None, None, None) => Err(CliError::Usage("give a model PATH, --model PATH or --hf REPO:FILE".into())),
     }
+}
+
+/// The directory of a SafeTensors checkpoint path (itself, or the file's folder).
+fn checkpoint_dir(path: &Path) -> &Path {
+    if path.is_dir() { path } else { path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")) }
 }
 
 /// Touches every page of the mapping so the first tokens do not wait on disk, with a progress
@@ -110,39 +171,33 @@ fn page_in(path: &Path, bytes: &[u8]) {
     bar.finish_and_clear();
 }
 
-/// The CPU backend `args` ask for (threads, reference mode).
-pub fn cpu_backend(args: &ModelArgs) -> Result<CpuBackend, CliError> {
-    let backend = CpuBackend::new(args.threads)
-        .map_err(|source| CliError::Model { path: args.model.clone().unwrap_or_default(), source })?;
-    Ok(backend.with_f32_activations(args.f32_activations))
-}
-
-/// Opens a model onto `backend`: a GGUF file (parsed, paged in, tokenizer from its metadata) or a
-/// SafeTensors checkpoint (tokenizer from the `tokenizer.json` beside it).
-pub fn load<B: Backend>(args: &ModelArgs, backend: B) -> Result<Loaded<B>, CliError> {
-    let path = model_path(args)?;
+/// Opens a model onto `backend`: a GGUF file (parsed, paged in) or a SafeTensors checkpoint
+/// ([`SourceFormat::detect`] decides).
+fn load<B: Backend>(path: PathBuf, backend: B) -> Result<Loaded<B>, CliError> {
     let model_err = |source| CliError::Model { path: path.clone(), source };
-    let gen_err = |source| CliError::Generate { path: path.clone(), source };
-    let is_safetensors = path.is_dir() || path.extension().is_some_and(|e| e == "safetensors" || e == "json");
-    if is_safetensors {
-        let dir = if path.is_dir() { path.as_path() } else { path.parent().unwrap_or(Path::new(".")) };
-        let tokenizer = Tokenizer::from_dir(dir).map_err(gen_err)?;
-        let model = Model::load(&path, backend).map_err(model_err)?;
-        return Ok(Loaded { path, model, tokenizer });
+    match SourceFormat::detect(&path) {
+        SourceFormat::SafeTensors => {
+            let model = Model::load(&path, backend).map_err(model_err)?;
+            Ok(Loaded { path, model, device: None, gguf: None })
+        }
+        SourceFormat::Gguf => {
+            let gguf: Arc<Gguf<Mmap>> = Arc::new(Gguf::open(&path).map_err(CliError::gguf(&path))?);
+            page_in(&path, gguf.bytes());
+            let model = Model::from_gguf(gguf.clone(), backend).map_err(model_err)?;
+            Ok(Loaded { path, model, device: None, gguf: Some(gguf) })
+        }
     }
-    let gguf: Gguf<Mmap> = Gguf::open(&path).map_err(CliError::gguf(&path))?;
-    page_in(&path, gguf.bytes());
-    let tokenizer = Tokenizer::from_gguf(&gguf).map_err(gen_err)?;
-    let model = Model::from_gguf(Arc::new(gguf), backend).map_err(model_err)?;
-    Ok(Loaded { path, model, tokenizer })
 }
 
-/// A tokenizer alone: from a GGUF file's metadata, or a directory's `tokenizer.json`.
+/// A tokenizer alone: from a GGUF file's metadata, or the `tokenizer.json` of a SafeTensors
+/// checkpoint's directory.
 pub fn tokenizer_only(path: &Path) -> Result<Tokenizer, CliError> {
     let gen_err = |source| CliError::Generate { path: path.to_path_buf(), source };
-    if path.is_dir() {
-        return Tokenizer::from_dir(path).map_err(gen_err);
+    match SourceFormat::detect(path) {
+        SourceFormat::SafeTensors => Tokenizer::from_dir(checkpoint_dir(path)).map_err(gen_err),
+        SourceFormat::Gguf => {
+            let gguf = Gguf::open(path).map_err(CliError::gguf(path))?;
+            Tokenizer::from_gguf(&gguf).map_err(gen_err)
+        }
     }
-    let gguf = Gguf::open(path).map_err(CliError::gguf(path))?;
-    Tokenizer::from_gguf(&gguf).map_err(gen_err)
 }

@@ -62,8 +62,8 @@ enum Command {
     },
     /// Perplexity of a token stream (as llama.cpp's `perplexity` tool with `--ctx`).
     Score {
-        /// A GGUF model file (LLaMA family).
-        path: PathBuf,
+        #[command(flatten)]
+        model: load::ModelArgs,
         /// Comma-separated token ids.
         #[arg(long, value_delimiter = ',', required_unless_present = "text", conflicts_with = "text")]
         tokens: Vec<u32>,
@@ -76,12 +76,6 @@ enum Command {
         /// Write the logits of every scored position as an f32 `.npy` (positions × vocab).
         #[arg(long, value_name = "LOGITS.npy")]
         out: Option<PathBuf>,
-        /// Worker threads (default: one per core).
-        #[arg(long)]
-        threads: Option<usize>,
-        /// Where the model runs.
-        #[arg(long, value_enum, default_value_t)]
-        device: device::Device,
     },
     /// Generate text from a prompt, streamed to stdout.
     Run {
@@ -138,8 +132,8 @@ enum Command {
     },
     /// Prefill and decode speed (tokens/s, median of repetitions), like llama.cpp's `llama-bench`.
     Bench {
-        /// A GGUF model file or a SafeTensors checkpoint.
-        path: PathBuf,
+        #[command(flatten)]
+        model: load::ModelArgs,
         /// Prompt tokens for the prefill measurement (0 skips it).
         #[arg(short = 'p', long = "prompt", default_value_t = 512)]
         prompt: usize,
@@ -149,12 +143,6 @@ enum Command {
         /// Repetitions of each measurement (after one warm-up run).
         #[arg(short = 'r', long = "reps", default_value_t = 5)]
         reps: usize,
-        /// Worker threads (default: one per core).
-        #[arg(long)]
-        threads: Option<usize>,
-        /// Where the model runs.
-        #[arg(long, value_enum, default_value_t)]
-        device: device::Device,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -201,12 +189,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Inspect { path: Some(path), json, device: false } => inspect::run(&path, json, &mut out),
         Command::Inspect { json, .. } => device::inspect(json, &mut out),
         Command::Dump { path, tensor, output } => dump::run(&path, &tensor, &output),
-        Command::Score { path, tokens, text, ctx, out: logits, threads, device } => {
-            let tokens = match text {
-                Some(file) => tokenize::tokens_for_score(&path, &read_text(&file)?)?,
-                None => tokens,
-            };
-            score::run(&path, &tokens, score::Options { ctx, out: logits.as_deref(), threads, device }, &mut out)
+        Command::Score { model, tokens, text, ctx, out: logits } => {
+            let text = text.map(|file| read_text(&file)).transpose()?;
+            score::run(&model, tokens, text.as_deref(), score::Options { ctx, out: logits.as_deref() }, &mut out)
         }
         Command::Run { model, prompt, chat, system, sampling } => {
             run::run(&model, &sampling, &prompt, chat, system.as_deref(), &mut out)
@@ -223,9 +208,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
             tokenize::run(&path, &text, pieces, json, no_bos, &mut out)
         }
         Command::Serve { model, serve } => serve::run(&model, &serve),
-        Command::Bench { path, prompt, gen_tokens, reps, threads, device, json } => {
-            let opts = bench::Options { prompt, gen_tokens, reps, threads, device, json };
-            bench::run(&path, &opts, &mut out)
+        Command::Bench { model, prompt, gen_tokens, reps, json } => {
+            let opts = bench::Options { prompt, gen_tokens, reps, json };
+            bench::run(&model, &opts, &mut out)
         }
     }
 }

@@ -7,8 +7,7 @@ use minerva_generate::{ChatTemplate, GenerateOptions, Message, Sampler, Sampling
 use crate::error::CliError;
 use minerva_model::Backend;
 
-use crate::device::Device;
-use crate::load::{self, Loaded, ModelArgs};
+use crate::load::{self, Loaded, ModelArgs, ModelTask};
 
 /// Sampling and length flags (shared by `run` and `chat`). Defaults are llama.cpp's.
 #[derive(Debug, Clone, clap::Args)]
@@ -132,19 +131,29 @@ pub fn run(
     out: &mut impl Write,
 ) -> Result<(), CliError> {
     let sampler = Sampler::new(sampling.sampling()).map_err(|e| CliError::Usage(e.to_string()))?;
-    match model.device {
-        Device::Cpu => {
-            generate(load::load(model, load::cpu_backend(model)?)?, sampling, sampler, prompt, chat, system, out)
+    load::with_model(model, Generate { sampling, sampler, prompt, chat, system, out })
+}
+
+/// One generation, on whichever backend the model loaded onto.
+struct Generate<'a, W> {
+    sampling: &'a GenArgs,
+    sampler: Sampler,
+    prompt: &'a str,
+    chat: bool,
+    system: Option<&'a str>,
+    out: &'a mut W,
+}
+
+impl<W: Write> ModelTask for Generate<'_, W> {
+    type Output = ();
+
+    fn run<B: Backend>(self, loaded: Loaded<B>) -> Result<(), CliError> {
+        if self.sampling.stats
+            && let Some(device) = &loaded.device
+        {
+            eprintln!("{device}");
         }
-        Device::Wgpu => {
-            let (backend, bar) = crate::device::open_wgpu_with_progress()?;
-            let loaded = load::load(model, backend)?;
-            drop(bar);
-            if sampling.stats {
-                eprintln!("{}", loaded.model.backend.info());
-            }
-            generate(loaded, sampling, sampler, prompt, chat, system, out)
-        }
+        generate(loaded, self.sampling, self.sampler, self.prompt, self.chat, self.system, self.out)
     }
 }
 
@@ -158,7 +167,7 @@ fn generate<B: Backend>(
     out: &mut impl Write,
 ) -> Result<(), CliError> {
     let gen_err = |source| CliError::Generate { path: loaded.path.clone(), source };
-    let tok = &loaded.tokenizer;
+    let tok = &loaded.tokenizer()?;
     let ids = if chat {
         let template = ChatTemplate::from_tokenizer(tok).map_err(gen_err)?;
         let mut messages = Vec::new();

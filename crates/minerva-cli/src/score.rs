@@ -8,11 +8,10 @@
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use minerva_model::{Backend, CpuBackend, LogitsFor, Model, SequenceInput};
-
-use crate::device::Device;
+use minerva_model::{Backend, LogitsFor, SequenceInput};
 
 use crate::error::CliError;
+use crate::load::{self, Loaded, ModelArgs, ModelTask};
 use crate::npy;
 
 /// The command's options besides the model and tokens.
@@ -21,37 +20,50 @@ pub struct Options<'a> {
     pub ctx: Option<usize>,
     /// Where to write the scored positions' logits.
     pub out: Option<&'a Path>,
-    /// Worker threads.
-    pub threads: Option<usize>,
-    /// Where the model runs.
-    pub device: Device,
 }
 
-/// Runs the command, printing the perplexity to `stdout`.
-pub fn run(path: &Path, tokens: &[u32], opts: Options<'_>, stdout: &mut impl Write) -> Result<(), CliError> {
-    let request = |message: String| CliError::Request { path: path.to_path_buf(), message };
-    let model_err = |source| CliError::Model { path: path.to_path_buf(), source };
+/// Runs the command, printing the perplexity to `stdout`. The tokens are `tokens`, or `text`
+/// tokenized with the model's tokenizer.
+pub fn run(
+    args: &ModelArgs,
+    tokens: Vec<u32>,
+    text: Option<&str>,
+    opts: Options<'_>,
+    stdout: &mut impl Write,
+) -> Result<(), CliError> {
+    let path = load::model_path(args)?;
+    let tokens = match text {
+        Some(text) => crate::tokenize::tokens_for_score(&path, text)?,
+        None => tokens,
+    };
     let ctx = opts.ctx.unwrap_or(tokens.len());
     if ctx < 2 || tokens.len() < ctx {
-        return Err(request(format!("need a window of at least 2 tokens: {} tokens, --ctx {ctx}", tokens.len())));
+        let message = format!("need a window of at least 2 tokens: {} tokens, --ctx {ctx}", tokens.len());
+        return Err(CliError::Request { path, message });
     }
-    match opts.device {
-        Device::Cpu => {
-            let model = Model::load(path, CpuBackend::new(opts.threads).map_err(model_err)?).map_err(model_err)?;
-            score(path, &model, tokens, ctx, &opts, stdout)
-        }
-        Device::Wgpu => {
-            let (backend, bar) = crate::device::open_wgpu_with_progress()?;
-            let model = Model::load(path, backend).map_err(model_err)?;
-            drop(bar);
-            score(path, &model, tokens, ctx, &opts, stdout)
-        }
+    let args = ModelArgs { path: Some(path), model: None, hf: None, ..args.clone() };
+    load::with_model(&args, Score { tokens: &tokens, ctx, opts: &opts, stdout })
+}
+
+/// The scoring, on whichever backend the model loaded onto.
+struct Score<'a, W> {
+    tokens: &'a [u32],
+    ctx: usize,
+    opts: &'a Options<'a>,
+    stdout: &'a mut W,
+}
+
+impl<W: Write> ModelTask for Score<'_, W> {
+    type Output = ();
+
+    fn run<B: Backend>(self, loaded: Loaded<B>) -> Result<(), CliError> {
+        score(&loaded.path, &loaded.model, self.tokens, self.ctx, self.opts, self.stdout)
     }
 }
 
 fn score<B: Backend>(
     path: &Path,
-    model: &Model<B>,
+    model: &minerva_model::Model<B>,
     tokens: &[u32],
     ctx: usize,
     opts: &Options<'_>,

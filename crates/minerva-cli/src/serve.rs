@@ -4,11 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use minerva_model::Backend;
-use minerva_server::{EngineConfig, EngineHandle, Metrics, ServerConfig};
+use minerva_server::{EngineConfig, EngineHandle, EngineRunner, Metrics, ServerConfig};
 
-use crate::device::Device;
 use crate::error::CliError;
-use crate::load::{self, ModelArgs};
+use crate::load::{self, Loaded, ModelArgs, ModelTask};
 
 /// `serve` flags beyond the model's.
 #[derive(Debug, Clone, clap::Args)]
@@ -100,19 +99,22 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         ..ServerConfig::default()
     };
     let metrics = Arc::new(Metrics::new());
-    let model_args = ModelArgs { model: Some(path.clone()), hf: None, ..model.clone() };
-    let (engine, device) = match model.device {
-        Device::Cpu => {
-            let backend = load::cpu_backend(&model_args)?;
-            let threads = model.threads.unwrap_or_else(rayon::current_num_threads);
-            (spawn(model_args, backend, engine_config, metrics.clone()), format!("cpu ({threads} threads)"))
-        }
-        Device::Wgpu => {
-            let backend = crate::device::open_wgpu()?;
-            let device = format!("wgpu ({})", backend.info());
-            (spawn(model_args, backend, engine_config, metrics.clone()), device)
-        }
-    };
+    let (engine, runner) = EngineHandle::new(engine_config, metrics.clone());
+    let model_args = ModelArgs { path: Some(path.clone()), model: None, hf: None, ..model.clone() };
+    // The engine thread loads the model (on the backend --device names) and then serves; the
+    // HTTP side answers /health with 503 meanwhile.
+    let loader_handle = engine.clone();
+    let device = Arc::new(std::sync::OnceLock::new());
+    let cpu = format!("cpu ({} threads)", model.threads.unwrap_or_else(rayon::current_num_threads));
+    let task = ServeTask { runner, device: device.clone(), cpu };
+    std::thread::Builder::new()
+        .name("minerva-engine".into())
+        .spawn(move || {
+            if let Err(e) = load::with_model(&model_args, task) {
+                loader_handle.fail(e.to_string());
+            }
+        })
+        .map_err(|e| CliError::Usage(format!("cannot start the engine thread: {e}")))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -134,6 +136,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         loop {
             match engine.info() {
                 Some(Ok(info)) => {
+                    let device = device.get().map_or("?", String::as_str);
                     eprintln!(
                         "minerva serve: model {name} ({}, {}) on {device} | {} slots × {} tokens of context ({}) | http://{address}",
                         info.arch,
@@ -160,18 +163,23 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
     })
 }
 
-fn spawn<B: Backend + 'static>(
-    args: ModelArgs,
-    backend: B,
-    config: EngineConfig,
-    metrics: Arc<Metrics>,
-) -> EngineHandle {
-    EngineHandle::spawn(
-        move || {
-            let loaded = load::load(&args, backend).map_err(|e| e.to_string())?;
-            Ok((loaded.model, loaded.tokenizer))
-        },
-        config,
-        metrics,
-    )
+/// Runs the engine on the loaded model (on the engine thread).
+struct ServeTask {
+    runner: EngineRunner,
+    /// Filled with where the model runs, for the startup line.
+    device: Arc<std::sync::OnceLock<String>>,
+    /// The CPU's description (`cpu (N threads)`).
+    cpu: String,
+}
+
+impl ModelTask for ServeTask {
+    type Output = ();
+
+    fn run<B: Backend>(self, loaded: Loaded<B>) -> Result<(), CliError> {
+        let tokenizer = loaded.tokenizer()?;
+        let device = loaded.device.as_ref().map_or(self.cpu, |adapter| format!("wgpu ({adapter})"));
+        let _ = self.device.set(device);
+        self.runner.run(move || Ok((loaded.model, tokenizer)));
+        Ok(())
+    }
 }

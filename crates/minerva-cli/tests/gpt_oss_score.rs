@@ -69,5 +69,5 @@ fn a_broken_gpt_oss_config_is_one_line_naming_the_key() {
     config["num_experts_per_tok"] = 0.into();
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
     let out = minerva(&[os("score"), dir.path().as_os_str(), os("--tokens"), os("1,2,3")]);
-    assert_one_line_error(&out, "config.json key num_experts_per_tok");
+    assert_one_line_error(&out, "config.json:num_experts_per_tok");
 }

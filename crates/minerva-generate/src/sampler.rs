@@ -131,16 +131,9 @@ pub fn apply_penalties(logits: &mut [f32], recent: &[u32], repeat: f32, frequenc
     }
 }
 
-/// The index of the largest logit; the lowest index among equal maxima (as `torch.argmax`).
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
+/// The index of the largest logit; the lowest index among equal maxima (as `torch.argmax`), NaN
+/// never winning: minerva-model's, the same one greedy decoding uses on every backend.
+pub use minerva_model::argmax;
 
 /// Sorts candidates by descending logit (ties: lower id first) and keeps the first `k` (`0`: all).
 pub fn top_k(cands: &mut Vec<Candidate>, k: usize) {

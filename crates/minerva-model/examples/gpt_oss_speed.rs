@@ -6,12 +6,8 @@
 
 use std::time::Instant;
 
-use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput};
+use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput, argmax};
 use rayon::prelude::*;
-
-fn argmax(row: &[f32]) -> u32 {
-    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i as u32)
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

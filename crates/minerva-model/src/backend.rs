@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use minerva_core::DType;
 
-use crate::config::RopeConfig;
 use crate::error::{ModelError, Result};
+use crate::rope::RopeConfig;
 
 /// Bytes a weight handle may borrow for as long as it lives (a mapped GGUF file, or a buffer).
 pub trait ByteSource: Send + Sync {
@@ -229,8 +229,9 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// The index of the largest value (the first on ties; NaN never wins).
-fn argmax(row: &[f32]) -> u32 {
+/// The index of the largest value: the first on ties (as `torch.argmax`), and NaN never wins (a
+/// row of NaN gives 0). The one argmax of the host side: greedy decoding, the sampler, `bench`.
+pub fn argmax(row: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &v) in row.iter().enumerate() {
         if v > row[best] || row[best].is_nan() && !v.is_nan() {

@@ -21,7 +21,7 @@ pub enum ModelError {
         /// The architecture as stored.
         arch: String,
     },
-    /// A required metadata key is absent.
+    /// A required metadata key is absent (GGUF `{arch}.*`, or `config.json:<key>`).
     #[error("missing metadata key {key}")]
     MissingKey {
         /// The full key, e.g. `llama.block_count`.
@@ -84,17 +84,50 @@ pub enum ModelError {
         /// The op's name, e.g. `moe`.
         op: &'static str,
     },
-    /// A `config.json` entry is missing or unusable.
-    #[error("config.json key {key}: {message}")]
-    BadConfig {
-        /// The key, e.g. `rope_scaling.factor`.
-        key: String,
+    /// A forward batch the model or its cache cannot run: a sequence without tokens, a slot twice,
+    /// a token outside the vocabulary, a position beyond the cache.
+    #[error("invalid batch: {message}")]
+    BadBatch {
         /// What is wrong with it.
         message: String,
     },
-    /// A forward request the model or cache cannot satisfy.
-    #[error("invalid request: {0}")]
-    Request(String),
+    /// An op's operands do not fit together (a graph or backend bug, not bad input).
+    #[error("{op}: {message}")]
+    BadOperands {
+        /// The op, e.g. `attention`.
+        op: &'static str,
+        /// What does not fit.
+        message: String,
+    },
+    /// A stored tensor is encoded in a way the loader cannot use where it is used.
+    #[error("tensor {tensor}: expected {expected}, found {found}")]
+    TensorEncoding {
+        /// The tensor name.
+        tensor: String,
+        /// The encoding wanted, e.g. `a plain float tensor`.
+        expected: &'static str,
+        /// The encoding stored.
+        found: String,
+    },
+    /// The machine cannot provide what was asked: threads, memory for a KV cache, a GPU binding
+    /// large enough.
+    #[error("{message}")]
+    Resource {
+        /// What could not be had.
+        message: String,
+    },
+    /// A KV-cache element type the backend does not store.
+    #[error("KV cache dtype {dtype} is not supported (f32, f16)")]
+    KvDType {
+        /// The dtype asked for.
+        dtype: DType,
+    },
+    /// The backend's device failed (GPU validation, out of memory, read-back).
+    #[error("{message}")]
+    Device {
+        /// The device's message.
+        message: String,
+    },
 }
 
 impl From<minerva_safetensors::SafetensorsError> for ModelError {

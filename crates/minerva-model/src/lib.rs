@@ -47,21 +47,26 @@
 
 pub mod arch;
 pub mod backend;
+pub mod checks;
 pub mod config;
-mod config_hf;
 pub mod cpu;
 mod error;
+mod gguf_keys;
+mod hf_config;
 mod model;
 pub mod rope;
 pub mod source;
-pub mod weights;
+pub mod synthetic;
+
 pub mod yarn;
 
+pub use arch::ModelWeights;
 pub use arch::gpt_oss::{GptOssConfig, GptOssLayer, GptOssWeights};
-pub use backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, SeqSpan, WeightSource};
-pub use config::{Config, RopeConfig, RopeScaling, RopeStyle};
+pub use arch::llama::{LayerWeights, Weights};
+pub use backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, SeqSpan, WeightSource, argmax};
+pub use config::Config;
 pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight};
 pub use error::{ModelError, Result};
-pub use model::{Logits, LogitsFor, Model, ModelWeights, SequenceInput};
+pub use model::{Logits, LogitsFor, Model, SequenceInput};
+pub use rope::{RopeConfig, RopeScaling, RopeStyle};
 pub use source::{SourceFormat, TensorSource};
-pub use weights::{LayerWeights, Weights};

@@ -6,13 +6,11 @@ use std::sync::Arc;
 use minerva_gguf::Gguf;
 use minerva_safetensors::Checkpoint;
 
-use crate::arch;
-use crate::arch::gpt_oss::{GptOssConfig, GptOssWeights};
+use crate::arch::{self, ModelWeights};
 use crate::backend::{Backend, Batch, CacheShape, SeqSpan};
 use crate::config::Config;
 use crate::error::{ModelError, Result};
-use crate::source::TensorSource;
-use crate::weights::Weights;
+use crate::source::SourceFormat;
 
 /// One sequence of a forward batch: new tokens, the position of the first, and its cache slot.
 /// Positions before `start_pos` must already be in the slot (from earlier calls).
@@ -53,14 +51,6 @@ impl Logits {
     }
 }
 
-/// The weights of one of the architectures, which also picks the graph.
-pub enum ModelWeights<W> {
-    /// LLaMA / Mistral / Phi-3 (`arch/llama.rs`).
-    Llama(Weights<W>),
-    /// GPT-OSS (`arch/gpt_oss.rs`), with its MoE hyper-parameters.
-    GptOss(Box<(GptOssConfig, GptOssWeights<W>)>),
-}
-
 /// A model on a backend.
 pub struct Model<B: Backend> {
     /// Hyper-parameters (for GPT-OSS, the shared part of its [`GptOssConfig`]).
@@ -77,10 +67,9 @@ impl<B: Backend> Model<B> {
     /// `config.json`.
     pub fn load(path: impl AsRef<Path>, backend: B) -> Result<Model<B>> {
         let path = path.as_ref();
-        if is_safetensors(path) {
-            Model::from_checkpoint(Arc::new(Checkpoint::open(path)?), backend)
-        } else {
-            Model::from_gguf(Arc::new(Gguf::open(path)?), backend)
+        match SourceFormat::detect(path) {
+            SourceFormat::SafeTensors => Model::from_checkpoint(Arc::new(Checkpoint::open(path)?), backend),
+            SourceFormat::Gguf => Model::from_gguf(Arc::new(Gguf::open(path)?), backend),
         }
     }
 
@@ -89,18 +78,8 @@ impl<B: Backend> Model<B> {
     where
         D: AsRef<[u8]> + Send + Sync + 'static,
     {
-        if gguf.architecture()? == "gpt-oss" {
-            let cfg = GptOssConfig::from_gguf(&gguf)?;
-            let weights = GptOssWeights::from_gguf(&backend, &gguf, &cfg)?;
-            return Ok(Model {
-                config: cfg.base.clone(),
-                weights: ModelWeights::GptOss(Box::new((cfg, weights))),
-                backend,
-            });
-        }
-        let config = Config::from_gguf(&gguf)?;
-        let weights = Weights::load(&backend, &TensorSource::from_gguf(&gguf)?, &config)?;
-        Ok(Model { config, weights: ModelWeights::Llama(weights), backend })
+        let (config, weights) = arch::load_gguf(&gguf, &backend)?;
+        Ok(Model { config, weights, backend })
     }
 
     /// Builds the model from an opened SafeTensors checkpoint and its `config.json`.
@@ -109,26 +88,8 @@ impl<B: Backend> Model<B> {
     /// family's Hugging Face weights are used as stored (no Q/K permutation, NeoX RoPE); without
     /// `lm_head.weight` the embeddings are the head, which `tie_word_embeddings` must allow.
     pub fn from_checkpoint(checkpoint: Arc<Checkpoint>, backend: B) -> Result<Model<B>> {
-        let json = checkpoint.config().ok_or_else(|| ModelError::MissingConfig {
-            path: checkpoint.dir().map_or_else(|| "checkpoint".into(), |d| d.display().to_string()),
-        })?;
-        if json.get("model_type").and_then(serde_json::Value::as_str) == Some("gpt_oss") {
-            let cfg = GptOssConfig::from_hf_config(json)?;
-            let weights = GptOssWeights::from_safetensors(&backend, &checkpoint, &cfg)?;
-            return Ok(Model {
-                config: cfg.base.clone(),
-                weights: ModelWeights::GptOss(Box::new((cfg, weights))),
-                backend,
-            });
-        }
-        let config = Config::from_hf_config(json)?;
-        let source = TensorSource::from_checkpoint(&checkpoint, &config.arch);
-        let tied = json.get("tie_word_embeddings").and_then(serde_json::Value::as_bool).unwrap_or(false);
-        if !tied && !source.contains("output.weight") {
-            return Err(ModelError::MissingTensor { tensor: source.stored_name("output.weight") });
-        }
-        let weights = Weights::load(&backend, &source, &config)?;
-        Ok(Model { config, weights: ModelWeights::Llama(weights), backend })
+        let (config, weights) = arch::load_checkpoint(&checkpoint, &backend)?;
+        Ok(Model { config, weights, backend })
     }
 
     /// A preallocated KV cache for `slots` sequences of up to `capacity` positions.
@@ -163,22 +124,12 @@ impl<B: Backend> Model<B> {
 
     /// The final normed hidden states of a step's rows.
     fn hidden(&self, cache: &mut B::Cache, step: &Step) -> Result<B::Tensor> {
-        match &self.weights {
-            ModelWeights::Llama(w) => {
-                arch::llama::forward(&self.backend, &self.config, w, cache, &step.tokens, &step.layout)
-            }
-            ModelWeights::GptOss(m) => {
-                arch::gpt_oss::forward(&self.backend, &m.0, &m.1, cache, &step.tokens, &step.layout)
-            }
-        }
+        arch::forward(&self.backend, &self.config, &self.weights, cache, &step.tokens, &step.layout)
     }
 
     /// The LM head.
     fn head(&self) -> &B::Weight {
-        match &self.weights {
-            ModelWeights::Llama(w) => w.head(),
-            ModelWeights::GptOss(m) => &m.1.output,
-        }
+        arch::head(&self.weights)
     }
 }
 
@@ -200,16 +151,17 @@ impl Step {
         let mut logit_rows = Vec::new();
         for (i, seq) in batch.iter().enumerate() {
             if seq.tokens.is_empty() {
-                return Err(ModelError::Request(format!("sequence {i} has no tokens")));
+                return Err(ModelError::BadBatch { message: format!("sequence {i} has no tokens") });
             }
             if batch[..i].iter().any(|other| other.slot == seq.slot) {
-                return Err(ModelError::Request(format!("cache slot {} appears twice in one batch", seq.slot)));
+                let message = format!("cache slot {} appears twice in one batch", seq.slot);
+                return Err(ModelError::BadBatch { message });
             }
             let first = tokens.len();
             tokens.extend_from_slice(seq.tokens);
             let positions = seq.start_pos..seq.start_pos + seq.tokens.len();
             if positions.end > u32::MAX as usize {
-                return Err(ModelError::Request(format!("position {} is too large", positions.end)));
+                return Err(ModelError::BadBatch { message: format!("position {} is too large", positions.end) });
             }
             layout.positions.extend(positions.clone().map(|p| p as u32));
             layout.seqs.push(SeqSpan { rows: first..tokens.len(), start_pos: seq.start_pos, slot: seq.slot });
@@ -224,10 +176,4 @@ impl Step {
         }
         Ok(Step { tokens, layout, logit_rows, rows })
     }
-}
-
-/// A directory, a `.safetensors` file or a `.json` shard index is a SafeTensors checkpoint;
-/// anything else is read as GGUF.
-fn is_safetensors(path: &Path) -> bool {
-    path.is_dir() || path.extension().is_some_and(|ext| ext == "safetensors" || ext == "json")
 }

@@ -11,7 +11,76 @@
 //! | long-rope (Phi-3) | θᵢ / shortᵢ, or θᵢ / longᵢ once a position reaches the original context | `attn_factor` |
 //! | YaRN (GPT-OSS) | blend of θᵢ / factor and θᵢ over a ramp ([`crate::yarn`]) | `0.1·ln(factor) + 1` |
 
-use crate::config::{RopeConfig, RopeScaling};
+/// How rotary embeddings pair up the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i+1)`: llama.cpp's mode 0, used for `llama` GGUF files (whose
+    /// converter permuted the Q/K rows so that this equals Hugging Face's `rotate_half`).
+    Normal,
+    /// Half-split pairs `(i, i + d/2)`: GPT-NeoX / Hugging Face `rotate_half` on unpermuted weights.
+    NeoX,
+}
+
+/// Position scaling of the rotary frequencies (formulas in [`crate::rope`]).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum RopeScaling {
+    /// Positions used as they are.
+    None,
+    /// Positions divided by `factor` (`{arch}.rope.scaling.type = linear`).
+    Linear {
+        /// The scaling factor.
+        factor: f32,
+    },
+    /// Per-frequency divisors (LLaMA-3 scaling), stored by llama.cpp's converter as the
+    /// `rope_freqs.weight` tensor: θᵢ is divided by `factors[i]`.
+    FreqFactors {
+        /// One divisor per rotated pair (`rope_dim / 2`).
+        factors: Vec<f32>,
+    },
+    /// Phi-3 long-rope: θᵢ divided by `short[i]`, or by `long[i]` in a forward step reaching
+    /// beyond `original_context` positions; cos/sin multiplied by `attn_factor`. GGUF stores the
+    /// factors as `rope_factors_short.weight` / `rope_factors_long.weight`.
+    LongRope {
+        /// Divisors for short contexts (`rope_dim / 2`).
+        short: Vec<f32>,
+        /// Divisors for long contexts (`rope_dim / 2`).
+        long: Vec<f32>,
+        /// The pre-training context (`original_max_position_embeddings`).
+        original_context: usize,
+        /// Multiplier of cos and sin (`attention_factor`).
+        attn_factor: f32,
+    },
+    /// YaRN (GPT-OSS): per-frequency blend of interpolated (`θ / factor`) and extrapolated
+    /// (`θ`) frequencies over a linear ramp between two correction dimensions, and cos/sin scaled
+    /// by the attention factor `0.1·ln(factor) + 1`. See [`crate::yarn`].
+    Yarn {
+        /// Context extension factor (`rope_scaling.factor`).
+        factor: f32,
+        /// Trained context before extension (`original_max_position_embeddings`).
+        original_context: usize,
+        /// Rotations at which frequencies stop being extrapolated (`beta_fast`, 32).
+        beta_fast: f32,
+        /// Rotations below which frequencies are fully interpolated (`beta_slow`, 1).
+        beta_slow: f32,
+        /// Floor/ceil the correction dimensions (transformers' default when the key is absent;
+        /// OpenAI's reference does not, and GPT-OSS's config says `false`).
+        truncate: bool,
+    },
+}
+
+/// Rotary position embedding parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeConfig {
+    /// Pairing of dimensions.
+    pub style: RopeStyle,
+    /// Base of the geometric frequency series (`{arch}.rope.freq_base`, default 10000).
+    pub base: f32,
+    /// Rotated dimensions per head (`{arch}.rope.dimension_count`, default the head dim).
+    pub dim: usize,
+    /// Position scaling.
+    pub scaling: RopeScaling,
+}
 
 /// The inverse frequencies (`rope.dim / 2` values) and the cos/sin multiplier for a forward step
 /// whose largest position is `max_pos`.

@@ -17,7 +17,9 @@
 //! blocks run along a row), so a block of rows is a byte sub-range of the same map.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::ops::Range;
+use std::path::Path;
 use std::sync::Arc;
 
 use minerva_gguf::Gguf;
@@ -35,6 +37,30 @@ pub enum SourceFormat {
     SafeTensors,
 }
 
+impl SourceFormat {
+    /// The format of a model path, the one rule every command uses: a directory is a SafeTensors
+    /// checkpoint; a file starting with the GGUF magic is GGUF whatever its name; a `.safetensors`
+    /// file or a `.json` shard index is SafeTensors; anything else is read as GGUF (whose parser
+    /// then says what is wrong with it).
+    pub fn detect(path: &Path) -> SourceFormat {
+        if path.is_dir() {
+            return SourceFormat::SafeTensors;
+        }
+        if starts_with_gguf_magic(path) {
+            return SourceFormat::Gguf;
+        }
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("safetensors" | "json") => SourceFormat::SafeTensors,
+            _ => SourceFormat::Gguf,
+        }
+    }
+}
+
+fn starts_with_gguf_magic(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && magic == minerva_gguf::GGUF_MAGIC
+}
+
 /// One shard of a checkpoint as a [`ByteSource`]: the shard's memory map, kept alive by the `Arc`.
 struct ShardBytes {
     checkpoint: Arc<Checkpoint>,
@@ -48,21 +74,7 @@ impl ByteSource for ShardBytes {
     }
 }
 
-/// GGUF block-tensor suffix → Hugging Face module path (LLaMA, Mistral, Phi-3).
-const HF_LAYER_NAMES: &[(&str, &str)] = &[
-    ("attn_norm.weight", "input_layernorm.weight"),
-    ("attn_q.weight", "self_attn.q_proj.weight"),
-    ("attn_k.weight", "self_attn.k_proj.weight"),
-    ("attn_v.weight", "self_attn.v_proj.weight"),
-    ("attn_qkv.weight", "self_attn.qkv_proj.weight"),
-    ("attn_output.weight", "self_attn.o_proj.weight"),
-    ("ffn_norm.weight", "post_attention_layernorm.weight"),
-    ("ffn_gate.weight", "mlp.gate_proj.weight"),
-    ("ffn_up.weight", "mlp.up_proj.weight"),
-    ("ffn_down.weight", "mlp.down_proj.weight"),
-];
-
-/// Top-level GGUF names → Hugging Face names.
+/// Top-level GGUF names → Hugging Face names (every architecture).
 const HF_GLOBAL_NAMES: &[(&str, &str)] = &[
     ("token_embd.weight", "model.embed_tokens.weight"),
     ("output_norm.weight", "model.norm.weight"),
@@ -78,12 +90,8 @@ pub fn hf_name(arch: &str, gguf_name: &str) -> String {
     let Some((layer, suffix)) = gguf_name.strip_prefix("blk.").and_then(|rest| rest.split_once('.')) else {
         return gguf_name.to_string();
     };
-    // Phi-3 stores gate and up as one `gate_up_proj`, which llama.cpp names `ffn_up`.
-    if arch == "phi3" && suffix == "ffn_up.weight" {
-        return format!("model.layers.{layer}.mlp.gate_up_proj.weight");
-    }
-    match HF_LAYER_NAMES.iter().find(|(g, _)| *g == suffix) {
-        Some((_, hf)) => format!("model.layers.{layer}.{hf}"),
+    match crate::arch::hf_layer_name(arch, suffix) {
+        Some(hf) => format!("model.layers.{layer}.{hf}"),
         None => gguf_name.to_string(),
     }
 }
@@ -121,8 +129,7 @@ impl TensorSource {
 
     /// Every tensor of a SafeTensors checkpoint; `arch` is its `config.json` `model_type`.
     pub fn from_checkpoint(checkpoint: &Arc<Checkpoint>, arch: &str) -> TensorSource {
-        let shard_index: HashMap<&std::path::Path, usize> =
-            checkpoint.shard_paths().enumerate().map(|(i, p)| (p, i)).collect();
+        let shard_index: HashMap<&Path, usize> = checkpoint.shard_paths().enumerate().map(|(i, p)| (p, i)).collect();
         let shards: Vec<Arc<dyn ByteSource>> = (0..checkpoint.shard_paths().len())
             .map(|shard| Arc::new(ShardBytes { checkpoint: checkpoint.clone(), shard }) as Arc<dyn ByteSource>)
             .collect();

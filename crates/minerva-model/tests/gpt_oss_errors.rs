@@ -105,17 +105,17 @@ fn config_json_errors_name_the_key() {
     let err = safetensors_error("hf", |c| {
         c.as_object_mut().unwrap().remove("num_local_experts");
     });
-    assert_eq!(err, "config.json key num_local_experts: missing");
+    assert_eq!(err, "missing metadata key config.json:num_local_experts");
     let err = safetensors_error("hf", |c| c["rope_parameters"]["factor"] = "big".into());
-    assert_eq!(err, "config.json key rope_parameters.factor: expected a positive number, found \"big\"");
+    assert_eq!(err, "metadata key config.json:rope_parameters.factor: expected a positive number, found \"big\"");
     let err = safetensors_error("hf", |c| c["rope_parameters"]["rope_type"] = "dynamic".into());
-    assert!(err.starts_with("config.json key rope_parameters.rope_type: unsupported \"dynamic\""), "{err}");
+    assert!(err.starts_with("metadata key config.json:rope_parameters.rope_type: unsupported \"dynamic\""), "{err}");
     let err = safetensors_error("hf", |c| c["layer_types"] = Value::Array(vec!["full_attention".into()]));
-    assert!(err.starts_with("config.json key layer_types: expected a list of 3 layer types"), "{err}");
+    assert!(err.starts_with("metadata key config.json:layer_types: expected a list of 3 layer types"), "{err}");
     let err = safetensors_error("mlx", |c| c["model_type"] = "llama4".into());
     assert!(err.starts_with("unsupported architecture \"llama4\""), "{err}");
     let err = safetensors_error("hf", |c| c["num_local_experts"] = (1u64 << 62).into());
-    assert_eq!(err, "config.json key num_local_experts: the tensor sizes these dimensions imply overflow");
+    assert_eq!(err, "metadata key config.json:num_local_experts: the tensor sizes these dimensions imply overflow");
     let err = safetensors_error("hf", |c| *c = Value::Null);
     assert!(err.ends_with(": no config.json beside the SafeTensors weights"), "{err}");
 }

@@ -88,7 +88,7 @@ fn compare(layout: &str, path: &str, f32_activations: bool) -> Stats {
 }
 
 fn argmax(row: &[f32]) -> usize {
-    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0
+    minerva_model::argmax(row) as usize
 }
 
 #[test]

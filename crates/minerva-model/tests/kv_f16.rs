@@ -32,7 +32,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 fn argmax(row: &[f32]) -> usize {
-    row.iter().enumerate().fold(0, |best, (i, &v)| if v > row[best] { i } else { best })
+    minerva_model::argmax(row) as usize
 }
 
 fn all_logits(model: &Model<CpuBackend>, tokens: &[u32]) -> minerva_model::Logits {

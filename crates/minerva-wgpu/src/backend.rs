@@ -6,9 +6,9 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use minerva_model::checks;
 use minerva_model::{
-    Backend, Batch, CacheShape, Mask, ModelError, MoeExperts, MoeParams, Result, RopeConfig, RopeScaling, RopeStyle,
-    WeightSource,
+    Backend, Batch, CacheShape, Mask, ModelError, MoeExperts, MoeParams, Result, RopeConfig, RopeStyle, WeightSource,
 };
 
 use crate::device::{self, DeviceInfo};
@@ -123,8 +123,9 @@ pub struct WgpuBackend {
 /// row-per-workgroup kernels (embed, rms_norm, attention, argmax) dispatch along.
 const MAX_ROWS: usize = 65535;
 
-fn request(message: String) -> ModelError {
-    ModelError::Request(message)
+/// A limit of the device (binding size, workgroup counts) that a request exceeds.
+fn resource(message: String) -> ModelError {
+    ModelError::Resource { message }
 }
 
 impl WgpuBackend {
@@ -167,7 +168,7 @@ impl WgpuBackend {
     /// A tensor holding `data` (`rows × cols`).
     pub fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<WgpuTensor> {
         if data.len() != rows * cols {
-            return Err(request(format!("upload: {} values for {rows}×{cols}", data.len())));
+            return Err(checks::operands("upload", format!("{} values for {rows}×{cols}", data.len())));
         }
         Ok(WgpuTensor { buf: self.gpu.upload(bytemuck::cast_slice(data)), rows, cols })
     }
@@ -191,7 +192,7 @@ impl WgpuBackend {
         let bytes = rows.checked_mul(cols).and_then(|n| n.checked_mul(4)).unwrap_or(usize::MAX) as u64;
         let limit = self.gpu.info.max_storage_binding;
         if bytes > limit {
-            return Err(request(format!(
+            return Err(resource(format!(
                 "a {rows}×{cols} activation exceeds the GPU's storage binding limit of {limit} bytes"
             )));
         }
@@ -201,7 +202,7 @@ impl WgpuBackend {
     /// Gathers rows `rows` of `x` and multiplies them by the LM head (recorded, not read back).
     fn head_logits(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<WgpuTensor> {
         if let Some(&r) = rows.iter().find(|&&r| r >= x.rows) {
-            return Err(request(format!("logits: no row {r} in {} rows", x.rows)));
+            return Err(checks::operands("logits", format!("no row {r} in {} rows", x.rows)));
         }
         let picked = self.tensor(rows.len(), x.cols)?;
         let row_bytes = (x.cols * 4) as u64;
@@ -229,16 +230,8 @@ impl WgpuBackend {
         {
             return b.clone();
         }
-        // The same frequencies and cos/sin multiplier (long-rope, YaRN) as the CPU backend.
-        let max_pos = positions.iter().copied().max().unwrap_or(0);
-        let (inv_freq, mscale) = minerva_model::rope::inv_freq(rope, max_pos);
-        let mut table = Vec::with_capacity(positions.len() * inv_freq.len() * 2);
-        for &pos in positions {
-            for f in &inv_freq {
-                let (sin, cos) = (pos as f32 * f).sin_cos();
-                table.extend([cos * mscale, sin * mscale]);
-            }
-        }
+        // The same table as the CPU backend rotates by.
+        let table = checks::rope_table(positions, rope);
         let buffer = self.gpu.init_buffer("rope table", bytemuck::cast_slice(&table), wgpu::BufferUsages::STORAGE);
         tables.rope = Some((positions.to_vec(), rope.clone(), buffer.clone()));
         buffer
@@ -285,35 +278,12 @@ impl WgpuBackend {
     ) -> Result<WgpuTensor> {
         let s = cache.shape;
         let hd = s.head_dim;
-        let kv_dim = s.n_head_kv * hd;
         let rows = batch.n_tokens();
-        if q.rows != rows || k.rows != rows || v.rows != rows || k.cols != kv_dim || v.cols != kv_dim {
-            return Err(request(format!(
-                "attention: q {}×{}, k {}×{}, v {}×{} for {rows} tokens and {kv_dim} key/value columns",
-                q.rows, q.cols, k.rows, k.cols, v.rows, v.cols
-            )));
-        }
-        if layer >= s.n_layer || !q.cols.is_multiple_of(hd) || !(q.cols / hd).is_multiple_of(s.n_head_kv) {
-            return Err(request(format!("attention: layer {layer} or {} query columns do not fit", q.cols)));
-        }
+        let shape = |t: &WgpuTensor| (t.rows, t.cols);
+        checks::attention(shape(q), shape(k), shape(v), &s, layer, batch, None)?;
         if hd > kernels::attention::MAX_HEAD_DIM {
-            return Err(request(format!(
-                "attention: head dim {hd} exceeds the kernel's {}",
-                kernels::attention::MAX_HEAD_DIM
-            )));
-        }
-        let mut covered = 0;
-        for seq in &batch.seqs {
-            if seq.slot >= s.slots || seq.rows.end > rows {
-                return Err(request(format!("attention: slot {} of {} or rows {:?}", seq.slot, s.slots, seq.rows)));
-            }
-            covered += seq.rows.len();
-        }
-        if covered != rows {
-            return Err(request(format!("attention: the sequences cover {covered} of {rows} rows")));
-        }
-        if let Some(&pos) = batch.positions.iter().find(|&&p| p as usize >= s.capacity) {
-            return Err(request(format!("position {pos} is beyond the KV cache's {}", s.capacity)));
+            let max = kernels::attention::MAX_HEAD_DIM;
+            return Err(resource(format!("attention: head dim {hd} exceeds the kernel's {max}")));
         }
         let window = match mask {
             Mask::Causal => 0,
@@ -365,11 +335,8 @@ impl WgpuBackend {
     }
 }
 
-fn same_shape(op: &str, a: &WgpuTensor, b: &WgpuTensor) -> Result<()> {
-    if (a.rows, a.cols) != (b.rows, b.cols) {
-        return Err(request(format!("{op}: operands {}×{} and {}×{} differ", a.rows, a.cols, b.rows, b.cols)));
-    }
-    Ok(())
+fn same_shape(op: &'static str, a: &WgpuTensor, b: &WgpuTensor) -> Result<()> {
+    checks::same_shape(op, (a.rows, a.cols), (b.rows, b.cols))
 }
 
 impl Backend for WgpuBackend {
@@ -387,7 +354,7 @@ impl Backend for WgpuBackend {
             .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
             .filter(|&b| b <= self.max_binding)
             .ok_or_else(|| {
-                request(format!(
+                resource(format!(
                     "KV cache {shape:?}: one layer's keys exceed the GPU's storage binding limit of {} bytes",
                     self.max_binding
                 ))
@@ -407,14 +374,15 @@ impl Backend for WgpuBackend {
 
     fn embed(&self, table: &WgpuWeight, tokens: &[u32]) -> Result<WgpuTensor> {
         if table.vector.is_some() || tokens.is_empty() {
-            return Err(request(format!("embed: {} is not a table, or no tokens", table.name)));
+            return Err(checks::operands("embed", format!("{} is not a table, or no tokens", table.name)));
         }
         // Row-per-workgroup kernels dispatch one workgroup per token along one dimension.
         if tokens.len() > MAX_ROWS {
-            return Err(request(format!("a batch of {} tokens exceeds the GPU limit of {MAX_ROWS}", tokens.len())));
+            return Err(resource(format!("a batch of {} tokens exceeds the GPU limit of {MAX_ROWS}", tokens.len())));
         }
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= table.rows) {
-            return Err(request(format!("token id {t} is outside the vocabulary of {}", table.rows)));
+            let message = format!("token id {t} is outside the vocabulary of {}", table.rows);
+            return Err(ModelError::BadBatch { message });
         }
         let out = self.tensor(tokens.len(), table.cols)?;
         let ids = self.gpu.init_buffer("tokens", bytemuck::cast_slice(tokens), wgpu::BufferUsages::STORAGE);
@@ -423,37 +391,22 @@ impl Backend for WgpuBackend {
     }
 
     fn rms_norm(&self, x: &WgpuTensor, w: &WgpuWeight, eps: f32) -> Result<WgpuTensor> {
-        let g = w
-            .vector
-            .as_ref()
-            .filter(|_| w.cols == x.cols)
-            .ok_or_else(|| request(format!("rms_norm: {} is not a vector of {} values", w.name, x.cols)))?;
+        checks::vector_of("rms_norm", &w.name, w.vector.is_some(), w.cols, x.cols)?;
+        let g = w.vector.as_ref().expect("checked: a vector");
         let out = self.tensor(x.rows, x.cols)?;
         kernels::rms_norm::rms_norm(&self.gpu, x.buffer(), g, out.buffer(), x.rows, x.cols, eps);
         Ok(out)
     }
 
     fn matmul_q(&self, w: &WgpuWeight, x: &WgpuTensor) -> Result<WgpuTensor> {
-        if w.vector.is_some() || x.cols != w.cols {
-            return Err(request(format!(
-                "matmul_q: {} ({}×{}) cannot multiply rows of {}",
-                w.name, w.rows, w.cols, x.cols
-            )));
-        }
+        checks::matmul(&w.name, w.shape(), x.cols)?;
         let out = self.tensor(x.rows, w.rows)?;
         kernels::mul_mat::mul_mat(&self.gpu, w, x.buffer(), x.rows, out.buffer(), self.subgroups);
         Ok(out)
     }
 
     fn rope(&self, x: &mut WgpuTensor, n_heads: usize, positions: &[u32], rope: &RopeConfig) -> Result<()> {
-        if positions.len() != x.rows || n_heads == 0 || !x.cols.is_multiple_of(n_heads) || rope.dim > x.cols / n_heads {
-            return Err(request(format!("rope: {}×{} with {n_heads} heads", x.rows, x.cols)));
-        }
-        if let RopeScaling::FreqFactors { factors } = &rope.scaling
-            && factors.len() < rope.dim / 2
-        {
-            return Err(request(format!("rope: {} frequency factors for {} pairs", factors.len(), rope.dim / 2)));
-        }
+        checks::rope(x.rows, x.cols, n_heads, positions, rope)?;
         let table = self.rope_table(positions, rope);
         let shape = RopeShape {
             rows: x.rows,
@@ -491,10 +444,8 @@ impl Backend for WgpuBackend {
         sinks: &WgpuWeight,
     ) -> Result<WgpuTensor> {
         let n_head = q.cols / cache.shape.head_dim.max(1);
-        let buffer =
-            sinks.vector.as_ref().filter(|_| sinks.cols == n_head).ok_or_else(|| {
-                request(format!("attention: sinks {} are not a vector of {n_head} values", sinks.name))
-            })?;
+        checks::vector_of("attention", &sinks.name, sinks.vector.is_some(), sinks.cols, n_head)?;
+        let buffer = sinks.vector.as_ref().expect("checked: a vector");
         self.attention_impl(q, k, v, cache, layer, batch, mask, Some(buffer))
     }
 
@@ -509,11 +460,8 @@ impl Backend for WgpuBackend {
     }
 
     fn add_bias(&self, x: &mut WgpuTensor, bias: &WgpuWeight) -> Result<()> {
-        let b = bias
-            .vector
-            .as_ref()
-            .filter(|_| bias.cols == x.cols)
-            .ok_or_else(|| request(format!("add_bias: {} is not a vector of {} values", bias.name, x.cols)))?;
+        checks::vector_of("add_bias", &bias.name, bias.vector.is_some(), bias.cols, x.cols)?;
+        let b = bias.vector.as_ref().expect("checked: a vector");
         kernels::add_bias::add_bias(&self.gpu, x.buffer(), b, x.rows, x.cols);
         Ok(())
     }

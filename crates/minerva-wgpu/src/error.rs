@@ -36,6 +36,6 @@ pub enum WgpuError {
 
 impl From<WgpuError> for minerva_model::ModelError {
     fn from(e: WgpuError) -> Self {
-        minerva_model::ModelError::Request(e.to_string())
+        minerva_model::ModelError::Device { message: e.to_string() }
     }
 }

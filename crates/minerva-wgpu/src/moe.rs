@@ -14,7 +14,7 @@
 //! weights are read once per 8 of its tokens rather than once per token. The grouping needs no
 //! sort and no read-back: each expert's workgroups scan the routing ids themselves.
 
-use minerva_model::{MoeExperts, MoeParams, Result};
+use minerva_model::{ModelError, MoeExperts, MoeParams, Result, checks};
 
 use crate::backend::{WgpuBackend, WgpuTensor};
 use crate::kernels;
@@ -32,15 +32,11 @@ pub(crate) fn moe(
     p: &MoeParams,
 ) -> Result<WgpuTensor> {
     let (rows, n_embd, n_expert, k) = (x.rows, x.cols, p.n_expert, p.n_expert_used);
-    if router_logits.rows != rows || router_logits.cols != n_expert || k == 0 || k > n_expert {
-        return Err(request(format!(
-            "moe: router logits {}×{} for {rows} rows, {n_expert} experts, top {k}",
-            router_logits.rows, router_logits.cols
-        )));
-    }
+    checks::moe(rows, (router_logits.rows, router_logits.cols), p)?;
     let pairs = rows * k;
     if pairs > MAX_PAIRS {
-        return Err(request(format!("moe: {rows} rows × top {k} exceed the GPU limit of {MAX_PAIRS} pairs")));
+        let message = format!("moe: {rows} rows × top {k} exceed the GPU limit of {MAX_PAIRS} pairs");
+        return Err(ModelError::Resource { message });
     }
     let n_ff = experts.gate.rows / n_expert;
     check(experts.gate, n_expert, n_ff, n_embd)?;
@@ -81,29 +77,23 @@ pub(crate) fn moe(
     Ok(out)
 }
 
-fn request(message: String) -> minerva_model::ModelError {
-    minerva_model::ModelError::Request(message)
-}
-
-/// Checks a stacked weight is `experts × rows` by `cols`, with chunks of whole experts.
+/// Checks a stacked weight is `experts × rows` by `cols` (the shared check), in chunks of whole
+/// experts (the kernels read one expert from one binding).
 fn check(w: &WgpuWeight, experts: usize, rows: usize, cols: usize) -> Result<()> {
+    checks::experts(&w.name, w.shape(), experts, rows, cols)?;
     let whole = w.chunks.iter().all(|c| c.row_start.is_multiple_of(rows.max(1)) && c.rows.is_multiple_of(rows.max(1)));
-    if w.vector.is_some() || rows == 0 || w.rows != experts * rows || w.cols != cols || !whole {
-        return Err(request(format!(
-            "moe: {} is {}×{} in {} chunks, expected {experts}·{rows}×{cols} in chunks of whole experts",
-            w.name,
-            w.rows,
-            w.cols,
-            w.chunks.len()
-        )));
+    if !whole {
+        let message = format!("{} is split in {} chunks, not between experts", w.name, w.chunks.len());
+        return Err(checks::operands("moe", message));
     }
     Ok(())
 }
 
-/// Checks a stacked bias is `experts × len` in one buffer.
+/// Checks a stacked bias is `experts × len` (the shared check) in one buffer.
 fn check_bias(w: &WgpuWeight, experts: usize, len: usize) -> Result<()> {
-    if w.vector.is_some() || w.rows != experts || w.cols != len || w.chunks.len() != 1 {
-        return Err(request(format!("moe: bias {} is {}×{}, expected {experts}×{len}", w.name, w.rows, w.cols)));
+    checks::experts(&w.name, w.shape(), 1, experts, len)?;
+    if w.chunks.len() != 1 {
+        return Err(checks::operands("moe", format!("bias {} is split in {} chunks", w.name, w.chunks.len())));
     }
     Ok(())
 }

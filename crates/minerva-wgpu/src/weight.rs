@@ -1,6 +1,7 @@
 //! Weights on the GPU in their stored form, streamed from the memory map.
 
 use minerva_core::DType;
+use minerva_model::checks::MatrixShape;
 use minerva_model::{ModelError, Result, WeightSource};
 
 use crate::backend::UploadProgress;
@@ -40,6 +41,10 @@ impl WgpuWeight {
     pub fn chunk_count(&self) -> usize {
         self.chunks.len()
     }
+
+    pub(crate) fn shape(&self) -> MatrixShape {
+        MatrixShape { rows: self.rows, cols: self.cols, whole_rows: 1, vector: self.vector.is_some() }
+    }
 }
 
 /// Uploads `source`: vectors as f32, matrices byte for byte in chunks of at most `max_binding`
@@ -53,18 +58,16 @@ pub(crate) fn upload(
     let WeightSource { file, name, dtype, shape, range } = source;
     // Stacked experts `[n_expert, rows, cols]` are one matrix of every expert's rows, split only
     // between experts (`whole`: rows per expert) so each expert lies in one binding.
-    let (rows, cols, whole) = match shape.as_slice() {
-        [cols] => (1, *cols, 1),
-        [rows, cols] => (*rows, *cols, 1),
-        [experts, rows, cols] => (experts * rows, *cols, (*rows).max(1)),
-        _ => return Err(ModelError::TensorShape { tensor: name, expected: vec![0, 0], actual: shape }),
-    };
-    let bytes = file
-        .bytes()
-        .get(range.clone())
-        .ok_or_else(|| ModelError::Request(format!("tensor {name}: byte range {range:?} is outside the file")))?;
+    let MatrixShape { rows, cols, whole_rows: whole, .. } = MatrixShape::of(&name, &shape)?;
+    let bytes = file.bytes().get(range.clone()).ok_or_else(|| ModelError::BadTensor {
+        tensor: name.clone(),
+        message: format!("byte range {range:?} is outside the file"),
+    })?;
     let row_bytes = dtype.row_bytes(cols).filter(|rb| rb.checked_mul(rows) == Some(bytes.len())).ok_or_else(|| {
-        ModelError::Request(format!("tensor {name}: {} bytes do not hold {rows}×{cols} {dtype}", bytes.len()))
+        ModelError::BadTensor {
+            tensor: name.clone(),
+            message: format!("{} bytes do not hold {rows}×{cols} {dtype}", bytes.len()),
+        }
     })?;
     if shape.len() == 1 {
         let mut values = vec![0.0f32; cols];
@@ -79,13 +82,15 @@ pub(crate) fn upload(
         return Err(ModelError::TensorDType { tensor: name, dtype, usage: "matmul on the wgpu backend" });
     }
     if cols > u32::MAX as usize / 8 {
-        return Err(ModelError::Request(format!("tensor {name}: {cols} columns are too many for the GPU kernels")));
+        let message = format!("tensor {name}: {cols} columns are too many for the GPU kernels");
+        return Err(ModelError::Resource { message });
     }
     let rows_per_chunk = (max_binding as usize / row_bytes).min(rows) / whole * whole;
     if rows_per_chunk == 0 {
-        return Err(ModelError::Request(format!(
+        let message = format!(
             "tensor {name}: {whole} row(s) of {row_bytes} bytes exceed the GPU's storage binding limit of {max_binding}"
-        )));
+        );
+        return Err(ModelError::Resource { message });
     }
     let mut chunks = Vec::new();
     let mut since_flush = 0usize;

@@ -5,6 +5,7 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use minerva_core::DType;
 use minerva_gguf::{GgufWriter, MetadataValue};
+use minerva_model::synthetic::{gpt_oss_gguf_header, gpt_oss_gguf_tensors};
 
 use super::{Arch, Elem, LlamaShape, Options, fill_for, rng::Rng, stream_tensor};
 
@@ -14,7 +15,7 @@ type TensorDecl = (String, DType, Vec<usize>);
 /// Writes `opts.out` as one GGUF file; returns its size.
 pub fn write(opts: &Options, rng: &mut Rng) -> Result<u64> {
     let (writer, tensors) = match opts.arch {
-        Arch::GptOss(s) => (minerva_benches::gpt_oss_gguf_header(&s, false), minerva_benches::gpt_oss_gguf_tensors(&s)),
+        Arch::GptOss(s) => (gpt_oss_gguf_header(&s, false), gpt_oss_gguf_tensors(&s)),
         Arch::Llama(s) => llama_header(&s, opts.quant)?,
     };
     let file = std::fs::File::create(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;

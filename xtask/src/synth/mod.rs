@@ -21,7 +21,6 @@
 //! * MLX 8-bit affine: random codes, scale σ/73.9 and bias −127.5·scale (centred codes).
 
 mod gguf;
-mod presets;
 mod rng;
 mod safetensors;
 #[cfg(test)]
@@ -32,7 +31,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use minerva_core::DType;
 
-pub use presets::{LlamaShape, gpt_oss_preset, llama_preset};
+pub use minerva_model::synthetic::{LlamaShape, gpt_oss_preset, llama_preset};
 use rng::Rng;
 
 /// Bytes generated and written at a time.
@@ -59,7 +58,7 @@ pub struct Options {
 #[derive(Clone, Copy, Debug)]
 pub enum Arch {
     /// GPT-OSS (MoE, MXFP4 experts).
-    GptOss(minerva_benches::GptOssShape),
+    GptOss(minerva_model::synthetic::GptOssShape),
     /// LLaMA family (dense).
     Llama(LlamaShape),
 }
@@ -75,57 +74,76 @@ pub enum Format {
     Mlx,
 }
 
-const USAGE: &str = "usage: cargo xtask synth --arch gpt-oss|llama --preset 20b|tiny (gpt-oss) / 8b|1b|tiny (llama) \
-                     --format gguf|safetensors|mlx [--quant q4_0|q8_0] [--seed S] OUT";
+/// `cargo xtask synth`'s arguments (names checked against the presets in [`SynthArgs::options`],
+/// so that a bad one is named with what exists).
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "cargo xtask synth",
+    about = "Write a synthetic checkpoint with random weights at a real model's shapes"
+)]
+pub struct SynthArgs {
+    /// `gpt-oss` or `llama`.
+    #[arg(long)]
+    arch: String,
+    /// `20b` or `tiny` (gpt-oss); `8b`, `1b` or `tiny` (llama).
+    #[arg(long)]
+    preset: String,
+    /// `gguf`, `safetensors` (or `hf`) or `mlx` (gpt-oss only).
+    #[arg(long)]
+    format: String,
+    /// Matrix type of a llama GGUF: `q4_0` (default) or `q8_0`.
+    #[arg(long)]
+    quant: Option<String>,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0x5EED)]
+    seed: u64,
+    /// Output file (GGUF) or directory (SafeTensors, MLX).
+    out: PathBuf,
+}
 
-/// Parses `synth`'s arguments.
+/// Parses `synth`'s arguments (those after `synth`) into what to write (the tests' entry point;
+/// `main` parses them as part of `cargo xtask`).
+#[cfg(test)]
 pub fn parse_args(args: &[String]) -> Result<Options> {
-    let (mut arch, mut preset, mut format, mut quant, mut seed, mut out) = (None, None, None, None, 0x5EED, None);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{a} needs a value\n{USAGE}"));
-        match a.as_str() {
-            "--arch" => arch = Some(value()?.clone()),
-            "--preset" => preset = Some(value()?.clone()),
-            "--format" => format = Some(value()?.clone()),
-            "--quant" => quant = Some(value()?.clone()),
-            "--seed" => seed = value()?.parse().with_context(|| format!("--seed: not an integer\n{USAGE}"))?,
-            _ if !a.starts_with('-') && out.is_none() => out = Some(PathBuf::from(a)),
-            _ => bail!("unknown argument {a}\n{USAGE}"),
+    let args =
+        <SynthArgs as clap::Parser>::try_parse_from(std::iter::once("synth".to_string()).chain(args.iter().cloned()))?;
+    args.options()
+}
+
+impl SynthArgs {
+    /// What to write: the preset's shapes, the format and the matrix type.
+    pub fn options(&self) -> Result<Options> {
+        let SynthArgs { arch, preset, format, quant, seed, out } = self;
+        let format = match format.as_str() {
+            "gguf" => Format::Gguf,
+            "safetensors" | "hf" => Format::Safetensors,
+            "mlx" => Format::Mlx,
+            f => bail!("--format {f}: gguf, safetensors or mlx"),
+        };
+        let arch = match arch.as_str() {
+            "gpt-oss" | "gpt_oss" => Arch::GptOss(
+                gpt_oss_preset(preset).with_context(|| format!("--preset {preset}: gpt-oss has 20b, tiny"))?,
+            ),
+            "llama" => {
+                Arch::Llama(llama_preset(preset).with_context(|| format!("--preset {preset}: llama has 8b, 1b, tiny"))?)
+            }
+            a => bail!("--arch {a}: gpt-oss or llama"),
+        };
+        let quant = match (quant.as_deref(), arch, format) {
+            (None, Arch::Llama(_), Format::Gguf) => DType::Q4_0,
+            (Some("q4_0"), Arch::Llama(_), Format::Gguf) => DType::Q4_0,
+            (Some("q8_0"), Arch::Llama(_), Format::Gguf) => DType::Q8_0,
+            (Some(q), Arch::Llama(_), Format::Gguf) => bail!("--quant {q}: q4_0 or q8_0"),
+            (Some(q), _, _) => {
+                bail!("--quant {q}: only for --arch llama --format gguf (the other layouts have fixed types)")
+            }
+            (None, _, _) => DType::BF16,
+        };
+        if matches!((arch, format), (Arch::Llama(_), Format::Mlx)) {
+            bail!("--arch llama --format mlx: not supported (MLX is written for gpt-oss only)");
         }
+        Ok(Options { arch, format, quant, seed: *seed, out: out.clone(), shard_bytes: safetensors::MAX_SHARD })
     }
-    let (Some(arch), Some(preset), Some(format), Some(out)) = (arch, preset, format, out) else {
-        bail!("{USAGE}");
-    };
-    let format = match format.as_str() {
-        "gguf" => Format::Gguf,
-        "safetensors" | "hf" => Format::Safetensors,
-        "mlx" => Format::Mlx,
-        f => bail!("--format {f}: gguf, safetensors or mlx"),
-    };
-    let arch = match arch.as_str() {
-        "gpt-oss" | "gpt_oss" => {
-            Arch::GptOss(gpt_oss_preset(&preset).with_context(|| format!("--preset {preset}: gpt-oss has 20b, tiny"))?)
-        }
-        "llama" => {
-            Arch::Llama(llama_preset(&preset).with_context(|| format!("--preset {preset}: llama has 8b, 1b, tiny"))?)
-        }
-        a => bail!("--arch {a}: gpt-oss or llama"),
-    };
-    let quant = match (quant.as_deref(), arch, format) {
-        (None, Arch::Llama(_), Format::Gguf) => DType::Q4_0,
-        (Some("q4_0"), Arch::Llama(_), Format::Gguf) => DType::Q4_0,
-        (Some("q8_0"), Arch::Llama(_), Format::Gguf) => DType::Q8_0,
-        (Some(q), Arch::Llama(_), Format::Gguf) => bail!("--quant {q}: q4_0 or q8_0"),
-        (Some(q), _, _) => {
-            bail!("--quant {q}: only for --arch llama --format gguf (the other layouts have fixed types)")
-        }
-        (None, _, _) => DType::BF16,
-    };
-    if matches!((arch, format), (Arch::Llama(_), Format::Mlx)) {
-        bail!("--arch llama --format mlx: not supported (MLX is written for gpt-oss only)");
-    }
-    Ok(Options { arch, format, quant, seed, out, shard_bytes: safetensors::MAX_SHARD })
 }
 
 /// Writes the checkpoint `opts` describes; returns the bytes written.

@@ -14,8 +14,8 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use minerva_benches::GptOssShape;
 use minerva_core::DType;
+use minerva_model::synthetic::GptOssShape;
 use serde_json::{Map, Value, json};
 
 use super::Fill::Const;

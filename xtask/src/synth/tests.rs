@@ -96,5 +96,5 @@ fn bad_arguments_are_one_clear_error() {
         let err = parse_args(&args(spec, out)).unwrap_err().to_string();
         assert!(err.contains(expected), "{spec}: {err}");
     }
-    assert!(parse_args(&["--arch".into()]).unwrap_err().to_string().contains("needs a value"));
+    assert!(parse_args(&["--arch".into()]).unwrap_err().to_string().contains("a value is required for '--arch"));
 }

@@ -1,5 +1,112 @@
-//! Architecture graphs: each reads like its reference implementation and calls only backend ops.
+//! Architectures, one folder each (config from GGUF and `config.json`, weight names, forward),
+//! and the registry that picks one for a file.
+//!
+//! ```text
+//! arch/
+//!   mod.rs        the registry: ModelWeights (one variant per architecture), load, forward, head
+//!   block.rs      what the graphs share: the residual loop and self-attention
+//!   llama/        LLaMA, Mistral, Phi-3: config.rs, weights.rs (HF names), mod.rs (forward)
+//!   gpt_oss/      GPT-OSS: config.rs, weights.rs (GGUF / HF MXFP4 / MLX), mod.rs (forward)
+//! ```
+//!
+//! Adding an architecture (Qwen, Gemma): a folder with the same three parts, a `ModelWeights`
+//! variant and one arm in each `match` below. Shared hyper-parameter keys are read by
+//! [`crate::Config`]; tensors are looked up by llama.cpp name through [`TensorSource`], which
+//! asks [`hf_layer_name`] for their Hugging Face names.
 
+mod block;
 pub mod gpt_oss;
-mod gpt_oss_weights;
 pub mod llama;
+
+use std::sync::Arc;
+
+use minerva_gguf::Gguf;
+use minerva_safetensors::Checkpoint;
+
+use crate::backend::{Backend, Batch};
+use crate::config::Config;
+use crate::error::{ModelError, Result};
+use crate::source::TensorSource;
+use gpt_oss::{GptOssConfig, GptOssWeights};
+use llama::Weights;
+
+/// The weights of one of the architectures, which also picks the graph.
+pub enum ModelWeights<W> {
+    /// LLaMA / Mistral / Phi-3 (`arch/llama/`).
+    Llama(Weights<W>),
+    /// GPT-OSS (`arch/gpt_oss/`), with its MoE hyper-parameters.
+    GptOss(Box<(GptOssConfig, GptOssWeights<W>)>),
+}
+
+/// The Hugging Face name of the block tensor llama.cpp calls `blk.N.{suffix}` in architecture
+/// `arch` (GGUF `general.architecture` or `config.json` `model_type`), without the
+/// `model.layers.N.` prefix.
+pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
+    match arch {
+        "gpt-oss" | "gpt_oss" => gpt_oss::weights::hf_layer_name(suffix),
+        _ => llama::weights::hf_layer_name(arch, suffix),
+    }
+}
+
+/// Reads the config and loads every weight of a GGUF file.
+pub(crate) fn load_gguf<B, D>(gguf: &Arc<Gguf<D>>, backend: &B) -> Result<(Config, ModelWeights<B::Weight>)>
+where
+    B: Backend,
+    D: AsRef<[u8]> + Send + Sync + 'static,
+{
+    let source = TensorSource::from_gguf(gguf)?;
+    if gguf.architecture()? == "gpt-oss" {
+        let cfg = GptOssConfig::from_gguf(gguf)?;
+        let weights = GptOssWeights::load(backend, &source, &cfg)?;
+        return Ok((cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights)))));
+    }
+    let config = Config::from_gguf(gguf)?;
+    let weights = Weights::load(backend, &source, &config)?;
+    Ok((config, ModelWeights::Llama(weights)))
+}
+
+/// Reads `config.json` and loads every weight of a SafeTensors checkpoint.
+pub(crate) fn load_checkpoint<B: Backend>(
+    checkpoint: &Arc<Checkpoint>,
+    backend: &B,
+) -> Result<(Config, ModelWeights<B::Weight>)> {
+    let json = checkpoint.config().ok_or_else(|| ModelError::MissingConfig {
+        path: checkpoint.dir().map_or_else(|| "checkpoint".into(), |d| d.display().to_string()),
+    })?;
+    if json.get("model_type").and_then(serde_json::Value::as_str) == Some("gpt_oss") {
+        let cfg = GptOssConfig::from_hf_config(json)?;
+        let weights = GptOssWeights::from_safetensors(backend, checkpoint, &cfg)?;
+        return Ok((cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights)))));
+    }
+    let config = Config::from_hf_config(json)?;
+    let source = TensorSource::from_checkpoint(checkpoint, &config.arch);
+    let tied = json.get("tie_word_embeddings").and_then(serde_json::Value::as_bool).unwrap_or(false);
+    if !tied && !source.contains("output.weight") {
+        return Err(ModelError::MissingTensor { tensor: source.stored_name("output.weight") });
+    }
+    let weights = Weights::load(backend, &source, &config)?;
+    Ok((config, ModelWeights::Llama(weights)))
+}
+
+/// Runs the batch through the architecture's graph: the final normed hidden states.
+pub(crate) fn forward<B: Backend>(
+    backend: &B,
+    config: &Config,
+    weights: &ModelWeights<B::Weight>,
+    cache: &mut B::Cache,
+    tokens: &[u32],
+    batch: &Batch,
+) -> Result<B::Tensor> {
+    match weights {
+        ModelWeights::Llama(w) => llama::forward(backend, config, w, cache, tokens, batch),
+        ModelWeights::GptOss(m) => gpt_oss::forward(backend, &m.0, &m.1, cache, tokens, batch),
+    }
+}
+
+/// The LM head.
+pub(crate) fn head<W>(weights: &ModelWeights<W>) -> &W {
+    match weights {
+        ModelWeights::Llama(w) => w.head(),
+        ModelWeights::GptOss(m) => &m.1.output,
+    }
+}

@@ -8,7 +8,8 @@ use rayon::prelude::*;
 
 use super::{CpuCache, CpuTensor, KvData};
 use crate::backend::{Batch, Mask};
-use crate::error::{ModelError, Result};
+use crate::checks;
+use crate::error::Result;
 
 /// See [`crate::Backend::attention`]; with `sinks` (one logit per query head),
 /// [`crate::Backend::attention_with_sinks`].
@@ -27,35 +28,15 @@ pub(super) fn attention(
     let hd = s.head_dim;
     let kv_dim = s.n_head_kv * hd;
     let rows = batch.n_tokens();
-    if q.rows != rows || k.rows != rows || v.rows != rows || k.cols != kv_dim || v.cols != kv_dim {
-        return Err(ModelError::Request(format!(
-            "attention: q {}×{}, k {}×{}, v {}×{} for {rows} tokens and {kv_dim} key/value columns",
-            q.rows, q.cols, k.rows, k.cols, v.rows, v.cols
-        )));
-    }
-    if layer >= s.n_layer || !q.cols.is_multiple_of(hd) || !(q.cols / hd).is_multiple_of(s.n_head_kv) {
-        return Err(ModelError::Request(format!("attention: layer {layer} or {} query columns do not fit", q.cols)));
-    }
-    let n_head = q.cols / hd;
+    let shape = |t: &CpuTensor| (t.rows, t.cols);
+    let n_head = checks::attention(shape(q), shape(k), shape(v), &s, layer, batch, sinks.map(<[f32]>::len))?;
     let group = n_head / s.n_head_kv;
-    if sinks.is_some_and(|sinks| sinks.len() != n_head) {
-        return Err(ModelError::Request(format!("attention: sinks are not one per query head ({n_head})")));
-    }
     // The slot of every row; then store this step's keys and values.
     let mut slot_of = vec![0usize; rows];
     for seq in &batch.seqs {
-        if seq.slot >= s.slots || seq.rows.end > rows {
-            return Err(ModelError::Request(format!(
-                "attention: slot {} of {} or rows {:?}",
-                seq.slot, s.slots, seq.rows
-            )));
-        }
         for r in seq.rows.clone() {
             slot_of[r] = seq.slot;
             let pos = batch.positions[r] as usize;
-            if pos >= s.capacity {
-                return Err(ModelError::Request(format!("position {pos} is beyond the KV cache's {}", s.capacity)));
-            }
             for h in 0..s.n_head_kv {
                 let at = cache.index(seq.slot, layer, h, pos);
                 cache.k.store(at, &k.data[r * kv_dim + h * hd..][..hd]);

@@ -10,8 +10,9 @@ use minerva_core::DType;
 use rayon::prelude::*;
 
 use crate::backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, WeightSource};
-use crate::config::{RopeConfig, RopeStyle};
+use crate::checks::{self, MatrixShape};
 use crate::error::{ModelError, Result};
+use crate::rope::{RopeConfig, RopeStyle};
 
 /// An activation: `rows × cols` f32, row-major.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +46,10 @@ pub struct CpuWeight {
 impl CpuWeight {
     fn bytes(&self) -> &[u8] {
         &self.file.bytes()[self.range.clone()]
+    }
+
+    fn shape(&self) -> MatrixShape {
+        MatrixShape { rows: self.rows, cols: self.cols, whole_rows: 1, vector: self.vector.is_some() }
     }
 }
 
@@ -117,7 +122,7 @@ impl CpuBackend {
                 rayon::ThreadPoolBuilder::new()
                     .num_threads(n.max(1))
                     .build()
-                    .map_err(|e| ModelError::Request(format!("cannot start {n} threads: {e}")))?,
+                    .map_err(|e| ModelError::Resource { message: format!("cannot start {n} threads: {e}") })?,
             ),
         };
         Ok(CpuBackend { pool, f32_activations: false, kv_dtype: DType::F32 })
@@ -135,7 +140,7 @@ impl CpuBackend {
     /// keys and values rounded to 11 significant bits). Other dtypes are refused.
     pub fn with_kv_dtype(mut self, dtype: DType) -> Result<CpuBackend> {
         if !matches!(dtype, DType::F32 | DType::F16) {
-            return Err(ModelError::Request(format!("KV cache dtype {dtype} is not supported (f32, f16)")));
+            return Err(ModelError::KvDType { dtype });
         }
         self.kv_dtype = dtype;
         Ok(self)
@@ -149,16 +154,6 @@ impl CpuBackend {
     }
 }
 
-fn same_shape(op: &str, a: &CpuTensor, b: &CpuTensor) -> Result<()> {
-    if (a.rows, a.cols) != (b.rows, b.cols) {
-        return Err(ModelError::Request(format!(
-            "{op}: operands {}×{} and {}×{} differ",
-            a.rows, a.cols, b.rows, b.cols
-        )));
-    }
-    Ok(())
-}
-
 impl Backend for CpuBackend {
     type Tensor = CpuTensor;
     type Weight = CpuWeight;
@@ -166,14 +161,8 @@ impl Backend for CpuBackend {
 
     fn weight(&self, source: WeightSource) -> Result<CpuWeight> {
         let WeightSource { file, name, dtype, shape, range } = source;
-        let (rows, cols) = match shape.as_slice() {
-            [cols] => (1, *cols),
-            [rows, cols] => (*rows, *cols),
-            // Stacked experts: one matrix of every expert's rows, expert e's a contiguous run.
-            [experts, rows, cols] => (experts * rows, *cols),
-            _ => return Err(ModelError::TensorShape { tensor: name, expected: vec![0, 0], actual: shape }),
-        };
-        let vector = if shape.len() == 1 {
+        let MatrixShape { rows, cols, vector: is_vector, .. } = MatrixShape::of(&name, &shape)?;
+        let vector = if is_vector {
             let mut values = vec![0.0; cols];
             minerva_quant::dequantize(dtype, &file.bytes()[range.clone()], &mut values)?;
             Some(values)
@@ -189,17 +178,20 @@ impl Backend for CpuBackend {
         let len = [shape.slots, shape.n_layer, shape.n_head_kv, shape.capacity, shape.head_dim]
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| ModelError::Request(format!("KV cache {shape:?} is too large")))?;
+            .ok_or_else(|| ModelError::Resource { message: format!("KV cache {shape:?} is too large") })?;
         Ok(CpuCache { shape, k: KvData::zeros(self.kv_dtype, len), v: KvData::zeros(self.kv_dtype, len) })
     }
 
     fn copy_slot(&self, cache: &mut CpuCache, from: usize, to: usize, positions: usize) -> Result<()> {
         let s = cache.shape;
         if from >= s.slots || to >= s.slots || positions > s.capacity {
-            return Err(ModelError::Request(format!(
-                "copy_slot: slots {from} → {to} and {positions} positions do not fit a cache of {} slots × {}",
-                s.slots, s.capacity
-            )));
+            return Err(ModelError::BadOperands {
+                op: "copy_slot",
+                message: format!(
+                    "slots {from} → {to} and {positions} positions do not fit a cache of {} slots × {}",
+                    s.slots, s.capacity
+                ),
+            });
         }
         if from == to || positions == 0 {
             return Ok(());
@@ -226,7 +218,8 @@ impl Backend for CpuBackend {
         for (&t, row) in tokens.iter().zip(out.data.chunks_exact_mut(table.cols)) {
             let t = t as usize;
             if t >= table.rows {
-                return Err(ModelError::Request(format!("token id {t} is outside the vocabulary of {}", table.rows)));
+                let message = format!("token id {t} is outside the vocabulary of {}", table.rows);
+                return Err(ModelError::BadBatch { message });
             }
             minerva_quant::dequantize_fast(table.dtype, &bytes[t * row_bytes..(t + 1) * row_bytes], row)?;
         }
@@ -234,10 +227,8 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32) -> Result<CpuTensor> {
-        let weight =
-            w.vector.as_deref().filter(|v| v.len() == x.cols).ok_or_else(|| {
-                ModelError::Request(format!("rms_norm: {} is not a vector of {} values", w.name, x.cols))
-            })?;
+        let weight = w.vector.as_deref().unwrap_or_default();
+        checks::vector_of("rms_norm", &w.name, w.vector.is_some(), weight.len(), x.cols)?;
         let mut out = x.clone();
         for row in out.data.chunks_exact_mut(x.cols) {
             let sum: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
@@ -250,12 +241,7 @@ impl Backend for CpuBackend {
     }
 
     fn matmul_q(&self, w: &CpuWeight, x: &CpuTensor) -> Result<CpuTensor> {
-        if w.vector.is_some() || x.cols != w.cols {
-            return Err(ModelError::Request(format!(
-                "matmul_q: {} ({}×{}) cannot multiply rows of {}",
-                w.name, w.rows, w.cols, x.cols
-            )));
-        }
+        checks::matmul(&w.name, w.shape(), x.cols)?;
         let mut out = CpuTensor::zeros(x.rows, w.rows);
         if self.f32_activations && w.dtype != DType::F32 {
             let mut values = vec![0.0f32; w.rows * w.cols];
@@ -272,32 +258,23 @@ impl Backend for CpuBackend {
     }
 
     fn rope(&self, x: &mut CpuTensor, n_heads: usize, positions: &[u32], rope: &RopeConfig) -> Result<()> {
-        if positions.len() != x.rows || n_heads == 0 || !x.cols.is_multiple_of(n_heads) {
-            return Err(ModelError::Request(format!("rope: {}×{} with {n_heads} heads", x.rows, x.cols)));
-        }
+        checks::rope(x.rows, x.cols, n_heads, positions, rope)?;
         let head_dim = x.cols / n_heads;
         let half = rope.dim / 2;
-        let max_pos = positions.iter().copied().max().unwrap_or(0);
-        let (inv_freq, mscale) = crate::rope::inv_freq(rope, max_pos);
+        let table = checks::rope_table(positions, rope);
         let cols = x.cols;
         self.install(|| {
-            x.data.par_chunks_mut(cols).zip(positions).for_each(|(row, &pos)| {
-                let (sin, cos): (Vec<f32>, Vec<f32>) = inv_freq
-                    .iter()
-                    .map(|f| {
-                        let (sin, cos) = (pos as f32 * f).sin_cos();
-                        (sin * mscale, cos * mscale)
-                    })
-                    .unzip();
+            x.data.par_chunks_mut(cols).zip(table.par_chunks(2 * half.max(1))).for_each(|(row, cos_sin)| {
                 for head in row.chunks_exact_mut(head_dim) {
                     for i in 0..half {
                         let (a, b) = match rope.style {
                             RopeStyle::Normal => (2 * i, 2 * i + 1),
                             RopeStyle::NeoX => (i, i + half),
                         };
+                        let (cos, sin) = (cos_sin[2 * i], cos_sin[2 * i + 1]);
                         let (x0, x1) = (head[a], head[b]);
-                        head[a] = x0 * cos[i] - x1 * sin[i];
-                        head[b] = x0 * sin[i] + x1 * cos[i];
+                        head[a] = x0 * cos - x1 * sin;
+                        head[b] = x0 * sin + x1 * cos;
                     }
                 }
             })
@@ -329,17 +306,16 @@ impl Backend for CpuBackend {
         mask: Mask,
         sinks: &CpuWeight,
     ) -> Result<CpuTensor> {
-        let sinks = sinks
-            .vector
-            .as_deref()
-            .ok_or_else(|| ModelError::Request(format!("attention: sinks {} are not a vector", sinks.name)))?;
+        let n_head = q.cols / cache.shape.head_dim.max(1);
+        let values = sinks.vector.as_deref().unwrap_or_default();
+        checks::vector_of("attention", &sinks.name, sinks.vector.is_some(), values.len(), n_head)?;
+        let sinks = values;
         self.install(|| attention::attention(q, k, v, cache, layer, batch, mask, Some(sinks)))
     }
 
     fn add_bias(&self, x: &mut CpuTensor, bias: &CpuWeight) -> Result<()> {
-        let b = bias.vector.as_deref().filter(|b| b.len() == x.cols).ok_or_else(|| {
-            ModelError::Request(format!("add_bias: {} is not a vector of {} values", bias.name, x.cols))
-        })?;
+        let b = bias.vector.as_deref().unwrap_or_default();
+        checks::vector_of("add_bias", &bias.name, bias.vector.is_some(), b.len(), x.cols)?;
         x.data.chunks_exact_mut(x.cols).for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
         Ok(())
     }
@@ -355,13 +331,13 @@ impl Backend for CpuBackend {
     }
 
     fn add(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {
-        same_shape("add", x, y)?;
+        checks::same_shape("add", (x.rows, x.cols), (y.rows, y.cols))?;
         x.data.iter_mut().zip(&y.data).for_each(|(a, b)| *a += b);
         Ok(())
     }
 
     fn swiglu(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
-        same_shape("swiglu", gate, up)?;
+        checks::same_shape("swiglu", (gate.rows, gate.cols), (up.rows, up.cols))?;
         let mut out = gate.clone();
         out.data.iter_mut().zip(&up.data).for_each(|(g, u)| *g = *g / (1.0 + (-*g).exp()) * u);
         Ok(out)
@@ -371,7 +347,9 @@ impl Backend for CpuBackend {
         let mut picked = CpuTensor::zeros(rows.len(), x.cols);
         for (dst, &r) in picked.data.chunks_exact_mut(x.cols).zip(rows) {
             let src = x.data.get(r * x.cols..(r + 1) * x.cols);
-            dst.copy_from_slice(src.ok_or_else(|| ModelError::Request(format!("logits: no row {r}")))?);
+            dst.copy_from_slice(
+                src.ok_or_else(|| checks::operands("logits", format!("no row {r} in {} rows", x.rows)))?,
+            );
         }
         Ok(self.matmul_q(head, &picked)?.data)
     }

@@ -12,7 +12,8 @@ use minerva_core::DType;
 
 use super::{CpuBackend, CpuTensor, CpuWeight};
 use crate::backend::{MoeExperts, MoeParams};
-use crate::error::{ModelError, Result};
+use crate::checks;
+use crate::error::Result;
 
 /// See [`crate::Backend::moe`].
 pub(super) fn moe(
@@ -23,13 +24,11 @@ pub(super) fn moe(
     p: &MoeParams,
 ) -> Result<CpuTensor> {
     let (n_embd, n_expert, k) = (x.cols, p.n_expert, p.n_expert_used);
-    if router_logits.rows != x.rows || router_logits.cols != n_expert || k == 0 || k > n_expert {
-        return Err(ModelError::Request(format!(
-            "moe: router logits {}×{} for {} rows, {n_expert} experts, top {k}",
-            router_logits.rows, router_logits.cols, x.rows
-        )));
-    }
+    checks::moe(x.rows, (router_logits.rows, router_logits.cols), p)?;
     let n_ff = experts.gate.rows / n_expert;
+    let check = |w: &CpuWeight, experts: usize, rows: usize, cols: usize| {
+        checks::experts(&w.name, w.shape(), experts, rows, cols)
+    };
     check(experts.gate, n_expert, n_ff, n_embd)?;
     check(experts.up, n_expert, n_ff, n_embd)?;
     check(experts.down, n_expert, n_embd, n_ff)?;
@@ -82,21 +81,10 @@ fn swiglu_oai(gate: f32, up: f32, alpha: f32, limit: f32) -> f32 {
     g / (1.0 + (-alpha * g).exp()) * (u + 1.0)
 }
 
-/// Checks a stacked weight is `experts × rows` by `cols`.
-fn check(w: &CpuWeight, experts: usize, rows: usize, cols: usize) -> Result<()> {
-    if w.vector.is_some() && experts * rows > 1 || w.rows != experts * rows || w.cols != cols || rows == 0 {
-        return Err(ModelError::Request(format!(
-            "moe: {} is {}×{}, expected {experts}·{rows}×{cols}",
-            w.name, w.rows, w.cols
-        )));
-    }
-    Ok(())
-}
-
 /// Expert `e`'s bytes of a stacked matrix with `rows` rows per expert.
 fn expert_bytes(w: &CpuWeight, e: usize, rows: usize) -> Result<&[u8]> {
     let row_bytes = w.dtype.row_bytes(w.cols).ok_or_else(|| {
-        ModelError::Request(format!("moe: {} rows of {} {} values are not whole blocks", w.name, w.cols, w.dtype))
+        checks::operands("moe", format!("{} rows of {} {} values are not whole blocks", w.name, w.cols, w.dtype))
     })?;
     Ok(&w.bytes()[e * rows * row_bytes..(e + 1) * rows * row_bytes])
 }

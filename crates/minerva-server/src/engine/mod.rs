@@ -33,7 +33,7 @@ pub use sequence::{Delta, Finish, TokenLogprob, ToolDelta, TopLogprob};
 /// How a model's chat requests become prompts.
 pub enum ChatFormat {
     /// The model's Jinja chat template.
-    Template(minerva_generate::ChatTemplate),
+    Template(Box<minerva_generate::ChatTemplate>),
     /// GPT-OSS's Harmony format (reasoning and tool calls in channels).
     Harmony,
     /// No chat template: only `/v1/completions` works.
@@ -124,6 +124,25 @@ pub(crate) struct Submission {
     received: Instant,
 }
 
+/// The engine's loop, waiting to be run on a thread with a model.
+pub struct EngineRunner {
+    config: EngineConfig,
+    receive: mpsc::Receiver<Submission>,
+    shared: scheduler::Shared,
+}
+
+impl EngineRunner {
+    /// Runs `load` on this thread, publishes the [`ModelInfo`] (or the error), then serves the
+    /// handles' submissions until every handle is dropped.
+    pub fn run<B, L>(self, load: L)
+    where
+        B: Backend,
+        L: FnOnce() -> Result<(Model<B>, Tokenizer), String>,
+    {
+        scheduler::run(load, self.config, self.receive, self.shared);
+    }
+}
+
 /// The HTTP side's handle on the engine thread.
 #[derive(Clone)]
 pub struct EngineHandle {
@@ -142,6 +161,17 @@ impl EngineHandle {
         B: Backend + 'static,
         L: FnOnce() -> Result<(Model<B>, Tokenizer), String> + Send + 'static,
     {
+        let (handle, runner) = EngineHandle::new(config, metrics);
+        std::thread::Builder::new()
+            .name("minerva-engine".into())
+            .spawn(move || runner.run(load))
+            .expect("the OS refused to start the engine thread");
+        handle
+    }
+
+    /// A handle and the [`EngineRunner`] that serves it on a thread of the caller's choosing
+    /// (one that loads the model itself, say).
+    pub fn new(config: EngineConfig, metrics: Arc<Metrics>) -> (EngineHandle, EngineRunner) {
         let (submit, receive) = mpsc::channel();
         let info = Arc::new(OnceLock::new());
         let queued = Arc::new(AtomicUsize::new(0));
@@ -154,11 +184,12 @@ impl EngineHandle {
             max_queue: config.max_queue,
         };
         let shared = scheduler::Shared { info, queued, cancel_all, metrics };
-        std::thread::Builder::new()
-            .name("minerva-engine".into())
-            .spawn(move || scheduler::run(load, config, receive, shared))
-            .expect("the OS refused to start the engine thread");
-        handle
+        (handle, EngineRunner { config, receive, shared })
+    }
+
+    /// Reports that the model could not be loaded (when no runner will).
+    pub fn fail(&self, message: String) {
+        let _ = self.info.set(Err(message));
     }
 
     /// The model, once loaded; `Err` with the message if loading failed.

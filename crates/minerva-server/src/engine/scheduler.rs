@@ -50,7 +50,7 @@ struct Scheduler<B: Backend> {
 /// The engine thread's body.
 pub(crate) fn run<B, L>(load: L, config: EngineConfig, receive: mpsc::Receiver<Submission>, shared: Shared)
 where
-    B: Backend + 'static,
+    B: Backend,
     L: FnOnce() -> Result<(Model<B>, Tokenizer), String>,
 {
     let mut sched = match Scheduler::new(load, &config, shared) {
@@ -148,7 +148,7 @@ impl<B: Backend> Scheduler<B> {
             ChatFormat::Harmony
         } else if tokenizer.chat_template.is_some() {
             match ChatTemplate::from_tokenizer(&tokenizer) {
-                Ok(t) => ChatFormat::Template(t),
+                Ok(t) => ChatFormat::Template(Box::new(t)),
                 Err(e) => return Err((shared, format!("the model's chat template: {e}"))),
             }
         } else {

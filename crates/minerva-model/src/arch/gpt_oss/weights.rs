@@ -15,20 +15,45 @@
 //! * HF / MLX MXFP4 → GGML MXFP4 blocks (a lossless nibble reorder, `hf_mxfp4_to_ggml`), with the HF
 //!   gate/up rows de-interleaved on the way, exactly as llama.cpp's converter does — so all three
 //!   layouts run the same fused MXFP4 kernels and stay 4.25 bits per weight;
-//! * MLX affine → the scales' float type (bf16 here), evaluated as MLX evaluates
-//!   `q·scale + bias` in that type (`bf16(bf16(q·s) + b)`: equal to `mx.dequantize` bit for bit on
-//!   the fixture). This doubles those tensors' size against 8-bit; a fused affine kernel would not.
+//! * MLX affine → dequantized by `minerva_quant::MlxAffine` (`q·scale + bias` in f32) and stored
+//!   in the scales' float type (bf16 here). This doubles those tensors' size against 8-bit; a
+//!   fused affine kernel would not.
+//!
+//! Tensors are named once, in llama.cpp's terms: GGUF files are read through [`TensorSource`],
+//! SafeTensors ones through [`hf_layer_name`] (the experts' layout-specific names aside).
 
 use std::sync::Arc;
 
 use half::{bf16, f16};
 use minerva_core::DType;
-use minerva_gguf::Gguf;
 use minerva_safetensors::{Checkpoint, Encoding};
 
-use super::gpt_oss::{GptOssConfig, GptOssLayer, GptOssWeights};
+use super::{GptOssConfig, GptOssLayer, GptOssWeights};
 use crate::backend::{Backend, ByteSource, WeightSource};
 use crate::error::{ModelError, Result};
+use crate::source::{TensorSource, hf_name};
+
+/// GGUF block-tensor suffix → Hugging Face / MLX module path (the experts aside).
+const HF_LAYER_NAMES: &[(&str, &str)] = &[
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_q.weight", "self_attn.q_proj.weight"),
+    ("attn_q.bias", "self_attn.q_proj.bias"),
+    ("attn_k.weight", "self_attn.k_proj.weight"),
+    ("attn_k.bias", "self_attn.k_proj.bias"),
+    ("attn_v.weight", "self_attn.v_proj.weight"),
+    ("attn_v.bias", "self_attn.v_proj.bias"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("attn_output.bias", "self_attn.o_proj.bias"),
+    ("attn_sinks.weight", "self_attn.sinks"),
+    ("post_attention_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_gate_inp.weight", "mlp.router.weight"),
+    ("ffn_gate_inp.bias", "mlp.router.bias"),
+];
+
+/// The Hugging Face name of the block tensor llama.cpp calls `blk.N.{suffix}`.
+pub(crate) fn hf_layer_name(suffix: &str) -> Option<&'static str> {
+    HF_LAYER_NAMES.iter().find(|(g, _)| *g == suffix).map(|(_, hf)| *hf)
+}
 
 /// An owned buffer (a converted tensor).
 struct OwnedBytes(Vec<u8>);
@@ -135,26 +160,16 @@ fn assemble<W>(
 
 impl<W> GptOssWeights<W> {
     /// Handles for every tensor of a llama.cpp GPT-OSS GGUF, shapes checked against `cfg`.
-    pub fn from_gguf<B, D>(backend: &B, g: &Arc<Gguf<D>>, cfg: &GptOssConfig) -> Result<GptOssWeights<W>>
+    pub fn load<B>(backend: &B, src: &TensorSource, cfg: &GptOssConfig) -> Result<GptOssWeights<W>>
     where
         B: Backend<Weight = W>,
-        D: AsRef<[u8]> + Send + Sync + 'static,
     {
-        let load = |name: &str, expected: &[usize]| -> Result<W> {
-            let info = g.tensor_info(name).map_err(|_| ModelError::MissingTensor { tensor: name.to_string() })?;
-            if info.shape != expected {
-                return Err(shape_error(name, expected, &info.shape));
-            }
-            let file: Arc<dyn ByteSource> = g.clone();
-            let (dtype, shape, range) = (info.dtype, info.shape.clone(), info.range.clone());
-            backend.weight(WeightSource { file, name: name.to_string(), dtype, shape, range })
-        };
         let s = Shapes::new(cfg);
         let layers = assemble(
             cfg,
-            |il, suffix, shape| load(&format!("blk.{il}.{suffix}"), shape),
+            |il, suffix, shape| src.weight(backend, &format!("blk.{il}.{suffix}"), shape),
             |il| {
-                let t = |suffix: &str, shape: &[usize]| load(&format!("blk.{il}.{suffix}"), shape);
+                let t = |suffix: &str, shape: &[usize]| src.weight(backend, &format!("blk.{il}.{suffix}"), shape);
                 Ok([
                     t("ffn_gate_exps.weight", &[s.n_expert, s.ff, s.e])?,
                     t("ffn_gate_exps.bias", &[s.n_expert, s.ff])?,
@@ -166,9 +181,9 @@ impl<W> GptOssWeights<W> {
             },
         )?;
         Ok(GptOssWeights {
-            token_embd: load("token_embd.weight", &[s.vocab, s.e])?,
-            output_norm: load("output_norm.weight", &[s.e])?,
-            output: load("output.weight", &[s.vocab, s.e])?,
+            token_embd: src.weight(backend, "token_embd.weight", &[s.vocab, s.e])?,
+            output_norm: src.weight(backend, "output_norm.weight", &[s.e])?,
+            output: src.weight(backend, "output.weight", &[s.vocab, s.e])?,
             layers,
         })
     }
@@ -181,15 +196,15 @@ impl<W> GptOssWeights<W> {
     {
         let s = Shapes::new(cfg);
         let mlx = ckpt.config().is_some_and(|c| c.get("quantization").is_some());
-        let st = |name: &str, shape: &[usize]| st_weight(backend, ckpt, name, shape);
+        let st = |gguf_name: &str, shape: &[usize]| st_weight(backend, ckpt, &hf_name("gpt-oss", gguf_name), shape);
         let layers = assemble(
             cfg,
-            |il, suffix, shape| st(&format!("model.layers.{il}.{}", hf_layer_name(suffix)), shape),
+            |il, suffix, shape| st(&format!("blk.{il}.{suffix}"), shape),
             |il| {
                 let p = format!("model.layers.{il}.mlp.experts.");
                 // MLX checkpoints (a `quantization` section) use mlx-lm's sanitized names.
                 let down = if mlx { format!("{p}down_proj.weight") } else { format!("{p}down_proj") };
-                let down = st(&down, &[s.n_expert, s.e, s.ff])?;
+                let down = st_weight(backend, ckpt, &down, &[s.n_expert, s.e, s.ff])?;
                 let down_bias = if mlx { format!("{p}down_proj.bias") } else { format!("{p}down_proj_bias") };
                 let down_bias = st_bias(backend, ckpt, &down_bias, &[s.n_expert, s.e])?;
                 if !mlx {
@@ -201,9 +216,9 @@ impl<W> GptOssWeights<W> {
                     // MLX (after mlx-lm's sanitize): separate gate_proj / up_proj.
                     let (shape, bias) = ([s.n_expert, s.ff, s.e], [s.n_expert, s.ff]);
                     Ok([
-                        st(&format!("{p}gate_proj.weight"), &shape)?,
+                        st_weight(backend, ckpt, &format!("{p}gate_proj.weight"), &shape)?,
                         st_bias(backend, ckpt, &format!("{p}gate_proj.bias"), &bias)?,
-                        st(&format!("{p}up_proj.weight"), &shape)?,
+                        st_weight(backend, ckpt, &format!("{p}up_proj.weight"), &shape)?,
                         st_bias(backend, ckpt, &format!("{p}up_proj.bias"), &bias)?,
                         down,
                         down_bias,
@@ -212,31 +227,11 @@ impl<W> GptOssWeights<W> {
             },
         )?;
         Ok(GptOssWeights {
-            token_embd: st("model.embed_tokens.weight", &[s.vocab, s.e])?,
-            output_norm: st("model.norm.weight", &[s.e])?,
-            output: st("lm_head.weight", &[s.vocab, s.e])?,
+            token_embd: st("token_embd.weight", &[s.vocab, s.e])?,
+            output_norm: st("output_norm.weight", &[s.e])?,
+            output: st("output.weight", &[s.vocab, s.e])?,
             layers,
         })
-    }
-}
-
-/// The HF / MLX name of a layer tensor given its GGUF suffix.
-fn hf_layer_name(gguf_suffix: &str) -> &'static str {
-    match gguf_suffix {
-        "attn_norm.weight" => "input_layernorm.weight",
-        "attn_q.weight" => "self_attn.q_proj.weight",
-        "attn_q.bias" => "self_attn.q_proj.bias",
-        "attn_k.weight" => "self_attn.k_proj.weight",
-        "attn_k.bias" => "self_attn.k_proj.bias",
-        "attn_v.weight" => "self_attn.v_proj.weight",
-        "attn_v.bias" => "self_attn.v_proj.bias",
-        "attn_output.weight" => "self_attn.o_proj.weight",
-        "attn_output.bias" => "self_attn.o_proj.bias",
-        "attn_sinks.weight" => "self_attn.sinks",
-        "post_attention_norm.weight" => "post_attention_layernorm.weight",
-        "ffn_gate_inp.weight" => "mlp.router.weight",
-        "ffn_gate_inp.bias" => "mlp.router.bias",
-        other => unreachable!("no HF name for {other}"),
     }
 }
 
@@ -271,19 +266,64 @@ fn st_weight<B: Backend>(backend: &B, ckpt: &Arc<Checkpoint>, name: &str, expect
             owned(backend, name, DType::MXFP4, expected, out)
         }
         Encoding::MlxAffine { weight, scales, biases, bits, group_size } => {
-            let n: usize = expected.iter().product();
-            let (dtype, bytes) = mlx_affine_as_float(
-                name,
-                weight.bytes,
-                scales.bytes,
-                biases.bytes,
-                scales.dtype,
-                bits,
-                group_size as usize,
-                n,
-            )?;
-            owned(backend, name, dtype, expected, bytes)
+            let params = minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
+            let values = mlx_affine_in_scale_dtype(name, &params, weight.bytes, scales.bytes, biases.bytes, expected)?;
+            owned(backend, name, scales.dtype, expected, values)
         }
+    }
+}
+
+/// MLX affine `w = q·scale + bias` evaluated as `mx.dequantize` does, in the scales' float type
+/// with each operation rounded to it (`bf16(bf16(q·s) + b)`; bit for bit on the fixture), as
+/// little-endian bytes of that type. The packed integers are unpacked by
+/// `minerva_quant::MlxAffine` (unit scales, zero biases); its own `q·s + b` is computed in f32,
+/// which differs from MLX's rounded product by up to half a quantization step per weight — enough
+/// to move this random model's logits by 24 %.
+fn mlx_affine_in_scale_dtype(
+    name: &str,
+    params: &minerva_quant::MlxAffine,
+    weight: &[u8],
+    scales: &[u8],
+    biases: &[u8],
+    shape: &[usize],
+) -> Result<Vec<u8>> {
+    let n: usize = shape.iter().product();
+    params.validate()?;
+    let dtype = params.scale_dtype;
+    let groups = n / params.group_size;
+    let unit = float_bytes(dtype, &vec![1.0; groups]);
+    let zero = float_bytes(dtype, &vec![0.0; groups]);
+    if scales.len() != unit.len() || biases.len() != unit.len() {
+        return Err(ModelError::TensorShape {
+            tensor: format!("{name} (scales / biases)"),
+            expected: vec![groups * dtype.block_bytes()],
+            actual: vec![scales.len(), biases.len()],
+        });
+    }
+    let mut q = vec![0.0f32; n];
+    params.dequantize_ref(weight, &unit, &zero, &mut q)?;
+    let (mut s, mut b) = (vec![0.0f32; groups], vec![0.0f32; groups]);
+    minerva_quant::dequantize(dtype, scales, &mut s)?;
+    minerva_quant::dequantize(dtype, biases, &mut b)?;
+    let round = |v: f32| match dtype {
+        DType::BF16 => bf16::from_f32(v).to_f32(),
+        DType::F16 => f16::from_f32(v).to_f32(),
+        _ => v,
+    };
+    let values: Vec<f32> = q
+        .chunks_exact(params.group_size)
+        .zip(s.iter().zip(&b))
+        .flat_map(|(group, (&s, &b))| group.iter().map(move |&q| round(round(q * s) + b)))
+        .collect();
+    Ok(float_bytes(dtype, &values))
+}
+
+/// `values` as little-endian bytes of `dtype` (F16, BF16 or F32, as `MlxAffine` validated).
+fn float_bytes(dtype: DType, values: &[f32]) -> Vec<u8> {
+    match dtype {
+        DType::BF16 => values.iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes()).collect(),
+        DType::F16 => values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect(),
+        _ => f32_bytes(values),
     }
 }
 
@@ -300,10 +340,11 @@ fn plain_f32(ckpt: &Checkpoint, name: &str, expected: &[usize]) -> Result<Vec<f3
         return Err(shape_error(name, expected, lt.shape));
     }
     let Encoding::Plain(view) = lt.encoding else {
-        return Err(ModelError::Request(format!(
-            "tensor {name}: expected a plain float tensor, found {}",
-            lt.encoding.kind()
-        )));
+        return Err(ModelError::TensorEncoding {
+            tensor: name.into(),
+            expected: "a plain float tensor",
+            found: lt.encoding.kind().to_string(),
+        });
     };
     let mut values = vec![0.0; expected.iter().product()];
     minerva_quant::dequantize(view.dtype, view.bytes, &mut values).map_err(|_| ModelError::TensorDType {
@@ -322,10 +363,11 @@ fn hf_gate_up<B: Backend>(backend: &B, ckpt: &Checkpoint, name: &str, s: &Shapes
         return Err(shape_error(name, &expected, lt.shape));
     }
     let Encoding::HfMxfp4 { blocks, scales } = lt.encoding else {
-        return Err(ModelError::Request(format!(
-            "tensor {name}: expected HF MXFP4 blocks/scales, found {}",
-            lt.encoding.kind()
-        )));
+        return Err(ModelError::TensorEncoding {
+            tensor: name.into(),
+            expected: "HF MXFP4 blocks/scales",
+            found: lt.encoding.kind().to_string(),
+        });
     };
     let groups = s.e / 32;
     let (mut gate, mut up) = (Vec::with_capacity(s.n_expert * s.ff * groups * 17), Vec::new());
@@ -359,59 +401,4 @@ fn hf_gate_up_bias<B: Backend>(
         owned(backend, &format!("{name} (gate)"), DType::F32, &shape, f32_bytes(&gate))?,
         owned(backend, &format!("{name} (up)"), DType::F32, &shape, f32_bytes(&up))?,
     ))
-}
-
-/// MLX affine `w = q·scale + bias`, evaluated in the scales' dtype as MLX does (each operation
-/// rounded to it), returned as little-endian values of that dtype.
-#[allow(clippy::too_many_arguments)]
-fn mlx_affine_as_float(
-    name: &str,
-    weight: &[u8],
-    scales: &[u8],
-    biases: &[u8],
-    scale_dtype: DType,
-    bits: u32,
-    group_size: usize,
-    n: usize,
-) -> Result<(DType, Vec<u8>)> {
-    let params = minerva_quant::MlxAffine { bits, group_size, scale_dtype };
-    params.validate()?;
-    let width = scale_dtype.block_bytes();
-    let groups = n / group_size;
-    if !n.is_multiple_of(group_size)
-        || weight.len() * 8 != n * bits as usize
-        || scales.len() != groups * width
-        || biases.len() != scales.len()
-    {
-        return Err(ModelError::Request(format!("tensor {name}: MLX affine components do not match {n} values")));
-    }
-    let read = |bytes: &[u8], g: usize| -> f32 {
-        let b = &bytes[g * width..(g + 1) * width];
-        match scale_dtype {
-            DType::BF16 => bf16::from_le_bytes([b[0], b[1]]).to_f32(),
-            DType::F16 => f16::from_le_bytes([b[0], b[1]]).to_f32(),
-            _ => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-        }
-    };
-    let mut out = Vec::with_capacity(n * width);
-    for i in 0..n {
-        let g = i / group_size;
-        let (scale, bias) = (read(scales, g), read(biases, g));
-        let (start, mask) = (i * bits as usize, (1u32 << bits) - 1);
-        let lo = u32::from(weight[start / 8]);
-        let hi = weight.get(start / 8 + 1).map_or(0, |&b| u32::from(b));
-        let q = (((lo | (hi << 8)) >> (start % 8)) & mask) as f32;
-        match scale_dtype {
-            DType::BF16 => {
-                let v = bf16::from_f32(bf16::from_f32(q * scale).to_f32() + bias);
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            DType::F16 => {
-                let v = f16::from_f32(f16::from_f32(q * scale).to_f32() + bias);
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            _ => out.extend_from_slice(&(q * scale + bias).to_le_bytes()),
-        }
-    }
-    Ok((scale_dtype, out))
 }

@@ -1,4 +1,5 @@
-//! [`Weights`]: the model's tensors as backend handles, still in their stored dtype.
+//! [`Weights`]: the LLaMA family's tensors as backend handles, still in their stored dtype, and
+//! their Hugging Face names.
 
 use std::sync::Arc;
 
@@ -8,6 +9,29 @@ use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::Result;
 use crate::source::TensorSource;
+
+/// GGUF block-tensor suffix → Hugging Face module path (LLaMA, Mistral, Phi-3).
+const HF_LAYER_NAMES: &[(&str, &str)] = &[
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_q.weight", "self_attn.q_proj.weight"),
+    ("attn_k.weight", "self_attn.k_proj.weight"),
+    ("attn_v.weight", "self_attn.v_proj.weight"),
+    ("attn_qkv.weight", "self_attn.qkv_proj.weight"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("ffn_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_gate.weight", "mlp.gate_proj.weight"),
+    ("ffn_up.weight", "mlp.up_proj.weight"),
+    ("ffn_down.weight", "mlp.down_proj.weight"),
+];
+
+/// The Hugging Face name of the block tensor llama.cpp calls `blk.{layer}.{suffix}` in `arch`.
+pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
+    // Phi-3 stores gate and up as one `gate_up_proj`, which llama.cpp names `ffn_up`.
+    if arch == "phi3" && suffix == "ffn_up.weight" {
+        return Some("mlp.gate_up_proj.weight");
+    }
+    HF_LAYER_NAMES.iter().find(|(g, _)| *g == suffix).map(|(_, hf)| *hf)
+}
 
 /// One transformer block's weights (GGUF names `blk.{i}.*`; Hugging Face `model.layers.{i}.*`).
 pub struct LayerWeights<W> {

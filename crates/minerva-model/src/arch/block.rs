@@ -1,0 +1,91 @@
+//! What the graphs share: the pre-norm residual loop and self-attention with RoPE.
+//!
+//! ```text
+//! x = embed(tokens)
+//! for each layer: x += attention(rms_norm(x)); x += ffn(rms_norm(x))
+//! return rms_norm(x)
+//! ```
+
+use crate::backend::{Backend, Batch, Mask};
+use crate::config::Config;
+use crate::error::Result;
+
+/// The weights the residual loop itself reads; the blocks' insides are the closures'.
+pub(crate) struct Stack<'a, W, L> {
+    /// `token_embd.weight`.
+    pub token_embd: &'a W,
+    /// `output_norm.weight`.
+    pub output_norm: &'a W,
+    /// The blocks.
+    pub layers: &'a [L],
+    /// Each block's `(attention norm, feed-forward norm)`.
+    pub norms: fn(&L) -> (&W, &W),
+}
+
+/// Embeds `tokens`, runs every block as `x += attention(norm(x)); x += ffn(norm(x))` and returns
+/// the final normed hidden states (`tokens.len() × n_embd`).
+pub(crate) fn residual_stack<B: Backend, L>(
+    backend: &B,
+    stack: Stack<'_, B::Weight, L>,
+    rms_eps: f32,
+    tokens: &[u32],
+    mut attention: impl FnMut(usize, &L, &B::Tensor) -> Result<B::Tensor>,
+    mut ffn: impl FnMut(&L, &B::Tensor) -> Result<B::Tensor>,
+) -> Result<B::Tensor> {
+    let mut x = backend.embed(stack.token_embd, tokens)?;
+    for (il, layer) in stack.layers.iter().enumerate() {
+        let (attn_norm, ffn_norm) = (stack.norms)(layer);
+        let h = backend.rms_norm(&x, attn_norm, rms_eps)?;
+        let attn = attention(il, layer, &h)?;
+        backend.add(&mut x, &attn)?;
+        let h = backend.rms_norm(&x, ffn_norm, rms_eps)?;
+        let out = ffn(layer, &h)?;
+        backend.add(&mut x, &out)?;
+    }
+    backend.rms_norm(&x, stack.output_norm, rms_eps)
+}
+
+/// A layer's attention projections, each with an optional bias, and optional per-head sinks.
+pub(crate) struct AttentionWeights<'a, W> {
+    pub wq: &'a W,
+    pub wk: &'a W,
+    pub wv: &'a W,
+    pub wo: &'a W,
+    /// `(bq, bk, bv, bo)` (GPT-OSS).
+    pub biases: Option<[&'a W; 4]>,
+    /// One learned logit per query head (GPT-OSS).
+    pub sinks: Option<&'a W>,
+}
+
+/// `o = attention(rope(h·Wq + bq), rope(h·Wk + bk), h·Wv + bv)·Wo + bo`, writing the layer's
+/// keys and values into `cache`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn self_attention<B: Backend>(
+    backend: &B,
+    cfg: &Config,
+    w: &AttentionWeights<'_, B::Weight>,
+    h: &B::Tensor,
+    cache: &mut B::Cache,
+    il: usize,
+    batch: &Batch,
+    mask: Mask,
+) -> Result<B::Tensor> {
+    let linear = |weight: &B::Weight, bias: Option<&B::Weight>, x: &B::Tensor| -> Result<B::Tensor> {
+        let mut y = backend.matmul_q(weight, x)?;
+        if let Some(bias) = bias {
+            backend.add_bias(&mut y, bias)?;
+        }
+        Ok(y)
+    };
+    let bias = |i: usize| w.biases.map(|b| b[i]);
+    let mut q = linear(w.wq, bias(0), h)?;
+    let mut k = linear(w.wk, bias(1), h)?;
+    let v = linear(w.wv, bias(2), h)?;
+    backend.rope(&mut q, cfg.n_head, &batch.positions, &cfg.rope)?;
+    backend.rope(&mut k, cfg.n_head_kv, &batch.positions, &cfg.rope)?;
+    let out = match w.sinks {
+        None => backend.attention(&q, &k, &v, cache, il, batch, mask)?,
+        Some(sinks) => backend.attention_with_sinks(&q, &k, &v, cache, il, batch, mask, sinks)?,
+    };
+    linear(w.wo, bias(3), &out)
+}

@@ -1,0 +1,64 @@
+//! The LLaMA graph (also Mistral: the same blocks, with a sliding attention window; and Phi-3,
+//! whose fused projections are split at load).
+//!
+//! As in Hugging Face's `modeling_llama.py`:
+//! embed → for each layer (RMS norm, attention with RoPE, residual, RMS norm, SwiGLU MLP,
+//! residual) → RMS norm → LM head.
+//!
+//! `config.rs` reads [`Config`] from GGUF or `config.json`; `weights.rs` loads [`Weights`] and
+//! names them for Hugging Face checkpoints.
+
+pub(crate) mod config;
+pub(crate) mod weights;
+
+pub use weights::{LayerWeights, Weights};
+
+use super::block::{self, AttentionWeights, Stack};
+use crate::backend::{Backend, Batch, Mask};
+use crate::config::Config;
+use crate::error::Result;
+
+/// Runs the batch `tokens` (laid out by `batch`) through the model, filling `cache`, and returns
+/// the final normed hidden states (`tokens.len() × n_embd`), which the LM head
+/// ([`Weights::head`]) turns into logits or greedy tokens.
+pub fn forward<B: Backend>(
+    backend: &B,
+    cfg: &Config,
+    weights: &Weights<B::Weight>,
+    cache: &mut B::Cache,
+    tokens: &[u32],
+    batch: &Batch,
+) -> Result<B::Tensor> {
+    let mask = cfg.sliding_window.map_or(Mask::Causal, Mask::SlidingWindow);
+    let stack = Stack {
+        token_embd: &weights.token_embd,
+        output_norm: &weights.output_norm,
+        layers: &weights.layers,
+        norms: |l| (&l.attn_norm, &l.ffn_norm),
+    };
+    block::residual_stack(
+        backend,
+        stack,
+        cfg.rms_eps,
+        tokens,
+        |il, layer, h| {
+            let w = AttentionWeights {
+                wq: &layer.wq,
+                wk: &layer.wk,
+                wv: &layer.wv,
+                wo: &layer.wo,
+                biases: None,
+                sinks: None,
+            };
+            block::self_attention(backend, cfg, &w, h, cache, il, batch, mask)
+        },
+        |layer, h| mlp(backend, layer, h),
+    )
+}
+
+fn mlp<B: Backend>(backend: &B, layer: &LayerWeights<B::Weight>, h: &B::Tensor) -> Result<B::Tensor> {
+    let gate = backend.matmul_q(&layer.w_gate, h)?;
+    let up = backend.matmul_q(&layer.w_up, h)?;
+    let act = backend.swiglu(&gate, &up)?;
+    backend.matmul_q(&layer.w_down, &act)
+}
