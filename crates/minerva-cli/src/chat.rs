@@ -9,13 +9,13 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use minerva_generate::{ChatTemplate, Event, Message, Sampler, SamplingParams, Session};
+use minerva_generate::{Event, GenerateOptions, Message, Sampler, SamplingParams, Session};
 
 use crate::error::CliError;
 use minerva_model::Backend;
 
 use crate::load::{self, Loaded, ModelArgs, ModelTask};
-use crate::run::{GenArgs, stats_line};
+use crate::run::{GenArgs, ReasoningPrinter, chat_prompt, stats_line};
 
 static GENERATING: AtomicBool = AtomicBool::new(false);
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -73,7 +73,11 @@ fn converse<B: Backend>(
 ) -> Result<(), CliError> {
     let gen_err = |source| CliError::Generate { path: loaded.path.clone(), source };
     let tok = &loaded.tokenizer()?;
-    let template = ChatTemplate::from_tokenizer(tok).map_err(gen_err)?;
+    let harmony = minerva_generate::harmony::is_harmony_arch(&loaded.model.config.arch);
+    if !harmony {
+        // Fail before the first turn when the model has no template.
+        minerva_generate::ChatTemplate::from_tokenizer(tok).map_err(gen_err)?;
+    }
     let mut session = Session::new(&loaded.model, tok, sampling.context(&loaded)).map_err(gen_err)?;
     install_ctrl_c()?;
     let interactive = std::io::stdin().is_terminal();
@@ -121,7 +125,7 @@ fn converse<B: Backend>(
             _ => {}
         }
         messages.push(Message::new("user", line));
-        let prompt = template.render(&messages, true, None).and_then(|text| tok.encode(&text, false));
+        let prompt = chat_prompt(tok, &messages, harmony).and_then(|text| tok.encode(&text, false));
         let prompt = match prompt {
             Ok(p) => p,
             Err(e) => {
@@ -131,7 +135,8 @@ fn converse<B: Backend>(
             }
         };
         let sampler = Sampler::new(params.clone()).map_err(gen_err)?;
-        let generation = match session.generate(&prompt, sampling.options(), sampler) {
+        let options = GenerateOptions { harmony, ..sampling.options() };
+        let generation = match session.generate(&prompt, options, sampler) {
             Ok(g) => g,
             Err(e) => {
                 // Typically a conversation longer than the context: say so, keep going.
@@ -144,13 +149,16 @@ fn converse<B: Backend>(
         GENERATING.store(true, Ordering::SeqCst);
         let mut answer = String::new();
         let mut failure = None;
+        let mut reasoning = ReasoningPrinter::new(sampling.hide_reasoning);
         for event in generation {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 eprint!(" [interrupted]");
                 break;
             }
             match event {
+                Ok(Event::Reasoning(t)) => reasoning.print(&t),
                 Ok(Event::Text(t)) => {
+                    reasoning.end();
                     answer.push_str(&t);
                     out.write_all(t.as_bytes()).and_then(|_| out.flush()).map_err(output_err)?;
                 }

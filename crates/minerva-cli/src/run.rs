@@ -2,7 +2,10 @@
 
 use std::io::Write;
 
-use minerva_generate::{ChatTemplate, GenerateOptions, Message, Sampler, SamplingParams, Session, Summary};
+use std::io::IsTerminal;
+
+use minerva_generate::harmony::{self, SystemContent};
+use minerva_generate::{ChatTemplate, Event, GenerateOptions, Message, Sampler, SamplingParams, Session, Summary};
 
 use crate::error::CliError;
 use minerva_model::Backend;
@@ -60,6 +63,9 @@ pub struct GenArgs {
     /// Print a summary (tokens, finish reason, time to first token, tokens/s) to stderr.
     #[arg(long)]
     pub stats: bool,
+    /// GPT-OSS: do not show the reasoning (shown dimmed on stderr otherwise).
+    #[arg(long)]
+    pub hide_reasoning: bool,
 }
 
 fn parse_bias(s: &str) -> Result<(u32, f32), String> {
@@ -96,6 +102,7 @@ impl GenArgs {
             stop: self.stop.clone(),
             truncate_prompt: self.truncate,
             ignore_eos: self.ignore_eos,
+            harmony: false,
         }
     }
 
@@ -168,37 +175,95 @@ fn generate<B: Backend>(
 ) -> Result<(), CliError> {
     let gen_err = |source| CliError::Generate { path: loaded.path.clone(), source };
     let tok = &loaded.tokenizer()?;
+    let harmony = chat && harmony::is_harmony_arch(&loaded.model.config.arch);
     let ids = if chat {
-        let template = ChatTemplate::from_tokenizer(tok).map_err(gen_err)?;
         let mut messages = Vec::new();
         if let Some(system) = system {
             messages.push(Message::new("system", system));
         }
         messages.push(Message::new("user", prompt));
-        let text = template.render(&messages, true, None).map_err(gen_err)?;
+        let text = chat_prompt(tok, &messages, harmony).map_err(gen_err)?;
         // The template writes BOS and the other specials itself.
         tok.encode(&text, false).map_err(gen_err)?
     } else {
         tok.encode(prompt, true).map_err(gen_err)?
     };
     let mut session = Session::new(&loaded.model, tok, sampling.context(&loaded)).map_err(gen_err)?;
-    let mut write_err = None;
-    let summary = session
-        .generate_with(&ids, sampling.options(), sampler, |text| {
-            if write_err.is_none()
-                && let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush())
-            {
-                write_err = Some(e);
-            }
-        })
-        .map_err(gen_err)?;
+    let options = GenerateOptions { harmony, ..sampling.options() };
     let output_err = |source| CliError::Output { path: "<stdout>".into(), source };
-    if let Some(e) = write_err {
-        return Err(output_err(e));
+    let mut reasoning = ReasoningPrinter::new(sampling.hide_reasoning);
+    let mut summary = None;
+    for event in session.generate(&ids, options, sampler).map_err(gen_err)? {
+        match event.map_err(gen_err)? {
+            Event::Text(text) => {
+                reasoning.end();
+                out.write_all(text.as_bytes()).and_then(|_| out.flush()).map_err(output_err)?;
+            }
+            Event::Reasoning(text) => reasoning.print(&text),
+            Event::Done(s) => summary = Some(s),
+        }
     }
+    reasoning.end();
     writeln!(out).map_err(output_err)?;
-    if sampling.stats {
+    if sampling.stats
+        && let Some(summary) = summary
+    {
         eprintln!("{}", stats_line(&summary));
     }
     Ok(())
+}
+
+/// The prompt text of a chat: Harmony for GPT-OSS, else the model's chat template.
+pub fn chat_prompt(
+    tok: &minerva_generate::Tokenizer,
+    messages: &[Message],
+    harmony: bool,
+) -> Result<String, minerva_generate::GenerateError> {
+    if harmony {
+        let today = minerva_generate::template::strftime(
+            "%Y-%m-%d",
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64),
+        );
+        let system = SystemContent { conversation_start_date: Some(today), ..SystemContent::default() };
+        return Ok(harmony::chat_prompt(messages, &system));
+    }
+    ChatTemplate::from_tokenizer(tok)?.render(messages, true, None)
+}
+
+/// Shows a model's reasoning apart from its answer: on stderr, dimmed on a terminal.
+pub struct ReasoningPrinter {
+    hide: bool,
+    dim: bool,
+    open: bool,
+}
+
+impl ReasoningPrinter {
+    /// A printer; `hide` drops the reasoning.
+    pub fn new(hide: bool) -> ReasoningPrinter {
+        ReasoningPrinter { hide, dim: std::io::stderr().is_terminal(), open: false }
+    }
+
+    /// Prints more reasoning.
+    pub fn print(&mut self, text: &str) {
+        if self.hide {
+            return;
+        }
+        let mut err = std::io::stderr().lock();
+        if !self.open && self.dim {
+            let _ = err.write_all(b"\x1b[2m");
+        }
+        self.open = true;
+        let _ = err.write_all(text.as_bytes());
+        let _ = err.flush();
+    }
+
+    /// Ends the reasoning shown so far (before the answer).
+    pub fn end(&mut self) {
+        if self.open {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(if self.dim { b"\x1b[0m\n" } else { b"\n" });
+            let _ = err.flush();
+            self.open = false;
+        }
+    }
 }

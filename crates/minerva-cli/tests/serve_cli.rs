@@ -21,8 +21,12 @@ struct Served {
 
 impl Served {
     fn start(extra: &[&str], env: &[(&str, &str)]) -> Served {
+        Served::start_model(&real_model(), extra, env)
+    }
+
+    fn start_model(model: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_minerva"));
-        cmd.args(["serve", "--port", "0", "-m"]).arg(real_model()).args(extra);
+        cmd.args(["serve", "--port", "0", "-m"]).arg(model).args(extra);
         cmd.env_remove("MINERVA_API_KEY");
         for (k, v) in env {
             cmd.env(k, v);
@@ -163,4 +167,56 @@ fn serve_refuses_bad_flags_and_models_in_one_line() {
     assert_one_line_error(&out, "/nonexistent/model.gguf");
     let out = minerva(&[os("serve"), os("-m"), m, os("--host"), os("256.0.0.1")]);
     assert_one_line_error(&out, "cannot listen on 256.0.0.1");
+}
+
+#[test]
+fn gpt_oss_answers_and_reasoning_agree_between_run_and_serve() {
+    // The tiny random GPT-OSS with its Harmony tokenizer: what `run --chat` prints on stdout (the
+    // answer) and stderr (the reasoning) is what the server returns as content and reasoning.
+    // (Random weights rarely finish a message header, so both may be empty; the routing itself is
+    // tested on scripted tokens in minerva-server's engine tests.)
+    let model = root().join("fixtures/gpt_oss/hf");
+    let prompt = "w20 w21 w22 w23";
+    let run = minerva(&[
+        os("run"),
+        model.as_os_str(),
+        os("--chat"),
+        os("--temperature"),
+        os("0"),
+        os("--max-tokens"),
+        os("48"),
+        os("--f32-activations"),
+        os("--prompt"),
+        os(prompt),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr).to_string();
+    assert!(run.status.success(), "{stderr}");
+    let stdout = String::from_utf8(run.stdout).unwrap();
+    assert!(!stdout.contains("<|") && !stderr.contains("<|"), "Harmony markers leaked: {stdout:?} {stderr:?}");
+    let hidden = minerva(&[
+        os("run"),
+        model.as_os_str(),
+        os("--chat"),
+        os("--temperature"),
+        os("0"),
+        os("--max-tokens"),
+        os("48"),
+        os("--f32-activations"),
+        os("--hide-reasoning"),
+        os("--prompt"),
+        os(prompt),
+    ]);
+    assert_eq!(String::from_utf8(hidden.stdout).unwrap(), stdout);
+    assert!(hidden.stderr.is_empty(), "{}", String::from_utf8_lossy(&hidden.stderr));
+
+    let served = Served::start_model(&model, &["--f32-activations"], &[]);
+    let body =
+        serde_json::json!({"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 48})
+            .to_string();
+    let answer = served.request("POST", "/v1/chat/completions", &[], &body);
+    let json: serde_json::Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let message = &json["choices"][0]["message"];
+    assert_eq!(format!("{}\n", message["content"].as_str().unwrap_or_default()), stdout, "{json}");
+    let reasoning = message["reasoning_content"].as_str().unwrap_or_default();
+    assert_eq!(stderr.trim_end_matches('\n'), reasoning, "{json}");
 }

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use minerva_model::{Backend, LogitsFor, Model, SequenceInput};
 
 use crate::error::{GenerateError, Result};
+use crate::harmony_stream::{HarmonyOutput, HarmonyPiece};
 use crate::sampler::Sampler;
 use crate::tokenizer::{TextStream, Tokenizer};
 
@@ -74,6 +75,9 @@ pub struct Summary {
 pub enum Event {
     /// New text (whole characters; never part of a stop string).
     Text(String),
+    /// New reasoning (Harmony `analysis`, and tool calls written as `[call NAME] ARGS`), apart
+    /// from the answer.
+    Reasoning(String),
     /// The end, with the summary. Always the last event.
     Done(Summary),
 }
@@ -90,11 +94,14 @@ pub struct GenerateOptions {
     pub truncate_prompt: bool,
     /// Keep going past EOS/EOT tokens (for tests and benchmarks).
     pub ignore_eos: bool,
+    /// The completion is Harmony (GPT-OSS): reasoning comes as [`Event::Reasoning`], the answer
+    /// as [`Event::Text`], and `<|end|>` between them does not end generation.
+    pub harmony: bool,
 }
 
 impl Default for GenerateOptions {
     fn default() -> GenerateOptions {
-        GenerateOptions { max_tokens: 256, stop: Vec::new(), truncate_prompt: false, ignore_eos: false }
+        GenerateOptions { max_tokens: 256, stop: Vec::new(), truncate_prompt: false, ignore_eos: false, harmony: false }
     }
 }
 
@@ -171,7 +178,9 @@ impl<'m, B: Backend> Session<'m, B> {
             prompt = kept;
         }
         let stop = StopText::new(options.stop.clone());
+        let harmony = options.harmony.then(HarmonyOutput::new);
         Ok(Generation {
+            harmony,
             session: self,
             options,
             sampler,
@@ -202,6 +211,7 @@ impl<'m, B: Backend> Session<'m, B> {
         for event in self.generate(prompt, options, sampler)? {
             match event? {
                 Event::Text(t) => on_text(&t),
+                Event::Reasoning(_) => {}
                 Event::Done(summary) => return Ok(summary),
             }
         }
@@ -239,6 +249,8 @@ pub struct Generation<'s, 'm, B: Backend> {
     history: Vec<u32>,
     stream: TextStream,
     stop: StopText,
+    /// The Harmony splitter, when the completion is Harmony.
+    harmony: Option<HarmonyOutput>,
     generated: Vec<u32>,
     queue: VecDeque<Event>,
     started: Instant,
@@ -305,13 +317,31 @@ impl<B: Backend> Generation<'_, '_, B> {
             self.first_token = Some(Instant::now());
         }
         let tok = self.session.tokenizer;
-        if !self.options.ignore_eos && tok.is_stop(id) {
+        if !self.options.ignore_eos && tok.ends_generation(id, self.options.harmony) {
             self.finish(FinishReason::Eos);
             return Ok(());
         }
         self.generated.push(id);
         self.history.push(id);
-        if let Some(text) = self.stream.push(tok, id)? {
+        let answer = match &mut self.harmony {
+            None => self.stream.push(tok, id)?.into_iter().collect(),
+            Some(harmony) => {
+                let mut answer = Vec::new();
+                for piece in harmony.push(tok, id)? {
+                    match piece {
+                        HarmonyPiece::Answer(text) => answer.push(text),
+                        HarmonyPiece::Reasoning(text) | HarmonyPiece::ToolArguments { text, .. } => {
+                            self.queue.push_back(Event::Reasoning(text))
+                        }
+                        HarmonyPiece::ToolCall { name, .. } => {
+                            self.queue.push_back(Event::Reasoning(format!("\n[call {name}] ")))
+                        }
+                    }
+                }
+                answer
+            }
+        };
+        for text in answer {
             let (ready, hit) = self.stop.push(&text);
             if !ready.is_empty() {
                 self.queue.push_back(Event::Text(ready));

@@ -175,6 +175,32 @@ pub fn developer_content(instructions: &str) -> String {
     format!("# Instructions\n\n{instructions}")
 }
 
+/// Whether a model of architecture `arch` (`general.architecture` or `model_type`) chats in
+/// Harmony.
+pub fn is_harmony_arch(arch: &str) -> bool {
+    matches!(arch, "gpt-oss" | "gpt_oss")
+}
+
+/// The Harmony prompt of a plain chat (`minerva run --chat`, `minerva chat`): `system` and
+/// `developer` messages become the developer instructions, `user` messages the user's, and
+/// `assistant` messages earlier answers (`final`); it ends in `<|start|>assistant`.
+pub fn chat_prompt(messages: &[crate::Message], system: &SystemContent) -> String {
+    let instructions: Vec<&str> =
+        messages.iter().filter(|m| m.role == "system" || m.role == "developer").map(|m| m.content.as_str()).collect();
+    let mut out = vec![Message::system(system)];
+    if !instructions.is_empty() {
+        out.push(Message::developer(&instructions.join("\n\n")));
+    }
+    for m in messages {
+        match m.role.as_str() {
+            "system" | "developer" => {}
+            "assistant" => out.push(Message::new(Role::Assistant, m.content.clone()).with_channel("final")),
+            other => out.push(Message::new(Role::from_header_name(other), m.content.clone())),
+        }
+    }
+    render_conversation_for_completion(&out, &Role::Assistant)
+}
+
 /// A function the model may call, as an OpenAI `tools` entry describes it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FunctionDefinition {

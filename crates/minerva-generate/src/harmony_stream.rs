@@ -12,7 +12,9 @@
 //!                          └─<|return|> / <|call|>─► done
 //! ```
 
+use crate::error::Result;
 use crate::harmony::{CALL, CHANNEL, END, MESSAGE, Message, RETURN, Role, START, parse_header};
+use crate::tokenizer::{TextStream, Tokenizer};
 
 /// What a piece of a Harmony completion turned out to be.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,6 +113,100 @@ impl HarmonyStream {
                 vec![HarmonyEvent::Start(message), HarmonyEvent::Text(piece.to_string())]
             }
         }
+    }
+}
+
+/// A piece of a Harmony completion, by where it belongs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HarmonyPiece {
+    /// Text of the answer (`final`, or `commentary` addressed to the user).
+    Answer(String),
+    /// Reasoning (`analysis`).
+    Reasoning(String),
+    /// A tool call starts: `functions.{name}`, the choice's call number `index`.
+    ToolCall {
+        /// Which call of the completion (0, 1, …).
+        index: usize,
+        /// The function's name (without `functions.`).
+        name: String,
+    },
+    /// More JSON arguments of call `index`.
+    ToolArguments {
+        /// Which call.
+        index: usize,
+        /// The text.
+        text: String,
+    },
+}
+
+/// Token ids → [`HarmonyPiece`]s: the detokenizer, the [`HarmonyStream`] and the routing of each
+/// message by its channel and recipient, as the generator and the server both need them.
+#[derive(Clone, Debug, Default)]
+pub struct HarmonyOutput {
+    text: TextStream,
+    stream: HarmonyStream,
+    route: Option<Route>,
+    tool_calls: usize,
+    called: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    Answer,
+    Reasoning,
+    Tool,
+}
+
+impl HarmonyOutput {
+    /// An empty output (the prompt ended in `<|start|>assistant`).
+    pub fn new() -> HarmonyOutput {
+        HarmonyOutput::default()
+    }
+
+    /// Adds token `id`; returns what it adds.
+    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<Vec<HarmonyPiece>> {
+        let events = if tok.is_special(id) {
+            self.stream.special(&tok.id_to_token(id).unwrap_or_default())
+        } else {
+            match self.text.push(tok, id)? {
+                Some(text) => self.stream.text(&text),
+                None => Vec::new(),
+            }
+        };
+        let mut out = Vec::new();
+        for event in events {
+            match event {
+                HarmonyEvent::Start(m) => {
+                    let tool = m.recipient.as_deref().and_then(|r| r.strip_prefix("functions."));
+                    self.route = Some(match (tool, m.channel.as_deref()) {
+                        (Some(name), _) => {
+                            out.push(HarmonyPiece::ToolCall { index: self.tool_calls, name: name.to_string() });
+                            self.tool_calls += 1;
+                            Route::Tool
+                        }
+                        (None, Some("analysis")) => Route::Reasoning,
+                        _ => Route::Answer,
+                    });
+                }
+                HarmonyEvent::Text(text) => out.push(match self.route {
+                    Some(Route::Reasoning) => HarmonyPiece::Reasoning(text),
+                    Some(Route::Tool) => HarmonyPiece::ToolArguments { index: self.tool_calls - 1, text },
+                    _ => HarmonyPiece::Answer(text),
+                }),
+                HarmonyEvent::End { call } => self.called |= call,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether a message ended with `<|call|>`: the completion is a tool call.
+    pub fn ended_in_call(&self) -> bool {
+        self.called
+    }
+
+    /// Tool calls started so far.
+    pub fn tool_calls(&self) -> usize {
+        self.tool_calls
     }
 }
 

@@ -22,6 +22,7 @@
 //! for event in session.generate(&ids, GenerateOptions::default(), sampler)? {
 //!     match event? {
 //!         Event::Text(piece) => print!("{piece}"),
+//!         Event::Reasoning(thought) => eprint!("{thought}"),
 //!         Event::Done(summary) => eprintln!("\n{} tokens, {:.1} tok/s", summary.completion_tokens, summary.decode_tokens_per_s),
 //!     }
 //! }
@@ -39,7 +40,7 @@ pub mod tokenizer;
 
 pub use error::{GenerateError, Result};
 pub use generator::{Event, FinishReason, GenerateOptions, Generation, Session, StopText, Summary};
-pub use harmony_stream::{HarmonyEvent, HarmonyStream};
+pub use harmony_stream::{HarmonyEvent, HarmonyOutput, HarmonyPiece, HarmonyStream};
 pub use rng::Rng;
 pub use sampler::{Sampler, SamplingParams};
 pub use template::{ChatTemplate, Message};

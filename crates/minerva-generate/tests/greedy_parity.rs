@@ -112,6 +112,7 @@ fn seeded_sampling_is_reproducible_and_streams_text() {
         for event in session.generate(&prompt, options, Sampler::new(params).unwrap()).unwrap() {
             match event.unwrap() {
                 Event::Text(t) => text.push_str(&t),
+                Event::Reasoning(r) => panic!("reasoning {r:?} from a model that does not speak Harmony"),
                 Event::Done(s) => summary = Some(s),
             }
         }

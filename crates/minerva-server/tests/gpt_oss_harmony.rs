@@ -1,4 +1,4 @@
-//! The server on the tiny random GPT-OSS (fixtures/gpt_oss/hf) with a tokenizer holding Harmony's
+//! The server on the tiny random GPT-OSS (fixtures/gpt_oss/hf) with its tokenizer of Harmony's
 //! special tokens: chat requests go through Harmony on both backends, the wgpu one on lavapipe,
 //! and greedy answers agree between them.
 
@@ -12,34 +12,10 @@ use minerva_model::{Backend, CpuBackend, Model};
 use minerva_wgpu::{WgpuBackend, WgpuOptions};
 use serde_json::{Value, json};
 
-/// The tiny GPT-OSS checkpoint plus a 320-token word-level tokenizer: Harmony's specials, the
-/// header words, then filler words.
-fn checkpoint() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let fixture = common::root().join("fixtures/gpt_oss/hf");
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(fixture.join(f), dir.path().join(f)).unwrap();
-    }
-    let specials = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>", "<|constrain|>"];
-    let words = ["analysis", "final", "commentary", "assistant", "user", "system", "developer", "<unk>"];
-    let mut tokens: Vec<String> = specials.iter().chain(&words).map(|s| s.to_string()).collect();
-    while tokens.len() < 320 {
-        tokens.push(format!(" w{}", tokens.len()));
-    }
-    let vocab: serde_json::Map<String, Value> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i.into())).collect();
-    let added: Vec<Value> = specials
-        .iter()
-        .enumerate()
-        .map(|(i, t)| json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
-        .collect();
-    let tokenizer = json!({
-        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
-        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": {"type": "Fuse"},
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
-    });
-    std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
-    std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"eos_token": "<|return|>"}"#).unwrap();
-    dir
+/// The tiny GPT-OSS checkpoint with its 320-token Harmony tokenizer
+/// (`fixtures/gpt_oss/make_harmony_tokenizer.py`).
+fn checkpoint() -> std::path::PathBuf {
+    common::root().join("fixtures/gpt_oss/hf")
 }
 
 fn loader<B: Backend + 'static>(
@@ -91,8 +67,8 @@ async fn answer<B: Backend + 'static>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpt_oss_serves_through_harmony_on_cpu_and_wgpu_alike() {
     let dir = checkpoint();
-    let cpu = answer(loader(dir.path(), || CpuBackend::new(Some(2)).unwrap().with_f32_activations(true))).await;
-    let gpu = answer(loader(dir.path(), || WgpuBackend::new(WgpuOptions::default()).unwrap())).await;
+    let cpu = answer(loader(&dir, || CpuBackend::new(Some(2)).unwrap().with_f32_activations(true))).await;
+    let gpu = answer(loader(&dir, || WgpuBackend::new(WgpuOptions::default()).unwrap())).await;
     assert_eq!(cpu["choices"][0]["message"], gpu["choices"][0]["message"]);
     assert_eq!(cpu["usage"], gpu["usage"]);
     assert!(cpu["usage"]["completion_tokens"].as_u64().unwrap() > 0, "{cpu}");

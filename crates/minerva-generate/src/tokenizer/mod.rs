@@ -247,6 +247,20 @@ impl Tokenizer {
         self.stop_ids.contains(&id)
     }
 
+    /// Whether `id` ends a completion, in Harmony (`harmony`) or not. In Harmony `<|return|>`
+    /// and `<|call|>` do, but `<|end|>` only closes a message (the reasoning before the answer),
+    /// though it is an end-of-turn token elsewhere (Phi-3).
+    pub fn ends_generation(&self, id: u32, harmony: bool) -> bool {
+        if !harmony {
+            return self.is_stop(id);
+        }
+        match self.is_special(id).then(|| self.id_to_token(id)).flatten().as_deref() {
+            Some("<|return|>" | "<|call|>") => true,
+            Some("<|end|>") => false,
+            _ => self.is_stop(id),
+        }
+    }
+
     /// The text of the BOS / EOS tokens (for chat templates).
     pub fn bos_text(&self) -> String {
         self.bos.and_then(|b| self.id_to_token(b)).unwrap_or_default()

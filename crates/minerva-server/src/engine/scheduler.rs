@@ -12,7 +12,7 @@ use minerva_generate::{ChatTemplate, Sampler, Tokenizer};
 use minerva_model::{Backend, LogitsFor, Model, SequenceInput};
 use tokio::sync::mpsc as tokio_mpsc;
 
-use super::sequence::{Delta, Finish, Output, Sequence, ends_choice, logprobs};
+use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
 use super::{ChatFormat, EngineConfig, ModelInfo, SeqEvent, Submission};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -416,7 +416,7 @@ fn sample_one(
     if let (Some(top), Some(raw)) = (top, raw) {
         delta.logprobs.push(logprobs(tok, &raw, id, top));
     }
-    if ends_choice(tok, id, seq.output.is_harmony()) {
+    if tok.ends_generation(id, seq.output.is_harmony()) {
         // Harmony's `<|call|>` / `<|return|>` also close a message.
         let ended = seq.output.push(tok, id, delta)?;
         let reason =

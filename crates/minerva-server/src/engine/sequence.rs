@@ -3,8 +3,7 @@
 
 use std::time::Instant;
 
-use minerva_generate::harmony::Message;
-use minerva_generate::{HarmonyEvent, HarmonyStream, Sampler, StopText, TextStream, Tokenizer};
+use minerva_generate::{HarmonyOutput, HarmonyPiece, Sampler, StopText, TextStream, Tokenizer};
 
 use crate::error::ApiError;
 
@@ -81,92 +80,55 @@ impl Delta {
     }
 }
 
-/// Where the current Harmony message's text goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Route {
-    Content,
-    Reasoning,
-    Tool,
-}
-
 /// Output state of one choice.
 pub(super) struct Output {
     stream: TextStream,
     stop: StopText,
-    harmony: Option<(HarmonyStream, Route)>,
-    tool_calls: usize,
+    harmony: Option<HarmonyOutput>,
 }
 
 impl Output {
     pub(super) fn new(stop: Vec<String>, harmony: bool) -> Output {
-        Output {
-            stream: TextStream::new(),
-            stop: StopText::new(stop),
-            harmony: harmony.then(|| (HarmonyStream::new(), Route::Content)),
-            tool_calls: 0,
-        }
+        Output { stream: TextStream::new(), stop: StopText::new(stop), harmony: harmony.then(HarmonyOutput::new) }
+    }
+
+    /// Adds answer text through the stop strings; `Some(Stop)` when one ended the choice.
+    fn answer(&mut self, text: &str, delta: &mut Delta) -> Option<Finish> {
+        let (ready, hit) = self.stop.push(text);
+        delta.content.push_str(&ready);
+        hit.then_some(Finish::Stop)
     }
 
     /// Adds token `id` to `delta`; returns `Some(finish)` when a stop string or a Harmony tool
     /// call (`<|call|>`) ended the choice.
     pub(super) fn push(&mut self, tok: &Tokenizer, id: u32, delta: &mut Delta) -> Result<Option<Finish>, ApiError> {
         let err = |e: minerva_generate::GenerateError| ApiError::internal(format!("detokenizing: {e}"));
-        let Some((harmony, route)) = &mut self.harmony else {
-            if let Some(text) = self.stream.push(tok, id).map_err(err)? {
-                let (ready, hit) = self.stop.push(&text);
-                delta.content.push_str(&ready);
-                if hit {
-                    return Ok(Some(Finish::Stop));
-                }
-            }
-            return Ok(None);
+        let Some(harmony) = &mut self.harmony else {
+            return Ok(match self.stream.push(tok, id).map_err(err)? {
+                Some(text) => self.answer(&text, delta),
+                None => None,
+            });
         };
-        let events = if tok.is_special(id) {
-            harmony.special(&tok.id_to_token(id).unwrap_or_default())
-        } else {
-            match self.stream.push(tok, id).map_err(err)? {
-                Some(text) => harmony.text(&text),
-                None => Vec::new(),
-            }
-        };
-        for event in events {
-            match event {
-                HarmonyEvent::Start(message) => {
-                    *route = route_of(&message);
-                    if *route == Route::Tool {
-                        let name = message.recipient.as_deref().unwrap_or_default();
-                        let name = name.strip_prefix("functions.").unwrap_or(name).to_string();
-                        delta.tool_calls.push(ToolDelta {
-                            index: self.tool_calls,
-                            name: Some(name),
-                            arguments: String::new(),
-                        });
-                        self.tool_calls += 1;
+        let pieces = harmony.push(tok, id).map_err(err)?;
+        let called = harmony.ended_in_call();
+        for piece in pieces {
+            match piece {
+                HarmonyPiece::Answer(text) => {
+                    if let Some(finish) = self.answer(&text, delta) {
+                        return Ok(Some(finish));
                     }
                 }
-                HarmonyEvent::Text(text) => match route {
-                    Route::Reasoning => delta.reasoning.push_str(&text),
-                    Route::Tool => match delta.tool_calls.last_mut() {
-                        Some(call) if call.index + 1 == self.tool_calls => call.arguments.push_str(&text),
-                        _ => delta.tool_calls.push(ToolDelta {
-                            index: self.tool_calls.saturating_sub(1),
-                            name: None,
-                            arguments: text,
-                        }),
-                    },
-                    Route::Content => {
-                        let (ready, hit) = self.stop.push(&text);
-                        delta.content.push_str(&ready);
-                        if hit {
-                            return Ok(Some(Finish::Stop));
-                        }
-                    }
+                HarmonyPiece::Reasoning(text) => delta.reasoning.push_str(&text),
+                HarmonyPiece::ToolCall { index, name } => {
+                    delta.tool_calls.push(ToolDelta { index, name: Some(name), arguments: String::new() })
+                }
+                HarmonyPiece::ToolArguments { index, text } => match delta.tool_calls.last_mut() {
+                    Some(call) if call.index == index => call.arguments.push_str(&text),
+                    _ => delta.tool_calls.push(ToolDelta { index, name: None, arguments: text }),
                 },
-                HarmonyEvent::End { call: true } => return Ok(Some(Finish::ToolCalls)),
-                HarmonyEvent::End { call: false } => {}
             }
         }
-        Ok(None)
+        Ok(called.then_some(Finish::ToolCalls))
     }
 
     /// Text held back as a possible stop-string prefix, released at the end.
@@ -181,15 +143,7 @@ impl Output {
 
     /// Whether the choice called a tool.
     pub(super) fn called_tool(&self) -> bool {
-        self.tool_calls > 0
-    }
-}
-
-fn route_of(message: &Message) -> Route {
-    match (message.channel.as_deref(), message.recipient.as_deref()) {
-        (_, Some(r)) if r.starts_with("functions.") => Route::Tool,
-        (Some("analysis"), _) => Route::Reasoning,
-        _ => Route::Content,
+        self.harmony.as_ref().is_some_and(|h| h.tool_calls() > 0)
     }
 }
 
@@ -225,19 +179,6 @@ impl Sequence {
     /// Whether the whole prompt has been run.
     pub(super) fn prefilled(&self) -> bool {
         self.fed >= self.prompt_len
-    }
-}
-
-/// Whether `id` ends a choice. In Harmony, `<|return|>` and `<|call|>` do, but `<|end|>` only
-/// ends a message (the reasoning, before the answer), though tokenizers list it as end-of-turn.
-pub(super) fn ends_choice(tok: &Tokenizer, id: u32, harmony: bool) -> bool {
-    if !harmony {
-        return tok.is_stop(id);
-    }
-    match tok.is_special(id).then(|| tok.id_to_token(id)).flatten().as_deref() {
-        Some("<|return|>" | "<|call|>") => true,
-        Some("<|end|>") => false,
-        _ => tok.is_stop(id),
     }
 }
 
@@ -355,8 +296,8 @@ pub(crate) mod tests {
         assert_eq!((d.reasoning.as_str(), d.content.as_str(), finish), ("Thinking", "Hello world", None));
         // `<|end|>` is an end-of-turn token for other models, not for Harmony; `<|return|>` is.
         let [end, ret] = [ids(&tok, &["<|end|>"])[0], ids(&tok, &["<|return|>"])[0]];
-        assert!(tok.is_stop(end) && !ends_choice(&tok, end, true) && ends_choice(&tok, end, false));
-        assert!(ends_choice(&tok, ret, true));
+        assert!(tok.is_stop(end) && !tok.ends_generation(end, true) && tok.ends_generation(end, false));
+        assert!(tok.ends_generation(ret, true));
     }
 
     #[test]
