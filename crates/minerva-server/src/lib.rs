@@ -9,30 +9,7 @@
 //!                            one forward step over every running sequence at a time
 //! ```
 //!
-//! ```no_run
-//! use std::sync::Arc;
-//! use minerva_generate::Tokenizer;
-//! use minerva_model::{CpuBackend, Model};
-//! use minerva_server::{EngineConfig, EngineHandle, Metrics, ServerConfig};
-//!
-//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
-//! let path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-//! let metrics = Arc::new(Metrics::new());
-//! let engine = EngineHandle::spawn(
-//!     move || {
-//!         let tokenizer = Tokenizer::from_gguf(&minerva_gguf::Gguf::open(path).map_err(|e| e.to_string())?)
-//!             .map_err(|e| e.to_string())?;
-//!         let model = Model::load(path, CpuBackend::new(None).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-//!         Ok((model, tokenizer))
-//!     },
-//!     EngineConfig { parallel: 4, ctx_size: Some(2048), batch_tokens: 512, max_queue: 64, kv_budget_bytes: 1 << 30 },
-//!     metrics.clone(),
-//! );
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-//! let config = ServerConfig { model_name: "smollm2".into(), ..ServerConfig::default() };
-//! minerva_server::serve(listener, engine, metrics, config, std::future::pending()).await?;
-//! # Ok(()) }
-//! ```
+//! The README's example starts a server on SmolLM2.
 
 pub mod api;
 pub mod engine;
@@ -40,6 +17,11 @@ pub mod error;
 mod http;
 pub mod metrics;
 pub mod prompt;
+
+/// The README's example, compiled as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 use std::future::Future;
 use std::sync::Arc;
