@@ -5,7 +5,7 @@ tokens/s at each thread count, as a markdown table with the ratios.
     benches/llama_cpp/compare.py --llama-bench PATH [--model GGUF] [-p 512] [-n 128] [-r 5]
                                  [--threads 1,2] [--minerva target/release/minerva]
 
-`llama-bench` comes from `benches/llama_cpp/build_llama_bench.sh`; `minerva` from
+`llama-bench` comes from `benches/llama_cpp/build_llama_cpp.sh`; `minerva` from
 `cargo build --release -p minerva-cli`. The two programs alternate per thread count (ours, theirs,
 ours, theirs) so that load from elsewhere hits both alike; each figure is the median of `-r`
 repetitions (llama-bench's `samples_ts`, `minerva bench`'s runs). The load average before and after
