@@ -79,17 +79,19 @@ impl Backend for PanickyBackend {
     }
 }
 
+/// SmolLM2 on the [`PanickyBackend`].
+fn panicky_smollm2() -> Result<(Model<PanickyBackend>, Tokenizer), String> {
+    let path = common::real_model();
+    let gguf = minerva_gguf::Gguf::open(&path).map_err(|e| e.to_string())?;
+    let tokenizer = Tokenizer::from_gguf(&gguf).map_err(|e| e.to_string())?;
+    let backend = PanickyBackend(CpuBackend::new(Some(2)).map_err(|e| e.to_string())?);
+    let model = Model::from_gguf(Arc::new(gguf), backend).map_err(|e| e.to_string())?;
+    Ok((model, tokenizer))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_step_is_a_500_and_the_server_goes_on() {
-    let load = || {
-        let path = common::real_model();
-        let gguf = minerva_gguf::Gguf::open(&path).map_err(|e| e.to_string())?;
-        let tokenizer = Tokenizer::from_gguf(&gguf).map_err(|e| e.to_string())?;
-        let backend = PanickyBackend(CpuBackend::new(Some(2)).map_err(|e| e.to_string())?);
-        let model = Model::from_gguf(Arc::new(gguf), backend).map_err(|e| e.to_string())?;
-        Ok((model, tokenizer))
-    };
-    let server = start_with(load, common::engine_config(2), common::quiet()).await;
+    let server = start_with(panicky_smollm2, common::engine_config(2), common::quiet()).await;
     let (status, _, e) =
         post(&server.url, "/v1/completions", &json!({"prompt": [1, POISON, 2], "max_tokens": 3})).await;
     assert_eq!(status, 500, "{e}");
@@ -98,4 +100,14 @@ async fn a_panicking_step_is_a_500_and_the_server_goes_on() {
     let (status, _, ok) = post(&server.url, "/v1/completions", &json!({"prompt": "Hello", "max_tokens": 3})).await;
     assert_eq!(status, 200, "{ok}");
     assert_eq!(ok["usage"]["completion_tokens"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_after_the_stream_started_is_an_error_event_then_done() {
+    let server = start_with(panicky_smollm2, common::engine_config(2), common::quiet()).await;
+    let body = json!({"prompt": [1, POISON, 2], "max_tokens": 3, "stream": true});
+    let events = common::post_stream(&server.url, "/v1/completions", &body).await;
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{events:?}");
+    let error: serde_json::Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(error["error"]["type"], "server_error", "{events:?}");
 }
