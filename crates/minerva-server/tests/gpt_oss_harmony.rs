@@ -61,6 +61,28 @@ async fn answer<B: Backend + 'static>(
     for text in [&message["content"], &message["reasoning_content"]] {
         assert!(!text.as_str().unwrap_or_default().contains("<|"), "Harmony markers leaked: {r}");
     }
+    // Two greedy choices: the second continues from a copy of the first's cache slot, so its
+    // tokens and their log-probabilities are the first's.
+    let mut two = request(false);
+    two["n"] = json!(2);
+    two["logprobs"] = json!(true);
+    let (status, _, both) = post(&server.url, "/v1/chat/completions", &two).await;
+    assert_eq!(status, 200, "{both}");
+    let lp = |i: usize| -> Vec<(String, f64)> {
+        both["choices"][i]["logprobs"]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["token"].as_str().unwrap().to_string(), t["logprob"].as_f64().unwrap()))
+            .collect()
+    };
+    let (first, second) = (lp(0), lp(1));
+    assert_eq!(first.len(), second.len(), "{both}");
+    assert!(!first.is_empty());
+    for (a, b) in first.iter().zip(&second) {
+        assert_eq!(a.0, b.0, "{both}");
+        assert!((a.1 - b.1).abs() < 1e-4, "{both}");
+    }
     r
 }
 

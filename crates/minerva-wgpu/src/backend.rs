@@ -363,13 +363,54 @@ impl Backend for WgpuBackend {
             self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
                 size: bytes.max(4),
-                usage: wgpu::BufferUsages::STORAGE,
+                // Copies: one slot's prefix into another (`copy_slot`).
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             })
         };
         let k = (0..shape.n_layer).map(|_| make("k cache")).collect();
         let v = (0..shape.n_layer).map(|_| make("v cache")).collect();
         Ok(WgpuCache { shape, k, v })
+    }
+
+    fn copy_slot(&self, cache: &mut WgpuCache, from: usize, to: usize, positions: usize) -> Result<()> {
+        let s = cache.shape;
+        if from >= s.slots || to >= s.slots || positions > s.capacity {
+            return Err(ModelError::BadOperands {
+                op: "copy_slot",
+                message: format!(
+                    "slots {from} → {to} and {positions} positions do not fit a cache of {} slots × {}",
+                    s.slots, s.capacity
+                ),
+            });
+        }
+        if from == to || positions == 0 {
+            return Ok(());
+        }
+        // WebGPU copies never read and write one buffer: go through a scratch buffer holding
+        // one slot's heads, `[kv_head][pos][head_dim]`.
+        let row = (positions * s.head_dim * 4) as u64;
+        let head_stride = (s.capacity * s.head_dim * 4) as u64;
+        let slot_stride = head_stride * s.n_head_kv as u64;
+        let scratch = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("copy_slot scratch"),
+            size: row * s.n_head_kv as u64,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.gpu.record(|encoder| {
+            for buffer in cache.k.iter().chain(&cache.v) {
+                for head in 0..s.n_head_kv as u64 {
+                    let src = from as u64 * slot_stride + head * head_stride;
+                    encoder.copy_buffer_to_buffer(buffer, src, &scratch, head * row, row);
+                }
+                for head in 0..s.n_head_kv as u64 {
+                    let dst = to as u64 * slot_stride + head * head_stride;
+                    encoder.copy_buffer_to_buffer(&scratch, head * row, buffer, dst, row);
+                }
+            }
+        });
+        Ok(())
     }
 
     fn embed(&self, table: &WgpuWeight, tokens: &[u32]) -> Result<WgpuTensor> {
