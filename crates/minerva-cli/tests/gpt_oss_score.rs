@@ -7,6 +7,9 @@ mod common;
 
 use common::{Npy, assert_one_line_error, minerva, os, root};
 
+/// Largest relative perplexity difference from the reference, any layout.
+const GPT_OSS_SCORE_VS_REFERENCE: f64 = 0.016;
+
 /// The first reference sequence (21 tokens) and the reference logits of its positions.
 fn reference(layout: &str) -> (Vec<u32>, Vec<f32>) {
     let dir = root().join("fixtures/gpt_oss");
@@ -48,14 +51,15 @@ fn score_runs_the_tiny_gpt_oss_in_every_layout() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{layout}: {}", String::from_utf8_lossy(&out.stderr));
         let ppl: f64 = stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap();
-        // The CLI's default fast path (Q8_0 activations for the quantized matmuls): measured
-        // within 2 % of the reference perplexity on this sequence.
-        assert!((ppl / ref_ppl - 1.0).abs() < 0.05, "{layout}: perplexity {ppl} vs reference {ref_ppl}");
+        // The CLI's default path: i16 activations into the attention / router / head matmuls, Q8_0
+        // into the MXFP4 experts (bound and measured figures: docs/model.md, "Tolerances").
+        let off = (ppl / ref_ppl - 1.0).abs();
+        assert!(off < GPT_OSS_SCORE_VS_REFERENCE, "{layout}: perplexity {ppl} vs reference {ref_ppl}");
         let logits = Npy::read(&npy);
         assert_eq!(logits.shape, [tokens.len() - 1, 320], "{layout}");
         let got = perplexity(&tokens, &[logits.values(), vec![0.0; 320]].concat());
         assert!((got / ppl - 1.0).abs() < 1e-4, "{layout}: the written logits give perplexity {got}, printed {ppl}");
-        eprintln!("{layout}: minerva score perplexity {ppl:.4}, reference {ref_ppl:.4}");
+        eprintln!("{layout}: minerva score perplexity {ppl:.4}, reference {ref_ppl:.4}: {:.3} %", off * 100.0);
     }
 }
 

@@ -7,6 +7,9 @@ use std::process::Output;
 
 use common::{Npy, assert_one_line_error, minerva, real_model, root};
 
+/// Largest relative perplexity difference from transformers on the reference prompt.
+const SCORE_VS_REFERENCE: f64 = 3e-4;
+
 /// The reference's longest prompt (76 tokens) and its perplexity.
 fn reference_prompt() -> (String, f64) {
     let json: serde_json::Value =
@@ -37,9 +40,10 @@ fn score_matches_the_reference_and_writes_logits() {
         npy.as_os_str(),
     ]);
     let ppl = perplexity(&out);
-    // i16-quantized activations: within 0.03 % of the reference on every prompt (see minerva-model's
-    // reference test).
-    assert!((ppl / ref_ppl - 1.0).abs() < 0.01, "{ppl} vs {ref_ppl}");
+    // The default path's i16 activations (bound and measured figure: docs/model.md, "Tolerances").
+    let off = (ppl / ref_ppl - 1.0).abs();
+    eprintln!("score: perplexity {ppl:.6} vs reference {ref_ppl:.6}: {:.4} %", off * 100.0);
+    assert!(off < SCORE_VS_REFERENCE, "{ppl} vs {ref_ppl}");
     let logits = Npy::read(&npy);
     assert_eq!(logits.shape, [75, 49152]);
     assert_eq!(logits.data.len(), 75 * 49152 * 4);

@@ -6,6 +6,9 @@ use std::process::Output;
 
 use common::{assert_one_line_error, minerva, os, real_model};
 
+/// Largest relative perplexity difference between `--device wgpu` and the CPU.
+const WGPU_VS_CPU: f64 = 1e-4;
+
 fn perplexity(out: &Output) -> f64 {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
@@ -21,9 +24,11 @@ fn score_on_wgpu_agrees_with_cpu() {
         perplexity(&minerva(&[os("score"), model.as_os_str(), os("--tokens"), os(tokens), os("--device"), os(device)]))
     };
     let (cpu, gpu) = (run("cpu"), run("wgpu"));
-    // The CPU backend quantizes activations to Q8_0, the GPU keeps them in f32: on the reference
-    // prompt that moves the CPU's perplexity by +1.5 % (see score_cli.rs); allow 3 %.
-    assert!((gpu / cpu - 1.0).abs() < 0.03, "wgpu perplexity {gpu} vs cpu {cpu}");
+    // The CPU quantizes activations to i16 per 32 values, the GPU keeps them in f32 (bound and
+    // measured figure: docs/model.md, "Tolerances").
+    let off = (gpu / cpu - 1.0).abs();
+    eprintln!("wgpu perplexity {gpu:.6} vs cpu {cpu:.6}: {:.4} %", off * 100.0);
+    assert!(off < WGPU_VS_CPU, "wgpu perplexity {gpu} vs cpu {cpu}");
 }
 
 #[test]

@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use minerva_generate::{Event, FinishReason, GenerateOptions, Sampler, SamplingParams, Session, Tokenizer};
 use minerva_model::{CpuBackend, Model};
 
+/// Default path: fewest greedy tokens (of 6 × 32) in the prefixes equal to transformers'.
+const GREEDY_PREFIX_TOTAL: usize = 192;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -77,9 +80,9 @@ fn greedy_matches_transformers_with_f32_activations() {
 
 #[test]
 fn default_fast_path_agreement_is_reported() {
-    // The default path quantizes activations to Q8_0; it is not bit-exact, so this counts the
-    // matching prefix per prompt (printed with --nocapture) and only requires that every run
-    // starts on the reference's first token.
+    // The default path quantizes activations to i16 per 32 values; it is not bit-exact, so this
+    // counts the matching prefix per prompt (printed with --nocapture) and requires the total
+    // (bound and measured figure: docs/model.md, "Tolerances").
     let (model, tok) = load(false);
     let ours = greedy_runs(&model, &tok, 32);
     let mut total = 0;
@@ -89,7 +92,8 @@ fn default_fast_path_agreement_is_reported() {
         assert!(prefix >= 1, "prompt {i}: first token differs");
         total += prefix;
     }
-    println!("default (Q8_0 activations) path: {total}/192 tokens in the matching prefixes");
+    println!("default (i16 activations) path: {total}/192 tokens in the matching prefixes");
+    assert!(total >= GREEDY_PREFIX_TOTAL, "{total}/192 greedy tokens equal to transformers");
 }
 
 #[test]

@@ -9,8 +9,11 @@
 //!                                                calls only Backend ops on Backend::Tensor handles
 //! ```
 //!
-//! * [`Config`] — LLaMA-family hyper-parameters from `{arch}.*` keys or `config.json` (`llama`,
-//!   `mistral`, `phi3`); RoPE scaling formulas in [`rope`].
+//! * [`arch`] — one folder per architecture (config from GGUF and `config.json`, weight names,
+//!   graph) and the registry that picks one for a file.
+//! * [`Config`] — the shared hyper-parameters, read once for both formats (`config.rs`); RoPE
+//!   configuration and scaling formulas in [`rope`].
+//! * [`checks`] — the operand checks and the RoPE table every backend shares.
 //! * [`TensorSource`] — GGUF or SafeTensors tensors under llama.cpp names; fused Phi-3 projections
 //!   split into row blocks of the same bytes.
 //! * [`GptOssConfig`] adds GPT-OSS's MoE, from `gpt-oss.*` keys or a `config.json`.
@@ -23,9 +26,9 @@
 //!   per-frequency scaling), `attention` (writes the layer's K/V into the cache, causal or sliding
 //!   window), `add`, `swiglu`, and `logits`, the only op that reads back to the host. A GPU
 //!   backend can record every op of a step into one submission.
-//! * [`CpuBackend`] — minerva-quant's fused quantized kernels (activations quantized to Q8_0/Q8_K
-//!   on the fly, as llama.cpp does), rayon over rows/heads; KV cache in f32 or f16,
-//!   `[slot][layer][kv_head][pos][head_dim]`.
+//! * [`CpuBackend`] — minerva-quant's fused quantized kernels (activations quantized on the fly:
+//!   i16 for the 32-value block formats, Q8_K for the K-quants), rayon over rows/heads; KV cache
+//!   in f32 or f16, `[slot][layer][kv_head][pos][head_dim]`.
 //! * [`Model::forward`] — a batch of [`SequenceInput`]s (tokens, start position, cache slot): a
 //!   whole prompt is one pass (matmul over all its tokens), a decode step one token (matvec).
 //!

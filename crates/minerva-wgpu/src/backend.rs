@@ -4,7 +4,7 @@
 //! step is submitted as one command buffer when something is read back ([`Backend::logits`],
 //! [`Backend::greedy`], [`WgpuBackend::download`]).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use minerva_model::checks;
 use minerva_model::{
@@ -13,9 +13,10 @@ use minerva_model::{
 
 use crate::device::{self, DeviceInfo};
 use crate::error::WgpuError;
-use crate::gpu::{Gpu, PooledBuffer};
+use crate::gpu::Gpu;
 use crate::kernels::{self, attention::AttentionShape, rope::RopeShape};
-use crate::weight::{self, WgpuWeight};
+use crate::tensor::WgpuTensor;
+use crate::weight::{self, UploadProgress, WgpuWeight};
 
 /// How to open the backend.
 #[derive(Clone, Debug)]
@@ -36,16 +37,6 @@ pub struct WgpuOptions {
     pub on_upload: Option<UploadProgress>,
 }
 
-/// A callback told how many more weight bytes reached the GPU.
-#[derive(Clone)]
-pub struct UploadProgress(pub Arc<dyn Fn(u64) + Send + Sync>);
-
-impl std::fmt::Debug for UploadProgress {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("UploadProgress(..)")
-    }
-}
-
 impl Default for WgpuOptions {
     fn default() -> Self {
         WgpuOptions {
@@ -55,29 +46,6 @@ impl Default for WgpuOptions {
             subgroups: true,
             on_upload: None,
         }
-    }
-}
-
-/// An activation on the GPU: `rows × cols` f32, row-major.
-pub struct WgpuTensor {
-    buf: PooledBuffer,
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-}
-
-impl WgpuTensor {
-    /// Rows (tokens).
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Values per row.
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-
-    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
-        self.buf.buffer()
     }
 }
 
@@ -151,10 +119,6 @@ impl WgpuBackend {
         })
     }
 
-    pub(crate) fn gpu(&self) -> &Gpu {
-        &self.gpu
-    }
-
     /// The device's description.
     pub fn info(&self) -> &DeviceInfo {
         &self.gpu.info
@@ -170,7 +134,7 @@ impl WgpuBackend {
         if data.len() != rows * cols {
             return Err(checks::operands("upload", format!("{} values for {rows}×{cols}", data.len())));
         }
-        Ok(WgpuTensor { buf: self.gpu.upload(bytemuck::cast_slice(data)), rows, cols })
+        Ok(WgpuTensor::from_buffer(self.gpu.upload(bytemuck::cast_slice(data)), rows, cols))
     }
 
     /// Submits the pending step and reads `t` back.
@@ -188,15 +152,8 @@ impl WgpuBackend {
     }
 
     /// A new activation, or an error when it would not fit one storage binding.
-    pub(crate) fn tensor(&self, rows: usize, cols: usize) -> Result<WgpuTensor> {
-        let bytes = rows.checked_mul(cols).and_then(|n| n.checked_mul(4)).unwrap_or(usize::MAX) as u64;
-        let limit = self.gpu.info.max_storage_binding;
-        if bytes > limit {
-            return Err(resource(format!(
-                "a {rows}×{cols} activation exceeds the GPU's storage binding limit of {limit} bytes"
-            )));
-        }
-        Ok(WgpuTensor { buf: self.gpu.scratch(bytes), rows, cols })
+    fn tensor(&self, rows: usize, cols: usize) -> Result<WgpuTensor> {
+        WgpuTensor::new(&self.gpu, rows, cols)
     }
 
     /// Gathers rows `rows` of `x` and multiplies them by the LM head (recorded, not read back).
@@ -514,7 +471,7 @@ impl Backend for WgpuBackend {
         experts: &MoeExperts<'_, WgpuWeight>,
         params: &MoeParams,
     ) -> Result<WgpuTensor> {
-        crate::moe::moe(self, x, router_logits, experts, params)
+        crate::moe::moe(&self.gpu, self.subgroups, x, router_logits, experts, params)
     }
 
     fn add(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<()> {

@@ -20,10 +20,12 @@ mod error;
 mod gpu;
 mod kernels;
 mod moe;
+mod tensor;
 mod weight;
 
-pub use backend::{UploadProgress, WgpuBackend, WgpuCache, WgpuOptions, WgpuTensor};
+pub use backend::{WgpuBackend, WgpuCache, WgpuOptions};
 pub use device::{DeviceInfo, list_adapters};
 pub use error::WgpuError;
 pub use kernels::{WEIGHT_DTYPES, supports};
-pub use weight::WgpuWeight;
+pub use tensor::WgpuTensor;
+pub use weight::{UploadProgress, WgpuWeight};

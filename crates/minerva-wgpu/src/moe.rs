@@ -16,8 +16,9 @@
 
 use minerva_model::{ModelError, MoeExperts, MoeParams, Result, checks};
 
-use crate::backend::{WgpuBackend, WgpuTensor};
+use crate::gpu::Gpu;
 use crate::kernels;
+use crate::tensor::WgpuTensor;
 use crate::weight::WgpuWeight;
 
 /// The most (token, slot) pairs one step may route (workgroups along z).
@@ -25,7 +26,8 @@ const MAX_PAIRS: usize = 65535;
 
 /// See [`minerva_model::Backend::moe`].
 pub(crate) fn moe(
-    backend: &WgpuBackend,
+    gpu: &Gpu,
+    subgroups: bool,
     x: &WgpuTensor,
     router_logits: &WgpuTensor,
     experts: &MoeExperts<'_, WgpuWeight>,
@@ -46,10 +48,8 @@ pub(crate) fn moe(
     check_bias(experts.up_bias, n_expert, n_ff)?;
     check_bias(experts.down_bias, n_expert, n_embd)?;
 
-    let gpu = backend.gpu();
-    let subgroups = backend.uses_subgroups();
-    let ids = backend.tensor(pairs, 1)?;
-    let weights = backend.tensor(pairs, 1)?;
+    let ids = WgpuTensor::new(gpu, pairs, 1)?;
+    let weights = WgpuTensor::new(gpu, pairs, 1)?;
     kernels::moe_route::moe_route(gpu, router_logits.buffer(), ids.buffer(), weights.buffer(), rows, n_expert, k);
     let ids = ids.buffer();
 
@@ -61,18 +61,18 @@ pub(crate) fn moe(
             kernels::mul_mat_id_grouped::mul_mat_id_grouped(gpu, w, rows, x, x_div, ids, pairs, y);
         }
     };
-    let gate = backend.tensor(pairs, n_ff)?;
-    let up = backend.tensor(pairs, n_ff)?;
+    let gate = WgpuTensor::new(gpu, pairs, n_ff)?;
+    let up = WgpuTensor::new(gpu, pairs, n_ff)?;
     expert_matmul(experts.gate, n_ff, x.buffer(), k, gate.buffer());
     expert_matmul(experts.up, n_ff, x.buffer(), k, up.buffer());
     kernels::expert_bias::expert_bias(gpu, experts.gate_bias, ids, pairs, gate.buffer());
     kernels::expert_bias::expert_bias(gpu, experts.up_bias, ids, pairs, up.buffer());
     kernels::swiglu_oai::swiglu_oai(gpu, gate.buffer(), up.buffer(), pairs * n_ff, p.alpha, p.limit);
 
-    let down = backend.tensor(pairs, n_embd)?;
+    let down = WgpuTensor::new(gpu, pairs, n_embd)?;
     expert_matmul(experts.down, n_embd, gate.buffer(), 1, down.buffer());
     kernels::expert_bias::expert_bias(gpu, experts.down_bias, ids, pairs, down.buffer());
-    let out = backend.tensor(rows, n_embd)?;
+    let out = WgpuTensor::new(gpu, rows, n_embd)?;
     kernels::moe_sum::moe_sum(gpu, down.buffer(), weights.buffer(), out.buffer(), rows, n_embd, k);
     Ok(out)
 }

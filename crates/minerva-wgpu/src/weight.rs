@@ -1,16 +1,27 @@
 //! Weights on the GPU in their stored form, streamed from the memory map.
 
+use std::sync::Arc;
+
 use minerva_core::DType;
 use minerva_model::checks::MatrixShape;
 use minerva_model::{ModelError, Result, WeightSource};
 
-use crate::backend::UploadProgress;
 use crate::gpu::Gpu;
 
 /// Bytes written per `Queue::write_buffer` call while uploading.
 const UPLOAD_PIECE: usize = 8 << 20;
 /// Bytes of uploads after which the queue is flushed and drained, bounding staging memory.
 const UPLOAD_FLUSH: usize = 64 << 20;
+
+/// A callback told how many more weight bytes reached the GPU.
+#[derive(Clone)]
+pub struct UploadProgress(pub Arc<dyn Fn(u64) + Send + Sync>);
+
+impl std::fmt::Debug for UploadProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UploadProgress(..)")
+    }
+}
 
 /// Whole rows of a weight in one buffer, no larger than the device's storage binding limit.
 pub(crate) struct WeightChunk {
