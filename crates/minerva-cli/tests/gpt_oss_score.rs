@@ -7,8 +7,9 @@ mod common;
 
 use common::{Npy, assert_one_line_error, minerva, os, root};
 
-/// Largest relative perplexity difference from the reference, any layout.
-const GPT_OSS_SCORE_VS_REFERENCE: f64 = 0.016;
+/// Per mode (extra flags): largest relative perplexity difference from the reference and largest
+/// |Δlogit|, any layout (measured figures: docs/model.md, "Tolerances").
+const MODES: [(&[&str], f64, f32); 2] = [(&[], 1e-4, 5e-3), (&["--f32-activations"], 1e-6, 1e-3)];
 
 /// The first reference sequence (21 tokens) and the reference logits of its positions.
 fn reference(layout: &str) -> (Vec<u32>, Vec<f32>) {
@@ -41,25 +42,40 @@ fn perplexity(tokens: &[u32], logits: &[f32]) -> f64 {
 #[test]
 fn score_runs_the_tiny_gpt_oss_in_every_layout() {
     for (layout, path) in [("gguf", "gpt_oss.gguf"), ("hf", "hf"), ("mlx", "mlx")] {
-        let (tokens, ref_logits) = reference(layout);
-        let ref_ppl = perplexity(&tokens, &ref_logits);
-        let model = root().join("fixtures/gpt_oss").join(path);
-        let dir = tempfile::tempdir().unwrap();
-        let npy = dir.path().join("logits.npy");
-        let list = tokens.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-        let out = minerva(&[os("score"), model.as_os_str(), os("--tokens"), os(&list), os("--out"), npy.as_os_str()]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{layout}: {}", String::from_utf8_lossy(&out.stderr));
-        let ppl: f64 = stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap();
-        // The CLI's default path: i16 activations into the attention / router / head matmuls, Q8_0
-        // into the MXFP4 experts (bound and measured figures: docs/model.md, "Tolerances").
-        let off = (ppl / ref_ppl - 1.0).abs();
-        assert!(off < GPT_OSS_SCORE_VS_REFERENCE, "{layout}: perplexity {ppl} vs reference {ref_ppl}");
-        let logits = Npy::read(&npy);
-        assert_eq!(logits.shape, [tokens.len() - 1, 320], "{layout}");
-        let got = perplexity(&tokens, &[logits.values(), vec![0.0; 320]].concat());
-        assert!((got / ppl - 1.0).abs() < 1e-4, "{layout}: the written logits give perplexity {got}, printed {ppl}");
-        eprintln!("{layout}: minerva score perplexity {ppl:.4}, reference {ref_ppl:.4}: {:.3} %", off * 100.0);
+        for (flags, ppl_bound, logit_bound) in MODES {
+            let (tokens, ref_logits) = reference(layout);
+            let ref_ppl = perplexity(&tokens, &ref_logits);
+            let model = root().join("fixtures/gpt_oss").join(path);
+            let dir = tempfile::tempdir().unwrap();
+            let npy = dir.path().join("logits.npy");
+            let list = tokens.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            let mut args =
+                vec![os("score"), model.as_os_str(), os("--tokens"), os(&list), os("--out"), npy.as_os_str()];
+            args.extend(flags.iter().map(|f| os(f)));
+            let out = minerva(&args);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{layout}: {}", String::from_utf8_lossy(&out.stderr));
+            let ppl: f64 = stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap();
+            let off = (ppl / ref_ppl - 1.0).abs();
+            let logits = Npy::read(&npy);
+            assert_eq!(logits.shape, [tokens.len() - 1, 320], "{layout}");
+            let values = logits.values();
+            let got = perplexity(&tokens, &[values.clone(), vec![0.0; 320]].concat());
+            assert!(
+                (got / ppl - 1.0).abs() < 1e-4,
+                "{layout}: the written logits give perplexity {got}, printed {ppl}"
+            );
+            let max_diff = values.iter().zip(&ref_logits).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            eprintln!(
+                "{layout} {flags:?}: perplexity {ppl:.4}, reference {ref_ppl:.4}: {:.4} %, max |Δlogit| {max_diff:.2e}",
+                off * 100.0
+            );
+            assert!(off < ppl_bound, "{layout} {flags:?}: perplexity {ppl} vs reference {ref_ppl}");
+            assert!(max_diff <= logit_bound, "{layout} {flags:?}: max |Δlogit| {max_diff}");
+            for (row, reference) in values.chunks_exact(320).zip(ref_logits.chunks_exact(320)) {
+                assert_eq!(minerva_model::argmax(row), minerva_model::argmax(reference), "{layout} {flags:?}");
+            }
+        }
     }
 }
 

@@ -27,9 +27,9 @@ const LAYOUTS: [(&str, &str); 3] = [("gguf", "gpt_oss.gguf"), ("hf", "hf"), ("ml
 /// f32 activations: largest relative error, any layout.
 const F32_MAX: f32 = 1e-5;
 /// Default path: largest median and maximum relative error, fewest top-1 agreements of 34.
-const FAST_MEDIAN: f32 = 0.03;
-const FAST_MAX: f32 = 0.36;
-const FAST_TOP1: usize = 32;
+const FAST_MEDIAN: f32 = 2e-4;
+const FAST_MAX: f32 = 5e-4;
+const FAST_TOP1: usize = 34;
 
 fn model(path: &str, f32_activations: bool) -> Model<CpuBackend> {
     let backend = CpuBackend::new(Some(2)).unwrap().with_f32_activations(f32_activations);

@@ -89,7 +89,7 @@ fn expert_bytes(w: &CpuWeight, e: usize, rows: usize) -> Result<&[u8]> {
     Ok(&w.bytes()[e * rows * row_bytes..(e + 1) * rows * row_bytes])
 }
 
-/// `xs · W[e]ᵀ` for `n` rows: the fused quantized kernel on the expert's bytes, or, in the f32
+/// `xs · W[e]ᵀ` for `n` rows: the fused quantized kernel (i16 activations) on the expert's bytes, or, in the f32
 /// reference mode, the expert's matrix dequantized and multiplied in f32.
 fn expert_matmul(backend: &CpuBackend, w: &CpuWeight, e: usize, rows: usize, xs: &[f32], n: usize) -> Result<Vec<f32>> {
     let bytes = expert_bytes(w, e, rows)?;
@@ -100,7 +100,9 @@ fn expert_matmul(backend: &CpuBackend, w: &CpuWeight, e: usize, rows: usize, xs:
         let f32_bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         minerva_quant::matmul(DType::F32, &f32_bytes, rows, w.cols, xs, n, &mut out)?;
     } else {
-        minerva_quant::matmul(w.dtype, bytes, rows, w.cols, xs, n, &mut out)?;
+        // i16 activations, as the dense layers: Q8_0 activations moved this model's logits 1000×
+        // more (docs/model.md).
+        minerva_quant::matmul_i16(w.dtype, bytes, rows, w.cols, xs, n, &mut out)?;
     }
     Ok(out)
 }
