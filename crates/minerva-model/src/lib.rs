@@ -65,3 +65,8 @@ pub use error::{ModelError, Result};
 pub use model::{Logits, LogitsFor, Model, ModelWeights, SequenceInput};
 pub use source::{SourceFormat, TensorSource};
 pub use weights::{LayerWeights, Weights};
+
+/// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

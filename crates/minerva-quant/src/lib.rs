@@ -119,3 +119,8 @@ pub fn quantize(dtype: DType, values: &[f32], out: &mut [u8]) -> Result<(), Quan
     let f = quantizer(dtype).ok_or(QuantError::Unsupported { dtype, operation: "quantize" })?;
     f(values, out)
 }
+
+/// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -27,3 +27,8 @@ pub use device::{DeviceInfo, list_adapters};
 pub use error::WgpuError;
 pub use kernels::{WEIGHT_DTYPES, supports};
 pub use weight::WgpuWeight;
+
+/// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
