@@ -13,3 +13,8 @@ mod tensor;
 
 pub use dtype::{DTYPE_TABLE, DType, DTypeInfo};
 pub use tensor::{ShapeError, TensorView, element_count};
+
+/// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

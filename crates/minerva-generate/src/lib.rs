@@ -45,3 +45,8 @@ pub use rng::Rng;
 pub use sampler::{Sampler, SamplingParams};
 pub use template::{ChatTemplate, Message};
 pub use tokenizer::{TextStream, Tokenizer};
+
+/// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

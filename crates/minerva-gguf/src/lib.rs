@@ -34,3 +34,8 @@ pub use minerva_core::{DType, TensorView};
 pub use reader::{DEFAULT_ALIGNMENT, GGUF_MAGIC, Gguf, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo};
 pub use value::{ArrayIter, ArrayValue, MetadataValue, Value, ValueType};
 pub use writer::{GgufWriter, TensorDataWriter, WRITE_VERSION};
+
+/// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

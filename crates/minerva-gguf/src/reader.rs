@@ -19,7 +19,7 @@ use std::path::Path;
 use memmap2::Mmap;
 use minerva_core::{DType, TensorView, element_count};
 
-use crate::value::{ArrayValue, MetadataValue, Value, ValueType};
+use crate::value::{ArrayValue, MetadataValue, Value, ValueType, decode_value};
 use crate::{GgufError, Result};
 
 /// The magic bytes at offset 0.
@@ -536,43 +536,6 @@ fn skip_array_elems(
         }
     }
     Ok(())
-}
-
-/// Decodes one value of type `ty` from the start of `bytes`, returning it and its encoded length.
-/// `None` if the bytes are short or invalid: callers run this only on validated bytes.
-pub(crate) fn decode_value(bytes: &[u8], ty: ValueType) -> Option<(Value<'_>, usize)> {
-    fn arr<const N: usize>(b: &[u8]) -> Option<[u8; N]> {
-        b.get(..N)?.try_into().ok()
-    }
-    Some(match ty {
-        ValueType::U8 => (Value::U8(*bytes.first()?), 1),
-        ValueType::I8 => (Value::I8(i8::from_le_bytes(arr(bytes)?)), 1),
-        ValueType::U16 => (Value::U16(u16::from_le_bytes(arr(bytes)?)), 2),
-        ValueType::I16 => (Value::I16(i16::from_le_bytes(arr(bytes)?)), 2),
-        ValueType::U32 => (Value::U32(u32::from_le_bytes(arr(bytes)?)), 4),
-        ValueType::I32 => (Value::I32(i32::from_le_bytes(arr(bytes)?)), 4),
-        ValueType::F32 => (Value::F32(f32::from_le_bytes(arr(bytes)?)), 4),
-        ValueType::Bool => (Value::Bool(*bytes.first()? != 0), 1),
-        ValueType::U64 => (Value::U64(u64::from_le_bytes(arr(bytes)?)), 8),
-        ValueType::I64 => (Value::I64(i64::from_le_bytes(arr(bytes)?)), 8),
-        ValueType::F64 => (Value::F64(f64::from_le_bytes(arr(bytes)?)), 8),
-        ValueType::String => {
-            let len = usize::try_from(u64::from_le_bytes(arr(bytes)?)).ok()?;
-            let s = std::str::from_utf8(bytes.get(8..8usize.checked_add(len)?)?).ok()?;
-            (Value::String(s), 8 + len)
-        }
-        ValueType::Array => {
-            let elem_type = ValueType::from_id(u32::from_le_bytes(arr(bytes)?))?;
-            let len = usize::try_from(u64::from_le_bytes(arr(bytes.get(4..)?)?)).ok()?;
-            let body = bytes.get(12..)?;
-            let mut used = 0;
-            for _ in 0..len {
-                let (_, n) = decode_value(body.get(used..)?, elem_type)?;
-                used += n;
-            }
-            (Value::Array(ArrayValue { elem_type, len, bytes: &body[..used] }), 12 + used)
-        }
-    })
 }
 
 /// A bounds-checked little-endian reader over the file's bytes.

@@ -73,3 +73,8 @@ pub use error::{ModelError, Result};
 pub use model::{Logits, LogitsFor, Model, SequenceInput};
 pub use rope::{RopeConfig, RopeScaling, RopeStyle};
 pub use source::{SourceFormat, TensorSource};
+
+/// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -6,13 +6,18 @@
 //! * [`mxfp4`] — MXFP4 in the Hugging Face GPT-OSS layout and MLX's `mxfp4` mode, and lossless
 //!   conversion to and from GGML's MXFP4 blocks.
 //! * [`mlx`] — MLX affine quantization (2–8 bits, groups of 32/64/128).
-//! * [`dequantize_fast`] — AVX2 kernels picked at run time (scalar fallback), bit-identical to the
-//!   reference; the scalar reference lives in `ggml`, the SIMD code in `x86/avx2.rs`.
+//! * [`dequantize_fast`] — SIMD kernels picked at run time (scalar fallback), bit-identical to the
+//!   reference; the scalar reference lives in `ggml`, the SIMD code in `kernels/x86/avx2_dequant.rs`.
 //! * [`matvec`] / [`matmul`] — fused quantized matrix × vector / small matrix products with
 //!   activations quantized on the fly (Q8_0 / Q8_K), multi-threaded over rows with rayon; AVX2
-//!   tile kernels (4 rows × 2 activations) for the 32-value block formats in `x86/avx2_tile.rs`,
-//!   per-row dot kernels for the others in `x86/avx2_dot.rs`, scalar ones in `matmul/ref_.rs`
-//!   ([`matvec_ref`]). [`matmul_i16`] quantizes activations to i16 instead (f32-level accuracy).
+//!   tile kernels (4 rows × 2 activations) for the 32-value block formats in
+//!   `kernels/x86/avx2_tile.rs`, per-row dot kernels for the others in `kernels/x86/avx2_dot.rs`,
+//!   scalar ones in `kernels/reference.rs` ([`matvec_ref`]). [`matmul_i16`] quantizes activations
+//!   to i16 instead (f32-level accuracy).
+//!
+//! Which function does what for each dtype is one table, `kernels/mod.rs`: a scalar reference row
+//! per dtype and, per instruction set, rows of the kernels that set speeds up, merged once per
+//! process after run-time detection ([`cpu_kernels`] says which ISA each entry came from).
 //!
 //! The reference code reads blocks from byte slices of any alignment (as a memory-mapped model file
 //! gives them) and follows its source's f32 arithmetic step for step: the tests under `tests/`
@@ -38,22 +43,21 @@
 //! # Ok::<(), minerva_quant::QuantError>(())
 //! ```
 
+mod activation;
 mod blocks;
 mod error;
-mod fast;
 mod float;
 pub mod ggml;
+mod kernels;
 mod matmul;
 pub mod mlx;
 pub mod mxfp4;
-#[cfg(target_arch = "x86_64")]
-mod x86;
 
+use kernels::{DequantizeFn, QuantizeFn};
 use minerva_core::DType;
 
 pub use blocks::Block;
 pub use error::QuantError;
-pub use fast::{dequantize_fast, has_fast_path};
 pub use float::{dequantize_row_bf16, dequantize_row_f16, dequantize_row_f32};
 pub use ggml::k_quants::{
     BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K, dequantize_row_q2_k_ref, dequantize_row_q3_k_ref,
@@ -69,6 +73,7 @@ pub use ggml::q8::{
     BlockQ8_0, BlockQ8_K, dequantize_row_q8_0_ref, dequantize_row_q8_k_ref, quantize_row_q8_0_ref,
     quantize_row_q8_k_ref,
 };
+pub use kernels::{CpuKernels, cpu_kernels};
 pub use matmul::{
     activation_dtype, has_fast_matmul, has_i16_matmul, matmul, matmul_i16, matmul_i16_ref, matmul_ref, matvec,
     matvec_ref,
@@ -76,44 +81,14 @@ pub use matmul::{
 pub use mlx::MlxAffine;
 pub use mxfp4::{dequantize_hf_mxfp4_ref, dequantize_mlx_mxfp4_ref, ggml_mxfp4_to_hf, hf_mxfp4_to_ggml};
 
-/// A row converter: input bytes (or values) to output values (or bytes).
-type DequantizeFn = fn(&[u8], &mut [f32]) -> Result<(), QuantError>;
-type QuantizeFn = fn(&[f32], &mut [u8]) -> Result<(), QuantError>;
-
 /// The reference dequantizer for `dtype`, if this crate has one.
 pub fn dequantizer(dtype: DType) -> Option<DequantizeFn> {
-    let f: DequantizeFn = match dtype {
-        DType::F32 => dequantize_row_f32,
-        DType::F16 => dequantize_row_f16,
-        DType::BF16 => dequantize_row_bf16,
-        DType::Q4_0 => dequantize_row_q4_0_ref,
-        DType::Q4_1 => dequantize_row_q4_1_ref,
-        DType::Q5_0 => dequantize_row_q5_0_ref,
-        DType::Q5_1 => dequantize_row_q5_1_ref,
-        DType::Q8_0 => dequantize_row_q8_0_ref,
-        DType::Q2_K => dequantize_row_q2_k_ref,
-        DType::Q3_K => dequantize_row_q3_k_ref,
-        DType::Q4_K => dequantize_row_q4_k_ref,
-        DType::Q5_K => dequantize_row_q5_k_ref,
-        DType::Q6_K => dequantize_row_q6_k_ref,
-        DType::Q8_K => dequantize_row_q8_k_ref,
-        DType::MXFP4 => dequantize_row_mxfp4_ref,
-        _ => return None,
-    };
-    Some(f)
+    kernels::reference(dtype).dequantize
 }
 
 /// The reference quantizer for `dtype`, if this crate has one.
 pub fn quantizer(dtype: DType) -> Option<QuantizeFn> {
-    let f: QuantizeFn = match dtype {
-        DType::Q4_0 => quantize_row_q4_0_ref,
-        DType::Q4_1 => quantize_row_q4_1_ref,
-        DType::Q8_0 => quantize_row_q8_0_ref,
-        DType::Q8_K => quantize_row_q8_k_ref,
-        DType::MXFP4 => quantize_row_mxfp4_ref,
-        _ => return None,
-    };
-    Some(f)
+    kernels::reference(dtype).quantize
 }
 
 /// Dequantizes `bytes` of `dtype` (whole blocks, any alignment) into `out` (exactly the values
@@ -124,9 +99,28 @@ pub fn dequantize(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(), Qua
     f(bytes, out)
 }
 
+/// Dequantizes like [`dequantize`] with the fastest dequantizer this CPU has for `dtype` (an AVX2
+/// one for Q8_0, Q4_0, Q4_1, MXFP4, Q4_K and Q6_K on x86-64, the reference everywhere else).
+/// Every fast dequantizer equals the reference bit for bit (tested by `tests/fast_path.rs`), so
+/// callers may switch between the two freely.
+pub fn dequantize_fast(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    let f = kernels::selected(dtype).kernels.dequantize;
+    f.ok_or(QuantError::Unsupported { dtype, operation: "dequantize" })?(bytes, out)
+}
+
+/// Whether [`dequantize_fast`] has a SIMD kernel for `dtype` on this CPU.
+pub fn has_fast_path(dtype: DType) -> bool {
+    cpu_kernels(dtype).dequantize.is_some_and(|isa| isa != kernels::SCALAR)
+}
+
 /// Quantizes `values` (whole blocks) into `out` (exactly the bytes they take) with the reference
 /// quantizer for `dtype`: Q4_0, Q4_1, Q8_0, Q8_K or MXFP4; others are [`QuantError::Unsupported`].
 pub fn quantize(dtype: DType, values: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     let f = quantizer(dtype).ok_or(QuantError::Unsupported { dtype, operation: "quantize" })?;
     f(values, out)
 }
+
+/// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -336,6 +336,19 @@ proptest! {
     }
 }
 
+/// [`DTYPES`] and [`I16_DTYPES`] list every dtype the kernel table has a matmul (and an i16
+/// matmul) for: a new row fails here until the tests above cover it.
+#[test]
+fn the_dtype_lists_cover_every_matmul_row() {
+    let sorted = |mut v: Vec<DType>| {
+        v.sort_by_key(|&d| d as usize);
+        v
+    };
+    let with_matmul = DType::all().filter(|&d| activation_dtype(d).is_some()).collect();
+    assert_eq!(sorted(DTYPES.to_vec()), sorted(with_matmul));
+    assert_eq!(sorted(I16_DTYPES.to_vec()), sorted(DType::all().filter(|&d| has_i16_matmul(d)).collect()));
+}
+
 #[test]
 fn i16_falls_back_to_q8_for_other_dtypes() {
     let (rows, cols) = (3, 256);

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Result, SafetensorsError};
-use crate::logical::{self, LogicalEntry, LogicalTensor};
+use crate::logical::{self, LogicalEntry, LogicalTensor, StoredTensors};
 use crate::shard::{Backing, Shard, open_shard, parse_shard};
 
 /// The standard Hugging Face shard index name.
@@ -217,14 +217,6 @@ impl Checkpoint {
         self.logical.iter().find(|entry| entry.name == name).map(|entry| entry.resolve(self))
     }
 
-    pub(crate) fn index_of(&self, name: &str) -> Option<usize> {
-        self.by_name.get(name).copied()
-    }
-
-    pub(crate) fn tensor_by_index(&self, i: usize) -> Tensor<'_> {
-        self.tensor_at(i)
-    }
-
     /// The shard files, in the order [`Checkpoint::tensors`] visits them.
     pub fn shard_paths(&self) -> impl ExactSizeIterator<Item = &Path> {
         self.shards.iter().map(|s| s.path.as_path())
@@ -333,6 +325,24 @@ fn read_configs(dir: &Path) -> Result<[Option<Value>; 3]> {
         Ok(Some(value))
     };
     Ok([read("config.json")?, read("generation_config.json")?, read("tokenizer_config.json")?])
+}
+
+impl StoredTensors for Checkpoint {
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn view(&self, index: usize) -> TensorView<'_> {
+        self.tensor_at(index).view
+    }
+
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    fn quantization(&self) -> Option<&Value> {
+        self.config().and_then(|c| c.get("quantization"))
+    }
 }
 
 #[cfg(test)]

@@ -27,3 +27,8 @@ mod shard;
 pub use checkpoint::{Checkpoint, INDEX_FILE, Tensor};
 pub use error::{Result, SafetensorsError};
 pub use logical::{Encoding, LogicalTensor};
+
+/// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

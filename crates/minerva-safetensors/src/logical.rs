@@ -12,8 +12,20 @@
 use minerva_core::{DType, TensorView};
 use serde_json::Value;
 
-use crate::checkpoint::Checkpoint;
 use crate::error::{Result, SafetensorsError};
+
+/// What grouping stored tensors into logical ones needs from a checkpoint (implemented by
+/// `Checkpoint`, which owns the logical list; kept here so that this module does not depend on it).
+pub(crate) trait StoredTensors {
+    /// Number of stored tensors.
+    fn len(&self) -> usize;
+    /// Stored tensor `index` (in the checkpoint's tensor order).
+    fn view(&self, index: usize) -> TensorView<'_>;
+    /// The index of the stored tensor named `name`.
+    fn index_of(&self, name: &str) -> Option<usize>;
+    /// `config.json`'s `quantization` section, if any.
+    fn quantization(&self) -> Option<&Value>;
+}
 
 /// A tensor as the model sees it: its logical shape and how its values are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +100,7 @@ const HF_MXFP4: &str = "hf-mxfp4";
 const MLX_AFFINE: &str = "mlx-affine";
 const MLX_MXFP4: &str = "mlx-mxfp4";
 
-/// Component indices into [`Checkpoint::tensors`] order.
+/// Component indices into the stored tensors' order ([`StoredTensors::view`]).
 enum Parts {
     Plain(usize),
     HfMxfp4 { blocks: usize, scales: usize },
@@ -104,8 +116,8 @@ pub(crate) struct LogicalEntry {
 }
 
 impl LogicalEntry {
-    pub(crate) fn resolve<'a>(&'a self, ckpt: &'a Checkpoint) -> LogicalTensor<'a> {
-        let v = |i: usize| ckpt.tensor_by_index(i).view;
+    pub(crate) fn resolve<'a>(&'a self, ckpt: &'a impl StoredTensors) -> LogicalTensor<'a> {
+        let v = |i: usize| ckpt.view(i);
         let encoding = match self.parts {
             Parts::Plain(i) => Encoding::Plain(v(i)),
             Parts::HfMxfp4 { blocks, scales } => Encoding::HfMxfp4 { blocks: v(blocks), scales: v(scales) },
@@ -129,22 +141,23 @@ struct MlxParams {
 }
 
 /// Groups the checkpoint's tensors into logical tensors, validating every quantized group.
-pub(crate) fn build(ckpt: &Checkpoint) -> Result<Vec<LogicalEntry>> {
-    let quant = ckpt.config().and_then(|c| c.get("quantization"));
+pub(crate) fn build(ckpt: &impl StoredTensors) -> Result<Vec<LogicalEntry>> {
+    let quant = ckpt.quantization();
     let defaults = match quant {
         Some(section) => Some(params(section, None, "")?),
         None => None,
     };
     let mut used = vec![false; ckpt.len()];
     let mut out: Vec<(usize, LogicalEntry)> = Vec::new();
-    for (i, tensor) in ckpt.tensors().enumerate() {
-        let name = tensor.view.name;
+    for i in 0..ckpt.len() {
+        let view = ckpt.view(i);
+        let name = view.name;
         if let Some(base) = name.strip_suffix("_blocks") {
             let scales_name = format!("{base}_scales");
             let Some(s) = ckpt.index_of(&scales_name) else {
                 return Err(missing(base, HF_MXFP4, scales_name));
             };
-            let shape = hf_mxfp4_shape(base, tensor.view, ckpt.tensor_by_index(s).view)?;
+            let shape = hf_mxfp4_shape(base, view, ckpt.view(s))?;
             used[i] = true;
             used[s] = true;
             out.push((
@@ -157,34 +170,29 @@ pub(crate) fn build(ckpt: &Checkpoint) -> Result<Vec<LogicalEntry>> {
         let Some(module) = name.strip_suffix(".weight") else { continue };
         let Some(s) = ckpt.index_of(&format!("{module}.scales")) else { continue };
         let Some(p) = module_params(section, defaults, module)? else { continue };
-        let scales = ckpt.tensor_by_index(s).view;
-        expect_dtype(name, kind_of(&p), tensor.view, DType::U32, "U32")?;
+        let scales = ckpt.view(s);
+        expect_dtype(name, kind_of(&p), view, DType::U32, "U32")?;
         let (shape, parts) = if p.mode == "affine" {
             let biases_name = format!("{module}.biases");
             let Some(b) = ckpt.index_of(&biases_name) else {
                 return Err(missing(name, MLX_AFFINE, biases_name));
             };
-            let biases = ckpt.tensor_by_index(b).view;
-            let shape = mlx_affine_shape(name, &p, tensor.view, scales, biases)?;
+            let biases = ckpt.view(b);
+            let shape = mlx_affine_shape(name, &p, view, scales, biases)?;
             used[b] = true;
             (shape, Parts::MlxAffine { weight: i, scales: s, biases: b, bits: p.bits, group_size: p.group_size })
         } else {
-            let shape = mlx_mxfp4_shape(name, &p, tensor.view, scales)?;
+            let shape = mlx_mxfp4_shape(name, &p, view, scales)?;
             (shape, Parts::MlxMxfp4 { weight: i, scales: s, group_size: p.group_size })
         };
         used[i] = true;
         used[s] = true;
         out.push((i, LogicalEntry { name: name.to_owned(), shape, parts }));
     }
-    for (i, tensor) in ckpt.tensors().enumerate() {
-        if !used[i] {
-            let entry = LogicalEntry {
-                name: tensor.view.name.to_owned(),
-                shape: tensor.view.shape.to_vec(),
-                parts: Parts::Plain(i),
-            };
-            out.push((i, entry));
-        }
+    for (i, _) in used.iter().enumerate().filter(|(_, used)| !**used) {
+        let view = ckpt.view(i);
+        let entry = LogicalEntry { name: view.name.to_owned(), shape: view.shape.to_vec(), parts: Parts::Plain(i) };
+        out.push((i, entry));
     }
     out.sort_by_key(|(i, _)| *i);
     Ok(out.into_iter().map(|(_, e)| e).collect())

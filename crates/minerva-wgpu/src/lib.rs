@@ -29,3 +29,8 @@ pub use error::WgpuError;
 pub use kernels::{WEIGHT_DTYPES, supports};
 pub use tensor::WgpuTensor;
 pub use weight::{UploadProgress, WgpuWeight};
+
+/// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -2,8 +2,8 @@
 //! backend's f32 reference mode and the wgpu backend, on random inputs, as `backend_ops.rs` does
 //! for the other ops. Needs a wgpu adapter (lavapipe in CI) and fails without one.
 //!
-//! Tolerances (max |gpu − cpu| ≤ tol · max |cpu|): 1e-6 for the bias add (exact), 1e-4 for
-//! attention and the mixture of experts (dot products and softmaxes summed in another order).
+//! The measure is `backend_ops.rs`' (llama.cpp's normalized MSE ≤ 1e-7; figures in `docs/wgpu.md`);
+//! the bias add is exact and compared for equality.
 
 use minerva_core::DType;
 use minerva_model::{Backend, Batch, CacheShape, Mask, MoeExperts, MoeParams, SeqSpan, WeightSource};
@@ -11,7 +11,7 @@ use minerva_wgpu::{WgpuBackend, WgpuOptions};
 
 mod common;
 
-use common::{Rng, assert_close, both, cpu, gpu, source, tensor, to_gpu, weight_bytes};
+use common::{Rng, assert_nmse, both, cpu, gpu, source, tensor, to_gpu, weight_bytes};
 
 fn f32_source(name: &str, values: &[f32]) -> WeightSource {
     source(name, DType::F32, &[values.len()], values.iter().flat_map(|v| v.to_le_bytes()).collect())
@@ -28,7 +28,8 @@ fn add_bias_rows() {
         c.add_bias(&mut want, &cb).unwrap();
         let mut gx = to_gpu(&g, &x);
         g.add_bias(&mut gx, &gb).unwrap();
-        assert_close(&format!("add_bias {rows}×{cols}"), &want.data, &g.download(&gx).unwrap(), 1e-6);
+        // One correctly rounded f32 add per element on both backends: equal, not merely close.
+        assert_eq!(want.data, g.download(&gx).unwrap(), "add_bias {rows}×{cols}");
     }
     let (_, wrong) = both(&c, &g, f32_source("bias", &[1.0; 5]));
     assert!(g.add_bias(&mut to_gpu(&g, &tensor(&mut rng, 2, 6)), &wrong).is_err(), "widths must match");
@@ -64,7 +65,7 @@ fn sinks_case(g: &WgpuBackend, head_dim: usize, mask: Mask, sinks: &[f32], seed:
         let (gq, gk, gv) = (to_gpu(g, &q), to_gpu(g, &k), to_gpu(g, &v));
         let got = g.attention_with_sinks(&gq, &gk, &gv, &mut gc, 0, batch, mask, &gs).unwrap();
         let what = format!("attention with sinks hd {head_dim} {mask:?} step {step}");
-        assert_close(&what, &want.data, &g.download(&got).unwrap(), 1e-4);
+        assert_nmse(&what, &want.data, &g.download(&got).unwrap());
         // The sinks matter: without them the output differs.
         if step == 0 {
             let plain = c.attention(&q, &k, &v, &mut c.new_cache(shape).unwrap(), 0, batch, mask).unwrap();
@@ -120,11 +121,10 @@ fn moe_case(dtype: DType, bias_dtype: DType, rows: usize, options: WgpuOptions, 
     let want = c.moe(&x, &router, &ce, &params).unwrap();
     let got = g.moe(&to_gpu(&g, &x), &to_gpu(&g, &router), &ge, &params).unwrap();
     let chunks = ggate.chunk_count();
-    assert_close(
+    assert_nmse(
         &format!("moe {dtype}/{bias_dtype} × {rows} in {chunks} chunk(s)"),
         &want.data,
         &g.download(&got).unwrap(),
-        1e-4,
     );
 }
 

@@ -1,8 +1,9 @@
 //! The WGSL kernels, one `.wgsl` beside each wrapper of the same name, embedded at build time.
 //!
 //! Kernels that read a weight are assembled as `common.wgsl` (byte-addressed loads, f16/bf16
-//! unpack, E8M0) + `dequant/<dtype>.wgsl` (`load8`/`load1`: 8 or 1 dequantized values of a row)
-//! + the kernel, and compiled once per (kernel, dtype, variant) by [`crate::gpu::Gpu`].
+//! unpack, E8M0) + the dtype's block size + `dequant/<dtype>.wgsl` (`load8`/`load1`: 8 or 1
+//! dequantized values of a row; one [`WEIGHT_FORMATS`] row per dtype) + the kernel, and compiled
+//! once per (kernel, dtype, variant) by [`crate::gpu::Gpu`].
 
 pub(crate) mod add;
 pub(crate) mod add_bias;
@@ -25,42 +26,50 @@ use minerva_core::DType;
 
 const COMMON: &str = include_str!("common.wgsl");
 
-/// The dtypes whose weights the kernels read directly (matmul and embedding).
-pub const WEIGHT_DTYPES: [DType; 9] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q4_K,
-    DType::Q6_K,
-    DType::MXFP4,
+/// How the kernels read one weight dtype: its `load8`/`load1` (8 or 1 dequantized values of a row
+/// at a value index), which every weight-reading kernel is assembled with. The loaders find a
+/// value's block through `BLOCK_ELEMS` / `BLOCK_BYTES`, defined from the dtype table.
+struct WeightFormat {
+    dtype: DType,
+    dequant_wgsl: &'static str,
+}
+
+/// One row per dtype the kernels read directly (matmul and embedding).
+const WEIGHT_FORMATS: [WeightFormat; 9] = [
+    WeightFormat { dtype: DType::F32, dequant_wgsl: include_str!("dequant/f32.wgsl") },
+    WeightFormat { dtype: DType::F16, dequant_wgsl: include_str!("dequant/f16.wgsl") },
+    WeightFormat { dtype: DType::BF16, dequant_wgsl: include_str!("dequant/bf16.wgsl") },
+    WeightFormat { dtype: DType::Q8_0, dequant_wgsl: include_str!("dequant/q8_0.wgsl") },
+    WeightFormat { dtype: DType::Q4_0, dequant_wgsl: include_str!("dequant/q4_0.wgsl") },
+    WeightFormat { dtype: DType::Q4_1, dequant_wgsl: include_str!("dequant/q4_1.wgsl") },
+    WeightFormat { dtype: DType::Q4_K, dequant_wgsl: include_str!("dequant/q4_k.wgsl") },
+    WeightFormat { dtype: DType::Q6_K, dequant_wgsl: include_str!("dequant/q6_k.wgsl") },
+    WeightFormat { dtype: DType::MXFP4, dequant_wgsl: include_str!("dequant/mxfp4.wgsl") },
 ];
 
-/// `load8`/`load1` for `dtype`, if the kernels can read it.
-fn dequant_source(dtype: DType) -> Option<&'static str> {
-    Some(match dtype {
-        DType::F32 => include_str!("dequant/f32.wgsl"),
-        DType::F16 => include_str!("dequant/f16.wgsl"),
-        DType::BF16 => include_str!("dequant/bf16.wgsl"),
-        DType::Q8_0 => include_str!("dequant/q8_0.wgsl"),
-        DType::Q4_0 => include_str!("dequant/q4_0.wgsl"),
-        DType::Q4_1 => include_str!("dequant/q4_1.wgsl"),
-        DType::Q4_K => include_str!("dequant/q4_k.wgsl"),
-        DType::Q6_K => include_str!("dequant/q6_k.wgsl"),
-        DType::MXFP4 => include_str!("dequant/mxfp4.wgsl"),
-        _ => return None,
-    })
+/// The dtypes whose weights the kernels read directly (matmul and embedding).
+pub const WEIGHT_DTYPES: [DType; WEIGHT_FORMATS.len()] = {
+    let mut dtypes = [DType::F32; WEIGHT_FORMATS.len()];
+    let mut i = 0;
+    while i < dtypes.len() {
+        dtypes[i] = WEIGHT_FORMATS[i].dtype;
+        i += 1;
+    }
+    dtypes
+};
+
+fn weight_format(dtype: DType) -> Option<&'static WeightFormat> {
+    WEIGHT_FORMATS.iter().find(|f| f.dtype == dtype)
 }
 
 /// Whether the kernels can read weights of `dtype`.
 pub fn supports(dtype: DType) -> bool {
-    dequant_source(dtype).is_some()
+    weight_format(dtype).is_some()
 }
 
 /// A weight-reading kernel's full source for `dtype` (checked by [`supports`] at upload).
 fn with_dequant(dtype: DType, kernel: &str) -> String {
-    let dequant = dequant_source(dtype).expect("weights are checked at upload");
-    format!("{COMMON}\n{dequant}\n{kernel}")
+    let dequant = weight_format(dtype).expect("weights are checked at upload").dequant_wgsl;
+    let (elems, bytes) = (dtype.block_elems(), dtype.block_bytes());
+    format!("{COMMON}\nconst BLOCK_ELEMS: u32 = {elems}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n{dequant}\n{kernel}")
 }

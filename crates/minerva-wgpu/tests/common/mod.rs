@@ -100,18 +100,33 @@ where
     (c.weight(src.clone()).unwrap(), g.weight(src).unwrap())
 }
 
-/// max |gpu − cpu| ≤ tol · max |cpu| (at least 1e-3), naming the worst element.
+/// The bound llama.cpp's `test-backend-ops` puts on every op's [`nmse`].
+pub const MAX_NMSE: f64 = 1e-7;
+
+/// llama.cpp's `test-backend-ops` error measure, the normalized mean squared error
+/// Σ(gpu − cpu)² / Σ cpu², summed in f64 (0 when both are all zeros; NaN if either has a NaN).
+pub fn nmse(cpu: &[f32], gpu: &[f32]) -> f64 {
+    let (mut err, mut norm) = (0.0f64, 0.0f64);
+    for (&a, &b) in cpu.iter().zip(gpu) {
+        err += (f64::from(b) - f64::from(a)).powi(2);
+        norm += f64::from(a).powi(2);
+    }
+    if err == 0.0 { 0.0 } else { err / norm }
+}
+
+/// [`nmse`] ≤ [`MAX_NMSE`] (a NaN fails), naming the worst element if not; prints the figure.
 #[track_caller]
-pub fn assert_close(what: &str, cpu: &[f32], gpu: &[f32], tol: f32) {
+pub fn assert_nmse(what: &str, cpu: &[f32], gpu: &[f32]) {
     assert_eq!(cpu.len(), gpu.len(), "{what}: lengths");
-    let scale = cpu.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+    let e = nmse(cpu, gpu);
     let (i, err) = cpu
         .iter()
         .zip(gpu)
         .map(|(a, b)| (a - b).abs())
         .enumerate()
         .fold((0, 0.0f32), |best, (i, e)| if e > best.1 || e.is_nan() { (i, e) } else { best });
-    assert!(err <= tol * scale, "{what}: max error {err} at {i} (cpu {}, gpu {}) > {tol} × {scale}", cpu[i], gpu[i]);
+    eprintln!("NMSE {e:.1e} (max |Δ| {err:.1e}): {what}");
+    assert!(e <= MAX_NMSE, "{what}: NMSE {e:e} > {MAX_NMSE:e}; worst element {i}: cpu {}, gpu {}", cpu[i], gpu[i]);
 }
 
 /// A CPU tensor copied to the GPU.

@@ -8,7 +8,7 @@ const KVALUES_MXFP4 = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
     0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
 
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / 32u) * 17u;
+    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
     let d = e8m0_half(load_u8(blk));
     let j = k % 32u;
     let q = blk + 1u + (j % 16u);

@@ -5,7 +5,7 @@
 //        | d  | qs[0..16]          |   lo nibble of qs[j] = y[j], hi nibble = y[j+16]
 //        +----+--------------------+   y = d * (q - 8)
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / 32u) * 18u;
+    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
     let d = f16_at(blk);
     let j = k % 32u;
     let q = blk + 2u + (j % 16u);

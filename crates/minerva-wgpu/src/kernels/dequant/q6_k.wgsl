@@ -8,7 +8,7 @@
 //   q = (4 bits of ql[64n + l + 32(t&1)] at shift 4(t>>1)) | (2 bits of qh[32n + l] at 2t) << 4,
 //   y = d * scales[8n + l/16 + 2t] * (q - 32)   (scales are i8)
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / 256u) * 210u;
+    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
     let e = k % 256u;
     let n = e / 128u;
     let t = (e % 128u) / 32u;

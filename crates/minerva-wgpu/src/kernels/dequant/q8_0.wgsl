@@ -5,7 +5,7 @@
 //        | d  | qs[0..32]  i8                 |   y = d * qs
 //        +----+-------------------------------+
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / 32u) * 34u;
+    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
     let d = f16_at(blk);
     let q = blk + 2u + (k % 32u);
     let a = load_u32(q);

@@ -5,7 +5,7 @@
 //!
 //! Memory safety does not rest on `unsafe`: blocks and outputs are whole `chunks_exact` pairs and
 //! vectors move in and out through `bytemuck` (unaligned reads, array casts), so the only unsafe
-//! step is the caller's promise that the CPU has AVX2 (see `super::avx2_dequantizer`).
+//! step is the caller's promise that the CPU has AVX2 (see `super::AVX2`).
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, _mm_and_si128, _mm_cvtsi64_si128, _mm_set1_epi8, _mm_setr_epi8, _mm_shuffle_epi8,

@@ -20,7 +20,7 @@
 //! unsigned side, so it keeps the `sign_epi8` trick (|w|, sign moved onto a).
 //!
 //! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
-//! promises AVX2, FMA and F16C (see `super::avx2_tile_kernel`).
+//! promises AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, _MM_HINT_T0, _mm_cvtsi32_si128, _mm_prefetch, _mm256_add_epi32, _mm256_and_si256,
@@ -34,8 +34,8 @@ use core::arch::x86_64::{
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_dot::{f16_at, hsum_ps, load32, unpack_nibbles};
+use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
-use crate::matmul::Activation;
 
 /// One block's quants (unsigned, or i8 for Q8_0), scale `d` and minimum (0 unless `Kind::Min`).
 type Decoded = (__m256i, f32, f32);

@@ -1,56 +1,65 @@
-//! Scalar dot kernels: one weight row × one (quantized) activation, as ggml's generic
-//! `ggml_vec_dot_*` compute them — an exact integer sum per block (per sub-block for K-quants),
+//! The scalar reference row of each dtype ([`ROWS`]), and its dot kernels: one weight row × one
+//! (quantized) activation, as ggml's generic `ggml_vec_dot_*` compute them — an exact integer sum per block (per sub-block for K-quants),
 //! scaled by the block's f32 factors and summed in f32 in block order.
 
 use bytemuck::pod_read_unaligned;
 use half::f16;
-use minerva_core::DType;
+use minerva_core::DType::{BF16, F16, F32, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, Q8_K};
 
-use super::{Activation, DotKernel};
+use super::{DequantizeFn, Kernels};
+use crate::activation::Activation;
 use crate::ggml::k_quants::{get_scale_min_k4, nibble_k, q3_k_scales, two_bits};
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::ggml::q5::five_bit_quants;
 use crate::{BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K};
 
-/// The scalar kernel for `dtype`, if there is one.
-pub(super) fn kernel(dtype: DType) -> Option<DotKernel> {
-    let k: DotKernel = match dtype {
-        DType::F32 => dot_f32,
-        DType::F16 => dot_f16,
-        DType::BF16 => dot_bf16,
-        DType::Q8_0 => dot_q8_0,
-        DType::Q4_0 => dot_q4_0,
-        DType::Q4_1 => dot_q4_1,
-        DType::Q5_0 => dot_q5_0,
-        DType::Q5_1 => dot_q5_1,
-        DType::MXFP4 => dot_mxfp4,
-        DType::Q2_K => dot_q2_k,
-        DType::Q3_K => dot_q3_k,
-        DType::Q4_K => dot_q4_k,
-        DType::Q5_K => dot_q5_k,
-        DType::Q6_K => dot_q6_k,
-        _ => return None,
-    };
-    Some(k)
-}
+/// The reference row of every dtype this crate has kernels for: F32/F16/BF16, the 32-value
+/// block formats (Q8_0 activations, and i16 ones), the K-quants (Q8_K activations; Q8_K itself
+/// only converts).
+pub(super) const ROWS: [Kernels; 15] = [
+    Kernels::new(F32).dequantize(crate::dequantize_row_f32).dot(F32, dot_f32),
+    Kernels::new(F16).dequantize(crate::dequantize_row_f16).dot(F32, dot_f16),
+    Kernels::new(BF16).dequantize(crate::dequantize_row_bf16).dot(F32, dot_bf16),
+    Kernels::new(Q8_0)
+        .dequantize(crate::dequantize_row_q8_0_ref)
+        .quantize(crate::quantize_row_q8_0_ref)
+        .dot(Q8_0, dot_q8_0)
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q8_0_ref)),
+    Kernels::new(Q4_0)
+        .dequantize(crate::dequantize_row_q4_0_ref)
+        .quantize(crate::quantize_row_q4_0_ref)
+        .dot(Q8_0, dot_q4_0)
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_0_ref)),
+    Kernels::new(Q4_1)
+        .dequantize(crate::dequantize_row_q4_1_ref)
+        .quantize(crate::quantize_row_q4_1_ref)
+        .dot(Q8_0, dot_q4_1)
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_1_ref)),
+    Kernels::new(Q5_0)
+        .dequantize(crate::dequantize_row_q5_0_ref)
+        .dot(Q8_0, dot_q5_0)
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_0_ref)),
+    Kernels::new(Q5_1)
+        .dequantize(crate::dequantize_row_q5_1_ref)
+        .dot(Q8_0, dot_q5_1)
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_1_ref)),
+    Kernels::new(MXFP4)
+        .dequantize(crate::dequantize_row_mxfp4_ref)
+        .quantize(crate::quantize_row_mxfp4_ref)
+        .dot(Q8_0, dot_mxfp4)
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_mxfp4_ref)),
+    Kernels::new(Q2_K).dequantize(crate::dequantize_row_q2_k_ref).dot(Q8_K, dot_q2_k),
+    Kernels::new(Q3_K).dequantize(crate::dequantize_row_q3_k_ref).dot(Q8_K, dot_q3_k),
+    Kernels::new(Q4_K).dequantize(crate::dequantize_row_q4_k_ref).dot(Q8_K, dot_q4_k),
+    Kernels::new(Q5_K).dequantize(crate::dequantize_row_q5_k_ref).dot(Q8_K, dot_q5_k),
+    Kernels::new(Q6_K).dequantize(crate::dequantize_row_q6_k_ref).dot(Q8_K, dot_q6_k),
+    Kernels::new(Q8_K).dequantize(crate::dequantize_row_q8_k_ref).quantize(crate::quantize_row_q8_k_ref),
+];
 
-/// The scalar kernel for `dtype` against i16 activations (`Activation::q16`), if there is one:
-/// the 32-value block formats. Each weight block is dequantized with the reference dequantizer
-/// and dotted with the block's i16 quants in f32, then scaled by the activation block's scale.
-pub(super) fn kernel_i16(dtype: DType) -> Option<DotKernel> {
-    let k: DotKernel = match dtype {
-        DType::Q8_0 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q8_0_ref),
-        DType::Q4_0 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_0_ref),
-        DType::Q4_1 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_1_ref),
-        DType::Q5_0 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_0_ref),
-        DType::Q5_1 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_1_ref),
-        DType::MXFP4 => |row, act| dot_i16_dequantized(row, act, crate::dequantize_row_mxfp4_ref),
-        _ => return None,
-    };
-    Some(k)
-}
-
-fn dot_i16_dequantized(row: &[u8], act: &Activation<'_>, dequantize: crate::DequantizeFn) -> f32 {
+/// The i16-activation kernel of the 32-value formats: each weight block is dequantized with the
+/// reference dequantizer and dotted with the block's i16 quants in f32, then scaled by the
+/// activation block's scale.
+fn dot_i16_dequantized(row: &[u8], act: &Activation<'_>, dequantize: DequantizeFn) -> f32 {
     let mut w = vec![0.0f32; act.q16.len()];
     dequantize(row, &mut w).expect("whole blocks, checked by the caller");
     let blocks = w.chunks_exact(32).zip(act.q16.chunks_exact(32)).zip(&act.d);

@@ -34,98 +34,29 @@
 //! # Ok::<(), minerva_quant::QuantError>(())
 //! ```
 
-mod ref_;
-
-use half::f16;
 use minerva_core::DType;
 use rayon::prelude::*;
 
-use crate::{QuantError, quantize_row_q8_0_ref, quantize_row_q8_k_ref};
-
-/// One activation vector as the dot kernels read it.
-///
-/// For F32/F16/BF16 weights only `x` is used; for the others `qs` holds the quantized values
-/// (i8 bit patterns), `d` one scale per activation block, and `sums` the sums of the quants: one
-/// per 32-value block for Q8_0, Q8_K's `bsums` (one per 16 values) for Q8_K. For Q8_0, `ds`
-/// holds `d · sum` per block (what a weight block's minimum multiplies, as in llama.cpp's Q8_1).
-pub(crate) struct Activation<'a> {
-    pub(crate) x: &'a [f32],
-    pub(crate) d: Vec<f32>,
-    pub(crate) qs: Vec<u8>,
-    pub(crate) sums: Vec<i32>,
-    pub(crate) ds: Vec<f32>,
-    pub(crate) q16: Vec<i16>,
-}
-
-/// A row kernel: the dot product of one weight row (whole blocks) with one activation whose
-/// length matches. Kernels zip whole blocks, so a mismatch could only shorten the sum, never read
-/// out of bounds; the public functions check every length first.
-pub(crate) type DotKernel = fn(&[u8], &Activation<'_>) -> f32;
-
-/// A tile kernel: every row of `weights` (whole rows of `row_bytes`) against every activation,
-/// written row-major into `out` (rows × activations). It reads each weight block once for several
-/// activations and each activation block once for several rows.
-pub(crate) type TileKernel = fn(&[u8], usize, &[Activation<'_>], &mut [f32]);
-
-/// The kernel [`run`] uses: a tile kernel where there is one, else a dot kernel per (row, activation).
-#[derive(Clone, Copy)]
-enum Kernel {
-    Dot(DotKernel),
-    Tile(TileKernel),
-}
-
-impl Kernel {
-    fn apply(self, weights: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-        match self {
-            Kernel::Tile(tile) => tile(weights, row_bytes, acts, out),
-            Kernel::Dot(dot) => {
-                for (y_row, w_row) in out.chunks_exact_mut(acts.len()).zip(weights.chunks_exact(row_bytes)) {
-                    for (y, act) in y_row.iter_mut().zip(acts) {
-                        *y = dot(w_row, act);
-                    }
-                }
-            }
-        }
-    }
-}
+use crate::QuantError;
+use crate::activation::Activation;
+use crate::kernels::{self, MatKernel};
 
 /// The format activations are converted to for weights of `dtype`: `F32` (used as given) for
 /// F32/F16/BF16, `Q8_0` for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/MXFP4, `Q8_K` for Q2_K…Q6_K; `None` for
 /// dtypes without a matmul kernel.
 pub fn activation_dtype(dtype: DType) -> Option<DType> {
-    match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => Some(DType::F32),
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::MXFP4 => Some(DType::Q8_0),
-        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => Some(DType::Q8_K),
-        _ => None,
-    }
+    kernels::reference(dtype).activation
 }
 
 /// Whether [`matvec`]/[`matmul`] use a SIMD kernel for `dtype` on this CPU.
 pub fn has_fast_matmul(dtype: DType) -> bool {
-    fast_kernel(dtype, false).is_some()
+    kernels::cpu_kernels(dtype).matmul.is_some_and(|isa| isa != kernels::SCALAR)
 }
 
 /// Whether [`matmul_i16`] has i16-activation kernels for `dtype` (the 32-value block formats
 /// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4); for other dtypes it is [`matmul`].
 pub fn has_i16_matmul(dtype: DType) -> bool {
-    ref_::kernel_i16(dtype).is_some()
-}
-
-fn fast_kernel(dtype: DType, wide: bool) -> Option<Kernel> {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(kernel) = crate::x86::avx2_tile_kernel(dtype, wide) {
-        return Some(Kernel::Tile(kernel));
-    }
-    if wide {
-        return None;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if let Some(kernel) = crate::x86::avx2_dot_kernel(dtype) {
-        return Some(Kernel::Dot(kernel));
-    }
-    let _ = dtype;
-    None
+    kernels::reference(dtype).matmul_i16.is_some()
 }
 
 /// `y = W·x`: `weights` is `rows × cols` of `dtype` (row-major, whole blocks per row), `x` holds
@@ -153,8 +84,7 @@ pub fn matmul(
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
-    let kernel = fast_kernel(dtype, false).or_else(|| ref_::kernel(dtype).map(Kernel::Dot));
-    run(dtype, kernel, false, weights, rows, cols, xs, n, ys)
+    run(dtype, kernels::selected(dtype).kernels.matmul, false, weights, rows, cols, xs, n, ys)
 }
 
 /// [`matmul`] with activations quantized to **i16** (one f32 scale per 32 values) instead of
@@ -177,8 +107,7 @@ pub fn matmul_i16(
     if !has_i16_matmul(dtype) {
         return matmul(dtype, weights, rows, cols, xs, n, ys);
     }
-    let kernel = fast_kernel(dtype, true).or_else(|| ref_::kernel_i16(dtype).map(Kernel::Dot));
-    run(dtype, kernel, true, weights, rows, cols, xs, n, ys)
+    run(dtype, kernels::selected(dtype).kernels.matmul_i16, true, weights, rows, cols, xs, n, ys)
 }
 
 /// [`matmul_i16`] with the scalar kernels only.
@@ -194,7 +123,7 @@ pub fn matmul_i16_ref(
     if !has_i16_matmul(dtype) {
         return matmul_ref(dtype, weights, rows, cols, xs, n, ys);
     }
-    run(dtype, ref_::kernel_i16(dtype).map(Kernel::Dot), true, weights, rows, cols, xs, n, ys)
+    run(dtype, kernels::reference(dtype).matmul_i16, true, weights, rows, cols, xs, n, ys)
 }
 
 /// [`matvec`] with the scalar kernels only.
@@ -219,7 +148,7 @@ pub fn matmul_ref(
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
-    run(dtype, ref_::kernel(dtype).map(Kernel::Dot), false, weights, rows, cols, xs, n, ys)
+    run(dtype, kernels::reference(dtype).matmul, false, weights, rows, cols, xs, n, ys)
 }
 
 /// Checks every length against the shape; returns the bytes per weight row.
@@ -255,8 +184,8 @@ fn check_shape(
 #[allow(clippy::too_many_arguments)]
 fn run(
     dtype: DType,
-    kernel: Option<Kernel>,
-    wide: bool,
+    kernel: Option<MatKernel>,
+    i16: bool,
     weights: &[u8],
     rows: usize,
     cols: usize,
@@ -277,9 +206,9 @@ fn run(
     }
     let threads = rayon::current_num_threads();
     let acts: Vec<Activation<'_>> = if threads > 1 && n > 1 {
-        xs.par_chunks_exact(cols).map(|x| quantize_activation(act_dtype, wide, x)).collect()
+        xs.par_chunks_exact(cols).map(|x| Activation::quantize(act_dtype, i16, x)).collect()
     } else {
-        xs.chunks_exact(cols).map(|x| quantize_activation(act_dtype, wide, x)).collect()
+        xs.chunks_exact(cols).map(|x| Activation::quantize(act_dtype, i16, x)).collect()
     };
     // Several tasks per thread so that a slow (shared) core does not hold the others up, but each
     // at least 64 KiB of weights so that splitting costs little next to the streaming.
@@ -301,57 +230,6 @@ fn run(
         }
     }
     Ok(())
-}
-
-/// Quantizes one activation vector (a whole number of activation blocks: checked by the caller,
-/// since every weight block size is a multiple of its activation block size). `wide` (only with
-/// `act_dtype` Q8_0): i16 quants instead, `d = amax / 32767` kept in f32.
-fn quantize_activation(act_dtype: DType, wide: bool, x: &[f32]) -> Activation<'_> {
-    let mut act = Activation { x, d: Vec::new(), qs: Vec::new(), sums: Vec::new(), ds: Vec::new(), q16: Vec::new() };
-    if act_dtype == DType::F32 {
-        return act;
-    }
-    if wide {
-        act.q16.reserve(x.len());
-        for block in x.chunks_exact(32) {
-            let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let d = amax / 32767.0;
-            let id = if d == 0.0 { 0.0 } else { 1.0 / d };
-            let start = act.q16.len();
-            act.q16.extend(block.iter().map(|v| (v * id).round() as i16));
-            let sum: i32 = act.q16[start..].iter().map(|&q| i32::from(q)).sum();
-            act.d.push(d);
-            act.sums.push(sum);
-            act.ds.push(d * sum as f32);
-        }
-        return act;
-    }
-    let block_elems = act_dtype.block_elems();
-    let block_bytes = act_dtype.block_bytes();
-    let blocks = x.len() / block_elems;
-    let mut bytes = vec![0u8; blocks * block_bytes];
-    act.qs.reserve(x.len());
-    if act_dtype == DType::Q8_0 {
-        quantize_row_q8_0_ref(x, &mut bytes).expect("whole Q8_0 blocks, checked by the caller");
-        for block in bytes.chunks_exact(block_bytes) {
-            let (d, sum) = (
-                f16::from_le_bytes([block[0], block[1]]).to_f32(),
-                block[2..].iter().map(|&q| i32::from(q as i8)).sum(),
-            );
-            act.d.push(d);
-            act.qs.extend_from_slice(&block[2..]);
-            act.sums.push(sum);
-            act.ds.push(d * sum as f32);
-        }
-    } else {
-        quantize_row_q8_k_ref(x, &mut bytes).expect("whole Q8_K blocks, checked by the caller");
-        for block in bytes.chunks_exact(block_bytes) {
-            act.d.push(f32::from_le_bytes([block[0], block[1], block[2], block[3]]));
-            act.qs.extend_from_slice(&block[4..260]);
-            act.sums.extend(block[260..].chunks_exact(2).map(|s| i32::from(i16::from_le_bytes([s[0], s[1]]))));
-        }
-    }
-    act
 }
 
 #[cfg(test)]

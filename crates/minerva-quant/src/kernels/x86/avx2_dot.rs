@@ -1,30 +1,30 @@
-//! AVX2 (+FMA, F16C) dot kernels for [`crate::matvec`]: one weight row × one activation.
+//! AVX2 (+FMA, F16C) dot kernels for [`crate::matvec`]: one weight row × one activation, for the
+//! formats without a tile kernel (`avx2_tile.rs`): the K-quants Q4_K and Q6_K against Q8_K
+//! activations, and F32/F16/BF16 against f32 ones; plus the helpers the tile kernels share.
 //!
-//! Quantized formats multiply 32 weight quants by 32 Q8 activation quants at a time with
-//! `maddubs` (u8 × i8 → pairs summed in i16, no saturation for these ranges: at most
-//! 2·128·127 = 32 512) and `madd` (i16 pairs → i32), exactly as llama.cpp's AVX2 paths; signed
-//! weights use the `sign_epi8` trick (|w| unsigned, the sign moved onto the activation). The
-//! integer sum of a block is exact; it is scaled once per block (`d_w · d_a`) and accumulated in
-//! f32 with FMA, so results differ from the scalar kernels only by f32 summation order.
+//! K-quants multiply 32 weight quants by 32 Q8 activation quants at a time with `maddubs`
+//! (u8 × i8 → pairs summed in i16, no saturation for these ranges: at most 2·63·127 = 16 002)
+//! and `madd` (i16 pairs → i32, weighted by the sub-block scales), exactly as llama.cpp's AVX2
+//! paths. The integer sum of a block is exact; it is scaled once per block (`d_w · d_a`) and
+//! accumulated in f32 with FMA, so results differ from the scalar kernels only by f32 summation
+//! order.
 //!
-//! As in `avx2.rs`, memory safety does not rest on `unsafe`: blocks are `chunks_exact` and vectors
+//! As in `avx2_dequant.rs`, memory safety does not rest on `unsafe`: blocks are `chunks_exact` and vectors
 //! are read with `bytemuck` (unaligned loads); the only unsafe step is the caller's promise that the
-//! CPU has AVX2, FMA and F16C (see `super::avx2_dot_kernel`).
+//! CPU has AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtss_f32, _mm_movehl_ps, _mm_set1_epi16,
-    _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_epi32, _mm256_and_si256, _mm256_broadcastsi128_si256,
-    _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
-    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i,
-    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8,
-    _mm256_sign_epi8, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srli_epi16, _mm256_sub_epi8,
+    _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_epi32, _mm256_and_si256, _mm256_castps256_ps128, _mm256_castsi256_ps,
+    _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps,
+    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16,
+    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srli_epi16,
 };
 
 use bytemuck::pod_read_unaligned;
 
+use crate::activation::Activation;
 use crate::ggml::k_quants::get_scale_min_k4;
-use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
-use crate::matmul::Activation;
 
 /// Little-endian f16 at the start of `b`, widened with F16C. Broadcast first (`set1`), not
 /// `cvtsi32_si128`: LLVM turned the latter into a `vpinsrw` merging into the accumulator's
@@ -50,14 +50,6 @@ pub(super) fn hsum_ps(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
 }
 
-/// Σ w·a of 32 signed weight bytes and 32 signed activation bytes, as 8 i32 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn dot_i8(w: __m256i, a: __m256i) -> __m256i {
-    let products = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-    _mm256_madd_epi16(products, _mm256_set1_epi16(1))
-}
-
 /// A block's 16 nibble bytes as 32 bytes in value order: low nibbles, then high nibbles.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -65,56 +57,6 @@ pub(super) fn unpack_nibbles(qs: &[u8]) -> __m256i {
     let packed = pod_read_unaligned::<__m128i>(&qs[..16]);
     let both = _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed);
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
-}
-
-/// The shared loop of the 32-value formats: `block(w, a)` gives (i32 lanes of Σ q·a, weight
-/// scale, extra f32 term already scaled by the activation scale's caller-side factor).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn blocks32(
-    row: &[u8],
-    act: &Activation<'_>,
-    block_bytes: usize,
-    block: impl Fn(&[u8], &[u8]) -> (__m256i, f32, f32),
-) -> f32 {
-    let (mut acc, mut extra) = (_mm256_setzero_ps(), 0.0f32);
-    let blocks = row.chunks_exact(block_bytes).zip(act.qs.chunks_exact(32));
-    for ((w, a), (&d, &s)) in blocks.zip(act.d.iter().zip(&act.sums)) {
-        let (sum, scale, min) = block(w, a);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale * d), _mm256_cvtepi32_ps(sum), acc);
-        extra += min * d * s as f32;
-    }
-    hsum_ps(acc) + extra
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q8_0(row: &[u8], act: &Activation<'_>) -> f32 {
-    blocks32(row, act, 34, |w, a| (dot_i8(load32(&w[2..]), load32(a)), f16_at(w), 0.0))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q4_0(row: &[u8], act: &Activation<'_>) -> f32 {
-    blocks32(row, act, 18, |w, a| {
-        let q = _mm256_sub_epi8(unpack_nibbles(&w[2..]), _mm256_set1_epi8(8));
-        (dot_i8(q, load32(a)), f16_at(w), 0.0)
-    })
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q4_1(row: &[u8], act: &Activation<'_>) -> f32 {
-    blocks32(row, act, 20, |w, a| {
-        let products = _mm256_maddubs_epi16(unpack_nibbles(&w[4..]), load32(a));
-        (_mm256_madd_epi16(products, _mm256_set1_epi16(1)), f16_at(w), f16_at(&w[2..]))
-    })
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_mxfp4(row: &[u8], act: &Activation<'_>) -> f32 {
-    let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
-    blocks32(row, act, 17, |w, a| {
-        let q = _mm256_shuffle_epi8(table, unpack_nibbles(&w[1..]));
-        (dot_i8(q, load32(a)), e8m0_to_f32_half(w[0]), 0.0)
-    })
 }
 
 /// The 8 (scale, min) pairs of a Q4_K/Q5_K super-block.
@@ -162,7 +104,7 @@ pub(super) fn dot_q6_k(row: &[u8], act: &Activation<'_>) -> f32 {
             let ql = &block[64 * half..];
             let (lo, hi) = (load32(ql), load32(&ql[32..]));
             let h = load32(&block[128 + 32 * half..]);
-            // Unsigned 6-bit quants (0..=63) of the four quarters, as in avx2::dequantize_row_q6_k;
+            // Unsigned 6-bit quants (0..=63) of the four quarters, as in avx2_dequant::dequantize_row_q6_k;
             // the −32 is applied below through the activation's bsums.
             let high2 = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, low2));
             let quarters = [

@@ -1,0 +1,289 @@
+//! The kernel table: one row per dtype, as ggml's `type_traits` — what this crate can do with
+//! weights of that dtype and which function does it.
+//!
+//! * [`REFERENCE`] holds the scalar reference row of every dtype: the (de)quantizers of `ggml`,
+//!   `float.rs`, the activation format matmul quantizes to, and the scalar dot kernels of
+//!   [`reference`]. It is the definition of truth and the fallback on every CPU.
+//! * Each instruction set is an [`Isa`]: a run-time check and its own rows, which fill only the
+//!   entries it speeds up (`x86::AVX2_FMA_F16C` has tile kernels for Q8_0 but no quantizer, …).
+//!   A new ISA (AVX-512, VNNI, NEON) is a new `Isa` with its rows in [`ISAS`], not a new `match`.
+//! * [`selected`] merges them once per process: for each entry the best detected ISA that fills
+//!   it, else the reference. Callers fetch a row per call and keep the function pointers outside
+//!   their loops.
+//!
+//! Every ISA entry is tested against the reference entry it replaces (`tests/fast_path.rs`,
+//! `tests/matmul.rs`): dequantizers bit for bit, matmul kernels within f32 summation order.
+
+mod reference;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::sync::OnceLock;
+
+use minerva_core::{DTYPE_TABLE, DType};
+
+use crate::QuantError;
+use crate::activation::Activation;
+
+/// A row dequantizer: whole blocks in, exactly their values out; wrong lengths are a [`QuantError`].
+pub(crate) type DequantizeFn = fn(&[u8], &mut [f32]) -> Result<(), QuantError>;
+
+/// A row quantizer: whole blocks of values in, exactly their bytes out.
+pub(crate) type QuantizeFn = fn(&[f32], &mut [u8]) -> Result<(), QuantError>;
+
+/// A dot kernel: one weight row (whole blocks) · one activation whose length matches. Kernels zip
+/// whole blocks, so a mismatch could only shorten the sum, never read out of bounds; the public
+/// functions check every length first.
+pub(crate) type DotKernel = fn(&[u8], &Activation<'_>) -> f32;
+
+/// A tile kernel: every row of `weights` (whole rows of `row_bytes`) against every activation,
+/// written row-major into `out` (rows × activations). It reads each weight block once for several
+/// activations and each activation block once for several rows.
+pub(crate) type TileKernel = fn(&[u8], usize, &[Activation<'_>], &mut [f32]);
+
+/// A matmul kernel: a tile kernel, or a dot kernel applied per (row, activation).
+#[derive(Clone, Copy)]
+pub(crate) enum MatKernel {
+    Dot(DotKernel),
+    Tile(TileKernel),
+}
+
+impl MatKernel {
+    /// Every row of `weights` against every activation into `out` (rows × activations).
+    pub(crate) fn apply(self, weights: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+        match self {
+            MatKernel::Tile(tile) => tile(weights, row_bytes, acts, out),
+            MatKernel::Dot(dot) => {
+                for (y_row, w_row) in out.chunks_exact_mut(acts.len()).zip(weights.chunks_exact(row_bytes)) {
+                    for (y, act) in y_row.iter_mut().zip(acts) {
+                        *y = dot(w_row, act);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One dtype's kernels. `None` where there is none: in [`REFERENCE`], that the crate cannot do it;
+/// in an ISA's rows, that the ISA does not speed it up.
+#[derive(Clone, Copy)]
+pub(crate) struct Kernels {
+    pub(crate) dtype: DType,
+    pub(crate) dequantize: Option<DequantizeFn>,
+    pub(crate) quantize: Option<QuantizeFn>,
+    /// The format matmul quantizes activations to for these weights: `F32` (used as given),
+    /// `Q8_0` or `Q8_K`, as llama.cpp's `vec_dot_type`. Reference rows only: an ISA's kernels
+    /// read the same activations as the reference kernels they replace.
+    pub(crate) activation: Option<DType>,
+    /// Weights × activations in the `activation` format.
+    pub(crate) matmul: Option<MatKernel>,
+    /// Weights × i16 activations (`crate::matmul_i16`).
+    pub(crate) matmul_i16: Option<MatKernel>,
+}
+
+impl Kernels {
+    /// A row with no kernels.
+    pub(crate) const fn new(dtype: DType) -> Self {
+        Kernels { dtype, dequantize: None, quantize: None, activation: None, matmul: None, matmul_i16: None }
+    }
+
+    pub(crate) const fn dequantize(mut self, f: DequantizeFn) -> Self {
+        self.dequantize = Some(f);
+        self
+    }
+
+    pub(crate) const fn quantize(mut self, f: QuantizeFn) -> Self {
+        self.quantize = Some(f);
+        self
+    }
+
+    /// Matmul against activations in `format`, one weight row · one activation at a time.
+    pub(crate) const fn dot(mut self, format: DType, f: DotKernel) -> Self {
+        self.activation = Some(format);
+        self.matmul = Some(MatKernel::Dot(f));
+        self
+    }
+
+    /// [`Kernels::dot`] for an ISA row (the activation format is the reference row's).
+    pub(crate) const fn simd_dot(mut self, f: DotKernel) -> Self {
+        self.matmul = Some(MatKernel::Dot(f));
+        self
+    }
+
+    /// Matmul in tiles of rows × activations (an ISA row; the activation format is the reference's).
+    pub(crate) const fn tile(mut self, f: TileKernel) -> Self {
+        self.matmul = Some(MatKernel::Tile(f));
+        self
+    }
+
+    pub(crate) const fn dot_i16(mut self, f: DotKernel) -> Self {
+        self.matmul_i16 = Some(MatKernel::Dot(f));
+        self
+    }
+
+    pub(crate) const fn tile_i16(mut self, f: TileKernel) -> Self {
+        self.matmul_i16 = Some(MatKernel::Tile(f));
+        self
+    }
+}
+
+/// An instruction set: the CPU features its kernels need, checked at run time, and its rows.
+pub(crate) struct Isa {
+    /// What [`cpu_kernels`] reports, e.g. `"avx2+fma+f16c"`.
+    pub(crate) name: &'static str,
+    /// Whether this CPU runs the rows' kernels. Rows are used only where this returned true: the
+    /// `unsafe` calls of `#[target_feature]` functions inside them rely on it.
+    pub(crate) detected: fn() -> bool,
+    pub(crate) rows: &'static [Kernels],
+}
+
+/// The name [`cpu_kernels`] gives the scalar reference.
+pub(crate) const SCALAR: &str = "scalar";
+
+/// Every instruction set with kernels, best first: where two detected ISAs fill the same entry,
+/// the earlier one's kernel is used.
+const ISAS: &[Isa] = &[
+    #[cfg(target_arch = "x86_64")]
+    x86::AVX2_FMA_F16C,
+    #[cfg(target_arch = "x86_64")]
+    x86::AVX2,
+];
+
+/// Every dtype's reference row, indexed by discriminant (rows without kernels for the others).
+static REFERENCE: [Kernels; DTYPE_TABLE.len()] = index_by_dtype(&reference::ROWS);
+
+/// Spreads `rows` into a table indexed by the `DType` discriminant; two rows for one dtype are a
+/// compile error.
+const fn index_by_dtype<const N: usize>(rows: &[Kernels; N]) -> [Kernels; DTYPE_TABLE.len()] {
+    let mut table = [Kernels::new(DType::F32); DTYPE_TABLE.len()];
+    let mut i = 0;
+    while i < DTYPE_TABLE.len() {
+        table[i].dtype = DTYPE_TABLE[i].dtype;
+        i += 1;
+    }
+    let mut seen = [false; DTYPE_TABLE.len()];
+    let mut r = 0;
+    while r < N {
+        let at = rows[r].dtype as usize;
+        assert!(!seen[at], "two kernel rows for one dtype");
+        seen[at] = true;
+        table[at] = rows[r];
+        r += 1;
+    }
+    table
+}
+
+/// The scalar reference row of `dtype`.
+pub(crate) fn reference(dtype: DType) -> &'static Kernels {
+    &REFERENCE[dtype as usize]
+}
+
+/// One dtype's kernels as this CPU runs them, with the ISA each entry came from.
+#[derive(Clone, Copy)]
+pub(crate) struct Selected {
+    pub(crate) kernels: Kernels,
+    pub(crate) names: CpuKernels,
+}
+
+/// The instruction set of each kernel [`crate::dequantize_fast`], [`crate::matmul`] and
+/// [`crate::matmul_i16`] use for one dtype on this CPU (`"scalar"` for the reference, `None` where
+/// there is no kernel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuKernels {
+    /// The dequantizer of [`crate::dequantize_fast`].
+    pub dequantize: Option<&'static str>,
+    /// The kernel of [`crate::matmul`] / [`crate::matvec`].
+    pub matmul: Option<&'static str>,
+    /// The kernel of [`crate::matmul_i16`] (`None`: it runs [`crate::matmul`]'s).
+    pub matmul_i16: Option<&'static str>,
+}
+
+/// Which instruction set runs each kernel for weights of `dtype` on this CPU.
+pub fn cpu_kernels(dtype: DType) -> CpuKernels {
+    selected(dtype).names
+}
+
+/// The row of `dtype` for this CPU: each entry from the best detected ISA that has it, else the
+/// reference. ISAs are detected once, at the first call.
+pub(crate) fn selected(dtype: DType) -> &'static Selected {
+    static SELECTED: OnceLock<Vec<Selected>> = OnceLock::new();
+    &SELECTED.get_or_init(|| select(ISAS.iter().filter(|isa| (isa.detected)())))[dtype as usize]
+}
+
+/// Merges the reference table with the rows of `isas` (best first).
+fn select<'a>(isas: impl DoubleEndedIterator<Item = &'a Isa>) -> Vec<Selected> {
+    let name = |present: bool| present.then_some(SCALAR);
+    let mut table: Vec<Selected> = REFERENCE
+        .iter()
+        .map(|&kernels| Selected {
+            kernels,
+            names: CpuKernels {
+                dequantize: name(kernels.dequantize.is_some()),
+                matmul: name(kernels.matmul.is_some()),
+                matmul_i16: name(kernels.matmul_i16.is_some()),
+            },
+        })
+        .collect();
+    // Worst first, so that a better ISA's entry overwrites a worse one's.
+    for isa in isas.rev() {
+        for row in isa.rows {
+            let Selected { kernels, names } = &mut table[row.dtype as usize];
+            if row.dequantize.is_some() {
+                (kernels.dequantize, names.dequantize) = (row.dequantize, Some(isa.name));
+            }
+            if row.matmul.is_some() {
+                (kernels.matmul, names.matmul) = (row.matmul, Some(isa.name));
+            }
+            if row.matmul_i16.is_some() {
+                (kernels.matmul_i16, names.matmul_i16) = (row.matmul_i16, Some(isa.name));
+            }
+        }
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An ISA row only replaces entries the reference has, and keeps the reference's activation
+    /// format (its kernels read what the reference kernels read) and quantizer.
+    #[test]
+    fn isa_rows_replace_reference_entries_only() {
+        for isa in ISAS {
+            for row in isa.rows {
+                let reference = reference(row.dtype);
+                let what = format!("{} {}", isa.name, row.dtype);
+                assert!(row.activation.is_none() && row.quantize.is_none(), "{what}");
+                assert!(row.dequantize.is_none() || reference.dequantize.is_some(), "{what}: dequantize");
+                assert!(row.matmul.is_none() || reference.matmul.is_some(), "{what}: matmul");
+                assert!(row.matmul_i16.is_none() || reference.matmul_i16.is_some(), "{what}: matmul_i16");
+            }
+            let mut dtypes: Vec<usize> = isa.rows.iter().map(|r| r.dtype as usize).collect();
+            dtypes.sort_unstable();
+            dtypes.dedup();
+            assert_eq!(dtypes.len(), isa.rows.len(), "{}: one row per dtype", isa.name);
+        }
+    }
+
+    #[test]
+    fn every_matmul_row_names_its_activation_format() {
+        for row in &REFERENCE {
+            assert_eq!(row.matmul.is_some(), row.activation.is_some(), "{}", row.dtype);
+            assert!(row.matmul_i16.is_none() || row.activation == Some(DType::Q8_0), "{}", row.dtype);
+            if let Some(format) = row.activation {
+                assert!(row.dtype.block_elems().is_multiple_of(format.block_elems()), "{}", row.dtype);
+            }
+        }
+    }
+
+    #[test]
+    fn without_simd_every_entry_is_the_reference() {
+        let table = select(std::iter::empty());
+        for (row, reference) in table.iter().zip(&REFERENCE) {
+            let names = [row.names.dequantize, row.names.matmul, row.names.matmul_i16];
+            assert!(names.iter().all(|n| n.is_none() || *n == Some(SCALAR)), "{}", reference.dtype);
+            assert_eq!(row.names.dequantize.is_some(), reference.dequantize.is_some());
+        }
+    }
+}

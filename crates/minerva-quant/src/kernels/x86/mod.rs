@@ -1,0 +1,91 @@
+//! The x86-64 instruction sets and their rows of the kernel table:
+//!
+//! * [`AVX2`] — the dequantizers (`avx2_dequant.rs`), which need AVX2 alone;
+//! * [`AVX2_FMA_F16C`] — the matmul kernels: tiles of rows × activations for the 32-value block
+//!   formats (`avx2_tile.rs`), per-row dot kernels for the K-quants and the float formats
+//!   (`avx2_dot.rs`).
+//!
+//! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
+//! them, which the kernel table uses only after the ISA's `detected` check has passed.
+
+// The one unsafe thing here: calling `#[target_feature]` functions, after run-time detection.
+#![allow(unsafe_code)]
+
+mod avx2_dequant;
+mod avx2_dot;
+mod avx2_tile;
+
+use std::arch::is_x86_feature_detected as has;
+
+use minerva_core::DType::{BF16, F16, F32, MXFP4, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q6_K, Q8_0};
+
+use super::{Isa, Kernels};
+
+/// A [`super::DequantizeFn`] that checks the lengths for `$dtype`, then runs the unchecked
+/// `#[target_feature]` dequantizer `$kernel`.
+macro_rules! dequantize {
+    ($dtype:expr, $kernel:path) => {
+        |bytes: &[u8], out: &mut [f32]| {
+            crate::blocks::check_dequantize_lengths($dtype, bytes.len(), out.len())?;
+            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
+            // the kernel enables (see `super::Isa::detected`).
+            unsafe { $kernel(bytes, out) };
+            Ok(())
+        }
+    };
+}
+
+/// A [`super::DotKernel`] calling the `#[target_feature]` dot kernel `$kernel`.
+macro_rules! dot {
+    ($kernel:path) => {
+        |row, act| {
+            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
+            // the kernel enables (see `super::Isa::detected`).
+            unsafe { $kernel(row, act) }
+        }
+    };
+}
+
+/// A [`super::TileKernel`] calling the `#[target_feature]` tile kernel `$kernel`.
+macro_rules! tile {
+    ($kernel:path) => {
+        |weights, row_bytes, acts, out| {
+            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
+            // the kernel enables (see `super::Isa::detected`).
+            unsafe { $kernel(weights, row_bytes, acts, out) }
+        }
+    };
+}
+
+/// AVX2 dequantizers, bit-identical to the reference.
+pub(super) const AVX2: Isa = Isa {
+    name: "avx2",
+    detected: || has!("avx2"),
+    rows: &[
+        Kernels::new(Q8_0).dequantize(dequantize!(Q8_0, avx2_dequant::dequantize_row_q8_0)),
+        Kernels::new(Q4_0).dequantize(dequantize!(Q4_0, avx2_dequant::dequantize_row_q4_0)),
+        Kernels::new(Q4_1).dequantize(dequantize!(Q4_1, avx2_dequant::dequantize_row_q4_1)),
+        Kernels::new(MXFP4).dequantize(dequantize!(MXFP4, avx2_dequant::dequantize_row_mxfp4)),
+        Kernels::new(Q4_K).dequantize(dequantize!(Q4_K, avx2_dequant::dequantize_row_q4_k)),
+        Kernels::new(Q6_K).dequantize(dequantize!(Q6_K, avx2_dequant::dequantize_row_q6_k)),
+    ],
+};
+
+/// AVX2 integer matmul kernels with FMA accumulation and F16C scale conversion.
+pub(super) const AVX2_FMA_F16C: Isa = Isa {
+    name: "avx2+fma+f16c",
+    detected: || has!("avx2") && has!("fma") && has!("f16c"),
+    rows: &[
+        Kernels::new(F32).simd_dot(dot!(avx2_dot::dot_f32)),
+        Kernels::new(F16).simd_dot(dot!(avx2_dot::dot_f16)),
+        Kernels::new(BF16).simd_dot(dot!(avx2_dot::dot_bf16)),
+        Kernels::new(Q8_0).tile(tile!(avx2_tile::tiles_q8_0)).tile_i16(tile!(avx2_tile::tiles_i16_q8_0)),
+        Kernels::new(Q4_0).tile(tile!(avx2_tile::tiles_q4_0)).tile_i16(tile!(avx2_tile::tiles_i16_q4_0)),
+        Kernels::new(Q4_1).tile(tile!(avx2_tile::tiles_q4_1)).tile_i16(tile!(avx2_tile::tiles_i16_q4_1)),
+        Kernels::new(Q5_0).tile(tile!(avx2_tile::tiles_q5_0)).tile_i16(tile!(avx2_tile::tiles_i16_q5_0)),
+        Kernels::new(Q5_1).tile(tile!(avx2_tile::tiles_q5_1)).tile_i16(tile!(avx2_tile::tiles_i16_q5_1)),
+        Kernels::new(MXFP4).tile(tile!(avx2_tile::tiles_mxfp4)).tile_i16(tile!(avx2_tile::tiles_i16_mxfp4)),
+        Kernels::new(Q4_K).simd_dot(dot!(avx2_dot::dot_q4_k)),
+        Kernels::new(Q6_K).simd_dot(dot!(avx2_dot::dot_q6_k)),
+    ],
+};
