@@ -177,35 +177,18 @@ fn gpt_oss_answers_and_reasoning_agree_between_run_and_serve() {
     // tested on scripted tokens in minerva-server's engine tests.)
     let model = root().join("fixtures/gpt_oss/hf");
     let prompt = "w20 w21 w22 w23";
-    let run = minerva(&[
-        os("run"),
-        model.as_os_str(),
-        os("--chat"),
-        os("--temperature"),
-        os("0"),
-        os("--max-tokens"),
-        os("48"),
-        os("--f32-activations"),
-        os("--prompt"),
-        os(prompt),
-    ]);
+    let run_chat = |extra: &[&str]| {
+        let mut args = vec![os("run"), model.as_os_str(), os("--chat"), os("--temperature"), os("0")];
+        args.extend([os("--max-tokens"), os("48"), os("--f32-activations"), os("--prompt"), os(prompt)]);
+        args.extend(extra.iter().map(|a| os(a)));
+        minerva(&args)
+    };
+    let run = run_chat(&[]);
     let stderr = String::from_utf8_lossy(&run.stderr).to_string();
     assert!(run.status.success(), "{stderr}");
     let stdout = String::from_utf8(run.stdout).unwrap();
     assert!(!stdout.contains("<|") && !stderr.contains("<|"), "Harmony markers leaked: {stdout:?} {stderr:?}");
-    let hidden = minerva(&[
-        os("run"),
-        model.as_os_str(),
-        os("--chat"),
-        os("--temperature"),
-        os("0"),
-        os("--max-tokens"),
-        os("48"),
-        os("--f32-activations"),
-        os("--hide-reasoning"),
-        os("--prompt"),
-        os(prompt),
-    ]);
+    let hidden = run_chat(&["--hide-reasoning"]);
     assert_eq!(String::from_utf8(hidden.stdout).unwrap(), stdout);
     assert!(hidden.stderr.is_empty(), "{}", String::from_utf8_lossy(&hidden.stderr));
 

@@ -11,6 +11,21 @@ pub fn operands(op: &'static str, message: String) -> ModelError {
     ModelError::BadOperands { op, message }
 }
 
+/// [`crate::Backend::copy_slot`]'s operands: both slots and the positions inside the cache.
+/// Returns whether there is anything to copy.
+pub fn copy_slot(shape: &CacheShape, from: usize, to: usize, positions: usize) -> Result<bool> {
+    if from >= shape.slots || to >= shape.slots || positions > shape.capacity {
+        return Err(operands(
+            "copy_slot",
+            format!(
+                "slots {from} → {to} and {positions} positions do not fit a cache of {} slots × {}",
+                shape.slots, shape.capacity
+            ),
+        ));
+    }
+    Ok(from != to && positions > 0)
+}
+
 /// A weight tensor's shape read as a matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatrixShape {

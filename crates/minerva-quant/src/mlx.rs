@@ -15,9 +15,10 @@
 //! w[i] = q[i] * scale[i / group_size] + bias[i / group_size]
 //! ```
 //!
-//! MLX evaluates `q * scale + bias` in the scales' dtype; we evaluate it in f32 (two roundings,
-//! never an FMA), which equals MLX's output when MLX is given f32 scales, and rounds to it when
-//! converted to f16/bf16 in all but double-rounding corner cases.
+//! MLX evaluates `q * scale + bias` in the scales' dtype, rounding after each operation.
+//! [`MlxAffine::dequantize_exact`] does the same (bit for bit); [`MlxAffine::dequantize_ref`]
+//! evaluates it in f32 (two roundings, never an FMA), which equals MLX's output for f32 scales and
+//! differs from it by up to half a step of the scales' type for f16/bf16 ones.
 
 use half::{bf16, f16};
 use minerva_core::DType;
@@ -51,14 +52,44 @@ impl MlxAffine {
     }
 
     /// Dequantizes `values.len()` values from `weight` (the u32 tensor's little-endian bytes),
-    /// `scales` and `biases` (raw bytes in `scale_dtype`). Whole tensors may be passed flattened:
-    /// each row is a whole number of groups, so rows pack back to back.
+    /// `scales` and `biases` (raw bytes in `scale_dtype`), computing `q·scale + bias` in f32.
+    /// Whole tensors may be passed flattened: each row is a whole number of groups, so rows pack
+    /// back to back.
     pub fn dequantize_ref(
         &self,
         weight: &[u8],
         scales: &[u8],
         biases: &[u8],
         values: &mut [f32],
+    ) -> Result<(), QuantError> {
+        self.dequantize_with(weight, scales, biases, values, |v| v)
+    }
+
+    /// [`MlxAffine::dequantize_ref`] as `mx.dequantize` computes it: in the scales' float type,
+    /// each operation rounded to it (`bf16(bf16(q·scale) + bias)` for bf16 scales). The values are
+    /// exactly representable in `scale_dtype`.
+    pub fn dequantize_exact(
+        &self,
+        weight: &[u8],
+        scales: &[u8],
+        biases: &[u8],
+        values: &mut [f32],
+    ) -> Result<(), QuantError> {
+        match self.scale_dtype {
+            DType::BF16 => self.dequantize_with(weight, scales, biases, values, |v| bf16::from_f32(v).to_f32()),
+            DType::F16 => self.dequantize_with(weight, scales, biases, values, |v| f16::from_f32(v).to_f32()),
+            _ => self.dequantize_ref(weight, scales, biases, values),
+        }
+    }
+
+    /// `round(round(q·scale) + bias)` for every value.
+    fn dequantize_with(
+        &self,
+        weight: &[u8],
+        scales: &[u8],
+        biases: &[u8],
+        values: &mut [f32],
+        round: impl Fn(f32) -> f32,
     ) -> Result<(), QuantError> {
         self.validate()?;
         let n = values.len();
@@ -78,7 +109,7 @@ impl MlxAffine {
             let (scale, bias) = (read_float(scales, g), read_float(biases, g));
             for (k, w) in group.iter_mut().enumerate() {
                 let q = read_bits(weight, (g * self.group_size + k) * bits, self.bits);
-                *w = q as f32 * scale + bias;
+                *w = round(round(q as f32 * scale) + bias);
             }
         }
         Ok(())
@@ -127,6 +158,25 @@ mod tests {
         }
         // The last field of a stream: no byte after it to read.
         assert_eq!(read_bits(&[0xAB], 4, 4), 0xA);
+    }
+
+    #[test]
+    fn exact_dequantization_rounds_each_operation_to_the_scale_type() {
+        // One 8-bit group of 32: q = 0..32, bf16 scale 0.3 (0.30078125), bias 1.7 (1.703125).
+        let weight: Vec<u8> = (0..32u8).collect();
+        let (scale, bias) = (bf16::from_f32(0.3), bf16::from_f32(1.7));
+        let params = MlxAffine { bits: 8, group_size: 32, scale_dtype: DType::BF16 };
+        let (mut exact, mut f32_path) = (vec![0.0; 32], vec![0.0; 32]);
+        params.dequantize_exact(&weight, &scale.to_le_bytes(), &bias.to_le_bytes(), &mut exact).unwrap();
+        params.dequantize_ref(&weight, &scale.to_le_bytes(), &bias.to_le_bytes(), &mut f32_path).unwrap();
+        for q in 0..32 {
+            let product = bf16::from_f32(q as f32 * scale.to_f32());
+            let want = bf16::from_f32(product.to_f32() + bias.to_f32()).to_f32();
+            assert_eq!(exact[q], want, "q = {q}");
+            assert_eq!(f32_path[q], q as f32 * scale.to_f32() + bias.to_f32(), "q = {q}");
+        }
+        // The two differ (here at q = 31: 9.3242 + 1.7031 rounds differently in two steps).
+        assert_ne!(exact, f32_path);
     }
 
     #[test]

@@ -332,16 +332,7 @@ impl Backend for WgpuBackend {
 
     fn copy_slot(&self, cache: &mut WgpuCache, from: usize, to: usize, positions: usize) -> Result<()> {
         let s = cache.shape;
-        if from >= s.slots || to >= s.slots || positions > s.capacity {
-            return Err(ModelError::BadOperands {
-                op: "copy_slot",
-                message: format!(
-                    "slots {from} → {to} and {positions} positions do not fit a cache of {} slots × {}",
-                    s.slots, s.capacity
-                ),
-            });
-        }
-        if from == to || positions == 0 {
+        if !checks::copy_slot(&s, from, to, positions)? {
             return Ok(());
         }
         // WebGPU copies never read and write one buffer: go through a scratch buffer holding

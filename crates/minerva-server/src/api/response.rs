@@ -2,6 +2,21 @@
 
 use serde::Serialize;
 
+/// The fields every response and chunk starts with.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Head {
+    /// `chatcmpl-…` or `cmpl-…`.
+    pub id: String,
+    /// `chat.completion`, `chat.completion.chunk` or `text_completion`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model's name.
+    pub model: String,
+    /// This build of the server.
+    pub system_fingerprint: String,
+}
+
 /// Token counts of a request.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Usage {
@@ -108,16 +123,9 @@ pub struct ChatChoice {
 /// `chat.completion`.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ChatCompletion {
-    /// `chatcmpl-…`.
-    pub id: String,
-    /// `chat.completion`.
-    pub object: &'static str,
-    /// Unix seconds.
-    pub created: u64,
-    /// The served model's name.
-    pub model: String,
-    /// This build of the server.
-    pub system_fingerprint: String,
+    /// Id, object type, time, model.
+    #[serde(flatten)]
+    pub head: Head,
     /// The choices.
     pub choices: Vec<ChatChoice>,
     /// Token counts.
@@ -157,16 +165,9 @@ pub struct ChatChunkChoice {
 /// `chat.completion.chunk`.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ChatChunk {
-    /// The same `chatcmpl-…` on every chunk of a stream.
-    pub id: String,
-    /// `chat.completion.chunk`.
-    pub object: &'static str,
-    /// Unix seconds.
-    pub created: u64,
-    /// The served model's name.
-    pub model: String,
-    /// This build of the server.
-    pub system_fingerprint: String,
+    /// Id (the same on every chunk of a stream), object type, time, model.
+    #[serde(flatten)]
+    pub head: Head,
     /// Choices with news (empty in the usage chunk).
     pub choices: Vec<ChatChunkChoice>,
     /// Set in the last chunk when `stream_options.include_usage`; null before it.
@@ -203,16 +204,9 @@ pub struct CompletionChoice {
 /// `text_completion` (also each chunk of its stream).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Completion {
-    /// `cmpl-…`.
-    pub id: String,
-    /// `text_completion`.
-    pub object: &'static str,
-    /// Unix seconds.
-    pub created: u64,
-    /// The served model's name.
-    pub model: String,
-    /// This build of the server.
-    pub system_fingerprint: String,
+    /// Id (the same on every chunk of a stream), object type, time, model.
+    #[serde(flatten)]
+    pub head: Head,
     /// The choices.
     pub choices: Vec<CompletionChoice>,
     /// Token counts (the whole response; in a stream, the usage chunk).

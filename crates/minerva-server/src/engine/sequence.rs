@@ -210,44 +210,14 @@ pub(super) fn logprobs(tok: &Tokenizer, logits: &[f32], id: u32, top: usize) -> 
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
-    /// A tokenizer with Harmony's special tokens and a few words (joined without spaces).
-    pub(crate) fn harmony_tokenizer() -> Tokenizer {
-        let specials =
-            ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>", "<|constrain|>"];
-        let words = [
-            "analysis",
-            "final",
-            "commentary",
-            "assistant",
-            "Think",
-            "ing",
-            "Hello",
-            " world",
-            " to=functions.get_weather",
-            " ",
-            "json",
-            "{\"city\":",
-            "\"Paris\"}",
-        ];
-        let vocab: serde_json::Map<String, serde_json::Value> =
-            specials.iter().chain(&words).enumerate().map(|(i, t)| (t.to_string(), i.into())).collect();
-        let added: Vec<serde_json::Value> = specials
-            .iter()
-            .enumerate()
-            .map(|(i, t)| serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
-            .collect();
-        let json = serde_json::json!({
-            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
-            "pre_tokenizer": null, "post_processor": null, "decoder": {"type": "Fuse"},
-            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "Hello"}
-        });
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("tokenizer.json"), json.to_string()).unwrap();
-        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"eos_token": "<|return|>"}"#).unwrap();
-        Tokenizer::from_dir(dir.path()).unwrap()
+    /// The tiny GPT-OSS fixture's tokenizer: Harmony's special tokens, header words, ` wN` words
+    /// (`fixtures/gpt_oss/make_harmony_tokenizer.py`).
+    fn harmony_tokenizer() -> Tokenizer {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/gpt_oss/hf");
+        Tokenizer::from_dir(&dir).unwrap()
     }
 
     fn ids(tok: &Tokenizer, pieces: &[&str]) -> Vec<u32> {
@@ -270,30 +240,16 @@ pub(crate) mod tests {
         (all, None)
     }
 
+    const ANALYSIS: [&str; 3] = ["<|channel|>", "analysis", "<|message|>"];
+    const FINAL: [&str; 5] = ["<|start|>", "assistant", "<|channel|>", "final", "<|message|>"];
+
     #[test]
     fn harmony_reasoning_and_answer_go_apart() {
         let tok = harmony_tokenizer();
-        let (d, finish) = run(
-            &tok,
-            &[
-                "<|channel|>",
-                "analysis",
-                "<|message|>",
-                "Think",
-                "ing",
-                "<|end|>",
-                "<|start|>",
-                "assistant",
-                "<|channel|>",
-                "final",
-                "<|message|>",
-                "Hello",
-                " world",
-                "<|return|>",
-            ],
-            Vec::new(),
-        );
-        assert_eq!((d.reasoning.as_str(), d.content.as_str(), finish), ("Thinking", "Hello world", None));
+        let pieces =
+            [&ANALYSIS[..], &[" w20", " w21", "<|end|>"], &FINAL[..], &[" w30", " w31", "<|return|>"]].concat();
+        let (d, finish) = run(&tok, &pieces, Vec::new());
+        assert_eq!((d.reasoning.as_str(), d.content.as_str(), finish), (" w20 w21", " w30 w31", None));
         // `<|end|>` is an end-of-turn token for other models, not for Harmony; `<|return|>` is.
         let [end, ret] = [ids(&tok, &["<|end|>"])[0], ids(&tok, &["<|return|>"])[0]];
         assert!(tok.is_stop(end) && !tok.ends_generation(end, true) && tok.ends_generation(end, false));
@@ -303,48 +259,31 @@ pub(crate) mod tests {
     #[test]
     fn harmony_tool_calls_stream_name_then_arguments() {
         let tok = harmony_tokenizer();
-        let (d, finish) = run(
-            &tok,
-            &[
-                "<|channel|>",
-                "commentary",
-                " to=functions.get_weather",
-                " ",
-                "<|constrain|>",
-                "json",
-                "<|message|>",
-                "{\"city\":",
-                "\"Paris\"}",
-                "<|call|>",
-            ],
-            Vec::new(),
-        );
+        let pieces = [
+            "<|channel|>",
+            "commentary",
+            " to=functions.lookup",
+            " ",
+            "<|constrain|>",
+            "json",
+            "<|message|>",
+            "{\"q\":",
+            " \"w\"}",
+            "<|call|>",
+        ];
+        let (d, finish) = run(&tok, &pieces, Vec::new());
         assert_eq!(finish, Some(Finish::ToolCalls));
-        assert_eq!(d.tool_calls[0].name.as_deref(), Some("get_weather"));
+        assert_eq!(d.tool_calls[0].name.as_deref(), Some("lookup"));
         let args: String = d.tool_calls.iter().map(|c| c.arguments.as_str()).collect();
-        assert_eq!(args, "{\"city\":\"Paris\"}");
+        assert_eq!(args, "{\"q\": \"w\"}");
         assert!(d.content.is_empty() && d.reasoning.is_empty());
     }
 
     #[test]
     fn harmony_stop_strings_apply_to_the_answer_only() {
         let tok = harmony_tokenizer();
-        let pieces = [
-            "<|channel|>",
-            "analysis",
-            "<|message|>",
-            "Hello",
-            " world",
-            "<|end|>",
-            "<|start|>",
-            "assistant",
-            "<|channel|>",
-            "final",
-            "<|message|>",
-            "Hello",
-            " world",
-        ];
-        let (d, finish) = run(&tok, &pieces, vec![" wor".into()]);
-        assert_eq!((d.reasoning.as_str(), d.content.as_str(), finish), ("Hello world", "Hello", Some(Finish::Stop)));
+        let pieces = [&ANALYSIS[..], &[" w20", " w21", "<|end|>"], &FINAL[..], &[" w20", " w21"]].concat();
+        let (d, finish) = run(&tok, &pieces, vec![" w21".into()]);
+        assert_eq!((d.reasoning.as_str(), d.content.as_str(), finish), (" w20 w21", " w20", Some(Finish::Stop)));
     }
 }

@@ -14,7 +14,7 @@ use super::{AppState, Tokens, unix_now};
 use crate::api::request::ChatRequest;
 use crate::api::response::{
     AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatDelta, ChatLogprobs, FunctionCallOut,
-    TokenLogprobOut, ToolCallOut, TopLogprobOut, Usage,
+    Head, TokenLogprobOut, ToolCallOut, TopLogprobOut, Usage,
 };
 use crate::api::{check_common, check_top_logprobs, fit_context};
 use crate::engine::{ChatFormat, Delta, Finish, GenerationRequest, TokenLogprob};
@@ -29,9 +29,9 @@ pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}{:016x}{:08x}", a, b as u32)
 }
 
-/// This build, as `system_fingerprint`.
-pub(crate) fn fingerprint() -> String {
-    format!("fp_minerva_{}", env!("CARGO_PKG_VERSION"))
+/// The fields every response and chunk starts with; `system_fingerprint` names this build.
+pub(crate) fn head(id: String, object: &'static str, created: u64, model: String) -> Head {
+    Head { id, object, created, model, system_fingerprint: format!("fp_minerva_{}", env!("CARGO_PKG_VERSION")) }
 }
 
 /// Today's date (UTC) for Harmony's system message.
@@ -99,11 +99,7 @@ pub(crate) async fn handle(
     let results = respond::collect(events, n).await?;
     let completion_tokens = results.iter().map(|r| r.tokens).sum();
     let body = ChatCompletion {
-        id,
-        object: "chat.completion",
-        created: unix_now(),
-        model,
-        system_fingerprint: fingerprint(),
+        head: head(id, "chat.completion", unix_now(), model),
         choices: results.into_iter().enumerate().map(|(index, r)| choice(index, r, logprobs.is_some())).collect(),
         usage: Usage::new(prompt_tokens, completion_tokens),
     };
@@ -160,15 +156,8 @@ struct ChatWriter {
 
 impl ChatWriter {
     fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: Option<Option<Usage>>) -> serde_json::Value {
-        let chunk = ChatChunk {
-            id: self.id.clone(),
-            object: "chat.completion.chunk",
-            created: self.created,
-            model: self.model.clone(),
-            system_fingerprint: fingerprint(),
-            choices,
-            usage,
-        };
+        let head = head(self.id.clone(), "chat.completion.chunk", self.created, self.model.clone());
+        let chunk = ChatChunk { head, choices, usage };
         serde_json::to_value(chunk).unwrap_or_default()
     }
 }

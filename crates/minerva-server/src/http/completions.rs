@@ -6,7 +6,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::Response;
 
-use super::chat::{fingerprint, new_id};
+use super::chat::{head, new_id};
 use super::json::ApiJson;
 use super::respond::{self, ChoiceResult, ChunkWriter};
 use super::{AppState, Tokens, unix_now};
@@ -125,15 +125,7 @@ struct CompletionWriter {
 
 impl CompletionWriter {
     fn completion(&self, choices: Vec<CompletionChoice>, usage: Option<Option<Usage>>) -> Completion {
-        Completion {
-            id: self.id.clone(),
-            object: "text_completion",
-            created: self.created,
-            model: self.model.clone(),
-            system_fingerprint: fingerprint(),
-            choices,
-            usage,
-        }
+        Completion { head: head(self.id.clone(), "text_completion", self.created, self.model.clone()), choices, usage }
     }
 
     fn chunk(&self, choices: Vec<CompletionChoice>, usage: Option<Option<Usage>>) -> serde_json::Value {

@@ -15,7 +15,7 @@
 //! * HF / MLX MXFP4 → GGML MXFP4 blocks (a lossless nibble reorder, `hf_mxfp4_to_ggml`), with the HF
 //!   gate/up rows de-interleaved on the way, exactly as llama.cpp's converter does — so all three
 //!   layouts run the same fused MXFP4 kernels and stay 4.25 bits per weight;
-//! * MLX affine → dequantized by `minerva_quant::MlxAffine` (`q·scale + bias` in f32) and stored
+//! * MLX affine → dequantized by `minerva_quant::MlxAffine::dequantize_exact` (as MLX rounds) and stored
 //!   in the scales' float type (bf16 here). This doubles those tensors' size against 8-bit; a
 //!   fused affine kernel would not.
 //!
@@ -267,55 +267,13 @@ fn st_weight<B: Backend>(backend: &B, ckpt: &Arc<Checkpoint>, name: &str, expect
         }
         Encoding::MlxAffine { weight, scales, biases, bits, group_size } => {
             let params = minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
-            let values = mlx_affine_in_scale_dtype(name, &params, weight.bytes, scales.bytes, biases.bytes, expected)?;
-            owned(backend, name, scales.dtype, expected, values)
+            // As `mx.dequantize` computes it (each operation rounded to the scales' type): the f32
+            // path moves this random model's logits by 24 %.
+            let mut values = vec![0.0f32; expected.iter().product()];
+            params.dequantize_exact(weight.bytes, scales.bytes, biases.bytes, &mut values)?;
+            owned(backend, name, scales.dtype, expected, float_bytes(scales.dtype, &values))
         }
     }
-}
-
-/// MLX affine `w = q·scale + bias` evaluated as `mx.dequantize` does, in the scales' float type
-/// with each operation rounded to it (`bf16(bf16(q·s) + b)`; bit for bit on the fixture), as
-/// little-endian bytes of that type. The packed integers are unpacked by
-/// `minerva_quant::MlxAffine` (unit scales, zero biases); its own `q·s + b` is computed in f32,
-/// which differs from MLX's rounded product by up to half a quantization step per weight — enough
-/// to move this random model's logits by 24 %.
-fn mlx_affine_in_scale_dtype(
-    name: &str,
-    params: &minerva_quant::MlxAffine,
-    weight: &[u8],
-    scales: &[u8],
-    biases: &[u8],
-    shape: &[usize],
-) -> Result<Vec<u8>> {
-    let n: usize = shape.iter().product();
-    params.validate()?;
-    let dtype = params.scale_dtype;
-    let groups = n / params.group_size;
-    let unit = float_bytes(dtype, &vec![1.0; groups]);
-    let zero = float_bytes(dtype, &vec![0.0; groups]);
-    if scales.len() != unit.len() || biases.len() != unit.len() {
-        return Err(ModelError::TensorShape {
-            tensor: format!("{name} (scales / biases)"),
-            expected: vec![groups * dtype.block_bytes()],
-            actual: vec![scales.len(), biases.len()],
-        });
-    }
-    let mut q = vec![0.0f32; n];
-    params.dequantize_ref(weight, &unit, &zero, &mut q)?;
-    let (mut s, mut b) = (vec![0.0f32; groups], vec![0.0f32; groups]);
-    minerva_quant::dequantize(dtype, scales, &mut s)?;
-    minerva_quant::dequantize(dtype, biases, &mut b)?;
-    let round = |v: f32| match dtype {
-        DType::BF16 => bf16::from_f32(v).to_f32(),
-        DType::F16 => f16::from_f32(v).to_f32(),
-        _ => v,
-    };
-    let values: Vec<f32> = q
-        .chunks_exact(params.group_size)
-        .zip(s.iter().zip(&b))
-        .flat_map(|(group, (&s, &b))| group.iter().map(move |&q| round(round(q * s) + b)))
-        .collect();
-    Ok(float_bytes(dtype, &values))
 }
 
 /// `values` as little-endian bytes of `dtype` (F16, BF16 or F32, as `MlxAffine` validated).
