@@ -15,6 +15,7 @@ Standard library only. Prints a Markdown table; --json FILE writes the rows.
 import argparse
 import http.client
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -97,7 +98,8 @@ def load(port, clients, per_client, max_tokens):
     ttft = sorted(r[0] for r in results)
     return {"clients": clients, "requests": len(results), "tokens": tokens, "wall_s": wall,
             "tok_s": tokens / wall, "req_s": len(results) / wall,
-            "ttft_p50_ms": 1000 * statistics.median(ttft), "ttft_p90_ms": 1000 * ttft[int(0.9 * (len(ttft) - 1))]}
+            "ttft_p50_ms": 1000 * statistics.median(ttft),
+            "ttft_p90_ms": 1000 * ttft[max(0, math.ceil(0.9 * len(ttft)) - 1)]}
 
 
 def start_server(kind, args, port):
