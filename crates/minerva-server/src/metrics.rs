@@ -25,6 +25,10 @@ pub struct Metrics {
     pub completion_tokens: Counter,
     /// Requests ended because their client went away.
     pub cancelled: Counter,
+    /// Requests that started from a prompt prefix left in a slot's cache.
+    pub prompt_cache_hits: Counter,
+    /// Prompt tokens not run again thanks to a cached prefix.
+    pub prompt_cached_tokens: Counter,
     /// Sequences in KV-cache slots.
     pub running: Gauge,
     /// Requests waiting for a slot.
@@ -54,6 +58,8 @@ impl Metrics {
             prompt_tokens: Counter::default(),
             completion_tokens: Counter::default(),
             cancelled: Counter::default(),
+            prompt_cache_hits: Counter::default(),
+            prompt_cached_tokens: Counter::default(),
             running: Gauge::default(),
             queued: Gauge::default(),
             batch_sequences: Histogram::new(exponential_buckets(1.0, 2.0, 8)),
@@ -68,6 +74,16 @@ impl Metrics {
         registry.register("prompt_tokens", "Prompt tokens admitted", m.prompt_tokens.clone());
         registry.register("completion_tokens", "Tokens generated", m.completion_tokens.clone());
         registry.register("cancelled_requests", "Requests ended because the client went away", m.cancelled.clone());
+        registry.register(
+            "prompt_cache_hits",
+            "Requests that reused a cached prompt prefix",
+            m.prompt_cache_hits.clone(),
+        );
+        registry.register(
+            "prompt_cached_tokens",
+            "Prompt tokens not run again thanks to a cached prefix",
+            m.prompt_cached_tokens.clone(),
+        );
         registry.register("running_sequences", "Sequences in KV-cache slots", m.running.clone());
         registry.register("queued_requests", "Requests waiting for a slot", m.queued.clone());
         registry.register("batch_sequences", "Sequences per forward step", m.batch_sequences.clone());

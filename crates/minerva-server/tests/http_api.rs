@@ -154,10 +154,13 @@ async fn choices_run_the_prompt_once_and_continue_from_its_cache() {
     for c in r["choices"].as_array().unwrap() {
         assert_eq!(c["message"]["content"], single["choices"][0]["message"]["content"]);
     }
-    // The model ran the prompt once, then each choice's tokens but the last (sampled, not run).
+    // The model ran the prompt once (but what the single answer left in the cache), then each
+    // choice's tokens but the last (sampled, not run).
     let prompt = r["usage"]["prompt_tokens"].as_f64().unwrap();
+    let cached = r["usage"]["prompt_tokens_details"]["cached_tokens"].as_f64().unwrap();
     let generated = r["usage"]["completion_tokens"].as_f64().unwrap();
-    assert_eq!(after - before, prompt + generated - 3.0, "{r}");
+    assert!(cached > 0.0, "{r}");
+    assert_eq!(after - before, prompt - cached + generated - 3.0, "{r}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

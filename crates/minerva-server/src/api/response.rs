@@ -26,12 +26,26 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// The sum.
     pub total_tokens: usize,
+    /// How the prompt was run.
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens whose keys and values an earlier request left in the cache (not run again).
+    pub cached_tokens: usize,
 }
 
 impl Usage {
-    /// Usage from the two counts.
-    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Usage {
-        Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens }
+    /// Usage from the counts.
+    pub fn new(prompt_tokens: usize, completion_tokens: usize, cached_tokens: usize) -> Usage {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens },
+        }
     }
 }
 

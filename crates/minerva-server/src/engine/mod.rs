@@ -15,6 +15,7 @@
 
 mod scheduler;
 mod sequence;
+mod slots;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -110,6 +111,8 @@ pub enum SeqEvent {
         reason: Finish,
         /// Tokens it generated.
         completion_tokens: usize,
+        /// Prompt tokens whose keys and values an earlier request left in its slot.
+        cached_tokens: usize,
     },
     /// The request failed (every choice ends).
     Error(ApiError),

@@ -13,6 +13,7 @@ use minerva_model::{Backend, LogitsFor, Model, SequenceInput};
 use tokio::sync::mpsc as tokio_mpsc;
 
 use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
+use super::slots::Slots;
 use super::{ChatFormat, EngineConfig, ModelInfo, SeqEvent, Submission};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -41,7 +42,7 @@ struct Scheduler<B: Backend> {
     waiting: VecDeque<Submission>,
     running: Vec<Sequence>,
     requests: HashMap<u64, Request>,
-    free_slots: Vec<usize>,
+    slots: Slots,
     next_request: u64,
     /// The backend copies cache slots, so choices share their prompt's prefill.
     share_prompt: bool,
@@ -167,8 +168,7 @@ impl<B: Backend> Scheduler<B> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             requests: HashMap::new(),
-            // Popped from the end: slot 0 first.
-            free_slots: (0..config.parallel).rev().collect(),
+            slots: Slots::new(config.parallel),
             next_request: 0,
             share_prompt: true,
         })
@@ -184,7 +184,12 @@ impl<B: Backend> Scheduler<B> {
             }
             if now >= s.request.deadline {
                 for choice in 0..s.request.n {
-                    let _ = s.events.send(SeqEvent::Finish { choice, reason: Finish::Length, completion_tokens: 0 });
+                    let _ = s.events.send(SeqEvent::Finish {
+                        choice,
+                        reason: Finish::Length,
+                        completion_tokens: 0,
+                        cached_tokens: 0,
+                    });
                 }
                 return false;
             }
@@ -194,9 +199,11 @@ impl<B: Backend> Scheduler<B> {
         let gone: Vec<u64> = self.requests.iter().filter(|(_, r)| r.events.is_closed()).map(|(&id, _)| id).collect();
         for id in gone {
             self.requests.remove(&id);
-            let freed: Vec<usize> = self.running.iter().filter(|s| s.request == id).map(|s| s.slot).collect();
+            for seq in self.running.iter().filter(|s| s.request == id) {
+                // Its cache holds every token it ran.
+                self.slots.give_back(seq.slot, &seq.tokens[..seq.fed]);
+            }
             self.running.retain(|s| s.request != id);
-            self.free_slots.extend(freed);
             self.shared.metrics.cancelled.inc();
         }
     }
@@ -204,7 +211,7 @@ impl<B: Backend> Scheduler<B> {
     /// Moves waiting requests, oldest first, into free slots (all `n` choices at once).
     fn admit(&mut self) {
         while let Some(head) = self.waiting.front() {
-            if head.request.n > self.free_slots.len() {
+            if head.request.n > self.slots.free() {
                 break;
             }
             let Some(s) = self.waiting.pop_front() else { break };
@@ -223,14 +230,21 @@ impl<B: Backend> Scheduler<B> {
                         break;
                     }
                 };
-                let Some(slot) = self.free_slots.pop() else { break };
+                let Some((slot, cached)) = self.slots.take(&r.prompt) else { break };
+                // Run at least the prompt's last token: its logits give the first new one.
+                let reuse = if choice == 0 { cached.min(r.prompt.len() - 1) } else { 0 };
+                if reuse > 0 {
+                    self.shared.metrics.prompt_cache_hits.inc();
+                    self.shared.metrics.prompt_cached_tokens.inc_by(reuse as u64);
+                }
                 self.running.push(Sequence {
                     request: id,
                     choice,
                     slot,
                     tokens: r.prompt.clone(),
                     prompt_len: r.prompt.len(),
-                    fed: 0,
+                    fed: reuse,
+                    cached: reuse,
                     sampler,
                     output: Output::new(r.stop.clone(), r.harmony),
                     max_tokens: r.max_tokens,
@@ -371,9 +385,14 @@ impl<B: Backend> Scheduler<B> {
     }
 
     fn finish(&mut self, seq: Sequence, reason: Finish) {
-        self.free_slots.push(seq.slot);
+        self.slots.give_back(seq.slot, &seq.tokens[..seq.fed]);
         let Some(r) = self.requests.get_mut(&seq.request) else { return };
-        let _ = r.events.send(SeqEvent::Finish { choice: seq.choice, reason, completion_tokens: seq.generated() });
+        let _ = r.events.send(SeqEvent::Finish {
+            choice: seq.choice,
+            reason,
+            completion_tokens: seq.generated(),
+            cached_tokens: seq.cached,
+        });
         r.live_choices -= 1;
         if r.live_choices == 0 {
             self.requests.remove(&seq.request);
@@ -385,7 +404,10 @@ impl<B: Backend> Scheduler<B> {
         for (_, r) in self.requests.drain() {
             let _ = r.events.send(SeqEvent::Error(error.clone()));
         }
-        self.free_slots.extend(self.running.drain(..).map(|s| s.slot));
+        // A step failed part-way: what the slots hold is unknown.
+        for seq in self.running.drain(..) {
+            self.slots.give_back_empty(seq.slot);
+        }
         self.shared.metrics.running.set(0);
     }
 

@@ -158,6 +158,8 @@ pub(super) struct Sequence {
     pub(super) prompt_len: usize,
     /// Tokens already run through the model (in the slot's cache).
     pub(super) fed: usize,
+    /// Prompt tokens the slot's cache held from an earlier request (not run again).
+    pub(super) cached: usize,
     pub(super) sampler: Sampler,
     pub(super) output: Output,
     pub(super) max_tokens: usize,

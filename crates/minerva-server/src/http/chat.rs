@@ -98,10 +98,11 @@ pub(crate) async fn handle(
     }
     let results = respond::collect(events, n).await?;
     let completion_tokens = results.iter().map(|r| r.tokens).sum();
+    let cached_tokens = results.iter().map(|r| r.cached).sum();
     let body = ChatCompletion {
         head: head(id, "chat.completion", unix_now(), model),
         choices: results.into_iter().enumerate().map(|(index, r)| choice(index, r, logprobs.is_some())).collect(),
-        usage: Usage::new(prompt_tokens, completion_tokens),
+        usage: Usage::new(prompt_tokens, completion_tokens, cached_tokens),
     };
     Ok(respond::json_with_tokens(body, Tokens { prompt: prompt_tokens, completion: completion_tokens }))
 }

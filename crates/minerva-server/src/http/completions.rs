@@ -85,10 +85,11 @@ pub(crate) async fn handle(
     }
     let results = respond::collect(events, choices).await?;
     let completion_tokens = results.iter().map(|r| r.tokens).sum();
+    let cached_tokens = results.iter().map(|r| r.cached).sum();
     let wants_logprobs = logprobs.is_some();
     let body = writer.completion(
         results.into_iter().enumerate().map(|(i, r)| choice(i, r, wants_logprobs)).collect(),
-        Some(Some(Usage::new(prompt_tokens, completion_tokens))),
+        Some(Some(Usage::new(prompt_tokens, completion_tokens, cached_tokens))),
     );
     Ok(respond::json_with_tokens(body, Tokens { prompt: prompt_tokens, completion: completion_tokens }))
 }

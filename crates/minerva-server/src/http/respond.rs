@@ -31,8 +31,8 @@ pub(crate) fn merge(receivers: Vec<EventReceiver>, n: usize) -> Events {
         stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
             .map(move |e| match e {
                 SeqEvent::Delta { choice, delta } => SeqEvent::Delta { choice: choice + offset, delta },
-                SeqEvent::Finish { choice, reason, completion_tokens } => {
-                    SeqEvent::Finish { choice: choice + offset, reason, completion_tokens }
+                SeqEvent::Finish { choice, reason, completion_tokens, cached_tokens } => {
+                    SeqEvent::Finish { choice: choice + offset, reason, completion_tokens, cached_tokens }
                 }
                 other => other,
             })
@@ -51,6 +51,8 @@ pub(crate) struct ChoiceResult {
     pub(crate) logprobs: Vec<TokenLogprob>,
     pub(crate) finish: Option<Finish>,
     pub(crate) tokens: usize,
+    /// Prompt tokens its slot's cache already held.
+    pub(crate) cached: usize,
 }
 
 impl ChoiceResult {
@@ -82,9 +84,10 @@ pub(crate) async fn collect(mut events: Events, choices: usize) -> Result<Vec<Ch
     while let Some(event) = events.next().await {
         match event {
             SeqEvent::Delta { choice, delta } => out[choice].add(delta),
-            SeqEvent::Finish { choice, reason, completion_tokens } => {
+            SeqEvent::Finish { choice, reason, completion_tokens, cached_tokens } => {
                 out[choice].finish = Some(reason);
                 out[choice].tokens = completion_tokens;
+                out[choice].cached = cached_tokens;
             }
             SeqEvent::Error(e) => return Err(e),
         }
@@ -123,6 +126,8 @@ struct SseState<W> {
     writer: W,
     queue: std::collections::VecDeque<Event>,
     open: usize,
+    /// Prompt tokens the choices' slots already held.
+    cached: usize,
     include_usage: bool,
     done: bool,
     log: StreamLog,
@@ -146,7 +151,7 @@ pub(crate) fn sse<W: ChunkWriter>(
 ) -> Response {
     let queue = writer.opening(choices).iter().map(data).collect();
     let log = StreamLog { state, path, started, tokens: Tokens { prompt: prompt_tokens, completion: 0 } };
-    let st = SseState { events, writer, queue, open: choices, include_usage, done: false, log };
+    let st = SseState { events, writer, queue, open: choices, cached: 0, include_usage, done: false, log };
     let body = stream::unfold(st, |mut st| async move {
         loop {
             if let Some(event) = st.queue.pop_front() {
@@ -161,8 +166,9 @@ pub(crate) fn sse<W: ChunkWriter>(
                         st.queue.push_back(data(&chunk));
                     }
                 }
-                Some(SeqEvent::Finish { choice, reason, completion_tokens }) => {
+                Some(SeqEvent::Finish { choice, reason, completion_tokens, cached_tokens }) => {
                     st.log.tokens.completion += completion_tokens;
+                    st.cached += cached_tokens;
                     st.queue.push_back(data(&st.writer.finish(choice, reason)));
                     st.open = st.open.saturating_sub(1);
                 }
@@ -176,7 +182,7 @@ pub(crate) fn sse<W: ChunkWriter>(
                         // The engine dropped the request without finishing it (shutdown).
                         st.queue.push_back(data(&ApiError::shutting_down().body()));
                     } else if st.include_usage {
-                        let usage = Usage::new(st.log.tokens.prompt, st.log.tokens.completion);
+                        let usage = Usage::new(st.log.tokens.prompt, st.log.tokens.completion, st.cached);
                         st.queue.push_back(data(&st.writer.usage(usage)));
                     }
                     st.queue.push_back(Event::default().data("[DONE]"));
