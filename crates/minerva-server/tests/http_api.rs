@@ -90,7 +90,11 @@ async fn chat_stream_has_role_deltas_finish_usage_and_done() {
     whole.as_object_mut().unwrap().remove("stream_options");
     let (_, _, answer) = post(&server.url, "/v1/chat/completions", &whole).await;
     assert_eq!(streamed, answer["choices"][0]["message"]["content"].as_str().unwrap());
-    assert_eq!(usage_chunk["usage"], answer["usage"]);
+    for count in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(usage_chunk["usage"][count], answer["usage"][count]);
+    }
+    // The second request found the first's tokens in the cache.
+    assert!(answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0);
     // Every content delta is whole UTF-8 text by construction (a String); none is empty.
     assert!(chunks[1..].iter().all(|c| c["choices"].get(0).is_none_or(|ch| ch["delta"]["content"] != "")));
 }
