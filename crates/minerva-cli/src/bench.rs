@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use minerva_model::{Backend, LogitsFor, Model, SequenceInput, argmax};
 
+use crate::cpu_info;
 use crate::device::Device;
 use crate::error::CliError;
 use crate::load::{self, Loaded, ModelArgs, ModelTask};
@@ -119,6 +120,12 @@ fn measure_on<B: Backend>(
     }
     let (prefill_med, decode_med) = (median(&mut prefill), median(&mut decode));
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    // Which CPU and kernels the figures come from (the CPU varies from machine to machine).
+    let kernels: Vec<String> = match device {
+        Device::Cpu => cpu_info::matrix_dtypes(path)?.into_iter().map(cpu_info::kernels_of).collect(),
+        Device::Wgpu => Vec::new(),
+    };
+    let (cpu, features) = (cpu_info::cpu_model(), cpu_info::cpu_features());
     Ok(if opts.json {
         let object = serde_json::json!({
             "model": name,
@@ -131,11 +138,18 @@ fn measure_on<B: Backend>(
             "decode_tok_s": decode_med,
             "prefill_runs_tok_s": prefill,
             "decode_runs_tok_s": decode,
+            "cpu": cpu,
+            "cpu_features": features,
+            "kernels": kernels,
         });
         format!("{object}\n")
     } else {
         let device = format!("{device:?}").to_lowercase();
         let mut text = format!("{name}  device {device}  threads {threads}  reps {}\n", opts.reps);
+        text += &format!("cpu      {cpu} ({})\n", features.join(" "));
+        if !kernels.is_empty() {
+            text += &format!("kernels  {}\n", kernels.join(" | "));
+        }
         if let Some(v) = prefill_med {
             text += &format!("prefill  pp{:<6} {v:>10.2} tok/s  (median; {})\n", opts.prompt, spread(&prefill));
         }

@@ -72,12 +72,21 @@ pub fn open_wgpu_with_progress() -> Result<(WgpuBackend, UploadBar), CliError> {
     Ok((backend, UploadBar(bar)))
 }
 
-/// `minerva inspect --device [--json]`: the adapter the wgpu backend would use.
+/// `minerva inspect --device [--json]`: the CPU and the kernel each weight type runs on it, and
+/// the adapter the wgpu backend would use.
 pub fn inspect(as_json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let kernels: Vec<String> = minerva_core::DType::all()
+        .filter(|&d| minerva_quant::cpu_kernels(d).matmul.is_some())
+        .map(crate::cpu_info::kernels_of)
+        .collect();
+    let (cpu, features) = (crate::cpu_info::cpu_model(), crate::cpu_info::cpu_features());
     let backend = open_wgpu()?;
     let info = backend.info();
     let written = if as_json {
         let value = serde_json::json!({
+            "cpu": cpu,
+            "cpu_features": features,
+            "cpu_kernels": kernels,
             "name": info.name,
             "backend": info.backend,
             "device_type": info.device_type,
@@ -90,7 +99,7 @@ pub fn inspect(as_json: bool, out: &mut dyn Write) -> Result<(), CliError> {
         });
         writeln!(out, "{value}")
     } else {
-        writeln!(out, "{info}")
+        writeln!(out, "cpu: {cpu} ({})\ncpu kernels: {}\ngpu: {info}", features.join(" "), kernels.join(" | "))
     };
     written.map_err(|source| CliError::Output { path: "<stdout>".into(), source })
 }

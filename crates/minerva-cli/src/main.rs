@@ -4,6 +4,7 @@
 
 mod bench;
 mod chat;
+mod cpu_info;
 mod device;
 mod dump;
 mod error;

@@ -30,6 +30,11 @@ fn json_reports_both_rates_and_every_run() {
     assert_eq!(json["decode_runs_tok_s"].as_array().map(Vec::len), Some(2));
     assert_eq!((json["prompt_tokens"].as_u64(), json["gen_tokens"].as_u64()), (Some(16), Some(4)));
     assert_eq!(json["threads"].as_u64(), Some(1));
+    // Which CPU and which kernels the figures come from: SmolLM2 Q4_1 has Q4_1 and Q8_0 matrices.
+    assert!(json["cpu"].as_str().is_some_and(|c| !c.is_empty()), "{json}");
+    let kernels: Vec<&str> = json["kernels"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+    assert_eq!(kernels.len(), 2, "{json}");
+    assert!(kernels[0].starts_with("Q4_1: matmul ") && kernels[1].starts_with("Q8_0: matmul "), "{kernels:?}");
 }
 
 #[test]

@@ -37,9 +37,11 @@ fn inspect_device_describes_the_adapter() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("adapter:") && stdout.contains("max storage binding:"), "{stdout}");
+    assert!(stdout.starts_with("cpu: ") && stdout.contains("Q4_1: matmul "), "{stdout}");
     let out = minerva(&[os("inspect"), os("--device"), os("--json")]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(json["max_storage_binding"].as_u64().unwrap() > 0, "{json}");
+    assert!(json["cpu_kernels"].as_array().unwrap().iter().any(|k| k.as_str().unwrap().starts_with("MXFP4: matmul")));
 }
 
 #[test]
