@@ -10,6 +10,8 @@
 //! * `synth`  — a synthetic checkpoint with random weights at a real model's shapes and storage
 //!   types (GPT-OSS-20B, Llama 8B/1B, tiny test presets) in GGUF, SafeTensors or MLX layout, for
 //!   speed measurements (`synth/mod.rs`); runs itself in release, since it writes gigabytes.
+//! * `loadgen` — streaming chat requests against any OpenAI-compatible server at several
+//!   concurrency levels (`loadgen.rs`): output tokens/s, time to first token, inter-token latency.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +19,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod loadgen;
 mod synth;
 
 /// The real model: where it comes from and what it must hash to.
@@ -49,6 +52,9 @@ enum Task {
     },
     /// A synthetic checkpoint with random weights at a real model's shapes (`synth/mod.rs`).
     Synth(synth::SynthArgs),
+    /// Streaming chat requests against an OpenAI-compatible server at several concurrency
+    /// levels: output tokens/s, requests/s, time to first token, inter-token latency.
+    Loadgen(loadgen::LoadgenArgs),
 }
 
 fn main() -> Result<()> {
@@ -79,6 +85,7 @@ fn main() -> Result<()> {
                 .context("cannot start cargo")?;
             std::process::exit(status.code().unwrap_or(1))
         }
+        Task::Loadgen(args) => loadgen::run(&args),
         Task::Synth(args) => {
             let opts = args.options()?;
             let start = std::time::Instant::now();
