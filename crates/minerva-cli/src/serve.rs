@@ -30,6 +30,10 @@ pub struct ServeArgs {
     /// Most tokens in one forward step (long prompts are prefilled in chunks of this size).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_tokens: u32,
+    /// Most prompt tokens in a step that also decodes running sequences (bounds their inter-token
+    /// latency while a new prompt is prefilled).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub prefill_chunk: u32,
     /// Most requests waiting for a slot; more are answered 503 with Retry-After.
     #[arg(long, default_value_t = 64)]
     pub max_queue: usize,
@@ -87,6 +91,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         parallel: usize::from(args.parallel),
         ctx_size: args.ctx_size,
         batch_tokens: args.batch_tokens as usize,
+        prefill_chunk: args.prefill_chunk as usize,
         max_queue: args.max_queue,
         kv_budget_bytes: kv_budget(),
     };

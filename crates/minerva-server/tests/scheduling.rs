@@ -118,3 +118,25 @@ async fn shutdown_lets_running_streams_finish() {
     assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length");
     assert!(client().get(format!("{url}/health")).send().await.is_err(), "still accepting after shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_prompt_is_prefilled_in_chunks_while_others_decode() {
+    let engine = EngineConfig { prefill_chunk: 16, ..common::engine_config(2) };
+    let server = start_with(common::smollm2(), engine, common::quiet()).await;
+    // A short prompt decoding a long answer…
+    let long_answer = json!({"prompt": "Count:", "max_tokens": 400, "temperature": 0, "stream": true});
+    let running = client().post(format!("{}/v1/completions", server.url)).json(&long_answer).send().await.unwrap();
+    let mut running = running.bytes_stream();
+    running.next().await.unwrap().unwrap();
+    // …while a 200-token prompt arrives.
+    let prompt = "one two three four five six seven eight nine ten ".repeat(20);
+    let (status, _, r) = post(&server.url, "/v1/completions", &json!({"prompt": prompt, "max_tokens": 2})).await;
+    assert_eq!(status, 200, "{r}");
+    assert!(r["usage"]["prompt_tokens"].as_u64().unwrap() >= 200, "{r}");
+    drop(running);
+    // No step ran more than 16 prompt tokens plus the one decoding sequence's token (the first
+    // step, alone, ran the short prompt).
+    let steps = metric(&server.url, "minerva_batch_tokens_count").await;
+    let small = metric(&server.url, "minerva_batch_tokens_bucket{le=\"32.0\"}").await;
+    assert_eq!(small, steps, "a step ran more than 32 tokens");
+}

@@ -66,6 +66,9 @@ pub struct EngineConfig {
     pub ctx_size: Option<usize>,
     /// Most tokens in one forward step (prompt chunks are cut to fit).
     pub batch_tokens: usize,
+    /// Most prompt tokens in a step that also decodes running sequences: it bounds their
+    /// inter-token latency while new prompts are prefilled in chunks.
+    pub prefill_chunk: usize,
     /// Most requests waiting for a slot; more are refused with 503.
     pub max_queue: usize,
     /// Bytes the KV cache of all slots may take when the context size is chosen automatically.

@@ -38,6 +38,7 @@ struct Scheduler<B: Backend> {
     tokenizer: Arc<Tokenizer>,
     ctx_size: usize,
     batch_tokens: usize,
+    prefill_chunk: usize,
     shared: Shared,
     waiting: VecDeque<Submission>,
     running: Vec<Sequence>,
@@ -164,6 +165,7 @@ impl<B: Backend> Scheduler<B> {
             tokenizer,
             ctx_size,
             batch_tokens: config.batch_tokens.max(1),
+            prefill_chunk: config.prefill_chunk.max(1),
             shared,
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -276,6 +278,10 @@ impl<B: Backend> Scheduler<B> {
                 plan.push((i, seq.tokens.len() - seq.fed));
                 budget = budget.saturating_sub(1);
             }
+        }
+        if !plan.is_empty() {
+            // Sequences are decoding: prefill in small chunks so their next token is not late.
+            budget = budget.min(self.prefill_chunk);
         }
         for (i, seq) in self.running.iter().enumerate() {
             if !seq.prefilled() && !seq.waits_for_leader && budget > 0 {
@@ -463,7 +469,14 @@ mod tests {
     use super::*;
 
     fn config(parallel: usize, ctx: Option<usize>, budget: u64) -> EngineConfig {
-        EngineConfig { parallel, ctx_size: ctx, batch_tokens: 512, max_queue: 8, kv_budget_bytes: budget }
+        EngineConfig {
+            parallel,
+            ctx_size: ctx,
+            batch_tokens: 512,
+            prefill_chunk: 64,
+            max_queue: 8,
+            kv_budget_bytes: budget,
+        }
     }
 
     #[test]

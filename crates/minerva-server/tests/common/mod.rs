@@ -24,7 +24,14 @@ pub fn real_model() -> PathBuf {
 }
 
 pub fn engine_config(parallel: usize) -> EngineConfig {
-    EngineConfig { parallel, ctx_size: Some(2048), batch_tokens: 512, max_queue: 16, kv_budget_bytes: 1 << 30 }
+    EngineConfig {
+        parallel,
+        ctx_size: Some(2048),
+        batch_tokens: 512,
+        prefill_chunk: 64,
+        max_queue: 16,
+        kv_budget_bytes: 1 << 30,
+    }
 }
 
 /// A running server; dropping it shuts it down.
