@@ -31,6 +31,9 @@ pub enum LogitsFor {
     Last,
     /// Every token.
     All,
+    /// The last token of each of the batch's first `n` sequences (the others only fill their
+    /// cache: a prompt chunk that does not end its prompt needs no logits).
+    LastOfFirst(usize),
 }
 
 /// Logits read back from a forward step.
@@ -109,7 +112,11 @@ impl<B: Backend> Model<B> {
     pub fn forward(&self, cache: &mut B::Cache, batch: &[SequenceInput<'_>], which: LogitsFor) -> Result<Logits> {
         let step = Step::new(batch, which)?;
         let x = self.hidden(cache, &step)?;
-        let data = self.backend.logits(&x, self.head(), &step.logit_rows)?;
+        let data = if step.logit_rows.is_empty() {
+            Vec::new()
+        } else {
+            self.backend.logits(&x, self.head(), &step.logit_rows)?
+        };
         Ok(Logits { vocab: self.config.vocab, data, rows: step.rows })
     }
 
@@ -167,6 +174,8 @@ impl Step {
             layout.seqs.push(SeqSpan { rows: first..tokens.len(), start_pos: seq.start_pos, slot: seq.slot });
             let wanted = match which {
                 LogitsFor::Last => positions.len() - 1..positions.len(),
+                LogitsFor::LastOfFirst(n) if i < n => positions.len() - 1..positions.len(),
+                LogitsFor::LastOfFirst(_) => 0..0,
                 LogitsFor::All => 0..positions.len(),
             };
             for j in wanted {

@@ -172,4 +172,17 @@ fn batched_sequences_equal_separate_runs() {
         let alone = model.forward(&mut cache, &[SequenceInput { slot: 0, ..*seq }], LogitsFor::Last).unwrap();
         assert_eq!(together.row(i), alone.row(0), "sequence {i}");
     }
+    // Logits of the first sequence only: the second one still fills its cache slot.
+    let mut cache = model.new_cache(2, 32).unwrap();
+    let first = model.forward(&mut cache, &both, LogitsFor::LastOfFirst(1)).unwrap();
+    assert_eq!((first.rows.clone(), first.row(0)), (vec![(0, seqs[0].len() - 1)], together.row(0)));
+    let next = [SequenceInput { tokens: &seqs[1][..1], start_pos: seqs[1].len(), slot: 1 }];
+    let mut check = model.new_cache(2, 32).unwrap();
+    model.forward(&mut check, &both, LogitsFor::Last).unwrap();
+    assert_eq!(
+        model.forward(&mut cache, &next, LogitsFor::Last).unwrap(),
+        model.forward(&mut check, &next, LogitsFor::Last).unwrap()
+    );
+    let none = model.forward(&mut cache, &[SequenceInput { slot: 0, ..both[0] }], LogitsFor::LastOfFirst(0)).unwrap();
+    assert!(none.data.is_empty() && none.rows.is_empty());
 }

@@ -290,6 +290,14 @@ impl<B: Backend> Scheduler<B> {
                 budget -= chunk;
             }
         }
+        // Sequences that get a token this step first: a prompt chunk that does not end its prompt
+        // only fills the cache, and needs no row of the (vocabulary-wide) LM head.
+        let (mut plan, rest): (Vec<_>, Vec<_>) = plan.into_iter().partition(|&(i, len)| {
+            let seq = &self.running[i];
+            seq.fed + len >= seq.prompt_len
+        });
+        let with_logits = plan.len();
+        plan.extend(rest);
         let inputs: Vec<SequenceInput<'_>> = plan
             .iter()
             .map(|&(i, len)| {
@@ -301,7 +309,7 @@ impl<B: Backend> Scheduler<B> {
         self.shared.metrics.batch_tokens.observe(plan.iter().map(|p| p.1).sum::<usize>() as f64);
         let mut logits = self
             .model
-            .forward(&mut self.cache, &inputs, LogitsFor::Last)
+            .forward(&mut self.cache, &inputs, LogitsFor::LastOfFirst(with_logits))
             .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
         drop(inputs);
         let vocab = logits.vocab;
