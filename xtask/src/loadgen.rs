@@ -38,6 +38,10 @@ pub struct LoadgenArgs {
     /// Also write the rows as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
+    /// Send this header with a distinct value per request (`s<level>-<index>`), as a chat client
+    /// names its conversation, so a load balancer can route each conversation to one replica.
+    #[arg(long, value_name = "NAME")]
+    pub session_header: Option<String>,
 }
 
 /// What one request saw.
@@ -126,7 +130,7 @@ fn level(endpoint: &str, args: &LoadgenArgs, concurrency: usize) -> Row {
                     if i >= args.requests {
                         break;
                     }
-                    let sample = one(&agent, endpoint, args, i);
+                    let sample = one(&agent, endpoint, args, concurrency, i);
                     samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(sample);
                 }
             });
@@ -134,10 +138,13 @@ fn level(endpoint: &str, args: &LoadgenArgs, concurrency: usize) -> Row {
     });
     let wall = start.elapsed().as_secs_f64();
     let samples = samples.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (i, error) in samples.iter().filter_map(|s| s.error.as_deref()).enumerate() {
+        eprintln!("xtask loadgen: {concurrency} clients: error {}: {error}", i + 1);
+    }
     summarize(concurrency, &samples, wall)
 }
 
-fn one(agent: &ureq::Agent, endpoint: &str, args: &LoadgenArgs, index: usize) -> Sample {
+fn one(agent: &ureq::Agent, endpoint: &str, args: &LoadgenArgs, concurrency: usize, index: usize) -> Sample {
     let mut body = serde_json::json!({
         "messages": [{"role": "user", "content": prompt(index, args.prompt_tokens)}],
         "max_tokens": args.max_tokens, "temperature": 0, "stream": true,
@@ -146,8 +153,12 @@ fn one(agent: &ureq::Agent, endpoint: &str, args: &LoadgenArgs, index: usize) ->
     if let Some(model) = &args.model {
         body["model"] = model.clone().into();
     }
+    let mut request = agent.post(endpoint).set("Content-Type", "application/json");
+    if let Some(name) = &args.session_header {
+        request = request.set(name, &format!("s{concurrency}-{index}"));
+    }
     let sent = Instant::now();
-    let response = match agent.post(endpoint).set("Content-Type", "application/json").send_string(&body.to_string()) {
+    let response = match request.send_string(&body.to_string()) {
         Ok(r) => r,
         Err(e) => return Sample { error: Some(e.to_string()), ..Sample::default() },
     };
@@ -160,6 +171,7 @@ fn read_stream(reader: impl BufRead, sent: Instant) -> Sample {
     let mut last: Option<Instant> = None;
     let mut chunks = 0;
     let mut usage = None;
+    let mut done = false;
     for line in reader.lines() {
         let line = match line {
             Ok(l) => l,
@@ -170,6 +182,7 @@ fn read_stream(reader: impl BufRead, sent: Instant) -> Sample {
         };
         let Some(data) = line.strip_prefix("data: ") else { continue };
         if data == "[DONE]" {
+            done = true;
             break;
         }
         let Ok(event) = serde_json::from_str::<serde_json::Value>(data) else { continue };
@@ -192,6 +205,10 @@ fn read_stream(reader: impl BufRead, sent: Instant) -> Sample {
             last = Some(now);
             chunks += 1;
         }
+    }
+    if !done && sample.error.is_none() {
+        // A replica that dies mid-stream closes the connection without the closing event.
+        sample.error = Some(format!("stream ended after {chunks} chunks without [DONE]"));
     }
     sample.tokens = usage.unwrap_or(chunks);
     sample
@@ -249,6 +266,9 @@ mod tests {
         assert!(s.error.as_deref().is_some_and(|e| e.contains("boom")));
         // Without usage, content chunks count.
         assert_eq!(s.tokens, 1);
+        let cut = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
+        let s = read_stream(cut.as_bytes(), Instant::now());
+        assert_eq!(s.error.as_deref(), Some("stream ended after 1 chunks without [DONE]"));
     }
 
     #[test]
