@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use minerva_core::DType;
-use minerva_quant::{dequantize, dequantize_fast, matmul, matmul_i16, matvec};
+use minerva_quant::{dequantize, dequantize_fast, detected_isas, matmul, matmul_i16, matmul_with_isa, matvec};
 use rayon::prelude::*;
 
 /// Random weights of `dtype` for `values` values: xorshift bytes, scale fields made finite.
@@ -169,7 +169,9 @@ fn bench_matvec(c: &mut Criterion) {
 }
 
 /// `matvec` with i16 activations (`matmul_i16`, n = 1), the CPU backend's default for these
-/// formats, on the shapes where it matters: an L3-resident layer and heads larger than L3.
+/// formats, on the shapes where it matters: an L3-resident layer and heads larger than L3; once
+/// per instruction set this CPU has (`detected_isas`, the scalar reference left out), so each
+/// ISA's kernels are compared in one run.
 fn bench_matvec_i16(c: &mut Criterion) {
     let pools = pools();
     let mut group = c.benchmark_group("matvec_i16");
@@ -180,16 +182,22 @@ fn bench_matvec_i16(c: &mut Criterion) {
         ("gptoss_201088x2880", 201_088, 2880, DType::Q8_0),
         ("gptoss_2880x2880", 2880, 2880, DType::MXFP4),
     ];
+    let isas: Vec<&str> = detected_isas().into_iter().filter(|&isa| isa != "scalar").collect();
     for (label, rows, cols, dtype) in shapes {
         let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
         let mut y = vec![0.0f32; rows];
         let w = weights(dtype, rows * cols);
         group.throughput(Throughput::Bytes(w.len() as u64));
         for (threads, pool) in &pools {
-            let id = BenchmarkId::new(format!("{label}/{dtype}"), format!("{threads}t"));
-            group.bench_function(id, |b| {
-                b.iter(|| pool.install(|| matmul_i16(dtype, black_box(&w), rows, cols, &x, 1, &mut y)).expect("matvec"))
-            });
+            for &isa in &isas {
+                let id = BenchmarkId::new(format!("{label}/{dtype}/{isa}"), format!("{threads}t"));
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        pool.install(|| matmul_with_isa(isa, true, dtype, black_box(&w), rows, cols, &x, 1, &mut y))
+                            .expect("matvec")
+                    })
+                });
+            }
         }
     }
     group.finish();

@@ -123,4 +123,10 @@ pub enum QuantError {
         /// Activation vectors.
         n: usize,
     },
+    /// An instruction set that does not exist or that this CPU does not run.
+    #[error("no kernels for instruction set {isa:?} on this CPU (it runs: {})", crate::detected_isas().join(", "))]
+    UnknownIsa {
+        /// The name asked for.
+        isa: String,
+    },
 }

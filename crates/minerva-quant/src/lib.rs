@@ -73,10 +73,10 @@ pub use ggml::q8::{
     BlockQ8_0, BlockQ8_K, dequantize_row_q8_0_ref, dequantize_row_q8_k_ref, quantize_row_q8_0_ref,
     quantize_row_q8_k_ref,
 };
-pub use kernels::{CpuKernels, cpu_kernels};
+pub use kernels::{CpuKernels, cpu_kernels, detected_isas};
 pub use matmul::{
-    activation_dtype, has_fast_matmul, has_i16_matmul, matmul, matmul_i16, matmul_i16_ref, matmul_ref, matvec,
-    matvec_ref,
+    activation_dtype, has_fast_matmul, has_i16_matmul, matmul, matmul_i16, matmul_i16_ref, matmul_ref, matmul_with_isa,
+    matvec, matvec_ref,
 };
 pub use mlx::MlxAffine;
 pub use mxfp4::{dequantize_hf_mxfp4_ref, dequantize_mlx_mxfp4_ref, ggml_mxfp4_to_hf, hf_mxfp4_to_ggml};

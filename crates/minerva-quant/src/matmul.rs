@@ -110,6 +110,30 @@ pub fn matmul_i16(
     run(dtype, kernels::selected(dtype).kernels.matmul_i16, true, weights, rows, cols, xs, n, ys)
 }
 
+/// [`matmul`] (or, with `i16`, [`matmul_i16`]) with the kernels of one instruction set only:
+/// `isa` is one of [`crate::detected_isas`] (`"scalar"` is [`matmul_ref`]); where that ISA has no
+/// kernel for `dtype` the scalar one runs. For testing and benchmarking every path a CPU has
+/// against the others; an ISA this CPU does not run is [`QuantError::UnknownIsa`].
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with_isa(
+    isa: &str,
+    i16: bool,
+    dtype: DType,
+    weights: &[u8],
+    rows: usize,
+    cols: usize,
+    xs: &[f32],
+    n: usize,
+    ys: &mut [f32],
+) -> Result<(), QuantError> {
+    let row = kernels::isa_only(isa, dtype).ok_or_else(|| QuantError::UnknownIsa { isa: isa.to_string() })?;
+    if i16 && has_i16_matmul(dtype) {
+        run(dtype, row.matmul_i16, true, weights, rows, cols, xs, n, ys)
+    } else {
+        run(dtype, row.matmul, false, weights, rows, cols, xs, n, ys)
+    }
+}
+
 /// [`matmul_i16`] with the scalar kernels only.
 pub fn matmul_i16_ref(
     dtype: DType,

@@ -3,8 +3,8 @@
 
 use minerva_core::DType;
 use minerva_quant::{
-    QuantError, activation_dtype, dequantize, has_fast_matmul, has_i16_matmul, matmul, matmul_i16, matmul_i16_ref,
-    matmul_ref, matvec, matvec_ref, quantize,
+    QuantError, activation_dtype, dequantize, detected_isas, has_fast_matmul, has_i16_matmul, matmul, matmul_i16,
+    matmul_i16_ref, matmul_ref, matmul_with_isa, matvec, matvec_ref, quantize,
 };
 use proptest::prelude::*;
 
@@ -334,6 +334,63 @@ proptest! {
             prop_assert_eq!(&single[..], y);
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Every instruction set this CPU runs (`detected_isas`, the scalar reference included), not
+    /// only the best one `matmul` picks: each ISA's kernels against exact dot products, for Q8_0 /
+    /// Q8_K / f32 activations and, where the dtype has them, i16 activations.
+    #[test]
+    fn every_detected_isa_matches_exact_dot_products(
+        dtype_index in 0..DTYPES.len(),
+        rows in 1usize..12,
+        cols_units in 1usize..5,
+        n in 1usize..4,
+        seed in any::<u64>(),
+    ) {
+        let dtype = DTYPES[dtype_index];
+        let cols = shape_for(dtype, cols_units);
+        let weights = random_weights(dtype, rows, cols, seed);
+        let xs = random_values(n * cols, seed);
+        let mut w = vec![0.0f32; rows * cols];
+        dequantize(dtype, &weights, &mut w).expect("dequantize");
+        for isa in detected_isas() {
+            let mut ys = vec![f32::NAN; n * rows];
+            matmul_with_isa(isa, false, dtype, &weights, rows, cols, &xs, n, &mut ys).expect("matmul_with_isa");
+            check(dtype, &weights, rows, cols, &xs, &ys, true)?;
+            if !has_i16_matmul(dtype) {
+                continue;
+            }
+            matmul_with_isa(isa, true, dtype, &weights, rows, cols, &xs, n, &mut ys).expect("i16");
+            for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact(rows)) {
+                let amax: Vec<f32> = x.chunks_exact(32).map(|b| b.iter().fold(0.0f32, |m, v| m.max(v.abs()))).collect();
+                for (r, (row, &got)) in w.chunks_exact(cols).zip(y).enumerate() {
+                    let exact: f64 = row.iter().zip(x).map(|(&w, &x)| f64::from(w) * f64::from(x)).sum();
+                    let tol: f64 =
+                        row.iter().enumerate().map(|(i, w)| f64::from(w.abs() * amax[i / 32]) / 30000.0).sum();
+                    prop_assert!(
+                        (f64::from(got) - exact).abs() <= tol + 1e-30,
+                        "{dtype} {isa} i16 row {r}: got {got}, exact {exact}, tol {tol}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn isas_are_named_and_unknown_ones_are_errors() {
+    let isas = detected_isas();
+    assert_eq!(isas.last(), Some(&"scalar"));
+    // The best detected ISA with a Q8_0 matmul kernel is the one `cpu_kernels` names.
+    let best = minerva_quant::cpu_kernels(DType::Q8_0).matmul.expect("Q8_0 has a matmul");
+    assert!(isas.contains(&best), "{best} not in {isas:?}");
+    let mut y = [0.0f32; 1];
+    let err = matmul_with_isa("sse9", false, DType::Q8_0, &[0; 34], 1, 32, &[0.0; 32], 1, &mut y).unwrap_err();
+    assert_eq!(err, QuantError::UnknownIsa { isa: "sse9".into() });
+    assert!(err.to_string().contains("scalar"), "{err}");
 }
 
 /// [`DTYPES`] and [`I16_DTYPES`] list every dtype the kernel table has a matmul (and an i16

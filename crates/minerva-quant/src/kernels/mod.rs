@@ -210,6 +210,22 @@ pub(crate) fn selected(dtype: DType) -> &'static Selected {
     &SELECTED.get_or_init(|| select(ISAS.iter().filter(|isa| (isa.detected)())))[dtype as usize]
 }
 
+/// The instruction sets with kernels that this CPU runs, best first, then `"scalar"` (the
+/// reference, which runs everywhere): every name [`cpu_kernels`] can give here.
+pub fn detected_isas() -> Vec<&'static str> {
+    ISAS.iter().filter(|isa| (isa.detected)()).map(|isa| isa.name).chain([SCALAR]).collect()
+}
+
+/// The row of `dtype` with one ISA's entries only (the reference's where it has none), if that
+/// ISA exists and this CPU runs it; `"scalar"` is the reference row.
+pub(crate) fn isa_only(isa: &str, dtype: DType) -> Option<Kernels> {
+    if isa == SCALAR {
+        return Some(*reference(dtype));
+    }
+    let found = ISAS.iter().find(|i| i.name == isa && (i.detected)())?;
+    Some(select(std::iter::once(found))[dtype as usize].kernels)
+}
+
 /// Merges the reference table with the rows of `isas` (best first).
 fn select<'a>(isas: impl DoubleEndedIterator<Item = &'a Isa>) -> Vec<Selected> {
     let name = |present: bool| present.then_some(SCALAR);
