@@ -83,10 +83,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let kv_bytes = 2.0 * (c.n_layer * c.n_head_kv * c.head_dim) as f64 * 4.0 * mean_pos;
     // Warm-up (pipelines compile on first use), then the measured run.
     run(&gpu, &Args { prompt: 8, decode: 2, ..parse()? })?;
+    gpu.backend.take_record_stats();
     let (prefill, decode) = run(&gpu, &args)?;
+    let recorded = gpu.backend.take_record_stats();
     println!(
         "wgpu:   prefill {prefill:.1} tok/s ({} tokens), decode {decode:.2} tok/s ({} steps)",
         args.prompt, args.decode
+    );
+    // One prefill step and `decode` decode steps, all recording the same dispatches per layer.
+    let steps = (args.decode + 1) as f64;
+    println!(
+        "        recording: {:.0} dispatches and {:.0} µs of CPU per step ({:.1} µs per dispatch)",
+        recorded.dispatches as f64 / steps,
+        recorded.cpu.as_secs_f64() * 1e6 / steps,
+        recorded.cpu.as_secs_f64() * 1e6 / recorded.dispatches.max(1) as f64
     );
     if let Some(bw) = args.bandwidth {
         let roofline = bw * 1e9 / (bytes + kv_bytes);

@@ -13,7 +13,7 @@ use minerva_model::{
 
 use crate::device::{self, DeviceInfo};
 use crate::error::WgpuError;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, RecordStats};
 use crate::kernels::{self, attention::AttentionShape, rope::RopeShape};
 use crate::tensor::WgpuTensor;
 use crate::weight::{self, UploadProgress, WgpuWeight};
@@ -122,6 +122,12 @@ impl WgpuBackend {
     /// The device's description.
     pub fn info(&self) -> &DeviceInfo {
         &self.gpu.info
+    }
+
+    /// The host-side cost of the dispatches recorded since the last call (then reset): divide by
+    /// the steps run to get the CPU time per recorded step.
+    pub fn take_record_stats(&self) -> RecordStats {
+        self.gpu.take_record_stats()
     }
 
     /// Whether the kernels use subgroup operations on this device.

@@ -56,6 +56,19 @@ pub(crate) struct Gpu {
     param_align: usize,
     /// Errors wgpu reported asynchronously (validation, out of memory), oldest first.
     errors: Arc<Mutex<Vec<String>>>,
+    /// What recording has cost the host so far.
+    recorded: Mutex<RecordStats>,
+}
+
+/// Host-side cost of recording dispatches: how many, and the CPU time spent in
+/// [`Gpu::dispatch`] (pipeline lookup, parameters, bind group, pass), so a step's recording
+/// overhead can be measured apart from the GPU's work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordStats {
+    /// Dispatches recorded.
+    pub dispatches: u64,
+    /// Time spent recording them.
+    pub cpu: std::time::Duration,
 }
 
 /// Bytes of the parameter ring: 8192 dispatches of 256-byte-aligned parameters per submission
@@ -65,9 +78,31 @@ const RING_BYTES: usize = 2 << 20;
 /// What has been recorded since the last submission.
 #[derive(Default)]
 struct Step {
+    /// The open compute pass every dispatch goes into, until a copy or the submission ends it.
+    /// wgpu makes each dispatch its own usage scope, so it still orders a dispatch after the
+    /// ones whose outputs it reads; one pass instead of one per dispatch saves the host the pass
+    /// set-up per kernel.
+    pass: Option<wgpu::ComputePass<'static>>,
+    /// After `pass`, so that a dropped step ends the pass before its encoder.
     encoder: Option<wgpu::CommandEncoder>,
     /// The ring's contents so far.
     params: Vec<u8>,
+    /// Bind groups of this submission and of the one before, by what they bind. A steady
+    /// decode records the same dispatches on the same pooled buffers and ring offsets every step,
+    /// so it finds them here; one not used for two submissions is dropped with the buffers it
+    /// holds.
+    bind_groups: HashMap<BindKey, wgpu::BindGroup>,
+    previous_bind_groups: HashMap<BindKey, wgpu::BindGroup>,
+}
+
+/// What a dispatch binds: its pipeline, its buffers in binding order, and its parameters' place in
+/// the ring.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct BindKey {
+    pipeline: String,
+    buffers: Vec<wgpu::Buffer>,
+    params_offset: usize,
+    params_len: usize,
 }
 
 /// A usage for activations: kernels read and write them, copies move rows and results.
@@ -97,7 +132,13 @@ impl Gpu {
             info,
             pipelines: Mutex::new(HashMap::new()),
             pool: Arc::new(Mutex::new(HashMap::new())),
+            recorded: Mutex::new(RecordStats::default()),
         }
+    }
+
+    /// The recording cost since the last call, and resets it.
+    pub(crate) fn take_record_stats(&self) -> RecordStats {
+        std::mem::take(&mut *lock(&self.recorded))
     }
 
     /// An activation buffer of `bytes` (at least 4), from the pool when one of that size is free.
@@ -169,6 +210,21 @@ impl Gpu {
         params: &[u32],
         groups: [u32; 3],
     ) {
+        let started = std::time::Instant::now();
+        self.record_dispatch(key, source, buffers, params, groups);
+        let mut stats = lock(&self.recorded);
+        stats.dispatches += 1;
+        stats.cpu += started.elapsed();
+    }
+
+    fn record_dispatch(
+        &self,
+        key: &str,
+        source: impl FnOnce() -> String,
+        buffers: &[&wgpu::Buffer],
+        params: &[u32],
+        groups: [u32; 3],
+    ) {
         let pipeline = self.pipeline(key, source);
         let bytes: &[u8] = bytemuck::cast_slice(params);
         let mut step = lock(&self.step);
@@ -178,29 +234,57 @@ impl Gpu {
         let offset = step.params.len();
         step.params.extend_from_slice(bytes);
         step.params.resize((offset + bytes.len()).next_multiple_of(self.param_align), 0);
+        let key = BindKey {
+            pipeline: key.to_string(),
+            buffers: buffers.iter().map(|&b| b.clone()).collect(),
+            params_offset: offset,
+            params_len: bytes.len(),
+        };
+        let bind_group = match step.bind_groups.get(&key) {
+            Some(group) => group.clone(),
+            None => {
+                let group = match step.previous_bind_groups.remove(&key) {
+                    Some(group) => group,
+                    None => self.bind_group(&pipeline, &key),
+                };
+                step.bind_groups.insert(key, group.clone());
+                group
+            }
+        };
+        if step.pass.is_none() {
+            let pass = self
+                .encoder(&mut step)
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None })
+                .forget_lifetime();
+            step.pass = Some(pass);
+        }
+        let pass = step.pass.as_mut().expect("opened above");
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+    }
+
+    /// A bind group for `key`: its buffers at bindings 0, 1, …, then its slice of the ring as the
+    /// uniform at the next binding.
+    fn bind_group(&self, pipeline: &wgpu::ComputePipeline, key: &BindKey) -> wgpu::BindGroup {
         let uniform = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: &self.ring,
-            offset: offset as u64,
-            size: wgpu::BufferSize::new(bytes.len() as u64),
+            offset: key.params_offset as u64,
+            size: wgpu::BufferSize::new(key.params_len as u64),
         });
-        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = key
+            .buffers
             .iter()
             .map(|b| b.as_entire_binding())
             .chain(std::iter::once(uniform))
             .enumerate()
             .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
             .collect();
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(key),
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&key.pipeline),
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
-        });
-        let encoder = self.encoder(&mut step);
-        let mut pass =
-            encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(key), timestamp_writes: None });
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind_group, &[]);
-        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        })
     }
 
     fn encoder<'s>(&self, step: &'s mut Step) -> &'s mut wgpu::CommandEncoder {
@@ -212,6 +296,8 @@ impl Gpu {
     /// Runs `f` on the pending encoder (made on first use).
     pub(crate) fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) {
         let mut step = lock(&self.step);
+        // Ends the open pass: the encoder is locked while a pass records.
+        step.pass = None;
         f(self.encoder(&mut step));
     }
 
@@ -223,6 +309,8 @@ impl Gpu {
     /// Writes the ring (queue writes land before the command buffers of the same submission,
     /// after those of earlier ones), then submits the encoder.
     fn submit_locked(&self, step: &mut Step) {
+        step.pass = None;
+        step.previous_bind_groups = std::mem::take(&mut step.bind_groups);
         if !step.params.is_empty() {
             self.queue.write_buffer(&self.ring, 0, &step.params);
             step.params.clear();

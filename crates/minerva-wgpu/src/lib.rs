@@ -26,6 +26,7 @@ mod weight;
 pub use backend::{WgpuBackend, WgpuCache, WgpuOptions};
 pub use device::{DeviceInfo, list_adapters};
 pub use error::WgpuError;
+pub use gpu::RecordStats;
 pub use kernels::{WEIGHT_DTYPES, supports};
 pub use tensor::WgpuTensor;
 pub use weight::{UploadProgress, WgpuWeight};
