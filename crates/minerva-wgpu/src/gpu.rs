@@ -16,8 +16,9 @@ pub(crate) type Pool = Arc<Mutex<HashMap<u64, Vec<wgpu::Buffer>>>>;
 
 /// An activation buffer that goes back to the pool when dropped.
 ///
-/// Reuse is safe while dispatches are still pending: wgpu orders the passes of one encoder and
-/// inserts the barriers between a pass that reads a buffer and a later one that writes it. No
+/// Reuse is safe while dispatches are still pending: wgpu orders the dispatches of one encoder
+/// (each is its own usage scope, in a pass or not) and inserts the barriers between a dispatch
+/// that reads a buffer and a later one that writes it. No
 /// pooled buffer is ever written with `Queue::write_buffer` (which would land before the pending
 /// encoder runs); uploads get fresh buffers.
 pub(crate) struct PooledBuffer {
