@@ -52,7 +52,7 @@ impl Drop for UploadBar {
 }
 
 /// [`open_wgpu`] with an [`UploadBar`] counting the weight bytes uploaded.
-pub fn open_wgpu_with_progress() -> Result<(WgpuBackend, UploadBar), CliError> {
+pub fn open_wgpu_with_progress(kv_dtype: minerva_core::DType) -> Result<(WgpuBackend, UploadBar), CliError> {
     let bar = if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.set_style(
@@ -68,6 +68,7 @@ pub fn open_wgpu_with_progress() -> Result<(WgpuBackend, UploadBar), CliError> {
     let counter = bar.clone();
     let mut options = options();
     options.on_upload = Some(UploadProgress(Arc::new(move |bytes| counter.inc(bytes))));
+    options.kv_dtype = kv_dtype;
     let backend = WgpuBackend::new(options).map_err(CliError::Device)?;
     Ok((backend, UploadBar(bar)))
 }

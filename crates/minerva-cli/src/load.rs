@@ -13,6 +13,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use minerva_core::DType;
 use minerva_generate::Tokenizer;
 use minerva_gguf::{Gguf, Mmap};
 use minerva_model::{Backend, CpuBackend, Model, SourceFormat};
@@ -44,6 +45,28 @@ pub struct ModelArgs {
     /// Reference mode on the CPU: f32 activations in every matmul (slower; what transformers computes).
     #[arg(long)]
     pub f32_activations: bool,
+    /// The KV cache's element type (llama.cpp's `--cache-type-k/v`): f16 halves its memory and
+    /// the bandwidth of attention; f32 is exact. Default: f32 on the CPU, f16 on wgpu.
+    #[arg(long, value_enum, value_name = "TYPE")]
+    pub kv_type: Option<KvType>,
+}
+
+/// `--kv-type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KvType {
+    /// 4 bytes per value, exact.
+    F32,
+    /// 2 bytes per value, rounded to nearest.
+    F16,
+}
+
+impl KvType {
+    fn dtype(self) -> DType {
+        match self {
+            KvType::F32 => DType::F32,
+            KvType::F16 => DType::F16,
+        }
+    }
 }
 
 /// A loaded model.
@@ -84,13 +107,16 @@ pub fn with_model<T: ModelTask>(args: &ModelArgs, task: T) -> Result<T::Output, 
     let path = model_path(args)?;
     match args.device {
         Device::Cpu => {
+            let model_error = |source| CliError::Model { path: path.clone(), source };
             let backend = CpuBackend::new(args.threads)
-                .map_err(|source| CliError::Model { path: path.clone(), source })?
+                .and_then(|b| b.with_kv_dtype(args.kv_type.unwrap_or(KvType::F32).dtype()))
+                .map_err(model_error)?
                 .with_f32_activations(args.f32_activations);
             task.run(load(path, backend)?)
         }
         Device::Wgpu => {
-            let (backend, bar) = crate::device::open_wgpu_with_progress()?;
+            let kv_dtype = args.kv_type.unwrap_or(KvType::F16).dtype();
+            let (backend, bar) = crate::device::open_wgpu_with_progress(kv_dtype)?;
             let info = backend.info().to_string();
             let mut loaded = load(path, backend)?;
             drop(bar);

@@ -6,6 +6,8 @@
 
 use std::sync::{Mutex, PoisonError};
 
+use minerva_core::DType;
+
 use minerva_model::checks;
 use minerva_model::{
     Backend, Batch, CacheShape, Mask, ModelError, MoeExperts, MoeParams, Result, RopeConfig, RopeStyle, WeightSource,
@@ -14,7 +16,7 @@ use minerva_model::{
 use crate::device::{self, DeviceInfo};
 use crate::error::WgpuError;
 use crate::gpu::{Gpu, RecordStats};
-use crate::kernels::{self, attention::AttentionShape, rope::RopeShape};
+use crate::kernels::{self, KvElem, attention::AttentionShape, rope::RopeShape};
 use crate::tensor::WgpuTensor;
 use crate::weight::{self, UploadProgress, WgpuWeight};
 
@@ -35,6 +37,10 @@ pub struct WgpuOptions {
     /// Called with the byte count of every piece of weight data written to the GPU (a progress
     /// bar while a model uploads).
     pub on_upload: Option<UploadProgress>,
+    /// The KV cache's element type: `F16` (the default: half the memory and the bandwidth of
+    /// attention, keys and values rounded to f16 as llama.cpp's default cache does) or `F32`
+    /// (exact, for comparisons with the CPU's f32 reference).
+    pub kv_dtype: DType,
 }
 
 impl Default for WgpuOptions {
@@ -45,14 +51,16 @@ impl Default for WgpuOptions {
             attention_split: 256,
             subgroups: true,
             on_upload: None,
+            kv_dtype: DType::F16,
         }
     }
 }
 
 /// A KV cache on the GPU: per layer one key and one value buffer, `[slot][kv_head][pos][head_dim]`
-/// f32, allocated (zeroed) once.
+/// f16 or f32 ([`WgpuOptions::kv_dtype`]), allocated (zeroed) once.
 pub struct WgpuCache {
     shape: CacheShape,
+    elem: KvElem,
     k: Vec<wgpu::Buffer>,
     v: Vec<wgpu::Buffer>,
 }
@@ -61,6 +69,14 @@ impl WgpuCache {
     /// The cache's shape.
     pub fn shape(&self) -> CacheShape {
         self.shape
+    }
+
+    /// The element type of the cached keys and values (`F16` or `F32`).
+    pub fn dtype(&self) -> DType {
+        match self.elem {
+            KvElem::F32 => DType::F32,
+            KvElem::F16 => DType::F16,
+        }
     }
 }
 
@@ -85,6 +101,7 @@ pub struct WgpuBackend {
     /// Bound in place of attention sinks when a model has none.
     no_sinks: wgpu::Buffer,
     on_upload: Option<UploadProgress>,
+    kv: KvElem,
 }
 
 /// The most rows (tokens) a batch may have: WebGPU's minimum for workgroups per dimension, which
@@ -106,6 +123,11 @@ impl WgpuBackend {
         let device_limit = info.max_storage_binding.min(1 << 31);
         let max_binding = options.max_binding.map_or(device_limit, |m| m.min(device_limit));
         let subgroups = options.subgroups && info.subgroups && info.subgroup_min_size >= 8;
+        let kv = match options.kv_dtype {
+            DType::F32 => KvElem::F32,
+            DType::F16 => KvElem::F16,
+            other => return Err(WgpuError::KvDtype(other)),
+        };
         let gpu = Gpu::new(dev, queue, info);
         let no_sinks = gpu.init_buffer("no sinks", &[0; 4], wgpu::BufferUsages::STORAGE);
         Ok(WgpuBackend {
@@ -116,6 +138,7 @@ impl WgpuBackend {
             subgroups,
             tables: Mutex::new(StepTables::default()),
             on_upload: options.on_upload,
+            kv,
         })
     }
 
@@ -271,6 +294,7 @@ impl WgpuBackend {
             s.n_head_kv,
             hd,
             s.capacity,
+            cache.elem,
         );
         let shape = AttentionShape {
             rows,
@@ -283,6 +307,7 @@ impl WgpuBackend {
             window,
             sinks: sinks.cloned(),
             no_sinks: self.no_sinks.clone(),
+            kv: cache.elem,
         };
         let out = self.tensor(rows, q.cols)?;
         let prefill = batch.seqs.iter().any(|seq| seq.rows.len() > 1);
@@ -312,7 +337,9 @@ impl Backend for WgpuBackend {
     }
 
     fn new_cache(&self, shape: CacheShape) -> Result<WgpuCache> {
-        let bytes = [shape.slots, shape.n_head_kv, shape.capacity, shape.head_dim, 4]
+        // f16 pairs never cross a head (and copies stay 4-byte aligned) with an even head_dim.
+        let elem = if shape.head_dim % 2 == 1 { KvElem::F32 } else { self.kv };
+        let bytes = [shape.slots, shape.n_head_kv, shape.capacity, shape.head_dim, elem.bytes()]
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
             .filter(|&b| b <= self.max_binding)
@@ -333,7 +360,7 @@ impl Backend for WgpuBackend {
         };
         let k = (0..shape.n_layer).map(|_| make("k cache")).collect();
         let v = (0..shape.n_layer).map(|_| make("v cache")).collect();
-        Ok(WgpuCache { shape, k, v })
+        Ok(WgpuCache { shape, elem, k, v })
     }
 
     fn copy_slot(&self, cache: &mut WgpuCache, from: usize, to: usize, positions: usize) -> Result<()> {
@@ -343,8 +370,9 @@ impl Backend for WgpuBackend {
         }
         // WebGPU copies never read and write one buffer: go through a scratch buffer holding
         // one slot's heads, `[kv_head][pos][head_dim]`.
-        let row = (positions * s.head_dim * 4) as u64;
-        let head_stride = (s.capacity * s.head_dim * 4) as u64;
+        let elem = cache.elem.bytes();
+        let row = (positions * s.head_dim * elem) as u64;
+        let head_stride = (s.capacity * s.head_dim * elem) as u64;
         let slot_stride = head_stride * s.n_head_kv as u64;
         let scratch = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("copy_slot scratch"),

@@ -32,6 +32,9 @@ pub enum WgpuError {
     /// Reading a buffer back failed.
     #[error("reading back from the GPU failed: {0}")]
     ReadBack(String),
+    /// A KV cache element type other than F16 and F32 was asked for.
+    #[error("the GPU KV cache holds F16 or F32, not {0}")]
+    KvDtype(minerva_core::DType),
 }
 
 impl From<WgpuError> for minerva_model::ModelError {

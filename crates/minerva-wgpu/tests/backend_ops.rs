@@ -17,7 +17,7 @@ use minerva_wgpu::{WEIGHT_DTYPES, WgpuBackend, WgpuOptions};
 
 mod common;
 
-use common::{Rng, assert_nmse, both, cpu, gpu, source, tensor, to_gpu, weight_bytes};
+use common::{Rng, assert_nmse, both, cpu, gpu, nmse, source, tensor, to_gpu, weight_bytes};
 
 /// Columns per dtype: not a multiple of 8 where the format allows (the `load1` tail path).
 fn cols_for(dtype: DType, base: usize) -> usize {
@@ -157,6 +157,10 @@ fn rope_styles_and_scalings() {
 /// Runs the same steps (a prefill of two sequences, then decode steps) through both backends.
 fn attention_case(g: &WgpuBackend, head_dim: usize, mask: Mask, seed: u64) {
     let c = cpu();
+    let kv_dtype =
+        g.new_cache(CacheShape { slots: 1, n_layer: 1, n_head_kv: 1, head_dim, capacity: 1 }).unwrap().dtype();
+    // The same cache element type on both sides: f16 caches round the same inputs alike.
+    let c = c.with_kv_dtype(kv_dtype).unwrap();
     let mut rng = Rng(seed);
     let (n_head, n_kv) = (4, 2);
     let shape = CacheShape { slots: 2, n_layer: 2, n_head_kv: n_kv, head_dim, capacity: 80 };
@@ -184,7 +188,9 @@ fn attention_case(g: &WgpuBackend, head_dim: usize, mask: Mask, seed: u64) {
             let want = c.attention(&q, &k, &v, &mut cc, layer, batch, mask).unwrap();
             let (gq, gk, gv) = (to_gpu(g, &q), to_gpu(g, &k), to_gpu(g, &v));
             let got = g.download(&g.attention(&gq, &gk, &gv, &mut gc, layer, batch, mask).unwrap()).unwrap();
-            assert_nmse(&format!("attention hd {head_dim} {mask:?} step {step} layer {layer}"), &want.data, &got);
+            let what = format!("attention {kv_dtype} cache, hd {head_dim} {mask:?} step {step} layer {layer}");
+            eprintln!("{what}: nmse {:.2e}", nmse(&want.data, &got));
+            assert_nmse(&what, &want.data, &got);
         }
     }
 }
@@ -194,10 +200,13 @@ fn attention_gqa_causal_and_sliding_window() {
     // Prefill (73 rows) runs the tiled prefill kernel: 16-query blocks, a partial last block.
     // Decode runs flash-decoding with one split per query (the default split length) and with
     // splits of 16 keys, so that a query at position 72 is reduced from 5 partial softmaxes.
+    // Both cache element types.
     for split in [256, 16] {
-        let g = gpu(WgpuOptions { attention_split: split, ..WgpuOptions::default() });
-        attention_case(&g, 64, Mask::Causal, 6);
-        attention_case(&g, 80, Mask::SlidingWindow(20), 7);
+        for kv_dtype in [DType::F16, DType::F32] {
+            let g = gpu(WgpuOptions { attention_split: split, kv_dtype, ..WgpuOptions::default() });
+            attention_case(&g, 64, Mask::Causal, 6);
+            attention_case(&g, 80, Mask::SlidingWindow(20), 7);
+        }
     }
     let g = gpu(WgpuOptions::default());
     attention_case(&g, 16, Mask::SlidingWindow(1), 8);

@@ -3,6 +3,12 @@
 //! SafeTensors, MLX mxfp4 + 8-bit affine → bf16) and the LLaMA, Mistral (sliding window) and
 //! Phi-3 (fused QKV / gate-up, long-rope) SafeTensors checkpoints of `fixtures/model/tiny`.
 //!
+//! Each runs with the GPU's default f16 KV cache against a CPU with an f16 cache, and two of them
+//! also with f32 caches on both sides. Both round keys and values to the nearest f16, but from f32
+//! values that differ in their last bits (another summation order), so now and then a cached value
+//! rounds the other way: one f16 step, 2⁻¹⁰ of it. With f16 caches the logit tolerance is
+//! therefore 1e-3 · max |logit| (measured: up to 1.4e-4).
+//!
 //! Each runs a 7-token prefill (every row's logits) and 32 greedy decode steps. Tolerance: logits
 //! within 1e-4 · max |logit| at every step (f32 rounding of another summation order; measured
 //! figures in docs/wgpu.md). Greedy tokens: the CPU's choice is fed to both backends (teacher
@@ -16,6 +22,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{greedy_parity, top};
+use minerva_core::DType;
 use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput};
 use minerva_wgpu::{WgpuBackend, WgpuOptions};
 
@@ -24,12 +31,19 @@ fn fixture(path: &str) -> PathBuf {
 }
 
 fn check(path: &str) {
-    let cpu_backend = CpuBackend::new(Some(1)).unwrap().with_f32_activations(true);
+    check_with(path, DType::F16);
+}
+
+fn check_with(path: &str, kv_dtype: DType) {
+    let cpu_backend = CpuBackend::new(Some(1)).unwrap().with_f32_activations(true).with_kv_dtype(kv_dtype).unwrap();
     let cpu = Model::load(fixture(path), cpu_backend).unwrap();
-    let gpu = Model::load(fixture(path), WgpuBackend::new(WgpuOptions::default()).expect("a wgpu adapter")).unwrap();
+    let options = WgpuOptions { kv_dtype, ..WgpuOptions::default() };
+    let gpu = Model::load(fixture(path), WgpuBackend::new(options).expect("a wgpu adapter")).unwrap();
+    assert_eq!(gpu.new_cache(1, 4).unwrap().dtype(), kv_dtype);
     let vocab = cpu.config.vocab as u32;
     let prompt: Vec<u32> = [1u32, 17, 250, 3, 99, 42, 7].iter().map(|t| t % vocab).collect();
-    greedy_parity(path, &cpu, &gpu, &prompt, 1e-4);
+    let tolerance = if kv_dtype == DType::F16 { 1e-3 } else { 1e-4 };
+    greedy_parity(path, &cpu, &gpu, &prompt, tolerance);
 }
 
 #[test]
@@ -60,6 +74,22 @@ fn mistral_safetensors() {
 #[test]
 fn phi3_safetensors() {
     check("model/tiny/phi3");
+}
+
+#[test]
+fn gpt_oss_gguf_f32_cache() {
+    check_with("gpt_oss/gpt_oss.gguf", DType::F32);
+}
+
+#[test]
+fn mistral_safetensors_f32_cache() {
+    check_with("model/tiny/mistral", DType::F32);
+}
+
+#[test]
+fn other_cache_dtypes_are_errors() {
+    let err = WgpuBackend::new(WgpuOptions { kv_dtype: DType::Q8_0, ..WgpuOptions::default() }).err().unwrap();
+    assert_eq!(err.to_string(), "the GPU KV cache holds F16 or F32, not Q8_0");
 }
 
 #[test]

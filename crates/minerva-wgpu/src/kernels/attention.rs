@@ -2,6 +2,7 @@
 //! (flash-decoding: keys split across workgroups, then a reduction) for decode steps, and
 //! `attention_prefill.wgsl` (query blocks sharing key/value tiles, online softmax) for prefill.
 
+use super::KvElem;
 use crate::gpu::Gpu;
 
 /// The attention's shape.
@@ -21,6 +22,8 @@ pub(crate) struct AttentionShape {
     pub sinks: Option<wgpu::Buffer>,
     /// A placeholder bound in `sinks`' place when there are none.
     pub no_sinks: wgpu::Buffer,
+    /// How the cache stores keys and values.
+    pub kv: KvElem,
 }
 
 /// The largest head dimension the kernel's accumulator holds (64 threads × 4).
@@ -53,8 +56,9 @@ pub(crate) fn attention(
         scale.to_bits(),
     ];
     let groups = [n_splits as u32, s.n_head as u32, s.rows as u32];
-    let source = || include_str!("attention.wgsl").to_string();
-    gpu.dispatch("attention", source, &[q, kc, vc, info, part], &params, groups);
+    let source = || s.kv.source(include_str!("attention.wgsl"));
+    let key = format!("attention/{}", s.kv.key());
+    gpu.dispatch(&key, source, &[q, kc, vc, info, part], &params, groups);
     let params = [s.n_head as u32, s.head_dim as u32, n_splits as u32, s.sinks.is_some() as u32];
     let source = || include_str!("attention_reduce.wgsl").to_string();
     let sinks = s.sinks.as_ref().unwrap_or(&s.no_sinks);
@@ -114,8 +118,9 @@ pub(crate) fn attention_prefill(
         s.sinks.is_some() as u32,
         0,
     ];
-    let source = || include_str!("attention_prefill.wgsl").to_string();
+    let source = || s.kv.source(include_str!("attention_prefill.wgsl"));
     let groups = [n_blocks as u32, s.n_head as u32, 1];
     let sinks = s.sinks.as_ref().unwrap_or(&s.no_sinks);
-    gpu.dispatch("attention_prefill", source, &[q, kc, vc, info, blocks, out, sinks], &params, groups);
+    let key = format!("attention_prefill/{}", s.kv.key());
+    gpu.dispatch(&key, source, &[q, kc, vc, info, blocks, out, sinks], &params, groups);
 }

@@ -16,8 +16,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> kc: array<f32>;
-@group(0) @binding(2) var<storage, read> vc: array<f32>;
+@group(0) @binding(1) var<storage, read> kc: array<KV>;
+@group(0) @binding(2) var<storage, read> vc: array<KV>;
 @group(0) @binding(3) var<storage, read> info: array<vec2<u32>>; // (slot, position) per row
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 @group(0) @binding(5) var<uniform> p: Params;
@@ -59,7 +59,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let ko = cache_base + key * hd;
             s = 0.0;
             for (var d = 0u; d < hd; d++) {
-                s += qs[d] * kc[ko + d];
+                s += qs[d] * k_at(ko + d);
             }
             s *= p.scale;
         }
@@ -82,7 +82,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             for (var j = 0u; j < 4u; j++) {
                 let d = lid.x + 64u * j;
                 if (d < hd) {
-                    acc[j] += e * vc[vo + d];
+                    acc[j] += e * v_at(vo + d);
                 }
             }
         }

@@ -25,8 +25,8 @@ struct Block {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> kc: array<f32>;
-@group(0) @binding(2) var<storage, read> vc: array<f32>;
+@group(0) @binding(1) var<storage, read> kc: array<KV>;
+@group(0) @binding(2) var<storage, read> vc: array<KV>;
 @group(0) @binding(3) var<storage, read> info: array<vec2<u32>>; // (slot, position) per row
 @group(0) @binding(4) var<storage, read> blocks: array<Block>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
@@ -87,8 +87,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
         for (var i = lid.x; i < n * hd; i += 64u) {
             let at = cache_base + t * hd + i;
-            ks[i] = kc[at];
-            vs[i] = vc[at];
+            ks[i] = k_at(at);
+            vs[i] = v_at(at);
         }
         workgroupBarrier();
         // 256 (query, key) scores, 4 per thread.

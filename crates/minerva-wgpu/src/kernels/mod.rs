@@ -26,6 +26,42 @@ use minerva_core::DType;
 
 const COMMON: &str = include_str!("common.wgsl");
 
+/// How the KV cache stores keys and values on the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum KvElem {
+    F32,
+    /// Two f16 values per u32 (`pack2x16float`): half the memory and bandwidth of f32.
+    F16,
+}
+
+impl KvElem {
+    /// Bytes per cached value.
+    pub(crate) fn bytes(self) -> usize {
+        match self {
+            KvElem::F32 => 4,
+            KvElem::F16 => 2,
+        }
+    }
+
+    /// A kernel that reads the cache (`kc`, `vc` as `array<KV>`, read with `k_at` / `v_at`) with
+    /// this element type's definitions.
+    pub(crate) fn source(self, kernel: &str) -> String {
+        let access = match self {
+            KvElem::F32 => include_str!("kv_f32.wgsl"),
+            KvElem::F16 => include_str!("kv_f16.wgsl"),
+        };
+        format!("{access}\n{kernel}")
+    }
+
+    /// The suffix of its kernels' pipeline keys.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            KvElem::F32 => "f32",
+            KvElem::F16 => "f16",
+        }
+    }
+}
+
 /// How the kernels read one weight dtype: its `load8`/`load1` (8 or 1 dequantized values of a row
 /// at a value index), which every weight-reading kernel is assembled with. The loaders find a
 /// value's block through `BLOCK_ELEMS` / `BLOCK_BYTES`, defined from the dtype table.
