@@ -111,6 +111,7 @@ pub fn forward<B: Backend>(
                 wo: &layer.wo,
                 biases: Some([&layer.bq, &layer.bk, &layer.bv, &layer.bo]),
                 sinks: Some(&layer.sinks),
+                qk_norm: None,
             };
             block::self_attention(backend, &cfg.base, &w, h, cache, il, batch, cfg.mask(il))
         },

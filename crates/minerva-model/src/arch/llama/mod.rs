@@ -49,6 +49,7 @@ pub fn forward<B: Backend>(
                 wo: &layer.wo,
                 biases: None,
                 sinks: None,
+                qk_norm: None,
             };
             block::self_attention(backend, cfg, &w, h, cache, il, batch, mask)
         },
