@@ -51,8 +51,8 @@ pub(crate) struct AttentionWeights<'a, W> {
     pub wk: &'a W,
     pub wv: &'a W,
     pub wo: &'a W,
-    /// `(bq, bk, bv, bo)` (GPT-OSS).
-    pub biases: Option<[&'a W; 4]>,
+    /// `[bq, bk, bv, bo]`, each optional (GPT-OSS has all four, Qwen 2 the first three).
+    pub biases: [Option<&'a W>; 4],
     /// One learned logit per query head (GPT-OSS).
     pub sinks: Option<&'a W>,
     /// `(q_norm, k_norm)`: RMS norms of each query and key head (`[head_dim]` each), applied
@@ -80,7 +80,7 @@ pub(crate) fn self_attention<B: Backend>(
         }
         Ok(y)
     };
-    let bias = |i: usize| w.biases.map(|b| b[i]);
+    let bias = |i: usize| w.biases[i];
     let mut q = linear(w.wq, bias(0), h)?;
     let mut k = linear(w.wk, bias(1), h)?;
     let v = linear(w.wv, bias(2), h)?;

@@ -47,7 +47,7 @@ pub fn forward<B: Backend>(
                 wk: &layer.wk,
                 wv: &layer.wv,
                 wo: &layer.wo,
-                biases: None,
+                biases: [None; 4],
                 sinks: None,
                 qk_norm: None,
             };
