@@ -17,6 +17,8 @@
 //! * [`TensorSource`] — GGUF or SafeTensors tensors under llama.cpp names; fused Phi-3 projections
 //!   split into row blocks of the same bytes.
 //! * [`GptOssConfig`] adds GPT-OSS's MoE, from `gpt-oss.*` keys or a `config.json`.
+//! * Qwen 2 / Qwen 3 ([`arch::qwen`]): LLaMA blocks plus Q/K/V biases (Qwen 2) or per-head
+//!   Q/K RMS norms (Qwen 3, `Backend::rms_norm_heads`), from GGUF or Hugging Face SafeTensors.
 //! * GPT-OSS ([`arch::gpt_oss`]): MXFP4 experts (`Backend::moe`), attention sinks, biases, the
 //!   sliding window on alternating layers and YaRN RoPE, from GGUF, Hugging Face or MLX
 //!   SafeTensors ([`Model::load`] takes a file or a directory).
