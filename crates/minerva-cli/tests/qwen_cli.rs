@@ -1,8 +1,12 @@
-//! `minerva run --chat` on the tiny Qwen 2 / Qwen 3 GGUF files (`fixtures/model/tiny`), which carry
-//! no chat template: the prompt is the built-in ChatML rendering (Qwen 2 with Qwen2.5's default
-//! system prompt, Qwen 3 without), where before `--chat` failed for want of a template.
+//! `minerva run --chat` and `minerva chat` on the tiny Qwen 2 / Qwen 3 GGUF files
+//! (`fixtures/model/tiny`), which carry no chat template: the prompt is the built-in ChatML
+//! rendering (Qwen 2 with Qwen2.5's default system prompt, Qwen 3 without), where before both
+//! failed for want of a template.
 
 mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
 
 use common::{minerva, os, root};
 use minerva_generate::{ChatTemplate, Message, Tokenizer};
@@ -29,5 +33,26 @@ fn run_chat_uses_the_builtin_chatml() {
             assert!(out.status.success(), "{arch}: {stderr}");
             assert!(stderr.contains(&format!("prompt {want} tokens")), "{arch} {system:?}: {stderr}");
         }
+    }
+}
+
+#[test]
+fn chat_answers_with_the_builtin_chatml() {
+    for arch in ["qwen2", "qwen3"] {
+        let path = root().join("fixtures/model/tiny").join(arch).join("model.gguf");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_minerva"))
+            .args(["chat", "--temperature", "0", "--max-tokens", "2", "-m"])
+            .arg(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"the fox\n/exit\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{arch}: {stderr}");
+        // One answer line (piped stdin: no prompts on stdout).
+        assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 1, "{arch}: {stderr}");
     }
 }
