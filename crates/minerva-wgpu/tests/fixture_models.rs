@@ -1,7 +1,8 @@
 //! The committed tiny models on the wgpu backend against the CPU backend's f32 reference mode:
 //! GPT-OSS in its three layouts (llama.cpp GGUF with MXFP4 experts, Hugging Face MXFP4
-//! SafeTensors, MLX mxfp4 + 8-bit affine → bf16) and the LLaMA, Mistral (sliding window) and
-//! Phi-3 (fused QKV / gate-up, long-rope) SafeTensors checkpoints of `fixtures/model/tiny`.
+//! SafeTensors, MLX mxfp4 + 8-bit affine → bf16), the LLaMA, Mistral (sliding window) and
+//! Phi-3 (fused QKV / gate-up, long-rope) SafeTensors checkpoints of `fixtures/model/tiny`, and
+//! its Qwen 2 (QKV biases) and Qwen 3 (QK-norm) in SafeTensors and llama.cpp-converted GGUF.
 //!
 //! Each runs with the GPU's default f16 KV cache against a CPU with an f16 cache, and two of them
 //! also with f32 caches on both sides. Both round keys and values to the nearest f16, but from f32
@@ -90,6 +91,26 @@ fn mistral_safetensors_f32_cache() {
 fn other_cache_dtypes_are_errors() {
     let err = WgpuBackend::new(WgpuOptions { kv_dtype: DType::Q8_0, ..WgpuOptions::default() }).err().unwrap();
     assert_eq!(err.to_string(), "the GPU KV cache holds F16 or F32, not Q8_0");
+}
+
+#[test]
+fn qwen2_safetensors() {
+    check("model/tiny/qwen2");
+}
+
+#[test]
+fn qwen2_gguf() {
+    check("model/tiny/qwen2/model.gguf");
+}
+
+#[test]
+fn qwen3_safetensors() {
+    check("model/tiny/qwen3");
+}
+
+#[test]
+fn qwen3_gguf() {
+    check("model/tiny/qwen3/model.gguf");
 }
 
 #[test]

@@ -7,9 +7,10 @@
 //!   block.rs      what the graphs share: the residual loop and self-attention
 //!   llama/        LLaMA, Mistral, Phi-3: config.rs, weights.rs (HF names), mod.rs (forward)
 //!   gpt_oss/      GPT-OSS: config.rs, weights.rs (GGUF / HF MXFP4 / MLX), mod.rs (forward)
+//!   qwen/         Qwen 2 (QKV biases) and Qwen 3 (QK-norm): config.rs, weights.rs, mod.rs
 //! ```
 //!
-//! Adding an architecture (Qwen, Gemma): a folder with the same three parts, a `ModelWeights`
+//! Adding an architecture: a folder with the same three parts, a `ModelWeights`
 //! variant and one arm in each `match` below. Shared hyper-parameter keys are read by
 //! [`crate::Config`]; tensors are looked up by llama.cpp name through [`TensorSource`], which
 //! asks [`hf_layer_name`] for their Hugging Face names.
@@ -17,6 +18,7 @@
 mod block;
 pub mod gpt_oss;
 pub mod llama;
+pub mod qwen;
 
 use std::sync::Arc;
 
@@ -29,6 +31,7 @@ use crate::error::{ModelError, Result};
 use crate::source::TensorSource;
 use gpt_oss::{GptOssConfig, GptOssWeights};
 use llama::Weights;
+use qwen::QwenWeights;
 
 /// The weights of one of the architectures, which also picks the graph.
 pub enum ModelWeights<W> {
@@ -36,6 +39,8 @@ pub enum ModelWeights<W> {
     Llama(Weights<W>),
     /// GPT-OSS (`arch/gpt_oss/`), with its MoE hyper-parameters.
     GptOss(Box<(GptOssConfig, GptOssWeights<W>)>),
+    /// Qwen 2 / Qwen 3 (`arch/qwen/`).
+    Qwen(QwenWeights<W>),
 }
 
 /// The Hugging Face name of the block tensor llama.cpp calls `blk.N.{suffix}` in architecture
@@ -44,6 +49,7 @@ pub enum ModelWeights<W> {
 pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
     match arch {
         "gpt-oss" | "gpt_oss" => gpt_oss::weights::hf_layer_name(suffix),
+        "qwen2" | "qwen3" => qwen::weights::hf_layer_name(arch, suffix),
         _ => llama::weights::hf_layer_name(arch, suffix),
     }
 }
@@ -55,10 +61,16 @@ where
     D: AsRef<[u8]> + Send + Sync + 'static,
 {
     let source = TensorSource::from_gguf(gguf)?;
-    if gguf.architecture()? == "gpt-oss" {
+    let arch = gguf.architecture()?;
+    if arch == "gpt-oss" {
         let cfg = GptOssConfig::from_gguf(gguf)?;
         let weights = GptOssWeights::load(backend, &source, &cfg)?;
         return Ok((cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights)))));
+    }
+    if qwen::config::ARCHS.contains(&arch) {
+        let config = qwen::config::from_gguf(gguf)?;
+        let weights = QwenWeights::load(backend, &source, &config)?;
+        return Ok((config, ModelWeights::Qwen(weights)));
     }
     let config = Config::from_gguf(gguf)?;
     let weights = Weights::load(backend, &source, &config)?;
@@ -73,19 +85,33 @@ pub(crate) fn load_checkpoint<B: Backend>(
     let json = checkpoint.config().ok_or_else(|| ModelError::MissingConfig {
         path: checkpoint.dir().map_or_else(|| "checkpoint".into(), |d| d.display().to_string()),
     })?;
-    if json.get("model_type").and_then(serde_json::Value::as_str) == Some("gpt_oss") {
+    let model_type = json.get("model_type").and_then(serde_json::Value::as_str);
+    if model_type == Some("gpt_oss") {
         let cfg = GptOssConfig::from_hf_config(json)?;
         let weights = GptOssWeights::from_safetensors(backend, checkpoint, &cfg)?;
         return Ok((cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights)))));
     }
+    if model_type.is_some_and(|t| qwen::config::ARCHS.contains(&t)) {
+        let config = qwen::config::from_hf_config(json)?;
+        let source = checkpoint_source(checkpoint, json, &config)?;
+        let weights = QwenWeights::load(backend, &source, &config)?;
+        return Ok((config, ModelWeights::Qwen(weights)));
+    }
     let config = Config::from_hf_config(json)?;
+    let source = checkpoint_source(checkpoint, json, &config)?;
+    let weights = Weights::load(backend, &source, &config)?;
+    Ok((config, ModelWeights::Llama(weights)))
+}
+
+/// A checkpoint's tensors under llama.cpp names; an untied one (`tie_word_embeddings` false or
+/// absent) must have its LM head.
+fn checkpoint_source(checkpoint: &Arc<Checkpoint>, json: &serde_json::Value, config: &Config) -> Result<TensorSource> {
     let source = TensorSource::from_checkpoint(checkpoint, &config.arch);
     let tied = json.get("tie_word_embeddings").and_then(serde_json::Value::as_bool).unwrap_or(false);
     if !tied && !source.contains("output.weight") {
         return Err(ModelError::MissingTensor { tensor: source.stored_name("output.weight") });
     }
-    let weights = Weights::load(backend, &source, &config)?;
-    Ok((config, ModelWeights::Llama(weights)))
+    Ok(source)
 }
 
 /// Runs the batch through the architecture's graph: the final normed hidden states.
@@ -100,6 +126,7 @@ pub(crate) fn forward<B: Backend>(
     match weights {
         ModelWeights::Llama(w) => llama::forward(backend, config, w, cache, tokens, batch),
         ModelWeights::GptOss(m) => gpt_oss::forward(backend, &m.0, &m.1, cache, tokens, batch),
+        ModelWeights::Qwen(w) => qwen::forward(backend, config, w, cache, tokens, batch),
     }
 }
 
@@ -108,5 +135,6 @@ pub(crate) fn head<W>(weights: &ModelWeights<W>) -> &W {
     match weights {
         ModelWeights::Llama(w) => w.head(),
         ModelWeights::GptOss(m) => &m.1.output,
+        ModelWeights::Qwen(w) => w.head(),
     }
 }
