@@ -19,7 +19,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use minerva_model::{Backend, LogitsFor, Model, SequenceInput};
+use minerva_model::{Backend, DeviceSampling, LogitsFor, Model, SequenceInput};
 
 use crate::error::{GenerateError, Result};
 use crate::harmony_stream::{HarmonyOutput, HarmonyPiece};
@@ -218,18 +218,29 @@ impl<'m, B: Backend> Session<'m, B> {
         Err(GenerateError::Request("generation ended without a summary".into()))
     }
 
-    /// Runs `tokens` at the end of the cache and returns the last position's logits, or, when
-    /// `argmax` (plain greedy decoding), only their argmax from [`Model::forward_greedy`].
-    fn forward(&mut self, tokens: &[u32], argmax: bool) -> Result<Next> {
+    /// Runs `tokens` at the end of the cache and returns what `ask` wants of the last position:
+    /// its logits, or the next token itself (the argmax from [`Model::forward_greedy`], or a draw
+    /// from [`Model::forward_sample`]).
+    fn forward(&mut self, tokens: &[u32], ask: Ask) -> Result<Next> {
         let seq = SequenceInput { tokens, start_pos: self.cached.len(), slot: 0 };
-        let next = if argmax {
-            Next::Token(self.model.forward_greedy(&mut self.cache, &[seq])?[0])
-        } else {
-            Next::Logits(self.model.forward(&mut self.cache, &[seq], LogitsFor::Last)?.data)
+        let next = match ask {
+            Ask::Argmax => Next::Token(self.model.forward_greedy(&mut self.cache, &[seq])?[0]),
+            Ask::Sample(plan) => Next::Token(self.model.forward_sample(&mut self.cache, &[seq], &[plan])?[0]),
+            Ask::Logits => Next::Logits(self.model.forward(&mut self.cache, &[seq], LogitsFor::Last)?.data),
         };
         self.cached.extend_from_slice(tokens);
         Ok(next)
     }
+}
+
+/// What a forward step is asked for.
+enum Ask {
+    /// The argmax (plain greedy decoding).
+    Argmax,
+    /// A token drawn on the device.
+    Sample(DeviceSampling),
+    /// The logits, sampled on the host.
+    Logits,
 }
 
 /// What a forward step left for the next token: the logits to sample from, or the token itself.
@@ -262,6 +273,21 @@ pub struct Generation<'s, 'm, B: Backend> {
 }
 
 impl<B: Backend> Generation<'_, '_, B> {
+    /// What the next step should return: the argmax for plain greedy decoding, a device draw where
+    /// the backend samples (taking the draw from the sampler's RNG now, as sampling the logits
+    /// later would), else the logits.
+    fn ask(sampler: &mut Sampler, model: &Model<B>, history: &[u32]) -> Ask {
+        if sampler.params().is_plain_greedy() {
+            return Ask::Argmax;
+        }
+        if model.samples_on_device()
+            && let Some(plan) = sampler.device_sampling(history)
+        {
+            return Ask::Sample(plan);
+        }
+        Ask::Logits
+    }
+
     fn prefill(&mut self) -> Result<Next> {
         let s = &mut *self.session;
         // Reuse the longest cached prefix, but always run at least the last prompt token.
@@ -269,7 +295,8 @@ impl<B: Backend> Generation<'_, '_, B> {
         let reuse = common.min(self.history.len() - 1);
         s.cached.truncate(reuse);
         let t = Instant::now();
-        let next = s.forward(&self.history[reuse..], self.sampler.params().is_plain_greedy())?;
+        let ask = Self::ask(&mut self.sampler, s.model, &self.history);
+        let next = s.forward(&self.history[reuse..], ask)?;
         self.prefill_time = t.elapsed();
         self.prefilled = self.history.len() - reuse;
         Ok(next)
@@ -357,7 +384,8 @@ impl<B: Backend> Generation<'_, '_, B> {
             // Every position holds a token: the one just sampled has no room to be run.
             self.finish(FinishReason::ContextEnd);
         } else {
-            self.pending = Some(self.session.forward(&[id], self.sampler.params().is_plain_greedy())?);
+            let ask = Self::ask(&mut self.sampler, self.session.model, &self.history);
+            self.pending = Some(self.session.forward(&[id], ask)?);
         }
         Ok(())
     }

@@ -12,6 +12,8 @@
 
 use std::collections::HashMap;
 
+use minerva_model::{DeviceSampling, MAX_DEVICE_TOP_K};
+
 use crate::error::{GenerateError, Result};
 use crate::rng::Rng;
 
@@ -240,6 +242,16 @@ impl Sampler {
     /// Picks the next token from `logits` (modified in place by bias and penalties), given the
     /// sequence so far (`history`: prompt and generated tokens).
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        if self.params.is_greedy() {
+            return self.sample_with_draw(logits, history, 0.0);
+        }
+        let u = self.rng.next_f64();
+        self.sample_with_draw(logits, history, u)
+    }
+
+    /// [`Sampler::sample`] with the uniform draw `u` in [0, 1) given (greedy decoding ignores it),
+    /// leaving the RNG alone.
+    pub fn sample_with_draw(&self, logits: &mut [f32], history: &[u32], u: f64) -> u32 {
         let p = &self.params;
         apply_logit_bias(logits, &p.logit_bias);
         let recent = &history[history.len().saturating_sub(p.penalty_last_n)..];
@@ -261,7 +273,47 @@ impl Sampler {
         min_p(&mut cands, p.min_p);
         apply_temperature(&mut cands, p.temperature);
         softmax(&mut cands);
-        draw(&cands, self.rng.next_f64())
+        draw(&cands, u)
+    }
+
+    /// The next sample as a device runs it ([`DeviceSampling`]: these settings, the bias and
+    /// penalty adjustments `history` implies, and the next draw of this sampler's RNG), or `None`
+    /// where only the host samples: greedy decoding (the backend's argmax serves it) or a top-k of
+    /// 0 or above [`MAX_DEVICE_TOP_K`]. Taking it advances the RNG exactly as [`Sampler::sample`]
+    /// would, so both paths draw the same sequence.
+    pub fn device_sampling(&mut self, history: &[u32]) -> Option<DeviceSampling> {
+        let p = &self.params;
+        if p.is_greedy() || !(1..=MAX_DEVICE_TOP_K).contains(&p.top_k) {
+            return None;
+        }
+        let recent = &history[history.len().saturating_sub(p.penalty_last_n)..];
+        let penalized = !(p.repeat_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0);
+        // token → (occurrences in the window, summed bias), in first-seen order.
+        let mut adjust: Vec<(u32, u32, f32)> = Vec::new();
+        let mut at: HashMap<u32, usize> = HashMap::new();
+        let counts: &[u32] = if penalized { recent } else { &[] };
+        let touched =
+            p.logit_bias.iter().map(|&(token, bias)| (token, 0, bias)).chain(counts.iter().map(|&t| (t, 1, 0.0)));
+        for (token, count, bias) in touched {
+            let i = *at.entry(token).or_insert_with(|| {
+                adjust.push((token, 0, 0.0));
+                adjust.len() - 1
+            });
+            adjust[i].1 += count;
+            adjust[i].2 += bias;
+        }
+        let plan = DeviceSampling {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            repeat_penalty: p.repeat_penalty,
+            frequency_penalty: p.frequency_penalty,
+            presence_penalty: p.presence_penalty,
+            adjust,
+            u: 0.0,
+        };
+        Some(DeviceSampling { u: self.rng.next_f64(), ..plan })
     }
 }
 

@@ -79,6 +79,37 @@ pub enum Mask {
     SlidingWindow(usize),
 }
 
+/// The most candidates [`DeviceSampling::top_k`] may keep: a device sampler holds them in one
+/// workgroup's memory.
+pub const MAX_DEVICE_TOP_K: usize = 256;
+
+/// One row's sampling as a device runs it, the chain of minerva-generate's `Sampler`: logit bias,
+/// then repetition / frequency / presence penalties, then top-k (ties: lower id first), top-p (over
+/// probabilities at temperature 1), min-p, temperature, softmax, and the first candidate whose
+/// running probability exceeds the draw `u`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceSampling {
+    /// Temperature (> 0).
+    pub temperature: f32,
+    /// Candidates kept by top-k, 1..=[`MAX_DEVICE_TOP_K`].
+    pub top_k: usize,
+    /// Top-p (1: off).
+    pub top_p: f32,
+    /// Min-p (0: off).
+    pub min_p: f32,
+    /// Repetition penalty (1: off).
+    pub repeat_penalty: f32,
+    /// Frequency penalty (0: off).
+    pub frequency_penalty: f32,
+    /// Presence penalty (0: off).
+    pub presence_penalty: f32,
+    /// The tokens the bias or the penalties touch, each once: (token, occurrences in the penalty
+    /// window, bias to add).
+    pub adjust: Vec<(u32, u32, f32)>,
+    /// The uniform draw in [0, 1).
+    pub u: f64,
+}
+
 /// The shape of a KV cache: `slots` sequences × `n_layer` layers × `n_head_kv` heads ×
 /// `capacity` positions × `head_dim`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,6 +215,26 @@ pub trait Backend: Send + Sync {
         let logits = self.logits(x, head, rows)?;
         let vocab = logits.len() / rows.len().max(1);
         Ok(logits.chunks_exact(vocab.max(1)).map(argmax).collect())
+    }
+
+    /// Whether [`Backend::sample`] runs here (the default: no; the caller then samples the
+    /// [`Backend::logits`] on the host with the same draw).
+    fn samples_on_device(&self) -> bool {
+        false
+    }
+
+    /// Sampling on the device: for each row `r` of `rows`, a token drawn from the logits
+    /// `x[r] · headᵀ` as its [`DeviceSampling`] describes, reading back one id per row instead of
+    /// the vocabulary's logits.
+    fn sample(
+        &self,
+        x: &Self::Tensor,
+        head: &Self::Weight,
+        rows: &[usize],
+        params: &[DeviceSampling],
+    ) -> Result<Vec<u32>> {
+        let _ = (x, head, rows, params);
+        Err(ModelError::UnsupportedOp { op: "sample" })
     }
 
     /// RMS normalisation of each head in place (QK-norm: Qwen 3, Gemma 3): every row of `x` is

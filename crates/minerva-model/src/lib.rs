@@ -68,7 +68,10 @@ pub mod yarn;
 pub use arch::ModelWeights;
 pub use arch::gpt_oss::{GptOssConfig, GptOssLayer, GptOssWeights};
 pub use arch::llama::{LayerWeights, Weights};
-pub use backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, SeqSpan, WeightSource, argmax};
+pub use backend::{
+    Backend, Batch, ByteSource, CacheShape, DeviceSampling, MAX_DEVICE_TOP_K, Mask, MoeExperts, MoeParams, SeqSpan,
+    WeightSource, argmax,
+};
 pub use config::Config;
 pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight};
 pub use error::{ModelError, Result};

@@ -7,7 +7,7 @@ use minerva_gguf::Gguf;
 use minerva_safetensors::Checkpoint;
 
 use crate::arch::{self, ModelWeights};
-use crate::backend::{Backend, Batch, CacheShape, SeqSpan};
+use crate::backend::{Backend, Batch, CacheShape, DeviceSampling, SeqSpan};
 use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::source::SourceFormat;
@@ -127,6 +127,32 @@ impl<B: Backend> Model<B> {
         let step = Step::new(batch, LogitsFor::Last)?;
         let x = self.hidden(cache, &step)?;
         self.backend.greedy(&x, self.head(), &step.logit_rows)
+    }
+
+    /// One step, then a token per sequence drawn on the device as `params` (one per sequence)
+    /// describe ([`Backend::sample`]). Only for backends that [`Model::samples_on_device`]; the
+    /// others answer [`ModelError::UnsupportedOp`] before running anything.
+    pub fn forward_sample(
+        &self,
+        cache: &mut B::Cache,
+        batch: &[SequenceInput<'_>],
+        params: &[DeviceSampling],
+    ) -> Result<Vec<u32>> {
+        if !self.samples_on_device() {
+            return Err(ModelError::UnsupportedOp { op: "sample" });
+        }
+        let step = Step::new(batch, LogitsFor::Last)?;
+        if params.len() != step.logit_rows.len() {
+            let message = format!("{} sampling settings for {} sequences", params.len(), step.logit_rows.len());
+            return Err(ModelError::BadBatch { message });
+        }
+        let x = self.hidden(cache, &step)?;
+        self.backend.sample(&x, self.head(), &step.logit_rows, params)
+    }
+
+    /// Whether [`Model::forward_sample`] runs on this model's backend.
+    pub fn samples_on_device(&self) -> bool {
+        self.backend.samples_on_device()
     }
 
     /// The final normed hidden states of a step's rows.

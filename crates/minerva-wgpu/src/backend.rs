@@ -10,7 +10,8 @@ use minerva_core::DType;
 
 use minerva_model::checks;
 use minerva_model::{
-    Backend, Batch, CacheShape, Mask, ModelError, MoeExperts, MoeParams, Result, RopeConfig, RopeStyle, WeightSource,
+    Backend, Batch, CacheShape, DeviceSampling, MAX_DEVICE_TOP_K, Mask, ModelError, MoeExperts, MoeParams, Result,
+    RopeConfig, RopeStyle, WeightSource,
 };
 
 use crate::device::{self, DeviceInfo};
@@ -41,6 +42,9 @@ pub struct WgpuOptions {
     /// attention, keys and values rounded to f16 as llama.cpp's default cache does) or `F32`
     /// (exact, for comparisons with the CPU's f32 reference).
     pub kv_dtype: DType,
+    /// Draw sampled tokens on the GPU (`Backend::sample`: one id read back per sequence); `false`
+    /// reads back the logits for the host sampler instead (for comparisons).
+    pub device_sampling: bool,
 }
 
 impl Default for WgpuOptions {
@@ -52,6 +56,7 @@ impl Default for WgpuOptions {
             subgroups: true,
             on_upload: None,
             kv_dtype: DType::F16,
+            device_sampling: true,
         }
     }
 }
@@ -102,6 +107,7 @@ pub struct WgpuBackend {
     no_sinks: wgpu::Buffer,
     on_upload: Option<UploadProgress>,
     kv: KvElem,
+    device_sampling: bool,
 }
 
 /// The most rows (tokens) a batch may have: WebGPU's minimum for workgroups per dimension, which
@@ -139,6 +145,7 @@ impl WgpuBackend {
             tables: Mutex::new(StepTables::default()),
             on_upload: options.on_upload,
             kv,
+            device_sampling: options.device_sampling,
         })
     }
 
@@ -489,6 +496,29 @@ impl Backend for WgpuBackend {
         let logits = self.head_logits(x, head, rows)?;
         let out = self.gpu.scratch((rows.len() * 4) as u64);
         kernels::argmax::argmax(&self.gpu, logits.buffer(), out.buffer(), rows.len(), head.rows);
+        let bytes = self.gpu.read_back(out.buffer(), (rows.len() * 4) as u64)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    fn samples_on_device(&self) -> bool {
+        self.device_sampling
+    }
+
+    fn sample(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize], params: &[DeviceSampling]) -> Result<Vec<u32>> {
+        if params.len() != rows.len() {
+            let message = format!("{} sampling settings for {} rows", params.len(), rows.len());
+            return Err(ModelError::BadBatch { message });
+        }
+        if let Some(s) = params
+            .iter()
+            .find(|s| !(1..=MAX_DEVICE_TOP_K).contains(&s.top_k) || s.temperature.is_nan() || s.temperature <= 0.0)
+        {
+            let message = format!("device sampling needs top_k in 1..={MAX_DEVICE_TOP_K} and temperature > 0: {s:?}");
+            return Err(ModelError::BadBatch { message });
+        }
+        let logits = self.head_logits(x, head, rows)?;
+        let out = self.gpu.scratch((rows.len() * 4) as u64);
+        kernels::sample::sample(&self.gpu, logits.buffer(), out.buffer(), head.rows, params);
         let bytes = self.gpu.read_back(out.buffer(), (rows.len() * 4) as u64)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
