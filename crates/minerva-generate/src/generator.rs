@@ -225,7 +225,9 @@ impl<'m, B: Backend> Session<'m, B> {
         let seq = SequenceInput { tokens, start_pos: self.cached.len(), slot: 0 };
         let next = match ask {
             Ask::Argmax => Next::Token(self.model.forward_greedy(&mut self.cache, &[seq])?[0]),
-            Ask::Sample(plan) => Next::Token(self.model.forward_sample(&mut self.cache, &[seq], &[plan])?[0]),
+            Ask::Sample(plan) => {
+                Next::Token(self.model.forward_sample(&mut self.cache, &[seq], LogitsFor::Last, &[plan])?[0])
+            }
             Ask::Logits => Next::Logits(self.model.forward(&mut self.cache, &[seq], LogitsFor::Last)?.data),
         };
         self.cached.extend_from_slice(tokens);

@@ -278,12 +278,14 @@ impl Sampler {
 
     /// The next sample as a device runs it ([`DeviceSampling`]: these settings, the bias and
     /// penalty adjustments `history` implies, and the next draw of this sampler's RNG), or `None`
-    /// where only the host samples: greedy decoding (the backend's argmax serves it) or a top-k of
-    /// 0 or above [`MAX_DEVICE_TOP_K`]. Taking it advances the RNG exactly as [`Sampler::sample`]
-    /// would, so both paths draw the same sequence.
+    /// where only the host samples: a top-k of 0 or above [`MAX_DEVICE_TOP_K`]. Greedy decoding is
+    /// a plan too: top-k 1 after the adjustments (the argmax, lowest id on ties), with no draw.
+    /// Taking a plan advances the RNG exactly as [`Sampler::sample`] would, so both paths draw the
+    /// same sequence.
     pub fn device_sampling(&mut self, history: &[u32]) -> Option<DeviceSampling> {
         let p = &self.params;
-        if p.is_greedy() || !(1..=MAX_DEVICE_TOP_K).contains(&p.top_k) {
+        let greedy = p.is_greedy();
+        if !greedy && !(1..=MAX_DEVICE_TOP_K).contains(&p.top_k) {
             return None;
         }
         let recent = &history[history.len().saturating_sub(p.penalty_last_n)..];
@@ -303,8 +305,8 @@ impl Sampler {
             adjust[i].2 += bias;
         }
         let plan = DeviceSampling {
-            temperature: p.temperature,
-            top_k: p.top_k,
+            temperature: if greedy { 1.0 } else { p.temperature },
+            top_k: if greedy { 1 } else { p.top_k },
             top_p: p.top_p,
             min_p: p.min_p,
             repeat_penalty: p.repeat_penalty,
@@ -313,6 +315,9 @@ impl Sampler {
             adjust,
             u: 0.0,
         };
+        if greedy {
+            return Some(plan);
+        }
         Some(DeviceSampling { u: self.rng.next_f64(), ..plan })
     }
 }

@@ -78,6 +78,7 @@ fn device_draws_match_the_host_sampler() {
         ("top-k 1", SamplingParams { top_k: 1, ..base.clone() }),
         ("top-p 0.5, cold", SamplingParams { top_p: 0.5, temperature: 0.3, min_p: 0.0, ..base.clone() }),
         ("min-p 0.2", SamplingParams { min_p: 0.2, top_p: 1.0, ..base.clone() }),
+        ("greedy with penalties", SamplingParams { temperature: 0.0, repeat_penalty: 1.5, ..base.clone() }),
         (
             "penalties and bias",
             SamplingParams {
@@ -120,8 +121,13 @@ fn device_draws_match_the_host_sampler() {
 
 #[test]
 fn device_plans_follow_the_settings_and_advance_the_rng_as_sampling_does() {
-    let greedy = SamplingParams { temperature: 0.0, ..SamplingParams::default() };
-    assert!(Sampler::new(greedy).unwrap().device_sampling(&[]).is_none());
+    // Greedy decoding is top-k 1 after the adjustments, with no draw taken.
+    let greedy = SamplingParams { temperature: 0.0, repeat_penalty: 1.2, seed: Some(5), ..SamplingParams::default() };
+    let mut sampler = Sampler::new(greedy.clone()).unwrap();
+    let plan = sampler.device_sampling(&[3]).unwrap();
+    assert_eq!((plan.top_k, plan.temperature, plan.u, plan.adjust), (1, 1.0, 0.0, vec![(3, 1, 0.0)]));
+    let untouched = Sampler::new(greedy).unwrap().device_sampling(&[]).unwrap();
+    assert_eq!(sampler.device_sampling(&[]).unwrap().u, untouched.u);
     let all = SamplingParams { temperature: 1.0, top_k: 0, ..SamplingParams::default() };
     assert!(Sampler::new(all).unwrap().device_sampling(&[]).is_none(), "top-k 0 keeps the vocabulary: host only");
     let params = SamplingParams {

@@ -129,19 +129,24 @@ impl<B: Backend> Model<B> {
         self.backend.greedy(&x, self.head(), &step.logit_rows)
     }
 
-    /// One step, then a token per sequence drawn on the device as `params` (one per sequence)
-    /// describe ([`Backend::sample`]). Only for backends that [`Model::samples_on_device`]; the
-    /// others answer [`ModelError::UnsupportedOp`] before running anything.
+    /// One step, then a token drawn on the device for each sequence `which` asks logits of
+    /// ([`LogitsFor::Last`] or [`LogitsFor::LastOfFirst`]), as its entry of `params` describes
+    /// ([`Backend::sample`]). Only for backends that [`Model::samples_on_device`]; the others
+    /// answer [`ModelError::UnsupportedOp`] before running anything.
     pub fn forward_sample(
         &self,
         cache: &mut B::Cache,
         batch: &[SequenceInput<'_>],
+        which: LogitsFor,
         params: &[DeviceSampling],
     ) -> Result<Vec<u32>> {
         if !self.samples_on_device() {
             return Err(ModelError::UnsupportedOp { op: "sample" });
         }
-        let step = Step::new(batch, LogitsFor::Last)?;
+        if which == LogitsFor::All {
+            return Err(ModelError::BadBatch { message: "device sampling draws at the last row of a sequence".into() });
+        }
+        let step = Step::new(batch, which)?;
         if params.len() != step.logit_rows.len() {
             let message = format!("{} sampling settings for {} sequences", params.len(), step.logit_rows.len());
             return Err(ModelError::BadBatch { message });

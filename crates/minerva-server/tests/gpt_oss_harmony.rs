@@ -118,3 +118,30 @@ async fn the_harmony_prompt_is_openai_harmonys() {
     let prompt = minerva_server::prompt::render_harmony(&req, "2026-11-23").unwrap();
     assert_eq!(prompt, case["expected"].as_str().unwrap());
 }
+
+/// Seeded sampled requests on the GPU, two at a time (one batched step for both): drawn on the
+/// device (one id per sequence read back) and sampled on the host from the read-back logits,
+/// the answers are the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampled_answers_are_the_same_drawn_on_the_gpu_or_on_the_host() {
+    let dir = checkpoint();
+    let ask = |seed: u64| {
+        json!({
+            "messages": [{"role": "user", "content": "w20 w21 w22"}],
+            "temperature": 0.9, "top_k": 40, "top_p": 0.95, "repetition_penalty": 1.1,
+            "seed": seed, "max_tokens": 16,
+        })
+    };
+    let mut answers = Vec::new();
+    for device_sampling in [true, false] {
+        let backend = move || WgpuBackend::new(WgpuOptions { device_sampling, ..WgpuOptions::default() }).unwrap();
+        let server = start_with(loader(&dir, backend), common::engine_config(2), common::quiet()).await;
+        let (a, b) = (ask(7), ask(8));
+        let ((sa, _, ra), (sb, _, rb)) =
+            tokio::join!(post(&server.url, "/v1/chat/completions", &a), post(&server.url, "/v1/chat/completions", &b));
+        assert_eq!((sa, sb), (200, 200), "{ra} {rb}");
+        answers.push((ra["choices"][0]["message"].clone(), rb["choices"][0]["message"].clone()));
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert_ne!(answers[0].0, answers[0].1, "different seeds, different answers: {:?}", answers[0]);
+}

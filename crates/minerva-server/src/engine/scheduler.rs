@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use minerva_generate::{ChatTemplate, Sampler, Tokenizer};
-use minerva_model::{Backend, LogitsFor, Model, SequenceInput};
+use minerva_model::{Backend, DeviceSampling, LogitsFor, MAX_DEVICE_TOP_K, Model, SequenceInput};
 use tokio::sync::mpsc as tokio_mpsc;
 
 use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
@@ -298,6 +298,23 @@ impl<B: Backend> Scheduler<B> {
         });
         let with_logits = plan.len();
         plan.extend(rest);
+        // Draw on the device when the backend samples and every sequence getting a token can be
+        // drawn there (no log-probabilities, no choices waiting on this logits row): one id read
+        // back per sequence instead of the vocabulary's logits.
+        let on_device =
+            self.model.samples_on_device() && plan[..with_logits].iter().all(|&(i, _)| self.device_eligible(i));
+        let which = LogitsFor::LastOfFirst(with_logits);
+        let params: Vec<DeviceSampling> = if on_device {
+            plan[..with_logits]
+                .iter()
+                .filter_map(|&(i, _)| {
+                    let seq = &mut self.running[i];
+                    seq.sampler.device_sampling(&seq.tokens)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let inputs: Vec<SequenceInput<'_>> = plan
             .iter()
             .map(|&(i, len)| {
@@ -307,23 +324,41 @@ impl<B: Backend> Scheduler<B> {
             .collect();
         self.shared.metrics.batch_sequences.observe(inputs.len() as f64);
         self.shared.metrics.batch_tokens.observe(plan.iter().map(|p| p.1).sum::<usize>() as f64);
-        let mut logits = self
-            .model
-            .forward(&mut self.cache, &inputs, LogitsFor::LastOfFirst(with_logits))
-            .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
+        let mut drawn = if on_device {
+            let ids = self
+                .model
+                .forward_sample(&mut self.cache, &inputs, which, &params)
+                .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
+            Drawn::Tokens(ids)
+        } else {
+            let logits = self
+                .model
+                .forward(&mut self.cache, &inputs, which)
+                .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
+            Drawn::Logits(logits)
+        };
+        let mut rows: Vec<Pick<'_>> = match drawn {
+            Drawn::Tokens(ref ids) => ids.iter().map(|&id| Pick::Token(id)).collect(),
+            Drawn::Logits(ref mut logits) => {
+                let vocab = logits.vocab.max(1);
+                logits.data.chunks_exact_mut(vocab).map(Pick::Logits).collect()
+            }
+        };
         drop(inputs);
-        let vocab = logits.vocab;
         let mut finished: Vec<(usize, Finish)> = Vec::new();
         for (row, &(i, len)) in plan.iter().enumerate() {
             self.running[i].fed += len;
             if !self.running[i].prefilled() {
                 continue;
             }
-            let logits_row = &mut logits.data[row * vocab..(row + 1) * vocab];
-            if self.running[i].generated() == 0 && self.running[i].choice == 0 {
+            let pick = std::mem::replace(&mut rows[row], Pick::Token(0));
+            if let Pick::Logits(logits_row) = &pick
+                && self.running[i].generated() == 0
+                && self.running[i].choice == 0
+            {
                 self.start_followers(i, logits_row, &mut finished)?;
             }
-            self.sample_and_send(i, logits_row, &mut finished)?;
+            self.sample_and_send(i, pick, &mut finished)?;
         }
         // Remove finished sequences, highest index first so the others keep theirs.
         finished.sort_by_key(|f| std::cmp::Reverse(f.0));
@@ -356,7 +391,7 @@ impl<B: Backend> Scheduler<B> {
                 Ok(()) => {
                     self.running[j].fed = positions;
                     let mut row = logits.to_vec();
-                    self.sample_and_send(j, &mut row, finished)?;
+                    self.sample_and_send(j, Pick::Logits(&mut row), finished)?;
                 }
                 // This backend cannot copy slots: the follower runs the prompt itself.
                 Err(minerva_model::ModelError::UnsupportedOp { .. }) => self.share_prompt = false,
@@ -366,17 +401,29 @@ impl<B: Backend> Scheduler<B> {
         Ok(())
     }
 
-    /// Samples the next token of the sequence at `i` from its logits, sends its output, and notes
-    /// it in `finished` when it ended.
+    /// Whether the sequence at `i` can take its next token from the device: no log-probabilities
+    /// wanted, no other choice of its request waiting to sample from the same logits, and a
+    /// top-k the device sampler holds.
+    fn device_eligible(&self, i: usize) -> bool {
+        let seq = &self.running[i];
+        let leads = seq.choice == 0
+            && seq.generated() == 0
+            && self.running.iter().any(|s| s.request == seq.request && s.waits_for_leader);
+        let params = seq.sampler.params();
+        seq.logprobs.is_none() && !leads && (params.is_greedy() || (1..=MAX_DEVICE_TOP_K).contains(&params.top_k))
+    }
+
+    /// Takes the next token of the sequence at `i` (sampling its logits, or as drawn on the
+    /// device), sends its output, and notes it in `finished` when it ended.
     fn sample_and_send(
         &mut self,
         i: usize,
-        logits: &mut [f32],
+        pick: Pick<'_>,
         finished: &mut Vec<(usize, Finish)>,
     ) -> Result<(), ApiError> {
         let seq = &mut self.running[i];
         let mut delta = Delta::default();
-        let (finish, id) = sample_one(seq, &self.tokenizer, logits, &mut delta, self.ctx_size)?;
+        let (finish, id) = sample_one(seq, &self.tokenizer, pick, &mut delta, self.ctx_size)?;
         let now = Instant::now();
         match seq.last_token_at {
             None => self.shared.metrics.time_to_first_token.observe((now - seq.received).as_secs_f64()),
@@ -436,22 +483,41 @@ impl<B: Backend> Scheduler<B> {
     }
 }
 
-/// Samples the next token of `seq` from its logits row, adds its output to `delta`, and says
-/// whether the choice ended. Returns the token, unless it was an end-of-sequence token.
+/// What a step's forward pass returned: the logits of the rows that get a token, or the tokens
+/// the device drew for them.
+enum Drawn {
+    Logits(minerva_model::Logits),
+    Tokens(Vec<u32>),
+}
+
+/// A sequence's next token: its logits row to sample from, or the token the device drew.
+enum Pick<'a> {
+    Logits(&'a mut [f32]),
+    Token(u32),
+}
+
+/// Takes the next token of `seq` (sampled from its logits row, or drawn on the device), adds its
+/// output to `delta`, and says whether the choice ended. Returns the token, unless it was an
+/// end-of-sequence token.
 fn sample_one(
     seq: &mut Sequence,
     tok: &Tokenizer,
-    logits: &mut [f32],
+    pick: Pick<'_>,
     delta: &mut Delta,
     ctx_size: usize,
 ) -> Result<(Option<Finish>, Option<u32>), ApiError> {
-    let top = seq.logprobs;
-    // Log-probabilities are the model's, before penalties and temperature reshape the row.
-    let raw = top.map(|_| logits.to_vec());
-    let id = seq.sampler.sample(logits, &seq.tokens);
-    if let (Some(top), Some(raw)) = (top, raw) {
-        delta.logprobs.push(logprobs(tok, &raw, id, top));
-    }
+    let id = match pick {
+        Pick::Token(id) => id,
+        Pick::Logits(logits) => {
+            // Log-probabilities are the model's, before penalties and temperature reshape the row.
+            let raw = seq.logprobs.map(|_| logits.to_vec());
+            let id = seq.sampler.sample(logits, &seq.tokens);
+            if let (Some(top), Some(raw)) = (seq.logprobs, raw) {
+                delta.logprobs.push(logprobs(tok, &raw, id, top));
+            }
+            id
+        }
+    };
     if tok.ends_generation(id, seq.output.is_harmony()) {
         // Harmony's `<|call|>` / `<|return|>` also close a message.
         let ended = seq.output.push(tok, id, delta)?;
