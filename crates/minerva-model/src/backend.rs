@@ -193,6 +193,14 @@ pub trait Backend: Send + Sync {
         Ok(logits.chunks_exact(vocab.max(1)).map(argmax).collect())
     }
 
+    /// RMS normalisation of each head in place (QK-norm: Qwen 3, Gemma 3): every row of `x` is
+    /// `n_heads` heads of `head_dim = cols / n_heads` values, and each head becomes
+    /// `head / rms(head) * w` with the one weight `w` (a vector of `head_dim`) shared by all heads.
+    fn rms_norm_heads(&self, x: &mut Self::Tensor, n_heads: usize, w: &Self::Weight, eps: f32) -> Result<()> {
+        let _ = (x, n_heads, w, eps);
+        Err(ModelError::UnsupportedOp { op: "rms_norm_heads" })
+    }
+
     /// `x[r] += bias` for every row (`bias`: a vector of `x`'s width).
     fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Weight) -> Result<()> {
         let _ = (x, bias);

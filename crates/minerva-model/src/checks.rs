@@ -76,6 +76,17 @@ pub fn vector_of(op: &'static str, weight: &str, is_vector: bool, actual: usize,
     Ok(())
 }
 
+/// `rms_norm_heads`: rows of `cols` split into `n_heads` heads, and `weight` a vector of one
+/// head's width. Returns the head width.
+pub fn rms_norm_heads(cols: usize, n_heads: usize, weight: &str, is_vector: bool, actual: usize) -> Result<usize> {
+    if n_heads == 0 || !cols.is_multiple_of(n_heads) {
+        return Err(operands("rms_norm_heads", format!("{cols} columns do not split into {n_heads} heads")));
+    }
+    let head_dim = cols / n_heads;
+    vector_of("rms_norm_heads", weight, is_vector, actual, head_dim)?;
+    Ok(head_dim)
+}
+
 /// `matmul_q`: a matrix `w` (`rows × cols`) times activations of `x_cols` columns.
 pub fn matmul(weight: &str, w: MatrixShape, x_cols: usize) -> Result<()> {
     if w.vector || x_cols != w.cols {

@@ -22,7 +22,7 @@
 //!   SafeTensors ([`Model::load`] takes a file or a directory).
 //! * [`Weights`] — handles of the stored (quantized) tensors; the CPU backend's handles are byte
 //!   ranges of the memory map, so resident memory is the file plus the KV cache and activations.
-//! * [`Backend`] — coarse ops: `embed`, `rms_norm`, `matmul_q`, `rope` (normal / NeoX, linear or
+//! * [`Backend`] — coarse ops: `embed`, `rms_norm`, `rms_norm_heads` (QK-norm), `matmul_q`, `rope` (normal / NeoX, linear or
 //!   per-frequency scaling), `attention` (writes the layer's K/V into the cache, causal or sliding
 //!   window), `add`, `swiglu`, and `logits`, the only op that reads back to the host. A GPU
 //!   backend can record every op of a step into one submission.

@@ -387,6 +387,17 @@ impl Backend for WgpuBackend {
         Ok(out)
     }
 
+    fn rms_norm_heads(&self, x: &mut WgpuTensor, n_heads: usize, w: &WgpuWeight, eps: f32) -> Result<()> {
+        let head_dim = checks::rms_norm_heads(x.cols, n_heads, &w.name, w.vector.is_some(), w.cols)?;
+        // One workgroup per (row, head), each along its own dispatch dimension.
+        if x.rows > MAX_ROWS || n_heads > MAX_ROWS {
+            return Err(resource(format!("{} rows of {n_heads} heads exceed the GPU limit of {MAX_ROWS}", x.rows)));
+        }
+        let g = w.vector.as_ref().expect("checked: a vector");
+        kernels::rms_norm_heads::rms_norm_heads(&self.gpu, x.buffer(), g, x.rows, n_heads, head_dim, eps);
+        Ok(())
+    }
+
     fn matmul_q(&self, w: &WgpuWeight, x: &WgpuTensor) -> Result<WgpuTensor> {
         checks::matmul(&w.name, w.shape(), x.cols)?;
         let out = self.tensor(x.rows, w.rows)?;

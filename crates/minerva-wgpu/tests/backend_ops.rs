@@ -132,6 +132,26 @@ fn rms_norm_add_swiglu() {
 }
 
 #[test]
+fn rms_norm_heads_in_place() {
+    let (c, g) = (cpu(), gpu(WgpuOptions::default()));
+    let mut rng = Rng(11);
+    // (rows, heads, head_dim): Qwen 3's 128, Gemma 3 270M's 256, and widths that are not
+    // multiples of the workgroup size (64).
+    for (rows, n_heads, head_dim) in [(1, 4, 128), (3, 2, 256), (5, 3, 67), (2, 1, 40)] {
+        let gain = rng.vec(head_dim);
+        let src = source("q_norm", DType::F32, &[head_dim], gain.iter().flat_map(|v| v.to_le_bytes()).collect());
+        let (cw, gw) = both(&c, &g, src);
+        let x = tensor(&mut rng, rows, n_heads * head_dim);
+        let mut want = x.clone();
+        c.rms_norm_heads(&mut want, n_heads, &cw, 1e-6).unwrap();
+        let mut gx = to_gpu(&g, &x);
+        g.rms_norm_heads(&mut gx, n_heads, &gw, 1e-6).unwrap();
+        assert_nmse(&format!("rms_norm_heads {rows}×{n_heads}×{head_dim}"), &want.data, &g.download(&gx).unwrap());
+        assert!(g.rms_norm_heads(&mut gx, n_heads + 1, &gw, 1e-6).is_err(), "heads must match the weight");
+    }
+}
+
+#[test]
 fn rope_styles_and_scalings() {
     let (c, g) = (cpu(), gpu(WgpuOptions::default()));
     let mut rng = Rng(5);

@@ -154,6 +154,15 @@ impl CpuBackend {
     }
 }
 
+/// `v = v / rms(v) * weight`, the sum of squares in f64.
+fn rms_norm_in_place(v: &mut [f32], weight: &[f32], eps: f32) {
+    let sum: f64 = v.iter().map(|&a| f64::from(a) * f64::from(a)).sum();
+    let scale = 1.0 / ((sum / v.len() as f64) as f32 + eps).sqrt();
+    for (a, &g) in v.iter_mut().zip(weight) {
+        *a = *a * scale * g;
+    }
+}
+
 impl Backend for CpuBackend {
     type Tensor = CpuTensor;
     type Weight = CpuWeight;
@@ -221,14 +230,16 @@ impl Backend for CpuBackend {
         let weight = w.vector.as_deref().unwrap_or_default();
         checks::vector_of("rms_norm", &w.name, w.vector.is_some(), weight.len(), x.cols)?;
         let mut out = x.clone();
-        for row in out.data.chunks_exact_mut(x.cols) {
-            let sum: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-            let scale = 1.0 / ((sum / x.cols as f64) as f32 + eps).sqrt();
-            for (v, &g) in row.iter_mut().zip(weight) {
-                *v = *v * scale * g;
-            }
-        }
+        out.data.chunks_exact_mut(x.cols).for_each(|row| rms_norm_in_place(row, weight, eps));
         Ok(out)
+    }
+
+    fn rms_norm_heads(&self, x: &mut CpuTensor, n_heads: usize, w: &CpuWeight, eps: f32) -> Result<()> {
+        let weight = w.vector.as_deref().unwrap_or_default();
+        let head_dim = checks::rms_norm_heads(x.cols, n_heads, &w.name, w.vector.is_some(), weight.len())?;
+        // Heads are contiguous within a row, so the heads of all rows are one run of head_dim chunks.
+        x.data.chunks_exact_mut(head_dim).for_each(|head| rms_norm_in_place(head, weight, eps));
+        Ok(())
     }
 
     fn matmul_q(&self, w: &CpuWeight, x: &CpuTensor) -> Result<CpuTensor> {
@@ -355,5 +366,56 @@ impl Backend for CpuBackend {
             );
         }
         Ok(self.matmul_q(head, &picked)?.data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Bytes(Vec<u8>);
+
+    impl ByteSource for Bytes {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    fn vector(name: &str, values: &[f32]) -> WeightSource {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let len = bytes.len();
+        WeightSource {
+            file: Arc::new(Bytes(bytes)),
+            name: name.into(),
+            dtype: DType::F32,
+            shape: vec![values.len()],
+            range: 0..len,
+        }
+    }
+
+    #[test]
+    fn rms_norm_heads_normalises_each_head_with_the_shared_weight() {
+        let cpu = CpuBackend::new(Some(1)).unwrap();
+        let w = cpu.weight(vector("q_norm", &[1.0, 2.0])).unwrap();
+        // Two rows of two heads of two values.
+        let mut x = CpuTensor { data: vec![3.0, 4.0, 1.0, 1.0, -6.0, 8.0, 0.0, 2.0], rows: 2, cols: 4 };
+        cpu.rms_norm_heads(&mut x, 2, &w, 0.0).unwrap();
+        // By hand: rms(3, 4) = √12.5, rms(1, 1) = 1, rms(-6, 8) = √50, rms(0, 2) = √2.
+        let (a, b, c) = (12.5f32.sqrt(), 50f32.sqrt(), 2f32.sqrt());
+        let want = [3.0 / a, 2.0 * 4.0 / a, 1.0, 2.0, -6.0 / b, 2.0 * 8.0 / b, 0.0, 2.0 * 2.0 / c];
+        for (i, (got, want)) in x.data.iter().zip(want).enumerate() {
+            assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "value {i}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn rms_norm_heads_refuses_mismatched_operands() {
+        let cpu = CpuBackend::new(Some(1)).unwrap();
+        let w = cpu.weight(vector("k_norm", &[1.0, 1.0, 1.0])).unwrap();
+        let mut x = CpuTensor::zeros(1, 8);
+        let err = cpu.rms_norm_heads(&mut x, 2, &w, 1e-6).unwrap_err();
+        assert_eq!(err.to_string(), "rms_norm_heads: k_norm is not a vector of 4 values");
+        let err = cpu.rms_norm_heads(&mut x, 3, &w, 1e-6).unwrap_err();
+        assert_eq!(err.to_string(), "rms_norm_heads: 8 columns do not split into 3 heads");
     }
 }

@@ -18,6 +18,7 @@ pub(crate) mod mul_mat;
 pub(crate) mod mul_mat_id;
 pub(crate) mod mul_mat_id_grouped;
 pub(crate) mod rms_norm;
+pub(crate) mod rms_norm_heads;
 pub(crate) mod rope;
 pub(crate) mod swiglu;
 pub(crate) mod swiglu_oai;
