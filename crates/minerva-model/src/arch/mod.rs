@@ -7,6 +7,7 @@
 //!   block.rs      what the graphs share: the residual loop and self-attention
 //!   llama/        LLaMA, Mistral, Phi-3: config.rs, weights.rs (HF names), mod.rs (forward)
 //!   gpt_oss/      GPT-OSS: config.rs, weights.rs (GGUF / HF MXFP4 / MLX), mod.rs (forward)
+//!   gemma3/       Gemma 3 (text): config.rs (local/global layers), weights.rs, mod.rs (forward)
 //! ```
 //!
 //! Adding an architecture (Qwen, Gemma): a folder with the same three parts, a `ModelWeights`
@@ -15,6 +16,7 @@
 //! asks [`hf_layer_name`] for their Hugging Face names.
 
 mod block;
+pub mod gemma3;
 pub mod gpt_oss;
 pub mod llama;
 
@@ -27,6 +29,7 @@ use crate::backend::{Backend, Batch};
 use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::source::TensorSource;
+use gemma3::{Gemma3Config, Gemma3Weights};
 use gpt_oss::{GptOssConfig, GptOssWeights};
 use llama::Weights;
 
@@ -36,6 +39,8 @@ pub enum ModelWeights<W> {
     Llama(Weights<W>),
     /// GPT-OSS (`arch/gpt_oss/`), with its MoE hyper-parameters.
     GptOss(Box<(GptOssConfig, GptOssWeights<W>)>),
+    /// Gemma 3 (`arch/gemma3/`), with its local/global layer pattern.
+    Gemma3(Box<(Gemma3Config, Gemma3Weights<W>)>),
 }
 
 /// The Hugging Face name of the block tensor llama.cpp calls `blk.N.{suffix}` in architecture
@@ -44,6 +49,7 @@ pub enum ModelWeights<W> {
 pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
     match arch {
         "gpt-oss" | "gpt_oss" => gpt_oss::weights::hf_layer_name(suffix),
+        "gemma3" | "gemma3_text" => gemma3::weights::hf_layer_name(suffix),
         _ => llama::weights::hf_layer_name(arch, suffix),
     }
 }
@@ -55,6 +61,11 @@ where
     D: AsRef<[u8]> + Send + Sync + 'static,
 {
     let source = TensorSource::from_gguf(gguf)?;
+    if gguf.architecture()? == "gemma3" {
+        let cfg = Gemma3Config::from_gguf(gguf)?;
+        let weights = Gemma3Weights::load(backend, &source, &cfg)?;
+        return Ok((cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights)))));
+    }
     if gguf.architecture()? == "gpt-oss" {
         let cfg = GptOssConfig::from_gguf(gguf)?;
         let weights = GptOssWeights::load(backend, &source, &cfg)?;
@@ -73,7 +84,14 @@ pub(crate) fn load_checkpoint<B: Backend>(
     let json = checkpoint.config().ok_or_else(|| ModelError::MissingConfig {
         path: checkpoint.dir().map_or_else(|| "checkpoint".into(), |d| d.display().to_string()),
     })?;
-    if json.get("model_type").and_then(serde_json::Value::as_str) == Some("gpt_oss") {
+    let model_type = json.get("model_type").and_then(serde_json::Value::as_str);
+    if matches!(model_type, Some("gemma3" | "gemma3_text")) {
+        let cfg = Gemma3Config::from_hf_config(json)?;
+        let source = TensorSource::from_checkpoint(checkpoint, "gemma3_text");
+        let weights = Gemma3Weights::load(backend, &source, &cfg)?;
+        return Ok((cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights)))));
+    }
+    if model_type == Some("gpt_oss") {
         let cfg = GptOssConfig::from_hf_config(json)?;
         let weights = GptOssWeights::from_safetensors(backend, checkpoint, &cfg)?;
         return Ok((cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights)))));
@@ -100,6 +118,7 @@ pub(crate) fn forward<B: Backend>(
     match weights {
         ModelWeights::Llama(w) => llama::forward(backend, config, w, cache, tokens, batch),
         ModelWeights::GptOss(m) => gpt_oss::forward(backend, &m.0, &m.1, cache, tokens, batch),
+        ModelWeights::Gemma3(m) => gemma3::forward(backend, &m.0, &m.1, cache, tokens, batch),
     }
 }
 
@@ -108,5 +127,6 @@ pub(crate) fn head<W>(weights: &ModelWeights<W>) -> &W {
     match weights {
         ModelWeights::Llama(w) => w.head(),
         ModelWeights::GptOss(m) => &m.1.output,
+        ModelWeights::Gemma3(m) => m.1.head(),
     }
 }
