@@ -123,6 +123,15 @@ impl ChatTemplate {
     }
 }
 
+/// Gemma's chat template (Google's, as `google/gemma-3-*-it` ship it in `tokenizer_config.json`).
+pub const GEMMA_TEMPLATE: &str = include_str!("templates/gemma.jinja");
+
+/// The chat template built in for a GGUF `general.architecture` whose files may carry none (as
+/// llama.cpp has Gemma's built in): Gemma's for `gemma`, `gemma2`, `gemma3`.
+pub fn builtin_template(arch: &str) -> Option<&'static str> {
+    matches!(arch, "gemma" | "gemma2" | "gemma3").then_some(GEMMA_TEMPLATE)
+}
+
 /// Python `json.dumps(v, ensure_ascii=False, indent=indent)` of a template value.
 fn to_python_json(
     v: &Value,

@@ -127,9 +127,11 @@ impl Tokenizer {
         // llama.cpp and transformers add BOS to a SentencePiece vocabulary that does not say otherwise.
         let add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token")?.unwrap_or(model == "llama");
         let add_eos = opt_bool(g, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
+        // A file without a template gets the one built in for its architecture, if any (Gemma's
+        // GGUF files often carry none).
         let chat_template = match g.get("tokenizer.chat_template") {
             Some(_) => Some(g.get_str("tokenizer.chat_template")?.to_string()),
-            None => None,
+            None => g.architecture().ok().and_then(crate::template::builtin_template).map(str::to_string),
         };
         Ok(Tokenizer { inner, bos, eos, add_bos, add_eos, stop_ids, chat_template })
     }
