@@ -126,10 +126,56 @@ impl ChatTemplate {
 /// Gemma's chat template (Google's, as `google/gemma-3-*-it` ship it in `tokenizer_config.json`).
 pub const GEMMA_TEMPLATE: &str = include_str!("templates/gemma.jinja");
 
-/// The chat template built in for a GGUF `general.architecture` whose files may carry none (as
-/// llama.cpp has Gemma's built in): Gemma's for `gemma`, `gemma2`, `gemma3`.
+/// ChatML as the Qwen chat templates render a conversation of plain messages: an optional system
+/// turn, `<|im_start|>{role}\n{content}<|im_end|>\n` per message, consecutive `tool` messages
+/// gathered into one user turn of `<tool_response>` blocks, and `<|im_start|>assistant\n` as the
+/// generation prompt. Prefixed with a `default_system` for Qwen 2.5's behaviour.
+macro_rules! chatml_body {
+    () => {
+        r#"{%- if messages and messages[0].role == 'system' %}
+    {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- elif default_system is defined %}
+    {{- '<|im_start|>system\n' + default_system + '<|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+    {%- if message.role == 'tool' %}
+        {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}
+        {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- elif not (message.role == 'system' and loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"#
+    };
+}
+
+/// Qwen 2 (as Qwen2.5-Instruct): ChatML with Qwen's default system prompt when none is given.
+const QWEN2_CHATML: &str = concat!(
+    "{%- set default_system = 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' %}\n",
+    chatml_body!()
+);
+
+/// Qwen 3: ChatML without a default system prompt.
+const QWEN3_CHATML: &str = chatml_body!();
+
+/// The chat template built in for architecture `arch` (GGUF `general.architecture` or
+/// `config.json` `model_type`), used when a model's files carry none — llama.cpp has such
+/// templates built in too. `None` for architectures without one.
 pub fn builtin_template(arch: &str) -> Option<&'static str> {
-    matches!(arch, "gemma" | "gemma2" | "gemma3").then_some(GEMMA_TEMPLATE)
+    match arch {
+        "qwen2" => Some(QWEN2_CHATML),
+        "qwen3" => Some(QWEN3_CHATML),
+        "gemma" | "gemma2" | "gemma3" | "gemma3_text" => Some(GEMMA_TEMPLATE),
+        _ => None,
+    }
 }
 
 /// Python `json.dumps(v, ensure_ascii=False, indent=indent)` of a template value.

@@ -13,7 +13,7 @@ use crate::rope::RopeConfig;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// `general.architecture` or `config.json` `model_type` (`llama`, `mistral`, `phi3`,
-    /// `gpt-oss`).
+    /// `qwen2`, `qwen3`, `gpt-oss`).
     pub arch: String,
     /// Transformer blocks (`{arch}.block_count`).
     pub n_layer: usize,

@@ -17,13 +17,15 @@
 //! * [`TensorSource`] — GGUF or SafeTensors tensors under llama.cpp names; fused Phi-3 projections
 //!   split into row blocks of the same bytes.
 //! * [`GptOssConfig`] adds GPT-OSS's MoE, from `gpt-oss.*` keys or a `config.json`.
+//! * Qwen 2 / Qwen 3 ([`arch::qwen`]): LLaMA blocks plus Q/K/V biases (Qwen 2) or per-head
+//!   Q/K RMS norms (Qwen 3, `Backend::rms_norm_heads`), from GGUF or Hugging Face SafeTensors.
 //! * GPT-OSS ([`arch::gpt_oss`]): MXFP4 experts (`Backend::moe`), attention sinks, biases, the
 //!   sliding window on alternating layers and YaRN RoPE, from GGUF, Hugging Face or MLX
 //!   SafeTensors ([`Model::load`] takes a file or a directory).
 //! * [`Weights`] — handles of the stored (quantized) tensors; the CPU backend's handles are byte
 //!   ranges of the memory map, so resident memory is the file plus the KV cache and activations.
-//! * [`Backend`] — coarse ops: `embed`, `rms_norm`, `rms_norm_heads` (QK-norm), `matmul_q`, `rope` (normal / NeoX, linear or
-//!   per-frequency scaling), `attention` (writes the layer's K/V into the cache, causal or sliding
+//! * [`Backend`] — coarse ops: `embed`, `rms_norm`, `rms_norm_heads` (QK-norm), `matmul_q`, `rope`
+//!   (normal / NeoX, linear or per-frequency scaling), `attention` (writes the layer's K/V into the cache, causal or sliding
 //!   window), `add`, `swiglu`, and `logits`, the only op that reads back to the host. A GPU
 //!   backend can record every op of a step into one submission.
 //! * [`CpuBackend`] — minerva-quant's fused quantized kernels (activations quantized on the fly:

@@ -1,7 +1,8 @@
 //! The committed tiny models on the wgpu backend against the CPU backend's f32 reference mode:
 //! GPT-OSS in its three layouts (llama.cpp GGUF with MXFP4 experts, Hugging Face MXFP4
-//! SafeTensors, MLX mxfp4 + 8-bit affine → bf16) and the LLaMA, Mistral (sliding window) and
-//! Phi-3 (fused QKV / gate-up, long-rope) SafeTensors checkpoints of `fixtures/model/tiny`.
+//! SafeTensors, MLX mxfp4 + 8-bit affine → bf16), the LLaMA, Mistral (sliding window) and
+//! Phi-3 (fused QKV / gate-up, long-rope) SafeTensors checkpoints of `fixtures/model/tiny`, and
+//! its Qwen 2 (QKV biases) and Qwen 3 (QK-norm) in SafeTensors and llama.cpp-converted GGUF.
 //!
 //! Each runs a 7-token prefill (every row's logits) and 32 greedy decode steps. Tolerance: logits
 //! within 1e-4 · max |logit| at every step (f32 rounding of another summation order; measured
@@ -60,6 +61,26 @@ fn mistral_safetensors() {
 #[test]
 fn phi3_safetensors() {
     check("model/tiny/phi3");
+}
+
+#[test]
+fn qwen2_safetensors() {
+    check("model/tiny/qwen2");
+}
+
+#[test]
+fn qwen2_gguf() {
+    check("model/tiny/qwen2/model.gguf");
+}
+
+#[test]
+fn qwen3_safetensors() {
+    check("model/tiny/qwen3");
+}
+
+#[test]
+fn qwen3_gguf() {
+    check("model/tiny/qwen3/model.gguf");
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::path::Path;
 use minerva_gguf::Gguf;
 
 use crate::error::{GenerateError, Result};
+use crate::template::builtin_template;
 pub use gguf::SUPPORTED_PRE;
 
 /// Texts of control tokens that end a turn in common chat formats. llama.cpp treats these as
@@ -29,7 +30,8 @@ pub struct Tokenizer {
     pub add_eos: bool,
     /// Ids that end generation: EOS, EOT/EOM, and control tokens with an end-of-turn text.
     pub stop_ids: Vec<u32>,
-    /// The Jinja chat template, if the model ships one.
+    /// The Jinja chat template the model ships, else the one built in for its architecture
+    /// ([`crate::template::builtin_template`]), if any.
     pub chat_template: Option<String>,
 }
 
@@ -56,6 +58,18 @@ fn opt_bool<D: AsRef<[u8]>>(g: &Gguf<D>, key: &str) -> Result<Option<bool>> {
         None => Ok(None),
         Some(_) => Ok(Some(g.get_bool(key)?)),
     }
+}
+
+/// `model_type` of the checkpoint's `config.json`, if the file exists and names one.
+fn model_type(dir: &Path) -> Result<Option<String>> {
+    let path = dir.join("config.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let file_err = |message: String| GenerateError::File { path: path.clone(), message };
+    let text = std::fs::read_to_string(&path).map_err(|e| file_err(e.to_string()))?;
+    let config: serde_json::Value = serde_json::from_str(&text).map_err(|e| file_err(e.to_string()))?;
+    Ok(config.get("model_type").and_then(|t| t.as_str()).map(str::to_string))
 }
 
 impl Tokenizer {
@@ -127,17 +141,16 @@ impl Tokenizer {
         // llama.cpp and transformers add BOS to a SentencePiece vocabulary that does not say otherwise.
         let add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token")?.unwrap_or(model == "llama");
         let add_eos = opt_bool(g, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
-        // A file without a template gets the one built in for its architecture, if any (Gemma's
-        // GGUF files often carry none).
         let chat_template = match g.get("tokenizer.chat_template") {
             Some(_) => Some(g.get_str("tokenizer.chat_template")?.to_string()),
-            None => g.architecture().ok().and_then(crate::template::builtin_template).map(str::to_string),
+            None => g.architecture().ok().and_then(builtin_template).map(str::to_string),
         };
         Ok(Tokenizer { inner, bos, eos, add_bos, add_eos, stop_ids, chat_template })
     }
 
     /// Loads `tokenizer.json` from a checkpoint directory, with `tokenizer_config.json` (chat
-    /// template, BOS/EOS, add_bos) when present.
+    /// template, BOS/EOS, add_bos) when present; without a template there or in
+    /// `chat_template.jinja`, the one built in for `config.json`'s `model_type`.
     pub fn from_dir(dir: &Path) -> Result<Tokenizer> {
         let path = dir.join("tokenizer.json");
         let file_err = |path: &Path, message: String| GenerateError::File { path: path.to_path_buf(), message };
@@ -180,6 +193,9 @@ impl Tokenizer {
         if tok.chat_template.is_none() && template_path.exists() {
             tok.chat_template =
                 Some(std::fs::read_to_string(&template_path).map_err(|e| file_err(&template_path, e.to_string()))?);
+        }
+        if tok.chat_template.is_none() {
+            tok.chat_template = model_type(dir)?.as_deref().and_then(builtin_template).map(str::to_string);
         }
         tok.stop_ids.extend(tok.eos);
         for text in END_OF_TURN_TEXTS {

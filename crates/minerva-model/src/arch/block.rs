@@ -51,14 +51,17 @@ pub(crate) struct AttentionWeights<'a, W> {
     pub wk: &'a W,
     pub wv: &'a W,
     pub wo: &'a W,
-    /// `(bq, bk, bv, bo)` (GPT-OSS).
-    pub biases: Option<[&'a W; 4]>,
+    /// `[bq, bk, bv, bo]`, each optional (GPT-OSS has all four, Qwen 2 the first three).
+    pub biases: [Option<&'a W>; 4],
     /// One learned logit per query head (GPT-OSS).
     pub sinks: Option<&'a W>,
+    /// `(q_norm, k_norm)`: RMS norms of each query and key head (`[head_dim]` each), applied
+    /// between the projection and RoPE (Qwen 3, Gemma 3).
+    pub qk_norm: Option<[&'a W; 2]>,
 }
 
-/// `o = attention(rope(h·Wq + bq), rope(h·Wk + bk), h·Wv + bv)·Wo + bo`, writing the layer's
-/// keys and values into `cache`.
+/// `o = attention(rope(norm_q(h·Wq + bq)), rope(norm_k(h·Wk + bk)), h·Wv + bv)·Wo + bo`, writing
+/// the layer's keys and values into `cache`; the head norms only with `qk_norm`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn self_attention<B: Backend>(
     backend: &B,
@@ -77,10 +80,14 @@ pub(crate) fn self_attention<B: Backend>(
         }
         Ok(y)
     };
-    let bias = |i: usize| w.biases.map(|b| b[i]);
+    let bias = |i: usize| w.biases[i];
     let mut q = linear(w.wq, bias(0), h)?;
     let mut k = linear(w.wk, bias(1), h)?;
     let v = linear(w.wv, bias(2), h)?;
+    if let Some([q_norm, k_norm]) = w.qk_norm {
+        backend.rms_norm_heads(&mut q, cfg.n_head, q_norm, cfg.rms_eps)?;
+        backend.rms_norm_heads(&mut k, cfg.n_head_kv, k_norm, cfg.rms_eps)?;
+    }
     backend.rope(&mut q, cfg.n_head, &batch.positions, &cfg.rope)?;
     backend.rope(&mut k, cfg.n_head_kv, &batch.positions, &cfg.rope)?;
     let out = match w.sinks {

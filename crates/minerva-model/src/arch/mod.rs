@@ -8,9 +8,10 @@
 //!   llama/        LLaMA, Mistral, Phi-3: config.rs, weights.rs (HF names), mod.rs (forward)
 //!   gpt_oss/      GPT-OSS: config.rs, weights.rs (GGUF / HF MXFP4 / MLX), mod.rs (forward)
 //!   gemma3/       Gemma 3 (text): config.rs (local/global layers), weights.rs, mod.rs (forward)
+//!   qwen/         Qwen 2 (QKV biases) and Qwen 3 (QK-norm): config.rs, weights.rs, mod.rs
 //! ```
 //!
-//! Adding an architecture (Qwen, Gemma): a folder with the same three parts, a `ModelWeights`
+//! Adding an architecture: a folder with the same three parts, a `ModelWeights`
 //! variant and one arm in each `match` below. Shared hyper-parameter keys are read by
 //! [`crate::Config`]; tensors are looked up by llama.cpp name through [`TensorSource`], which
 //! asks [`hf_layer_name`] for their Hugging Face names.
@@ -19,6 +20,7 @@ mod block;
 pub mod gemma3;
 pub mod gpt_oss;
 pub mod llama;
+pub mod qwen;
 
 use std::sync::Arc;
 
@@ -32,6 +34,7 @@ use crate::source::TensorSource;
 use gemma3::{Gemma3Config, Gemma3Weights};
 use gpt_oss::{GptOssConfig, GptOssWeights};
 use llama::Weights;
+use qwen::QwenWeights;
 
 /// The weights of one of the architectures, which also picks the graph.
 pub enum ModelWeights<W> {
@@ -41,6 +44,8 @@ pub enum ModelWeights<W> {
     GptOss(Box<(GptOssConfig, GptOssWeights<W>)>),
     /// Gemma 3 (`arch/gemma3/`), with its local/global layer pattern.
     Gemma3(Box<(Gemma3Config, Gemma3Weights<W>)>),
+    /// Qwen 2 / Qwen 3 (`arch/qwen/`).
+    Qwen(QwenWeights<W>),
 }
 
 /// The Hugging Face name of the block tensor llama.cpp calls `blk.N.{suffix}` in architecture
@@ -50,6 +55,7 @@ pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
     match arch {
         "gpt-oss" | "gpt_oss" => gpt_oss::weights::hf_layer_name(suffix),
         "gemma3" | "gemma3_text" => gemma3::weights::hf_layer_name(suffix),
+        "qwen2" | "qwen3" => qwen::weights::hf_layer_name(arch, suffix),
         _ => llama::weights::hf_layer_name(arch, suffix),
     }
 }
@@ -61,15 +67,21 @@ where
     D: AsRef<[u8]> + Send + Sync + 'static,
 {
     let source = TensorSource::from_gguf(gguf)?;
-    if gguf.architecture()? == "gemma3" {
+    let arch = gguf.architecture()?;
+    if arch == "gemma3" {
         let cfg = Gemma3Config::from_gguf(gguf)?;
         let weights = Gemma3Weights::load(backend, &source, &cfg)?;
         return Ok((cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights)))));
     }
-    if gguf.architecture()? == "gpt-oss" {
+    if arch == "gpt-oss" {
         let cfg = GptOssConfig::from_gguf(gguf)?;
         let weights = GptOssWeights::load(backend, &source, &cfg)?;
         return Ok((cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights)))));
+    }
+    if qwen::config::ARCHS.contains(&arch) {
+        let config = qwen::config::from_gguf(gguf)?;
+        let weights = QwenWeights::load(backend, &source, &config)?;
+        return Ok((config, ModelWeights::Qwen(weights)));
     }
     let config = Config::from_gguf(gguf)?;
     let weights = Weights::load(backend, &source, &config)?;
@@ -96,14 +108,27 @@ pub(crate) fn load_checkpoint<B: Backend>(
         let weights = GptOssWeights::from_safetensors(backend, checkpoint, &cfg)?;
         return Ok((cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights)))));
     }
+    if model_type.is_some_and(|t| qwen::config::ARCHS.contains(&t)) {
+        let config = qwen::config::from_hf_config(json)?;
+        let source = checkpoint_source(checkpoint, json, &config)?;
+        let weights = QwenWeights::load(backend, &source, &config)?;
+        return Ok((config, ModelWeights::Qwen(weights)));
+    }
     let config = Config::from_hf_config(json)?;
+    let source = checkpoint_source(checkpoint, json, &config)?;
+    let weights = Weights::load(backend, &source, &config)?;
+    Ok((config, ModelWeights::Llama(weights)))
+}
+
+/// A checkpoint's tensors under llama.cpp names; an untied one (`tie_word_embeddings` false or
+/// absent) must have its LM head.
+fn checkpoint_source(checkpoint: &Arc<Checkpoint>, json: &serde_json::Value, config: &Config) -> Result<TensorSource> {
     let source = TensorSource::from_checkpoint(checkpoint, &config.arch);
     let tied = json.get("tie_word_embeddings").and_then(serde_json::Value::as_bool).unwrap_or(false);
     if !tied && !source.contains("output.weight") {
         return Err(ModelError::MissingTensor { tensor: source.stored_name("output.weight") });
     }
-    let weights = Weights::load(backend, &source, &config)?;
-    Ok((config, ModelWeights::Llama(weights)))
+    Ok(source)
 }
 
 /// Runs the batch through the architecture's graph: the final normed hidden states.
@@ -119,6 +144,7 @@ pub(crate) fn forward<B: Backend>(
         ModelWeights::Llama(w) => llama::forward(backend, config, w, cache, tokens, batch),
         ModelWeights::GptOss(m) => gpt_oss::forward(backend, &m.0, &m.1, cache, tokens, batch),
         ModelWeights::Gemma3(m) => gemma3::forward(backend, &m.0, &m.1, cache, tokens, batch),
+        ModelWeights::Qwen(w) => qwen::forward(backend, config, w, cache, tokens, batch),
     }
 }
 
@@ -128,5 +154,6 @@ pub(crate) fn head<W>(weights: &ModelWeights<W>) -> &W {
         ModelWeights::Llama(w) => w.head(),
         ModelWeights::GptOss(m) => &m.1.output,
         ModelWeights::Gemma3(m) => m.1.head(),
+        ModelWeights::Qwen(w) => w.head(),
     }
 }

@@ -109,8 +109,9 @@ pub fn forward<B: Backend>(
                 wk: &layer.wk,
                 wv: &layer.wv,
                 wo: &layer.wo,
-                biases: Some([&layer.bq, &layer.bk, &layer.bv, &layer.bo]),
+                biases: [Some(&layer.bq), Some(&layer.bk), Some(&layer.bv), Some(&layer.bo)],
                 sinks: Some(&layer.sinks),
+                qk_norm: None,
             };
             block::self_attention(backend, &cfg.base, &w, h, cache, il, batch, cfg.mask(il))
         },

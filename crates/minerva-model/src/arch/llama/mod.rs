@@ -47,8 +47,9 @@ pub fn forward<B: Backend>(
                 wk: &layer.wk,
                 wv: &layer.wv,
                 wo: &layer.wo,
-                biases: None,
+                biases: [None; 4],
                 sinks: None,
+                qk_norm: None,
             };
             block::self_attention(backend, cfg, &w, h, cache, il, batch, mask)
         },

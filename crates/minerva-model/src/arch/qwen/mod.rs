@@ -1,0 +1,71 @@
+//! Qwen 2 and Qwen 3 (`qwen2`, `qwen3`): one folder, because the two differ only inside the
+//! attention block — Qwen 2 adds biases to the Q/K/V projections, Qwen 3 instead RMS-normalises
+//! every query and key head before RoPE (and states `head_dim`, which need not be
+//! `hidden_size / heads`). Everything else is the LLaMA block, whose weight loader and SwiGLU MLP
+//! this graph reuses.
+//!
+//! As in Hugging Face's `modeling_qwen2.py` / `modeling_qwen3.py` and llama.cpp's
+//! `qwen2.cpp` / `qwen3.cpp`:
+//!
+//! ```text
+//! embed → for each layer:
+//!     h = rms_norm(x)
+//!     q, k, v = h·Wqᵀ (+ bq), h·Wkᵀ (+ bk), h·Wvᵀ (+ bv)     biases: Qwen 2
+//!     q, k = rms_norm_heads(q), rms_norm_heads(k)          QK-norm: Qwen 3
+//!     x += attention(rope(q), rope(k), v)·Woᵀ              NeoX RoPE, GQA, causal
+//!     x += mlp(rms_norm(x))                                SwiGLU
+//! → rms_norm → LM head (tied to the embeddings when `output.weight` is absent)
+//! ```
+
+pub(crate) mod config;
+pub(crate) mod weights;
+
+pub use weights::{QwenLayerWeights, QwenWeights};
+
+use super::block::{self, AttentionWeights, Stack};
+use crate::backend::{Backend, Batch, Mask};
+use crate::config::Config;
+use crate::error::Result;
+
+/// Runs the batch `tokens` (laid out by `batch`) through the model, filling `cache`, and returns
+/// the final normed hidden states (`tokens.len() × n_embd`).
+pub fn forward<B: Backend>(
+    backend: &B,
+    cfg: &Config,
+    weights: &QwenWeights<B::Weight>,
+    cache: &mut B::Cache,
+    tokens: &[u32],
+    batch: &Batch,
+) -> Result<B::Tensor> {
+    let base = &weights.base;
+    let stack = Stack {
+        token_embd: &base.token_embd,
+        output_norm: &base.output_norm,
+        layers: &base.layers,
+        norms: |l| (&l.attn_norm, &l.ffn_norm),
+    };
+    block::residual_stack(
+        backend,
+        stack,
+        cfg.rms_eps,
+        tokens,
+        |il, layer, h| {
+            let extra = &weights.layers[il];
+            let w = AttentionWeights {
+                wq: &layer.wq,
+                wk: &layer.wk,
+                wv: &layer.wv,
+                wo: &layer.wo,
+                biases: extra.biases.each_ref().map(Option::as_ref),
+                sinks: None,
+                qk_norm: extra.qk_norm.as_ref().map(|n| n.each_ref()),
+            };
+            block::self_attention(backend, cfg, &w, h, cache, il, batch, Mask::Causal)
+        },
+        |layer, h| {
+            let gate = backend.matmul_q(&layer.w_gate, h)?;
+            let up = backend.matmul_q(&layer.w_up, h)?;
+            backend.matmul_q(&layer.w_down, &backend.swiglu(&gate, &up)?)
+        },
+    )
+}

@@ -1,0 +1,40 @@
+//! The server on the tiny Qwen 2 / Qwen 3 GGUF files (`fixtures/model/tiny`), which carry no chat
+//! template: chat requests are prompted with the built-in ChatML, so the prompt's token count is
+//! that of the built-in rendering of the request's messages. (One short message: the fixtures'
+//! 48-piece vocabulary spells ChatML's markers letter by letter, and their context is 128.)
+
+mod common;
+
+use common::{post, start_with};
+use minerva_generate::{ChatTemplate, Message, Tokenizer};
+use minerva_model::{CpuBackend, Model};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_requests_use_the_builtin_chatml() {
+    for arch in ["qwen2", "qwen3"] {
+        let path = common::root().join("fixtures/model/tiny").join(arch).join("model.gguf");
+        let tok = Tokenizer::from_gguf(&minerva_gguf::Gguf::open(&path).unwrap()).unwrap();
+        let messages = [Message::new("user", "the fox")];
+        let text = ChatTemplate::from_tokenizer(&tok).unwrap().render(&messages, true, None).unwrap();
+        let want = tok.encode(&text, false).unwrap().len();
+        let load = move || {
+            let tokenizer = Tokenizer::from_gguf(&minerva_gguf::Gguf::open(&path).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+            let model = Model::load(&path, CpuBackend::new(Some(2)).unwrap()).map_err(|e| e.to_string())?;
+            Ok((model, tokenizer))
+        };
+        let server = start_with(
+            load,
+            minerva_server::EngineConfig { ctx_size: Some(128), ..common::engine_config(1) },
+            common::quiet(),
+        )
+        .await;
+        let body: Vec<_> = messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect();
+        let request = json!({"messages": body, "temperature": 0, "max_tokens": 2});
+        let (status, _, r) = post(&server.url, "/v1/chat/completions", &request).await;
+        assert_eq!(status, 200, "{arch}: {r}");
+        assert_eq!(r["usage"]["prompt_tokens"].as_u64(), Some(want as u64), "{arch}: {r}");
+        server.shutdown().await.unwrap();
+    }
+}
