@@ -2,7 +2,7 @@
 //! written by `fixtures/gemma3/make_llama_cpp_reference.py` with llama.cpp's own binaries):
 //! tokenization identical to `llama-tokenize`, perplexity at `--ctx 256` within 2 % of
 //! `llama-perplexity`'s, and teacher-forced next-token agreement ≥ 95 % on `llama-server`'s greedy
-//! continuations.
+//! continuations; `run --chat` prompts through the built-in Gemma template.
 
 mod common;
 
@@ -112,4 +112,31 @@ fn teacher_forced_agreement_with_llama_cpp_greedy() {
     let rate = agree as f64 / total as f64;
     eprintln!("gemma3 teacher-forced agreement with llama.cpp greedy: {agree}/{total}");
     assert!(rate >= 0.95, "{agree}/{total} positions agree");
+}
+
+#[test]
+fn run_chat_prompts_through_the_built_in_gemma_template() {
+    let model = gemma();
+    let tok = tokenizer();
+    let question = "What is the capital of France?";
+    let template = minerva_generate::ChatTemplate::from_tokenizer(&tok).unwrap();
+    let text = template.render(&[minerva_generate::Message::new("user", question)], true, None).unwrap();
+    assert!(text.starts_with("<bos><start_of_turn>user\n") && text.ends_with("<start_of_turn>model\n"), "{text:?}");
+    let expected = tok.encode(&text, false).unwrap().len();
+    let out = minerva(&[
+        os("run"),
+        os("--model"),
+        model.as_os_str(),
+        os("--chat"),
+        os("--temperature"),
+        os("0"),
+        os("--max-tokens"),
+        os("1"),
+        os("--stats"),
+        os("--prompt"),
+        os(question),
+    ]);
+    success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("prompt {expected} tokens")), "{stderr}");
 }
