@@ -143,3 +143,36 @@ fn multimodal_config_reads_its_text_config() {
     let err = Gemma3Config::from_hf_config(&capped).unwrap_err().to_string();
     assert!(err.contains("final_logit_softcapping"), "{err}");
 }
+
+#[test]
+fn older_config_keys_and_errors() {
+    let dir = tiny_dir("gemma3");
+    let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+    // transformers 4.x wrote the bases at the top level, the pattern as a count, scaling in rope_scaling.
+    let obj = json.as_object_mut().unwrap();
+    obj.remove("rope_parameters");
+    obj.remove("layer_types");
+    obj.insert("rope_theta".into(), serde_json::json!(50000.0));
+    obj.insert("rope_local_base_freq".into(), serde_json::json!(700.0));
+    obj.insert("sliding_window_pattern".into(), serde_json::json!(2));
+    obj.insert("rope_scaling".into(), serde_json::json!({"rope_type": "linear", "factor": 8.0}));
+    let cfg = Gemma3Config::from_hf_config(&json).unwrap();
+    assert_eq!((cfg.rope(0).base, cfg.rope(1).base), (700.0, 50000.0));
+    assert_eq!(cfg.rope(1).scaling, RopeScaling::Linear { factor: 8.0 });
+    assert_eq!(cfg.rope(0).scaling, RopeScaling::None);
+    let global: Vec<usize> = (0..7).filter(|&il| cfg.mask(il) == Mask::Causal).collect();
+    assert_eq!(global, vec![1, 3, 5]);
+
+    let mut bad = json.clone();
+    bad["hidden_activation"] = serde_json::json!("silu");
+    let err = Gemma3Config::from_hf_config(&bad).unwrap_err().to_string();
+    assert!(err.contains("config.json:hidden_activation"), "{err}");
+    let mut bad = json.clone();
+    bad["layer_types"] = serde_json::json!(["sliding_attention", "local"]);
+    let err = Gemma3Config::from_hf_config(&bad).unwrap_err().to_string();
+    assert!(err.contains("config.json:layer_types"), "{err}");
+    let mut bad = json;
+    bad["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 8.0});
+    let err = Gemma3Config::from_hf_config(&bad).unwrap_err().to_string();
+    assert!(err.contains("config.json:rope_scaling.rope_type"), "{err}");
+}
