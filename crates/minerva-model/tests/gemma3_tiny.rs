@@ -8,7 +8,9 @@
 //!   f32-activation mode;
 //! * `gemma3_qscale` (SafeTensors only): `query_pre_attn_scalar` 40 ≠ head_dim 16, explicit
 //!   `layer_types` alternating, local RoPE base 500, linear-scaled global RoPE: same bound;
-//! * prefill then one-token decode equals one prefill, past the window.
+//! * prefill then one-token decode equals one prefill, past the window;
+//! * older config.json keys, GGUF `sliding_window_pattern` (count or booleans) and
+//!   `rope.freq_base_swa`, and errors naming the key.
 
 use std::path::{Path, PathBuf};
 
@@ -175,4 +177,43 @@ fn older_config_keys_and_errors() {
     bad["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 8.0});
     let err = Gemma3Config::from_hf_config(&bad).unwrap_err().to_string();
     assert!(err.contains("config.json:rope_scaling.rope_type"), "{err}");
+}
+
+/// The tiny GGUF rewritten with `extra` metadata (replacing keys of the same name).
+fn tiny_gguf_with(extra: Vec<(&str, minerva_gguf::MetadataValue)>) -> Gemma3Config {
+    let g = minerva_gguf::Gguf::open(tiny_dir("gemma3").join("model.gguf")).unwrap();
+    let mut w = minerva_gguf::GgufWriter::new();
+    for (key, value) in g.metadata() {
+        if !extra.iter().any(|(k, _)| *k == key) {
+            w.add_metadata(key, value.to_owned_value()).unwrap();
+        }
+    }
+    for (key, value) in extra {
+        w.add_metadata(key, value).unwrap();
+    }
+    for info in g.tensor_infos() {
+        let view = g.tensor(&info.name).unwrap();
+        w.add_tensor(info.name.clone(), info.dtype, &info.shape, view.bytes.to_vec()).unwrap();
+    }
+    let mut bytes = Vec::new();
+    w.write_to(&mut bytes).unwrap();
+    Gemma3Config::from_gguf(&minerva_gguf::Gguf::parse(bytes).unwrap()).unwrap()
+}
+
+#[test]
+fn gguf_pattern_and_local_base_keys() {
+    use minerva_gguf::{MetadataValue, ValueType};
+    let cfg = tiny_gguf_with(vec![
+        ("gemma3.attention.sliding_window_pattern", MetadataValue::U32(3)),
+        ("gemma3.rope.freq_base_swa", MetadataValue::F32(123.0)),
+    ]);
+    let global: Vec<usize> = (0..7).filter(|&il| cfg.mask(il) == Mask::Causal).collect();
+    assert_eq!(global, vec![2, 5]);
+    assert_eq!((cfg.rope(0).base, cfg.rope(2).base), (123.0, 1_000_000.0));
+    let flags = [true, false, false, true, true, true, false];
+    let values = flags.iter().map(|&b| MetadataValue::Bool(b)).collect();
+    let array = MetadataValue::Array { elem_type: ValueType::Bool, values };
+    let cfg = tiny_gguf_with(vec![("gemma3.attention.sliding_window_pattern", array)]);
+    let sliding: Vec<bool> = (0..7).map(|il| cfg.mask(il) != Mask::Causal).collect();
+    assert_eq!(sliding, flags);
 }
