@@ -3,8 +3,8 @@
 //! q width 64 ≠ hidden 32, GQA, QK-norm, tied head.
 //!
 //! * from SafeTensors (norms stored as `w`) and from the GGUF file llama.cpp's own converter wrote
-//!   from the same directory (norms stored as `1 + w`, local RoPE base and layer pattern left to
-//!   the reader), every position's logits match transformers' within 1e-4 relative in
+//!   from the same directory (norms stored as `1 + w`, the layer pattern left to the reader),
+//!   every position's logits match transformers' within 1e-4 relative in
 //!   f32-activation mode;
 //! * `gemma3_qscale` (SafeTensors only): `query_pre_attn_scalar` 40 ≠ head_dim 16, explicit
 //!   `layer_types` alternating, local RoPE base 500, linear-scaled global RoPE: same bound;
