@@ -79,7 +79,7 @@ impl Gemma3Config {
         };
         // llama.cpp: 1/√head_dim, except the 27B (62 layers), whose queries are scaled by
         // 1/√(n_embd/n_head); the attention op divides by √head_dim already.
-        let scalar = if base.n_layer == 62 { (base.n_embd / base.n_head) as f32 } else { base.head_dim as f32 };
+        let scalar = if base.n_layer == 62 { (base.n_embd / base.n_head).max(1) as f32 } else { base.head_dim as f32 };
         Ok(Gemma3Config {
             query_scale: (base.head_dim as f32 / scalar).sqrt(),
             embed_scale: (base.n_embd as f32).sqrt(),
