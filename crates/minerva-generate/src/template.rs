@@ -123,6 +123,9 @@ impl ChatTemplate {
     }
 }
 
+/// Gemma's chat template (Google's, as `google/gemma-3-*-it` ship it in `tokenizer_config.json`).
+pub const GEMMA_TEMPLATE: &str = include_str!("templates/gemma.jinja");
+
 /// ChatML as the Qwen chat templates render a conversation of plain messages: an optional system
 /// turn, `<|im_start|>{role}\n{content}<|im_end|>\n` per message, consecutive `tool` messages
 /// gathered into one user turn of `<tool_response>` blocks, and `<|im_start|>assistant\n` as the
@@ -170,6 +173,7 @@ pub fn builtin_template(arch: &str) -> Option<&'static str> {
     match arch {
         "qwen2" => Some(QWEN2_CHATML),
         "qwen3" => Some(QWEN3_CHATML),
+        "gemma" | "gemma2" | "gemma3" | "gemma3_text" => Some(GEMMA_TEMPLATE),
         _ => None,
     }
 }

@@ -144,6 +144,13 @@ pub struct MoeExperts<'a, W> {
     pub down_bias: &'a W,
 }
 
+/// `gelu_tanh(g)`: GELU with its tanh approximation, the one definition both backends follow.
+pub fn gelu_tanh(g: f32) -> f32 {
+    // √(2/π)
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * g * (1.0 + (SQRT_2_OVER_PI * (g + 0.044_715 * g * g * g)).tanh())
+}
+
 /// Routing and activation parameters of a GPT-OSS mixture-of-experts block.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MoeParams {
@@ -249,6 +256,19 @@ pub trait Backend: Send + Sync {
     fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Weight) -> Result<()> {
         let _ = (x, bias);
         Err(ModelError::UnsupportedOp { op: "add_bias" })
+    }
+
+    /// `x *= factor`, every element (Gemma scales its embeddings by √n_embd).
+    fn scale(&self, x: &mut Self::Tensor, factor: f32) -> Result<()> {
+        let _ = (x, factor);
+        Err(ModelError::UnsupportedOp { op: "scale" })
+    }
+
+    /// `gelu_tanh(gate) * up` (GeGLU, Gemma), with the tanh approximation of GELU:
+    /// `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))`, as PyTorch's `gelu(approximate="tanh")`.
+    fn geglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor> {
+        let _ = (gate, up);
+        Err(ModelError::UnsupportedOp { op: "geglu" })
     }
 
     /// [`Backend::attention`] with a learned per-head *sink* logit `sinks[h]` (GPT-OSS): it joins

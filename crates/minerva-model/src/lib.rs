@@ -66,6 +66,7 @@ pub mod synthetic;
 pub mod yarn;
 
 pub use arch::ModelWeights;
+pub use arch::gemma3::{Gemma3Config, Gemma3Layer, Gemma3Weights};
 pub use arch::gpt_oss::{GptOssConfig, GptOssLayer, GptOssWeights};
 pub use arch::llama::{LayerWeights, Weights};
 pub use backend::{

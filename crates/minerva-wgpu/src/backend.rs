@@ -553,6 +553,18 @@ impl Backend for WgpuBackend {
         Ok(out)
     }
 
+    fn scale(&self, x: &mut WgpuTensor, factor: f32) -> Result<()> {
+        kernels::scale::scale(&self.gpu, x.buffer(), factor, x.rows * x.cols);
+        Ok(())
+    }
+
+    fn geglu(&self, gate: &WgpuTensor, up: &WgpuTensor) -> Result<WgpuTensor> {
+        same_shape("geglu", gate, up)?;
+        let out = self.tensor(gate.rows, gate.cols)?;
+        kernels::geglu::geglu(&self.gpu, gate.buffer(), up.buffer(), out.buffer(), gate.rows * gate.cols);
+        Ok(out)
+    }
+
     fn logits(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<Vec<f32>> {
         // Many rows of a large vocabulary (512 × 201088 f32 = 411 MB) exceed one binding: compute
         // and read back as many rows at a time as fit.

@@ -132,6 +132,30 @@ fn rms_norm_add_swiglu() {
 }
 
 #[test]
+fn scale_and_geglu() {
+    let (c, g) = (cpu(), gpu(WgpuOptions::default()));
+    let mut rng = Rng(12);
+    for (rows, cols) in [(1, 640), (3, 67), (5, 2048)] {
+        let mut x = tensor(&mut rng, rows, cols);
+        // Gate values over ±6: GELU's tails (≈ 0 and ≈ identity) as well as its bend.
+        x.data.iter_mut().for_each(|v| *v *= 12.0);
+        let y = tensor(&mut rng, rows, cols);
+        let want = c.geglu(&x, &y).unwrap();
+        let got = g.download(&g.geglu(&to_gpu(&g, &x), &to_gpu(&g, &y)).unwrap()).unwrap();
+        assert_nmse(&format!("geglu {rows}×{cols}"), &want.data, &got);
+
+        let mut want = x.clone();
+        c.scale(&mut want, 25.3).unwrap();
+        let mut gx = to_gpu(&g, &x);
+        g.scale(&mut gx, 25.3).unwrap();
+        // One correctly rounded f32 product per element on both backends.
+        assert_eq!(want.data, g.download(&gx).unwrap(), "scale {rows}×{cols}");
+    }
+    let x = tensor(&mut rng, 2, 8);
+    assert!(g.geglu(&to_gpu(&g, &x), &to_gpu(&g, &tensor(&mut rng, 2, 9))).is_err(), "shapes must match");
+}
+
+#[test]
 fn rms_norm_heads_in_place() {
     let (c, g) = (cpu(), gpu(WgpuOptions::default()));
     let mut rng = Rng(11);

@@ -7,6 +7,7 @@
 //!   block.rs      what the graphs share: the residual loop and self-attention
 //!   llama/        LLaMA, Mistral, Phi-3: config.rs, weights.rs (HF names), mod.rs (forward)
 //!   gpt_oss/      GPT-OSS: config.rs, weights.rs (GGUF / HF MXFP4 / MLX), mod.rs (forward)
+//!   gemma3/       Gemma 3 (text): config.rs (local/global layers), weights.rs, mod.rs (forward)
 //!   qwen/         Qwen 2 (QKV biases) and Qwen 3 (QK-norm): config.rs, weights.rs, mod.rs
 //! ```
 //!
@@ -16,6 +17,7 @@
 //! asks [`hf_layer_name`] for their Hugging Face names.
 
 mod block;
+pub mod gemma3;
 pub mod gpt_oss;
 pub mod llama;
 pub mod qwen;
@@ -29,6 +31,7 @@ use crate::backend::{Backend, Batch};
 use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::source::TensorSource;
+use gemma3::{Gemma3Config, Gemma3Weights};
 use gpt_oss::{GptOssConfig, GptOssWeights};
 use llama::Weights;
 use qwen::QwenWeights;
@@ -39,6 +42,8 @@ pub enum ModelWeights<W> {
     Llama(Weights<W>),
     /// GPT-OSS (`arch/gpt_oss/`), with its MoE hyper-parameters.
     GptOss(Box<(GptOssConfig, GptOssWeights<W>)>),
+    /// Gemma 3 (`arch/gemma3/`), with its local/global layer pattern.
+    Gemma3(Box<(Gemma3Config, Gemma3Weights<W>)>),
     /// Qwen 2 / Qwen 3 (`arch/qwen/`).
     Qwen(QwenWeights<W>),
 }
@@ -49,6 +54,7 @@ pub enum ModelWeights<W> {
 pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
     match arch {
         "gpt-oss" | "gpt_oss" => gpt_oss::weights::hf_layer_name(suffix),
+        "gemma3" | "gemma3_text" => gemma3::weights::hf_layer_name(suffix),
         "qwen2" | "qwen3" => qwen::weights::hf_layer_name(arch, suffix),
         _ => llama::weights::hf_layer_name(arch, suffix),
     }
@@ -62,6 +68,11 @@ where
 {
     let source = TensorSource::from_gguf(gguf)?;
     let arch = gguf.architecture()?;
+    if arch == "gemma3" {
+        let cfg = Gemma3Config::from_gguf(gguf)?;
+        let weights = Gemma3Weights::load(backend, &source, &cfg)?;
+        return Ok((cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights)))));
+    }
     if arch == "gpt-oss" {
         let cfg = GptOssConfig::from_gguf(gguf)?;
         let weights = GptOssWeights::load(backend, &source, &cfg)?;
@@ -86,6 +97,12 @@ pub(crate) fn load_checkpoint<B: Backend>(
         path: checkpoint.dir().map_or_else(|| "checkpoint".into(), |d| d.display().to_string()),
     })?;
     let model_type = json.get("model_type").and_then(serde_json::Value::as_str);
+    if matches!(model_type, Some("gemma3" | "gemma3_text")) {
+        let cfg = Gemma3Config::from_hf_config(json)?;
+        let source = TensorSource::from_checkpoint(checkpoint, "gemma3_text");
+        let weights = Gemma3Weights::load(backend, &source, &cfg)?;
+        return Ok((cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights)))));
+    }
     if model_type == Some("gpt_oss") {
         let cfg = GptOssConfig::from_hf_config(json)?;
         let weights = GptOssWeights::from_safetensors(backend, checkpoint, &cfg)?;
@@ -126,6 +143,7 @@ pub(crate) fn forward<B: Backend>(
     match weights {
         ModelWeights::Llama(w) => llama::forward(backend, config, w, cache, tokens, batch),
         ModelWeights::GptOss(m) => gpt_oss::forward(backend, &m.0, &m.1, cache, tokens, batch),
+        ModelWeights::Gemma3(m) => gemma3::forward(backend, &m.0, &m.1, cache, tokens, batch),
         ModelWeights::Qwen(w) => qwen::forward(backend, config, w, cache, tokens, batch),
     }
 }
@@ -135,6 +153,7 @@ pub(crate) fn head<W>(weights: &ModelWeights<W>) -> &W {
     match weights {
         ModelWeights::Llama(w) => w.head(),
         ModelWeights::GptOss(m) => &m.1.output,
+        ModelWeights::Gemma3(m) => m.1.head(),
         ModelWeights::Qwen(w) => w.head(),
     }
 }

@@ -345,6 +345,18 @@ impl Backend for CpuBackend {
         Ok(out)
     }
 
+    fn scale(&self, x: &mut CpuTensor, factor: f32) -> Result<()> {
+        x.data.iter_mut().for_each(|v| *v *= factor);
+        Ok(())
+    }
+
+    fn geglu(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
+        checks::same_shape("geglu", (gate.rows, gate.cols), (up.rows, up.cols))?;
+        let mut out = gate.clone();
+        out.data.iter_mut().zip(&up.data).for_each(|(g, u)| *g = crate::backend::gelu_tanh(*g) * u);
+        Ok(out)
+    }
+
     fn logits(&self, x: &CpuTensor, head: &CpuWeight, rows: &[usize]) -> Result<Vec<f32>> {
         let mut picked = CpuTensor::zeros(rows.len(), x.cols);
         for (dst, &r) in picked.data.chunks_exact_mut(x.cols).zip(rows) {

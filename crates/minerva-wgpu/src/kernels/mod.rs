@@ -11,6 +11,7 @@ pub(crate) mod argmax;
 pub(crate) mod attention;
 pub(crate) mod embed;
 pub(crate) mod expert_bias;
+pub(crate) mod geglu;
 pub(crate) mod kv_store;
 pub(crate) mod moe_route;
 pub(crate) mod moe_sum;
@@ -21,6 +22,7 @@ pub(crate) mod rms_norm;
 pub(crate) mod rms_norm_heads;
 pub(crate) mod rope;
 pub(crate) mod sample;
+pub(crate) mod scale;
 pub(crate) mod swiglu;
 pub(crate) mod swiglu_oai;
 
@@ -73,13 +75,14 @@ struct WeightFormat {
 }
 
 /// One row per dtype the kernels read directly (matmul and embedding).
-const WEIGHT_FORMATS: [WeightFormat; 9] = [
+const WEIGHT_FORMATS: [WeightFormat; 10] = [
     WeightFormat { dtype: DType::F32, dequant_wgsl: include_str!("dequant/f32.wgsl") },
     WeightFormat { dtype: DType::F16, dequant_wgsl: include_str!("dequant/f16.wgsl") },
     WeightFormat { dtype: DType::BF16, dequant_wgsl: include_str!("dequant/bf16.wgsl") },
     WeightFormat { dtype: DType::Q8_0, dequant_wgsl: include_str!("dequant/q8_0.wgsl") },
     WeightFormat { dtype: DType::Q4_0, dequant_wgsl: include_str!("dequant/q4_0.wgsl") },
     WeightFormat { dtype: DType::Q4_1, dequant_wgsl: include_str!("dequant/q4_1.wgsl") },
+    WeightFormat { dtype: DType::Q5_0, dequant_wgsl: include_str!("dequant/q5_0.wgsl") },
     WeightFormat { dtype: DType::Q4_K, dequant_wgsl: include_str!("dequant/q4_k.wgsl") },
     WeightFormat { dtype: DType::Q6_K, dequant_wgsl: include_str!("dequant/q6_k.wgsl") },
     WeightFormat { dtype: DType::MXFP4, dequant_wgsl: include_str!("dequant/mxfp4.wgsl") },

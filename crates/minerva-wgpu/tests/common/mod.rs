@@ -43,20 +43,22 @@ pub fn f16_bits(x: f32) -> u16 {
 }
 
 /// `rows × cols` random weights stored as `dtype`. Formats with a quantizer here are quantized
-/// from random values; Q4_K and Q6_K (no quantizer in minerva-quant) get random bytes with sane
-/// f16 scales, which exercise every bit of their layouts.
+/// from random values; Q5_0, Q4_K and Q6_K (no quantizer in minerva-quant) get random bytes with
+/// sane f16 scales, which exercise every bit of their layouts.
 pub fn weight_bytes(rng: &mut Rng, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
     let values = rng.vec(rows * cols);
     match dtype {
         DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::F16 => values.iter().flat_map(|&v| f16_bits(v).to_le_bytes()).collect(),
         DType::BF16 => values.iter().flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes()).collect(),
-        DType::Q4_K | DType::Q6_K => {
-            let n_blocks = rows * cols / 256;
+        DType::Q5_0 | DType::Q4_K | DType::Q6_K => {
+            let n_blocks = rows * cols / dtype.block_elems();
             let mut out: Vec<u8> = (0..n_blocks * dtype.block_bytes()).map(|_| rng.next_u32() as u8).collect();
             for block in out.chunks_exact_mut(dtype.block_bytes()) {
                 let d = f16_bits(0.01 + 0.01 * rng.f32()).to_le_bytes();
-                if dtype == DType::Q4_K {
+                if dtype == DType::Q5_0 {
+                    block[..2].copy_from_slice(&d);
+                } else if dtype == DType::Q4_K {
                     let dmin = f16_bits(0.005 * rng.f32()).to_le_bytes();
                     block[..2].copy_from_slice(&d);
                     block[2..4].copy_from_slice(&dmin);

@@ -1,0 +1,142 @@
+//! The real Gemma 3 270M Q4_K_M against llama.cpp (`fixtures/gemma3/llama_cpp_reference.json`,
+//! written by `fixtures/gemma3/make_llama_cpp_reference.py` with llama.cpp's own binaries):
+//! tokenization identical to `llama-tokenize`, perplexity at `--ctx 256` within 2 % of
+//! `llama-perplexity`'s, and teacher-forced next-token agreement ≥ 95 % on `llama-server`'s greedy
+//! continuations; `run --chat` prompts through the built-in Gemma template.
+
+mod common;
+
+use std::process::Output;
+
+use common::{Npy, minerva, os, root};
+
+fn gemma() -> std::path::PathBuf {
+    let path = root().join("models/gemma-3-270m-q4_k_m.gguf");
+    assert!(path.exists(), "{} is missing: run `cargo xtask setup`", path.display());
+    path
+}
+
+fn reference() -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(root().join("fixtures/gemma3/llama_cpp_reference.json")).unwrap()).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
+}
+
+fn success(out: &Output) -> String {
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn joined(tokens: &[u32]) -> String {
+    tokens.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// The model's tokenizer, built from the GGUF file as `minerva tokenize` builds it.
+fn tokenizer() -> minerva_generate::Tokenizer {
+    minerva_generate::Tokenizer::from_gguf(&minerva_gguf::Gguf::open(gemma()).unwrap()).unwrap()
+}
+
+#[test]
+fn tokenization_equals_llama_tokenize() {
+    let tok = tokenizer();
+    for case in reference()["tokenize"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(tok.encode(text, true).unwrap(), ids(&case["ids"]), "text {text:?}");
+    }
+    // The command prints the same ids.
+    let case = &reference()["tokenize"][1];
+    let text = case["text"].as_str().unwrap();
+    let out = minerva(&[os("tokenize"), gemma().as_os_str(), os("--json"), os("--text"), os(text)]);
+    let json: serde_json::Value = serde_json::from_str(&success(&out)).unwrap();
+    assert_eq!(ids(&json["ids"]), ids(&case["ids"]));
+}
+
+#[test]
+fn perplexity_within_two_percent_of_llama_perplexity() {
+    let model = gemma();
+    let reference = reference();
+    let expected = &reference["perplexity"];
+    let ctx = expected["ctx"].as_u64().unwrap() as usize;
+    let windows = expected["windows"].as_u64().unwrap() as usize;
+    let tok = tokenizer();
+    let text = std::fs::read_to_string(root().join("fixtures/gemma3/perplexity.txt")).unwrap();
+    let mut tokens = tok.encode(&text, true).unwrap();
+    assert_eq!(tokens.len() / ctx, windows, "llama-perplexity scored {windows} windows of {ctx}");
+    tokens.truncate(windows * ctx);
+    // llama-perplexity puts BOS in place of each window's first token.
+    for window in tokens.chunks_exact_mut(ctx) {
+        window[0] = tok.bos.unwrap();
+    }
+    let out = minerva(&[
+        os("score"),
+        model.as_os_str(),
+        os("--tokens"),
+        os(&joined(&tokens)),
+        os("--ctx"),
+        os(&ctx.to_string()),
+    ]);
+    let stdout = success(&out);
+    let ppl: f64 = stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{stdout}"));
+    let llama = expected["ppl"].as_f64().unwrap();
+    let off = (ppl / llama - 1.0).abs();
+    eprintln!("gemma3 perplexity {ppl:.4} vs llama.cpp {llama:.4}: {:.3} %", off * 100.0);
+    assert!(off < 0.02, "perplexity {ppl} vs llama.cpp {llama}");
+}
+
+#[test]
+fn teacher_forced_agreement_with_llama_cpp_greedy() {
+    let model = gemma();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agree, mut total) = (0, 0);
+    for case in reference()["greedy"].as_array().unwrap() {
+        let prompt = ids(&case["tokens"]);
+        let greedy = ids(&case["greedy"]);
+        let all: Vec<u32> = prompt.iter().chain(&greedy).copied().collect();
+        let npy = dir.path().join("logits.npy");
+        let out =
+            minerva(&[os("score"), model.as_os_str(), os("--tokens"), os(&joined(&all)), os("--out"), npy.as_os_str()]);
+        success(&out);
+        let logits = Npy::read(&npy);
+        let vocab = logits.shape[1];
+        let values = logits.values();
+        // Row j predicts token j + 1: the continuation's tokens are predicted by rows
+        // prompt.len() - 1 .. all.len() - 1.
+        for (j, &want) in all.iter().enumerate().skip(prompt.len()) {
+            let row = &values[(j - 1) * vocab..j * vocab];
+            agree += usize::from(minerva_model::argmax(row) == want);
+            total += 1;
+        }
+    }
+    let rate = agree as f64 / total as f64;
+    eprintln!("gemma3 teacher-forced agreement with llama.cpp greedy: {agree}/{total}");
+    assert!(rate >= 0.95, "{agree}/{total} positions agree");
+}
+
+#[test]
+fn run_chat_prompts_through_the_built_in_gemma_template() {
+    let model = gemma();
+    let tok = tokenizer();
+    let question = "What is the capital of France?";
+    let template = minerva_generate::ChatTemplate::from_tokenizer(&tok).unwrap();
+    let text = template.render(&[minerva_generate::Message::new("user", question)], true, None).unwrap();
+    assert!(text.starts_with("<bos><start_of_turn>user\n") && text.ends_with("<start_of_turn>model\n"), "{text:?}");
+    let expected = tok.encode(&text, false).unwrap().len();
+    let out = minerva(&[
+        os("run"),
+        os("--model"),
+        model.as_os_str(),
+        os("--chat"),
+        os("--temperature"),
+        os("0"),
+        os("--max-tokens"),
+        os("1"),
+        os("--stats"),
+        os("--prompt"),
+        os(question),
+    ]);
+    success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("prompt {expected} tokens")), "{stderr}");
+}
