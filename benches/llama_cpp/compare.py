@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""Minerva against llama.cpp on the same model, in the same run: prefill (pp) and decode (tg)
-tokens/s at each thread count, as a markdown table with the ratios.
+"""Minerva against llama.cpp on the same models, in the same run: prefill (pp) and decode (tg)
+tokens/s at each thread count, as one markdown table with the ratios.
 
-    benches/llama_cpp/compare.py --llama-bench PATH [--model GGUF] [-p 512] [-n 128] [-r 5]
+    benches/llama_cpp/compare.py --llama-bench PATH [--model GGUF ...] [--requant TYPE,...]
+                                 [--llama-quantize PATH] [-p 512] [-n 128] [-r 5]
                                  [--threads 1,2] [--minerva target/release/minerva]
 
-`llama-bench` comes from `benches/llama_cpp/build_llama_cpp.sh`; `minerva` from
-`cargo build --release -p minerva-cli`. The two programs alternate per thread count (ours, theirs,
-ours, theirs) so that load from elsewhere hits both alike; each figure is the median of `-r`
-repetitions (llama-bench's `samples_ts`, `minerva bench`'s runs). The load average before and after
-is printed, since on a shared machine it decides how far the figures can be trusted.
+`llama-bench` and `llama-quantize` come from `benches/llama_cpp/build_llama_cpp.sh`
+(`TARGETS="llama-bench llama-quantize"`); `minerva` from `cargo build --release -p minerva-cli`.
+`--model` may be given several times (default: SmolLM2 Q4_1). `--requant Q8_0,Q4_K_M` adds, for
+the first model, copies requantized by `llama-quantize --allow-requantize` (written once next to
+it as `<name>.<TYPE>.gguf`), so both engines read the same files.
+
+The two programs alternate per (model, thread count), ours then theirs, so load from elsewhere
+hits both alike. Each figure is the median of `-r` repetitions (llama-bench's `samples_ts`,
+`minerva bench`'s runs). The CPU, the kernels Minerva ran, and the load average before and after
+are printed: on a shared machine the load decides how far the figures can be trusted.
 """
 
 import argparse
@@ -24,8 +30,8 @@ def load():
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def llama(args, threads):
-    cmd = [args.llama_bench, "-m", args.model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r),
+def llama(args, model, threads):
+    cmd = [args.llama_bench, "-m", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r),
            "-t", str(threads), "-o", "json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     result = {}
@@ -36,35 +42,62 @@ def llama(args, threads):
     return result
 
 
-def minerva(args, threads):
-    cmd = [args.minerva, "bench", args.model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r),
+def minerva(args, model, threads):
+    cmd = [args.minerva, "bench", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r),
            "--threads", str(threads), "--json"]
     out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     return {"prefill": out["prefill_tok_s"], "decode": out["decode_tok_s"]}
 
 
+def requantized(args, source, dtype):
+    stem = source[:-len(".gguf")] if source.endswith(".gguf") else source
+    target = f"{stem}.{dtype}.gguf"
+    if not os.path.exists(target):
+        if not args.llama_quantize:
+            sys.exit(f"--requant {dtype}: give --llama-quantize to write {target}")
+        tmp = target + ".part"
+        subprocess.run([args.llama_quantize, "--allow-requantize", source, tmp, dtype], check=True,
+                       capture_output=True)
+        os.replace(tmp, target)
+    return target
+
+
+def cpu_line(args, model):
+    # `minerva bench` names the CPU and the kernel (ISA) of each weight type.
+    cmd = [args.minerva, "bench", model, "-p", "8", "-n", "2", "-r", "1", "--threads", "1"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.startswith(("cpu", "kernels"))]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-bench", required=True)
-    ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--llama-quantize")
+    ap.add_argument("--model", action="append")
+    ap.add_argument("--requant", default="")
     ap.add_argument("--minerva", default="target/release/minerva")
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=5)
     ap.add_argument("--threads", default="1,2")
     args = ap.parse_args()
+    models = args.model or ["models/SmolLM2-135M-Instruct.Q4_1.gguf"]
+    models += [requantized(args, models[0], t) for t in args.requant.split(",") if t]
     print(f"load average before: {load()}", file=sys.stderr)
     rows = []
-    for t in [int(x) for x in args.threads.split(",")]:
-        ours, theirs = minerva(args, t), llama(args, t)
-        print(f"threads {t}: minerva {ours}, llama.cpp {theirs}", file=sys.stderr)
-        rows.append((t, ours, theirs))
+    for model in models:
+        for line in cpu_line(args, model):
+            print(f"{os.path.basename(model)}: {line}", file=sys.stderr)
+        for t in [int(x) for x in args.threads.split(",")]:
+            ours, theirs = minerva(args, model, t), llama(args, model, t)
+            print(f"{os.path.basename(model)} threads {t}: minerva {ours}, llama.cpp {theirs}", file=sys.stderr)
+            rows.append((os.path.basename(model), t, ours, theirs))
     print(f"load average after: {load()}", file=sys.stderr)
-    print(f"| threads | test | minerva tok/s | llama.cpp tok/s | minerva / llama.cpp |")
-    print("|---:|---|---:|---:|---:|")
-    for t, ours, theirs in rows:
+    print("| model | threads | test | minerva tok/s | llama.cpp tok/s | minerva / llama.cpp |")
+    print("|---|---:|---|---:|---:|---:|")
+    for name, t, ours, theirs in rows:
         for key, label in (("prefill", f"pp{args.p}"), ("decode", f"tg{args.n}")):
-            print(f"| {t} | {label} | {ours[key]:.1f} | {theirs[key]:.1f} | {ours[key] / theirs[key]:.2f} |")
+            print(f"| {name} | {t} | {label} | {ours[key]:.1f} | {theirs[key]:.1f} | {ours[key] / theirs[key]:.2f} |")
 
 
 if __name__ == "__main__":
