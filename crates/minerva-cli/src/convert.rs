@@ -94,7 +94,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<(), CliError> {
         bar.set_message(p.tensor.to_string());
     };
     let report = convert(&args.src, &args.out, &opts, &extras, &mut on_progress)
-        .map_err(|source| CliError::Convert { path: args.src.clone(), source })?;
+        .map_err(|e| CliError::Convert { path: args.src.clone(), source: Box::new(e) })?;
     bar.finish_and_clear();
     let write_err = |source| CliError::Output { path: PathBuf::from("stdout"), source };
     writeln!(

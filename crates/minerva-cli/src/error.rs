@@ -52,7 +52,7 @@ pub enum CliError {
         /// The source model.
         path: PathBuf,
         /// What went wrong.
-        source: minerva_model::convert::ConvertError,
+        source: Box<minerva_model::convert::ConvertError>,
     },
     /// A request the file cannot satisfy.
     #[error("{path}: {message}")]

@@ -31,6 +31,11 @@ fn file_type(dtype: DType, gpt_oss: bool) -> Option<u32> {
     })
 }
 
+/// GGUF metadata entries.
+type Keys = Vec<(String, MetadataValue)>;
+/// F32 tensors that carry configuration (RoPE factors), by name.
+type ConfigTensors = Vec<(String, Vec<u8>)>;
+
 fn count(n: usize) -> MetadataValue {
     MetadataValue::from(u32::try_from(n).unwrap_or(u32::MAX))
 }
@@ -62,7 +67,7 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
 
 /// LLaMA-family keys and the RoPE factor tensors: llama.cpp's `llama` architecture for LLaMA and
 /// Mistral (as its converter writes Mistral), `phi3` for Phi-3.
-fn llama_keys(c: &Config) -> Result<(Vec<(String, MetadataValue)>, Vec<(String, Vec<u8>)>)> {
+fn llama_keys(c: &Config) -> Result<(Keys, ConfigTensors)> {
     let arch = if c.arch == "phi3" { "phi3" } else { "llama" };
     let mut keys = vec![("general.architecture".to_string(), MetadataValue::from(arch))];
     keys.extend(base_keys(c, arch));
