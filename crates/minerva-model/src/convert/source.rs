@@ -234,7 +234,10 @@ impl SourceModel {
                     _ => return Err(missing(stored)),
                 };
                 match permute_heads {
-                    Some(heads) => Ok(Cow::Owned(permute_qk_rows(&t.name, &bytes, t.shape[0], *heads, false)?)),
+                    Some(heads) => {
+                        let rows = t.shape.first().copied().unwrap_or(0);
+                        Ok(Cow::Owned(permute_qk_rows(&t.name, &bytes, rows, *heads, false)?))
+                    }
                     None => Ok(bytes),
                 }
             }

@@ -170,8 +170,10 @@ pub(crate) fn write(
     for (t, dtype) in model.tensors.iter().zip(&out_dtypes) {
         if t.shape.len() >= 2 {
             let cols = t.shape.last().copied().unwrap_or(0);
-            let rows: usize = t.shape.iter().rev().skip(1).product();
-            *bytes_by_type.entry(*dtype).or_default() += dtype.row_bytes(cols).unwrap_or(0) * rows;
+            let rows = t.shape.iter().rev().skip(1).fold(1usize, |n, &d| n.saturating_mul(d));
+            let bytes = dtype.row_bytes(cols).unwrap_or(0).saturating_mul(rows);
+            let total = bytes_by_type.entry(*dtype).or_default();
+            *total = total.saturating_add(bytes);
         }
     }
     let main = bytes_by_type.iter().max_by_key(|(_, b)| **b).map(|(d, _)| *d);

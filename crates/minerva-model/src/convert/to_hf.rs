@@ -66,18 +66,33 @@ impl Item<'_> {
         Ok(match self {
             Item::Single { t, name, dtype, .. } => vec![(name.clone(), *dtype, t.shape.clone())],
             Item::Mxfp4 { t, base, mlx } => mxfp4_decls(base, &t.shape, *mlx)?,
-            Item::GateUp { gate, base, .. } => {
-                let mut shape = gate.shape.clone();
-                shape[1] *= 2;
-                mxfp4_decls(base, &shape, false)?
-            }
-            Item::BiasPair { gate, name, .. } => {
-                let mut shape = gate.shape.clone();
-                shape[1] *= 2;
-                vec![(name.clone(), gate.dtype, shape)]
-            }
+            Item::GateUp { gate, base, .. } => mxfp4_decls(base, &doubled_rows(gate)?, false)?,
+            Item::BiasPair { gate, name, .. } => vec![(name.clone(), gate.dtype, doubled_rows(gate)?)],
         })
     }
+}
+
+/// The shape of HF's fused gate/up tensor: the gate tensor's, with twice the rows (dimension 1).
+fn doubled_rows(gate: &CanonTensor) -> Result<Vec<usize>> {
+    let mut shape = gate.shape.clone();
+    match shape.get_mut(1).and_then(|rows| rows.checked_mul(2).map(|d| (rows, d))) {
+        Some((rows, doubled)) => *rows = doubled,
+        None => {
+            return Err(unsupported(
+                format!("tensor {}", gate.name),
+                format!("shape {:?} is not [experts, rows, …]", gate.shape),
+            ));
+        }
+    }
+    Ok(shape)
+}
+
+/// Bytes of a tensor of `dtype` and `shape` (saturating: a size that overflows fails later, when
+/// the writer checks it).
+fn byte_size(dtype: DType, shape: &[usize]) -> u64 {
+    let cols = shape.last().copied().unwrap_or(1);
+    let rows = shape.iter().rev().skip(1).fold(1usize, |n, &d| n.saturating_mul(d));
+    dtype.row_bytes(cols).unwrap_or(0).saturating_mul(rows) as u64
 }
 
 /// Splits `t` (an expert tensor `blk.L.ffn_{proj}_exps.{kind}`) into (layer, proj, kind).
@@ -154,11 +169,7 @@ pub(crate) fn write(
 ) -> Result<Report> {
     let items = plan(model, opts)?;
     let decls = items.iter().map(Item::decls).collect::<Result<Vec<_>>>()?;
-    let size = |d: &Decl| -> u64 {
-        let cols = d.2.last().copied().unwrap_or(1);
-        let rows: usize = d.2.iter().rev().skip(1).product();
-        (d.1.row_bytes(cols).unwrap_or(0) * rows) as u64
-    };
+    let size = |d: &Decl| byte_size(d.1, &d.2);
     // Consecutive items into shards of at most `shard_bytes`.
     let mut shards: Vec<Vec<usize>> = vec![Vec::new()];
     let mut shard_size = 0u64;
@@ -248,7 +259,10 @@ fn item_bytes<'m>(model: &'m SourceModel, item: &Item<'m>, report: &mut Report) 
             };
             record(report, t, *dtype, permute_heads.is_some());
             match permute_heads {
-                Some(h) => vec![Cow::Owned(permute_qk_rows(&t.name, &converted, t.shape[0], *h, true)?)],
+                Some(h) => {
+                    let rows = t.shape.first().copied().unwrap_or(0);
+                    vec![Cow::Owned(permute_qk_rows(&t.name, &converted, rows, *h, true)?)]
+                }
                 None => vec![converted],
             }
         }
