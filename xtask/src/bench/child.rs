@@ -88,6 +88,12 @@ fn prompt_tokens(n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
+/// The median of `values` (not empty).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
@@ -116,18 +122,26 @@ pub fn run_child(args: &ChildArgs) -> Result<()> {
     let bytes: Vec<u8> = logits.data.iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(&args.logits, bytes).with_context(|| format!("cannot write {}", args.logits.display()))?;
 
-    let t = Instant::now();
+    // Decode: the median step, so that a step the machine took away from us does not count.
+    let mut steps = Vec::with_capacity(args.gen_tokens);
     for i in 0..args.gen_tokens {
         let input = [next];
         let step = SequenceInput { tokens: &input, start_pos: args.prompt + i, slot: 0 };
+        let t = Instant::now();
         next = model.forward_greedy(&mut cache, &[step])?.first().copied().unwrap_or(0);
+        steps.push(t.elapsed().as_secs_f64());
     }
-    let decode_tok_s = args.gen_tokens as f64 / t.elapsed().as_secs_f64();
+    let decode_tok_s = 1.0 / median(&mut steps);
 
-    let mut cache = model.new_cache(1, args.prompt)?;
-    let t = Instant::now();
-    model.forward_greedy(&mut cache, &[SequenceInput { tokens: &tokens, start_pos: 0, slot: 0 }])?;
-    let prefill_tok_s = args.prompt as f64 / t.elapsed().as_secs_f64();
+    // Prefill, warm: the median of three runs when one takes under a second, else one run.
+    let mut runs = Vec::new();
+    while runs.len() < 3 && (runs.is_empty() || runs[0] < 1.0) {
+        let mut cache = model.new_cache(1, args.prompt)?;
+        let t = Instant::now();
+        model.forward_greedy(&mut cache, &[SequenceInput { tokens: &tokens, start_pos: 0, slot: 0 }])?;
+        runs.push(t.elapsed().as_secs_f64());
+    }
+    let prefill_tok_s = args.prompt as f64 / median(&mut runs);
     drop(cache);
     drop(model);
 

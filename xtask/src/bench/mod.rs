@@ -85,9 +85,9 @@ pub struct Row {
     pub open_cold_ms: f64,
     /// Cold open + prefill of the prompt + the first sampled token.
     pub first_token_ms: f64,
-    /// Prompt tokens per second (warm).
+    /// Prompt tokens per second (warm; median of 3 runs when one takes under a second).
     pub prefill_tok_s: f64,
-    /// Decoded tokens per second.
+    /// Decoded tokens per second (1 / the median step).
     pub decode_tok_s: f64,
     /// Peak resident memory of the process.
     pub peak_rss_bytes: u64,
