@@ -3,7 +3,7 @@
 //!
 //! | canonical tensor | GGUF output | SafeTensors / MLX output |
 //! |---|---|---|
-//! | vector (norm, bias, sinks) in bf16/f16 | f32 (llama.cpp keeps vectors f32; widening is exact) | as stored |
+//! | norms, biases, sinks, router in bf16/f16 | f32 (as llama.cpp stores them; widening is exact) | as stored |
 //! | weight matrix, float | as stored; `--quant` → that type; `--dtype` → that float | as stored; `--dtype` → that float |
 //! | weight matrix, GGML-quantized | as stored; `--quant` another type → re-quantized | dequantized to `--dtype` (bf16) |
 //! | GPT-OSS MXFP4 experts | MXFP4 | MXFP4 (HF `_blocks`/`_scales`, MLX mxfp4) |
@@ -51,7 +51,9 @@ pub(crate) fn output_dtype(t: &CanonTensor, opts: &ConvertOptions) -> Result<DTy
     Ok(match opts.target {
         Target::Gguf => {
             if !is_matrix(t) {
-                if is_float(t.dtype) && t.shape.len() == 1 { DType::F32 } else { t.dtype }
+                // llama.cpp keeps every float tensor that is not a weight matrix (norms, biases,
+                // sinks, the MoE router) in f32.
+                if is_float(t.dtype) { DType::F32 } else { t.dtype }
             } else if let Some(q) = opts.quant
                 && q.row_bytes(cols).is_some()
             {
