@@ -96,6 +96,32 @@ fn gpt_oss_round_trips_through_all_three_layouts_bit_for_bit() {
 }
 
 #[test]
+fn shards_and_index_as_save_pretrained_writes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sharded");
+    let mut opts = ConvertOptions::new(Target::SafeTensors);
+    opts.shard_bytes = 100_000;
+    let gguf = fixtures().join("gpt_oss/gpt_oss.gguf");
+    run(&gguf, &out, &opts).unwrap();
+    let shards: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".safetensors"))
+        .collect();
+    assert!(shards.len() > 1, "{shards:?}");
+    assert!(shards.iter().all(|n| n.starts_with("model-0000") && n.contains(&format!("-of-{:05}", shards.len()))));
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("model.safetensors.index.json")).unwrap()).unwrap();
+    let sizes: u64 = shards.iter().map(|n| std::fs::metadata(out.join(n)).unwrap().len()).sum();
+    let total = index["metadata"]["total_size"].as_u64().unwrap();
+    assert!(total < sizes && total > sizes / 2, "total_size {total} counts tensor bytes of {sizes}");
+    let single = dir.path().join("single");
+    run(&gguf, &single, &ConvertOptions::new(Target::SafeTensors)).unwrap();
+    assert_eq!(tensors(&out), tensors(&single));
+    assert_eq!(logits(&out, &GPT_OSS_TOKENS), logits(&single, &GPT_OSS_TOKENS));
+}
+
+#[test]
 fn gpt_oss_mlx_and_gguf_sources() {
     let dir = tempfile::tempdir().unwrap();
     let p = |name: &str| dir.path().join(name);
