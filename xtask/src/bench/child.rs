@@ -9,8 +9,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
-use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput};
+use anyhow::{Context, Result, bail};
+use minerva_model::{Backend, CpuBackend, LogitsFor, Model, SequenceInput};
 
 use super::Row;
 
@@ -36,6 +36,9 @@ pub struct ChildArgs {
     /// CPU threads.
     #[arg(long)]
     threads: Option<usize>,
+    /// `cpu` or `wgpu`.
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 /// A `/proc/self/status` field in bytes (its value is in kB).
@@ -100,14 +103,29 @@ fn ms(t: Instant) -> f64 {
 
 /// Measures one format and prints its row.
 pub fn run_child(args: &ChildArgs) -> Result<()> {
+    let row = match args.device.as_str() {
+        "cpu" => measure(args, || CpuBackend::new(args.threads).context("CPU backend"))?,
+        "wgpu" => measure(args, || {
+            minerva_wgpu::WgpuBackend::new(minerva_wgpu::WgpuOptions::default()).context("--device wgpu")
+        })?,
+        other => bail!("--device {other}: cpu or wgpu"),
+    };
+    println!("{}", serde_json::to_string(&row)?);
+    Ok(())
+}
+
+/// Measures one format on the backends `backend` makes (one per open). On a GPU backend
+/// `copied_bytes` counts the host memory the upload left behind, not device memory.
+fn measure<B: Backend>(args: &ChildArgs, backend: impl Fn() -> Result<B>) -> Result<Row> {
     let files = files(&args.model)?;
     let file_bytes = files.iter().map(|f| f.metadata().map_or(0, |m| m.len())).sum();
-    let backend = || CpuBackend::new(args.threads).context("CPU backend");
     evict(&files)?;
 
+    // The backend (a GPU device) is made before the clock starts: the open is the model's.
+    let first_backend = backend()?;
     let anon_before = status_bytes("RssAnon");
     let start = Instant::now();
-    let model = Model::load(&args.model, backend()?).with_context(|| format!("{}", args.model.display()))?;
+    let model = Model::load(&args.model, first_backend).with_context(|| format!("{}", args.model.display()))?;
     let open_cold_ms = ms(start);
     let copied_bytes = status_bytes("RssAnon").saturating_sub(anon_before);
 
@@ -145,12 +163,13 @@ pub fn run_child(args: &ChildArgs) -> Result<()> {
     drop(cache);
     drop(model);
 
+    let warm_backend = backend()?;
     let t = Instant::now();
-    let model = Model::load(&args.model, backend()?)?;
+    let model = Model::load(&args.model, warm_backend)?;
     let open_ms = ms(t);
     drop(model);
 
-    let row = Row {
+    Ok(Row {
         format: args.format.clone(),
         file_bytes,
         open_ms,
@@ -161,7 +180,5 @@ pub fn run_child(args: &ChildArgs) -> Result<()> {
         peak_rss_bytes: status_bytes("VmHWM"),
         copied_bytes,
         max_abs_logit_diff: 0.0,
-    };
-    println!("{}", serde_json::to_string(&row)?);
-    Ok(())
+    })
 }

@@ -10,7 +10,7 @@
 //!    (bf16, GPT-OSS experts MXFP4), under `--work`;
 //! 2. `minerva convert` (the library) writes them as GGUF, and the GGUF as SafeTensors and MLX —
 //!    every conversion lossless, so every format holds the same values (cached in `--work`);
-//! 3. for each format a child process (`xtask bench-run`, [`child`]) evicts the files' pages
+//! 3. for each format (on `--device cpu` or `wgpu`) a child process (`xtask bench-run`, [`child`]) evicts the files' pages
 //!    (`posix_fadvise(DONTNEED)`), opens the model (cold), prefills `--prompt` random tokens and
 //!    samples one (time to first token), decodes `--gen` tokens, prefills again warm, re-opens
 //!    warm, and reports peak RSS and the anonymous memory the open added (`copied_bytes`: weights
@@ -49,7 +49,7 @@ pub struct BenchArgs {
     /// Formats to run, comma-separated.
     #[arg(long, default_value = "gguf,safetensors,mlx", value_delimiter = ',')]
     formats: Vec<String>,
-    /// `cpu` (the only backend this bench drives yet).
+    /// `cpu` or `wgpu` (the adapter `MINERVA_ADAPTER` names, else the most capable).
     #[arg(long, default_value = "cpu")]
     device: String,
     /// CPU threads (default: all cores).
@@ -157,6 +157,7 @@ fn measure(args: &BenchArgs, format: &str, model: &Path, logits: &Path) -> Resul
     let mut cmd = Command::new(exe);
     cmd.arg("bench-run").arg("--format").arg(format).arg("--model").arg(model).arg("--logits").arg(logits);
     cmd.args(["--prompt", &args.prompt.to_string(), "--gen", &args.gen_tokens.to_string()]);
+    cmd.args(["--device", &args.device]);
     if let Some(t) = args.threads {
         cmd.args(["--threads", &t.to_string()]);
     }
@@ -201,8 +202,8 @@ pub fn table(rows: &[Row]) -> String {
 
 /// `cargo xtask bench`.
 pub fn run(args: &BenchArgs, root: &Path) -> Result<()> {
-    if args.device != "cpu" {
-        bail!("--device {}: this bench drives the CPU backend only (use `minerva bench --device wgpu`)", args.device);
+    if !matches!(args.device.as_str(), "cpu" | "wgpu") {
+        bail!("--device {}: cpu or wgpu", args.device);
     }
     let arch = match args.arch.as_str() {
         "gpt-oss" | "gpt_oss" => Arch::GptOss(
