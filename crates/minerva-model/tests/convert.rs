@@ -20,7 +20,14 @@ fn run(src: &Path, out: &Path, opts: &ConvertOptions) -> Result<Report, ConvertE
 }
 
 fn to(src: &Path, out: &Path, target: Target) -> Report {
-    run(src, out, &ConvertOptions::new(target)).unwrap_or_else(|e| panic!("{} → {}: {e}", src.display(), out.display()))
+    // Progress comes once per written tensor, counting up to the total.
+    let mut seen = Vec::new();
+    let report =
+        convert(src, out, &ConvertOptions::new(target), &Extras::default(), &mut |p| seen.push((p.done, p.total)))
+            .unwrap_or_else(|e| panic!("{} → {}: {e}", src.display(), out.display()));
+    let total = seen.last().map_or(0, |s| s.1);
+    assert!(total > 0 && seen.iter().enumerate().all(|(i, s)| *s == (i + 1, total)), "{seen:?}");
+    report
 }
 
 /// Logits of every position of `tokens`, one prefill on the default (i16-activation) CPU path.

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo xtask bench [--arch gpt-oss|llama] [--preset tiny|1b|8b|20b] [--formats gguf,safetensors,mlx]
-//!                   [--threads T] [--prompt 128] [--gen 64] [--json FILE] [--plot FILE.svg] [--work DIR]
+//!                   [--device cpu|wgpu] [--threads T] [--prompt 128] [--gen 64] [--json FILE] [--plot FILE.svg] [--work DIR]
 //! ```
 //!
 //! 1. `cargo xtask synth` writes the preset's random weights once, in the Hugging Face layout
