@@ -73,6 +73,33 @@ fn smollm2_tokenizer_survives_gguf_to_files_to_gguf() {
     assert_eq!(types(&again), types(&source));
 }
 
+/// SmolLM2's own tokenizer.json spells its pre-tokenizer as `Digits` + `ByteLevel(use_regex)`:
+/// recognised as llama.cpp's `smollm`, and tokenizing the same.
+#[test]
+fn hugging_face_spelling_of_smollm_is_recognised() {
+    let source = Gguf::open(root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf")).expect("real model");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in files_from_gguf(&source).unwrap() {
+        let bytes = if name == "tokenizer.json" {
+            let mut doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            doc["pre_tokenizer"] = serde_json::json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": true},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}]});
+            serde_json::to_vec(&doc).unwrap()
+        } else {
+            bytes
+        };
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    let keys = gguf_metadata_from_dir(dir.path()).unwrap();
+    let pre = keys.iter().find(|(k, _)| k == "tokenizer.ggml.pre").map(|(_, v)| format!("{v:?}"));
+    assert_eq!(pre.as_deref(), Some("String(\"smollm\")"));
+    let (hf, original) = (Tokenizer::from_dir(dir.path()).unwrap(), Tokenizer::from_gguf(&source).unwrap());
+    for text in corpus() {
+        assert_eq!(hf.encode(&text, false).unwrap(), original.encode(&text, false).unwrap(), "{text:?}");
+    }
+}
+
 #[test]
 fn tokenizers_gguf_cannot_hold_are_errors_naming_the_file() {
     // The tiny GPT-OSS fixture's tokenizer is word-level.

@@ -64,6 +64,19 @@ pub fn files_from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<Vec<(String, Vec<u
     ])
 }
 
+/// Pre-tokenizers that Hugging Face checkpoints spell differently from the pipeline
+/// `byte_level_pre_tokenizer` builds for the same GGUF name, but that split text the same way.
+const HF_SPELLINGS: &[(&str, fn() -> Value)] = &[
+    // GPT-2's regex inside ByteLevel itself (`use_regex`), without a Sequence around it.
+    ("gpt2", || json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true})),
+    // SmolLM's tokenizer.json: digits one by one, then ByteLevel with GPT-2's regex.
+    ("smollm", || {
+        json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": true},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}]})
+    }),
+];
+
 /// A pre-tokenizer in the `tokenizers` crate's own serialization (so that equal pipelines compare
 /// equal whatever optional fields the JSON spelled out).
 fn canonical_pre(value: &Value) -> Option<Value> {
@@ -86,9 +99,12 @@ pub fn gguf_metadata_from_dir(dir: &Path) -> Result<Vec<(String, MetadataValue)>
         return Err(file_err("only byte-level BPE tokenizers (GGUF model gpt2) are converted to GGUF".into()));
     }
     let pre = canonical_pre(&doc["pre_tokenizer"]);
+    let matches = |candidate: Value| pre.is_some() && canonical_pre(&candidate) == pre;
     let pre_name = SUPPORTED_PRE
         .iter()
-        .find(|name| byte_level_pre_tokenizer(name).ok().and_then(|p| canonical_pre(&p)) == pre && pre.is_some())
+        .copied()
+        .find(|name| byte_level_pre_tokenizer(name).is_ok_and(&matches))
+        .or_else(|| HF_SPELLINGS.iter().find(|(_, spelling)| matches(spelling())).map(|(name, _)| *name))
         .ok_or_else(|| file_err(format!("pre-tokenizer matches none of the GGUF pre types {SUPPORTED_PRE:?}")))?;
 
     // Tokens in id order: the BPE vocabulary, then added tokens.
