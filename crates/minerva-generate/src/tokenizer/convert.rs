@@ -64,9 +64,12 @@ pub fn files_from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<Vec<(String, Vec<u
     ])
 }
 
+/// A GGUF pre-tokenizer name and one JSON form of it.
+type Spelling = (&'static str, fn() -> Value);
+
 /// Pre-tokenizers that Hugging Face checkpoints spell differently from the pipeline
 /// `byte_level_pre_tokenizer` builds for the same GGUF name, but that split text the same way.
-const HF_SPELLINGS: &[(&str, fn() -> Value)] = &[
+const HF_SPELLINGS: &[Spelling] = &[
     // GPT-2's regex inside ByteLevel itself (`use_regex`), without a Sequence around it.
     ("gpt2", || json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true})),
     // SmolLM's tokenizer.json: digits one by one, then ByteLevel with GPT-2's regex.
