@@ -8,8 +8,9 @@
 //!
 //! 1. `cargo xtask synth` writes the preset's random weights once, in the Hugging Face layout
 //!    (bf16, GPT-OSS experts MXFP4), under `--work`;
-//! 2. `minerva convert` (the library) writes them as GGUF, and the GGUF as SafeTensors and MLX —
-//!    every conversion lossless, so every format holds the same values (cached in `--work`);
+//! 2. `minerva convert` (the library) writes them as GGUF, and the GGUF as MLX — every conversion
+//!    lossless, so every format holds the same values (cached in `--work`); the SafeTensors row
+//!    runs the written HF checkpoint itself;
 //! 3. for each format (on `--device cpu` or `wgpu`) a child process (`xtask bench-run`, [`child`]) evicts the files' pages
 //!    (`posix_fadvise(DONTNEED)`), opens the model (cold), prefills `--prompt` random tokens and
 //!    samples one (time to first token), decodes `--gen` tokens, prefills again warm, re-opens
@@ -141,14 +142,17 @@ fn prepare(args: &BenchArgs, arch: Arch, dir: &Path, format: &str) -> Result<Pat
         Ok(())
     };
     convert_to(&source, &gguf, Target::Gguf)?;
-    let out = match format {
-        "gguf" => return Ok(gguf),
-        "safetensors" | "hf" => (dir.join("safetensors"), Target::SafeTensors),
-        "mlx" => (dir.join("mlx"), Target::Mlx),
+    match format {
+        "gguf" => Ok(gguf),
+        // The HF checkpoint as written: one copy fewer on disk (20b: 14 GB).
+        "safetensors" | "hf" => Ok(source),
+        "mlx" => {
+            let mlx = dir.join("mlx");
+            convert_to(&gguf, &mlx, Target::Mlx)?;
+            Ok(mlx)
+        }
         other => bail!("--formats {other}: gguf, safetensors or mlx"),
-    };
-    convert_to(&gguf, &out.0, out.1)?;
-    Ok(out.0)
+    }
 }
 
 /// Runs one format in a fresh process.
