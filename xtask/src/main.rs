@@ -20,6 +20,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod loadgen;
 mod synth;
 
@@ -56,6 +57,12 @@ enum Task {
     /// Streaming chat requests against an OpenAI-compatible server at several concurrency
     /// levels: output tokens/s, requests/s, time to first token, inter-token latency.
     Loadgen(loadgen::LoadgenArgs),
+    /// The same weights in GGUF, SafeTensors and MLX, each run in a fresh process: open (cold and
+    /// warm), first token, prefill and decode speed, memory, logits against GGUF (`bench/`).
+    Bench(bench::BenchArgs),
+    /// One format of `bench`, measured in its own process (run by `bench`).
+    #[command(hide = true)]
+    BenchRun(bench::ChildArgs),
 }
 
 fn main() -> Result<()> {
@@ -77,7 +84,7 @@ fn main() -> Result<()> {
         // A debug build makes random gigabytes several times slower: hand over to a release one
         // with the same arguments. The release run prints its own one-line error: pass its exit
         // status on, add nothing.
-        Task::Synth(_) if cfg!(debug_assertions) => {
+        Task::Synth(_) | Task::Bench(_) if cfg!(debug_assertions) => {
             let status = Command::new("cargo")
                 .current_dir(&root)
                 .args(["run", "--release", "--quiet", "-p", "xtask", "--"])
@@ -87,6 +94,8 @@ fn main() -> Result<()> {
             std::process::exit(status.code().unwrap_or(1))
         }
         Task::Loadgen(args) => loadgen::run(&args),
+        Task::Bench(args) => bench::run(&args, &root),
+        Task::BenchRun(args) => bench::run_child(&args),
         Task::Synth(args) => {
             let opts = args.options()?;
             let start = std::time::Instant::now();

@@ -46,6 +46,14 @@ pub enum CliError {
     /// No GPU device could be opened (`--device wgpu`).
     #[error("--device wgpu: {0}")]
     Device(#[from] minerva_wgpu::WgpuError),
+    /// `minerva convert` failed (its messages name the tensor, key or output).
+    #[error("{path}: {source}")]
+    Convert {
+        /// The source model.
+        path: PathBuf,
+        /// What went wrong.
+        source: Box<minerva_model::convert::ConvertError>,
+    },
     /// A request the file cannot satisfy.
     #[error("{path}: {message}")]
     Request {

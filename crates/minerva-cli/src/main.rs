@@ -4,6 +4,7 @@
 
 mod bench;
 mod chat;
+mod convert;
 mod cpu_info;
 mod device;
 mod dump;
@@ -131,6 +132,27 @@ enum Command {
         #[command(flatten)]
         serve: serve::ServeArgs,
     },
+    /// Write a model in another format: GGUF ↔ Hugging Face SafeTensors ↔ MLX, tensor by tensor,
+    /// with its tokenizer and chat template; lossless where the target holds the source's types.
+    Convert {
+        /// A GGUF file, a SafeTensors file or index, or a model directory (HF or MLX).
+        src: PathBuf,
+        /// The output format: gguf (one file), safetensors (a directory as save_pretrained writes
+        /// it) or mlx (a directory as mlx-lm writes it).
+        #[arg(long)]
+        to: String,
+        /// Quantize the weight matrices (GGUF output): q8_0, q4_0, q4_1 or mxfp4.
+        #[arg(long, value_name = "TYPE")]
+        quant: Option<String>,
+        /// Float type of dequantized tensors (default bf16); given, float matrices are cast too.
+        #[arg(long, value_name = "f32|f16|bf16")]
+        dtype: Option<String>,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+        /// The output GGUF file or directory.
+        out: PathBuf,
+    },
     /// Prefill and decode speed (tokens/s, median of repetitions), like llama.cpp's `llama-bench`.
     Bench {
         #[command(flatten)]
@@ -209,6 +231,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
             tokenize::run(&path, &text, pieces, json, no_bos, &mut out)
         }
         Command::Serve { model, serve } => serve::run(&model, &serve),
+        Command::Convert { src, to, quant, dtype, force, out: dest } => {
+            convert::run(&convert::Args { src, to, quant, dtype, force, out: dest }, &mut out)
+        }
         Command::Bench { model, prompt, gen_tokens, reps, json } => {
             let opts = bench::Options { prompt, gen_tokens, reps, json };
             bench::run(&model, &opts, &mut out)

@@ -54,6 +54,7 @@ pub mod arch;
 pub mod backend;
 pub mod checks;
 pub mod config;
+pub mod convert;
 pub mod cpu;
 mod error;
 mod gguf_keys;

@@ -96,6 +96,17 @@ pub fn hf_name(arch: &str, gguf_name: &str) -> String {
     }
 }
 
+/// The llama.cpp name of the tensor Hugging Face calls `hf` in architecture `arch`, if the
+/// architecture's table has it (the inverse of [`hf_name`]).
+pub fn gguf_name(arch: &str, hf: &str) -> Option<String> {
+    if let Some((g, _)) = HF_GLOBAL_NAMES.iter().find(|(_, h)| *h == hf) {
+        return Some((*g).to_string());
+    }
+    let (layer, rest) = hf.strip_prefix("model.layers.")?.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    crate::arch::gguf_layer_suffix(arch, rest).map(|suffix| format!("blk.{layer}.{suffix}"))
+}
+
 /// A model's tensors by stored name, each a [`WeightSource`] over the shared map.
 pub struct TensorSource {
     format: SourceFormat,

@@ -253,6 +253,18 @@ pub enum SafetensorsError {
         /// What is wrong.
         reason: String,
     },
+    /// [`crate::SafetensorsWriter`] was given something a SafeTensors file cannot hold, or its
+    /// tensor data did not match what was declared.
+    #[error("writing SafeTensors: tensor {name:?}: {reason}")]
+    Write {
+        /// The tensor concerned (`""` for the file as a whole).
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Writing the output failed.
+    #[error("writing SafeTensors: {0}")]
+    WriteIo(#[from] std::io::Error),
 }
 
 /// Shorthand for results of this crate.

@@ -23,10 +23,12 @@ mod checkpoint;
 mod error;
 mod logical;
 mod shard;
+mod writer;
 
 pub use checkpoint::{Checkpoint, INDEX_FILE, Tensor};
 pub use error::{Result, SafetensorsError};
 pub use logical::{Encoding, LogicalTensor};
+pub use writer::{SafetensorsWriter, TensorDataWriter};
 
 /// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
 #[doc = include_str!("../README.md")]

@@ -33,6 +33,7 @@ use minerva_core::DType;
 
 pub use minerva_model::synthetic::{LlamaShape, gpt_oss_preset, llama_preset};
 use rng::Rng;
+pub use safetensors::MAX_SHARD;
 
 /// Bytes generated and written at a time.
 pub const CHUNK: usize = 4 << 20;
@@ -142,7 +143,7 @@ impl SynthArgs {
         if matches!((arch, format), (Arch::Llama(_), Format::Mlx)) {
             bail!("--arch llama --format mlx: not supported (MLX is written for gpt-oss only)");
         }
-        Ok(Options { arch, format, quant, seed: *seed, out: out.clone(), shard_bytes: safetensors::MAX_SHARD })
+        Ok(Options { arch, format, quant, seed: *seed, out: out.clone(), shard_bytes: MAX_SHARD })
     }
 }
 

@@ -70,7 +70,7 @@ pub const SUPPORTED_PRE: &[&str] =
 
 /// The pre-tokenizer for a byte-level vocabulary: the split regexes `pre` names, then the
 /// byte-to-unicode mapping.
-fn byte_level_pre_tokenizer(pre: &str) -> Result<Value> {
+pub(crate) fn byte_level_pre_tokenizer(pre: &str) -> Result<Value> {
     let split =
         |regex: &str| json!({"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": false});
     let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});

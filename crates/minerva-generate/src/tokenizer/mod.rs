@@ -1,6 +1,7 @@
 //! [`Tokenizer`]: text ↔ token ids, built from GGUF metadata or a `tokenizer.json`, with the
 //! special ids generation needs (BOS, EOS, end-of-turn) and a streaming decoder.
 
+pub mod convert;
 pub mod gguf;
 
 use std::path::Path;

@@ -60,6 +60,21 @@ pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
     }
 }
 
+/// The llama.cpp suffix of the block tensor Hugging Face calls `model.layers.N.{hf}` in `arch`:
+/// the inverse of [`hf_layer_name`], used by the converter.
+pub(crate) fn gguf_layer_suffix(arch: &str, hf: &str) -> Option<&'static str> {
+    match arch {
+        "gpt-oss" | "gpt_oss" => gpt_oss::weights::gguf_layer_suffix(hf),
+        _ => llama::weights::gguf_layer_suffix(arch, hf),
+    }
+}
+
+/// Whether GGUF files of `arch` hold the Q/K rows permuted for adjacent-pair RoPE (llama.cpp's
+/// converter does so for LLaMA and Mistral only).
+pub(crate) fn gguf_permutes_qk(arch: &str) -> bool {
+    llama::weights::gguf_permutes_qk(arch)
+}
+
 /// Reads the config and loads every weight of a GGUF file.
 pub(crate) fn load_gguf<B, D>(gguf: &Arc<Gguf<D>>, backend: &B) -> Result<(Config, ModelWeights<B::Weight>)>
 where

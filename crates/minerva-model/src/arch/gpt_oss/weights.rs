@@ -55,6 +55,12 @@ pub(crate) fn hf_layer_name(suffix: &str) -> Option<&'static str> {
     HF_LAYER_NAMES.iter().find(|(g, _)| *g == suffix).map(|(_, hf)| *hf)
 }
 
+/// The llama.cpp suffix of the block tensor Hugging Face calls `model.layers.N.{hf}` (the experts
+/// aside; the inverse of [`hf_layer_name`]).
+pub(crate) fn gguf_layer_suffix(hf: &str) -> Option<&'static str> {
+    HF_LAYER_NAMES.iter().find(|(_, h)| *h == hf).map(|(g, _)| *g)
+}
+
 /// An owned buffer (a converted tensor).
 struct OwnedBytes(Vec<u8>);
 

@@ -33,6 +33,21 @@ pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
     HF_LAYER_NAMES.iter().find(|(g, _)| *g == suffix).map(|(_, hf)| *hf)
 }
 
+/// The llama.cpp suffix of the block tensor Hugging Face calls `model.layers.N.{hf}` in `arch`
+/// (the inverse of [`hf_layer_name`]).
+pub(crate) fn gguf_layer_suffix(arch: &str, hf: &str) -> Option<&'static str> {
+    if arch == "phi3" && hf == "mlp.gate_up_proj.weight" {
+        return Some("ffn_up.weight");
+    }
+    HF_LAYER_NAMES.iter().find(|(_, h)| *h == hf).map(|(g, _)| *g)
+}
+
+/// Whether llama.cpp's converter permutes the Q/K rows of `arch` (so that GGUF files use the
+/// adjacent-pair RoPE): LLaMA and Mistral yes, Phi-3 no.
+pub(crate) fn gguf_permutes_qk(arch: &str) -> bool {
+    matches!(arch, "llama" | "mistral")
+}
+
 /// One transformer block's weights (GGUF names `blk.{i}.*`; Hugging Face `model.layers.{i}.*`).
 pub struct LayerWeights<W> {
     /// `attn_norm.weight`: `[n_embd]`.

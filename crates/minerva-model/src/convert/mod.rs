@@ -1,0 +1,267 @@
+//! `minerva convert`'s library: a model from any layout Minerva loads (GGUF file, Hugging Face
+//! SafeTensors file / index / directory, MLX directory) written as another, tensor by tensor.
+//!
+//! ```text
+//! source.rs   SourceModel: the config and every tensor under its llama.cpp name, in GGUF's
+//!             conventions (Q/K rows permuted for LLaMA, GPT-OSS experts as GGML MXFP4 with gate
+//!             and up apart): the canonical form both writers start from
+//! dtype.rs    what each tensor becomes (kept, widened, dequantized, quantized) and the byte work
+//! to_gguf.rs  config → `{arch}.*` keys, canonical tensors → one GGUF file
+//! to_hf.rs    config → config.json, canonical tensors → Hugging Face / MLX names and layouts,
+//!             5 GB shards + index
+//! ```
+//!
+//! Every tensor is read, converted and written before the next one is touched, so memory stays
+//! at about the largest tensor whatever the model size. The output is written under a temporary
+//! name beside `OUT` and renamed at the end, so a half-written output never looks complete.
+//! The tokenizer is the caller's (`minerva-generate` owns it): it hands GGUF keys or files in
+//! [`Extras`]; a GGUF source's `tokenizer.*` keys are copied to a GGUF output as they are.
+
+mod dtype;
+mod source;
+mod to_gguf;
+mod to_hf;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use minerva_core::DType;
+use minerva_gguf::MetadataValue;
+
+use crate::error::ModelError;
+pub use source::{Layout, SourceModel};
+
+/// What can go wrong converting; every variant names the file, tensor or option concerned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConvertError {
+    /// Reading the source model failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The output exists and `--force` was not given.
+    #[error("{path} exists (give --force to replace it)")]
+    OutputExists {
+        /// The output path.
+        path: PathBuf,
+    },
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The target format cannot express something the source holds.
+    #[error("cannot convert {what}: {reason}")]
+    Unsupported {
+        /// The tensor, key or option.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// Writing GGUF failed.
+    #[error("writing GGUF: {0}")]
+    Gguf(#[from] minerva_gguf::GgufError),
+    /// Writing SafeTensors failed.
+    #[error(transparent)]
+    Safetensors(#[from] minerva_safetensors::SafetensorsError),
+    /// A (de)quantization failed.
+    #[error("tensor {tensor}: {source}")]
+    Quant {
+        /// The tensor.
+        tensor: String,
+        /// The kernel's error.
+        source: minerva_quant::QuantError,
+    },
+}
+
+/// The result type of this module.
+pub type Result<T, E = ConvertError> = std::result::Result<T, E>;
+
+pub(crate) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ConvertError + '_ {
+    move |source| ConvertError::Io { path: path.to_path_buf(), source }
+}
+
+fn unsupported(what: impl Into<String>, reason: impl Into<String>) -> ConvertError {
+    ConvertError::Unsupported { what: what.into(), reason: reason.into() }
+}
+
+/// The output layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// One llama.cpp GGUF file.
+    Gguf,
+    /// A Hugging Face directory as `save_pretrained` writes it.
+    SafeTensors,
+    /// An MLX directory as mlx-lm writes it (GPT-OSS experts as MLX mxfp4).
+    Mlx,
+}
+
+impl Target {
+    /// `gguf`, `safetensors` (or `hf`) or `mlx`.
+    pub fn parse(name: &str) -> Option<Target> {
+        match name {
+            "gguf" => Some(Target::Gguf),
+            "safetensors" | "hf" => Some(Target::SafeTensors),
+            "mlx" => Some(Target::Mlx),
+            _ => None,
+        }
+    }
+}
+
+/// How to convert.
+#[derive(Clone, Debug)]
+pub struct ConvertOptions {
+    /// The output layout.
+    pub target: Target,
+    /// Quantize the weight matrices to this GGML type (GGUF output only): Q8_0, Q4_0, Q4_1 or MXFP4
+    /// (the types `minerva-quant` writes). GPT-OSS's MXFP4 experts stay MXFP4.
+    pub quant: Option<DType>,
+    /// The float type of dequantized tensors (default BF16, as Hugging Face ships); when given
+    /// explicitly, float weight matrices are cast to it too.
+    pub dtype: Option<DType>,
+    /// Replace an existing output.
+    pub force: bool,
+    /// Largest SafeTensors shard in bytes (5 GB as `save_pretrained`).
+    pub shard_bytes: u64,
+}
+
+impl ConvertOptions {
+    /// Options for `target` with the defaults: no quantization, bf16 for dequantized tensors, no
+    /// overwrite, 5 GB shards.
+    pub fn new(target: Target) -> ConvertOptions {
+        ConvertOptions { target, quant: None, dtype: None, force: false, shard_bytes: 5_000_000_000 }
+    }
+}
+
+/// What the caller adds to the output: the tokenizer, which `minerva-generate` translates.
+#[derive(Clone, Debug, Default)]
+pub struct Extras {
+    /// GGUF keys (`tokenizer.ggml.*`, `tokenizer.chat_template`) for a GGUF output from a
+    /// SafeTensors source.
+    pub gguf_metadata: Vec<(String, MetadataValue)>,
+    /// Files (`tokenizer.json`, `tokenizer_config.json`, `generation_config.json`) for a directory
+    /// output.
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// Progress, after each tensor.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress<'a> {
+    /// The tensor just written (output name).
+    pub tensor: &'a str,
+    /// Tensors written so far.
+    pub done: usize,
+    /// Tensors to write.
+    pub total: usize,
+}
+
+/// What happened to the tensors, for the one-line summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Tensors written byte for byte as stored.
+    pub copied: usize,
+    /// Tensors whose bytes were rearranged without changing a value (Q/K row order, MXFP4 nibble
+    /// layout, gate/up interleaving).
+    pub repacked: usize,
+    /// Float tensors widened without loss (bf16/f16 → f32).
+    pub widened: BTreeMap<(DType, DType), usize>,
+    /// Tensors dequantized or narrowed (lossy), by (from, to).
+    pub lossy: BTreeMap<(DType, DType), usize>,
+    /// MLX affine tensors written as the float values `mx.dequantize` gives (the codes are gone).
+    pub mlx_affine_dequantized: usize,
+    /// Bytes of tensor data written.
+    pub bytes_written: u64,
+}
+
+impl Report {
+    /// Whether every value of the source is in the output exactly.
+    pub fn is_lossless(&self) -> bool {
+        self.lossy.is_empty() && self.mlx_affine_dequantized == 0
+    }
+
+    /// One line: lossless, or which conversions lost precision.
+    pub fn summary(&self) -> String {
+        let pairs = |m: &BTreeMap<(DType, DType), usize>| {
+            m.iter().map(|((a, b), n)| format!("{n} {a}→{b}")).collect::<Vec<_>>().join(", ")
+        };
+        let mut kept = format!("{} copied", self.copied);
+        if self.repacked > 0 {
+            kept += &format!(", {} repacked", self.repacked);
+        }
+        if !self.widened.is_empty() {
+            kept += &format!(", widened {}", pairs(&self.widened));
+        }
+        let mut lost = pairs(&self.lossy);
+        if self.mlx_affine_dequantized > 0 {
+            let sep = if lost.is_empty() { "" } else { ", " };
+            lost += &format!("{sep}{} MLX affine→float", self.mlx_affine_dequantized);
+        }
+        if self.is_lossless() { format!("lossless: {kept}") } else { format!("lossy: converted {lost} ({kept})") }
+    }
+}
+
+/// Converts the model at `src` into `out` as `opts` says; returns what happened to the tensors.
+pub fn convert(
+    src: &Path,
+    out: &Path,
+    opts: &ConvertOptions,
+    extras: &Extras,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Report> {
+    if out.exists() && !opts.force {
+        return Err(ConvertError::OutputExists { path: out.to_path_buf() });
+    }
+    if opts.quant.is_some() && opts.target != Target::Gguf {
+        return Err(unsupported("--quant", "writes GGML block types, which only a GGUF output holds"));
+    }
+    if let Some(q) = opts.quant
+        && !matches!(q, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::MXFP4)
+    {
+        return Err(unsupported(format!("--quant {q}"), "minerva-quant writes q8_0, q4_0, q4_1 and mxfp4"));
+    }
+    if let Some(d) = opts.dtype
+        && !matches!(d, DType::F32 | DType::F16 | DType::BF16)
+    {
+        return Err(unsupported(format!("--dtype {d}"), "f32, f16 or bf16"));
+    }
+    let model = SourceModel::open(src)?;
+    let tmp = temp_path(out);
+    remove_path(&tmp)?;
+    let written = match opts.target {
+        Target::Gguf => to_gguf::write(&model, &tmp, opts, extras, progress),
+        Target::SafeTensors | Target::Mlx => to_hf::write(&model, &tmp, opts, extras, progress),
+    };
+    let report = match written {
+        Ok(report) => report,
+        Err(e) => {
+            // Best effort: the error is the message, a leftover temporary file is not.
+            let _ = remove_path(&tmp);
+            return Err(e);
+        }
+    };
+    if out.exists() {
+        remove_path(out)?;
+    }
+    std::fs::rename(&tmp, out).map_err(io_error(out))?;
+    Ok(report)
+}
+
+/// `OUT.partial` beside `OUT`: never mistaken for a finished model.
+fn temp_path(out: &Path) -> PathBuf {
+    let mut name = out.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".partial");
+    out.with_file_name(name)
+}
+
+fn remove_path(path: &Path) -> Result<()> {
+    let result = if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else if path.exists() {
+        std::fs::remove_file(path)
+    } else {
+        Ok(())
+    };
+    result.map_err(io_error(path))
+}
