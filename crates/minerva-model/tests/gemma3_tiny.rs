@@ -12,49 +12,14 @@
 //! * older config.json keys, GGUF `sliding_window_pattern` (count or booleans) and
 //!   `rope.freq_base_swa`, and errors naming the key.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{prefill, reference, rel_err, tiny_dir};
 
 use minerva_model::{CpuBackend, Gemma3Config, LogitsFor, Mask, Model, ModelWeights, RopeScaling, SequenceInput};
 
-fn tiny_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/model/tiny").join(name)
-}
-
-/// The token sequences and transformers' logits (positions × vocab per sequence).
-fn reference(name: &str) -> Vec<(Vec<u32>, Vec<f32>)> {
-    let dir = tiny_dir(name);
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
-    let vocab = json["vocab"].as_u64().unwrap() as usize;
-    let bytes = std::fs::read(dir.join("logits.f32")).unwrap();
-    let mut logits = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    json["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|seq| {
-            let tokens: Vec<u32> = seq.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
-            let values: Vec<f32> = logits.by_ref().take(tokens.len() * vocab).collect();
-            assert_eq!(values.len(), tokens.len() * vocab, "logits.f32 is short");
-            (tokens, values)
-        })
-        .collect()
-}
-
 fn f32_backend() -> CpuBackend {
     CpuBackend::new(Some(2)).unwrap().with_f32_activations(true)
-}
-
-/// Logits of every position of `tokens`, in one prefill.
-fn prefill(model: &Model<CpuBackend>, tokens: &[u32]) -> Vec<f32> {
-    let mut cache = model.new_cache(1, tokens.len()).unwrap();
-    model.forward(&mut cache, &[SequenceInput { tokens, start_pos: 0, slot: 0 }], LogitsFor::All).unwrap().data
-}
-
-/// max |a − b| / max |b|.
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
-    diff / b.iter().map(|v| v.abs()).fold(0.0, f32::max)
 }
 
 fn gemma_config(model: &Model<CpuBackend>) -> &Gemma3Config {
