@@ -96,11 +96,11 @@ struct Step {
     previous_bind_groups: HashMap<BindKey, wgpu::BindGroup>,
 }
 
-/// What a dispatch binds: its pipeline, its buffers in binding order, and its parameters' place in
-/// the ring.
+/// What a dispatch binds: its pipeline (compared by identity), its buffers in binding order, and
+/// its parameters' place in the ring.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct BindKey {
-    pipeline: String,
+    pipeline: wgpu::ComputePipeline,
     buffers: Vec<wgpu::Buffer>,
     params_offset: usize,
     params_len: usize,
@@ -235,8 +235,9 @@ impl Gpu {
         let offset = step.params.len();
         step.params.extend_from_slice(bytes);
         step.params.resize((offset + bytes.len()).next_multiple_of(self.param_align), 0);
+        let label = key;
         let key = BindKey {
-            pipeline: key.to_string(),
+            pipeline: pipeline.clone(),
             buffers: buffers.iter().map(|&b| b.clone()).collect(),
             params_offset: offset,
             params_len: bytes.len(),
@@ -246,7 +247,7 @@ impl Gpu {
             None => {
                 let group = match step.previous_bind_groups.remove(&key) {
                     Some(group) => group,
-                    None => self.bind_group(&pipeline, &key),
+                    None => self.bind_group(label, &key),
                 };
                 step.bind_groups.insert(key, group.clone());
                 group
@@ -267,7 +268,7 @@ impl Gpu {
 
     /// A bind group for `key`: its buffers at bindings 0, 1, …, then its slice of the ring as the
     /// uniform at the next binding.
-    fn bind_group(&self, pipeline: &wgpu::ComputePipeline, key: &BindKey) -> wgpu::BindGroup {
+    fn bind_group(&self, label: &str, key: &BindKey) -> wgpu::BindGroup {
         let uniform = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: &self.ring,
             offset: key.params_offset as u64,
@@ -282,8 +283,8 @@ impl Gpu {
             .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
             .collect();
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(&key.pipeline),
-            layout: &pipeline.get_bind_group_layout(0),
+            label: Some(label),
+            layout: &key.pipeline.get_bind_group_layout(0),
             entries: &entries,
         })
     }

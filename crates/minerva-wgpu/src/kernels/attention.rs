@@ -57,8 +57,11 @@ pub(crate) fn attention(
     ];
     let groups = [n_splits as u32, s.n_head as u32, s.rows as u32];
     let source = || s.kv.source(include_str!("attention.wgsl"));
-    let key = format!("attention/{}", s.kv.key());
-    gpu.dispatch(&key, source, &[q, kc, vc, info, part], &params, groups);
+    let key = match s.kv {
+        KvElem::F32 => "attention/f32",
+        KvElem::F16 => "attention/f16",
+    };
+    gpu.dispatch(key, source, &[q, kc, vc, info, part], &params, groups);
     let params = [s.n_head as u32, s.head_dim as u32, n_splits as u32, s.sinks.is_some() as u32];
     let source = || include_str!("attention_reduce.wgsl").to_string();
     let sinks = s.sinks.as_ref().unwrap_or(&s.no_sinks);
@@ -121,6 +124,9 @@ pub(crate) fn attention_prefill(
     let source = || s.kv.source(include_str!("attention_prefill.wgsl"));
     let groups = [n_blocks as u32, s.n_head as u32, 1];
     let sinks = s.sinks.as_ref().unwrap_or(&s.no_sinks);
-    let key = format!("attention_prefill/{}", s.kv.key());
-    gpu.dispatch(&key, source, &[q, kc, vc, info, blocks, out, sinks], &params, groups);
+    let key = match s.kv {
+        KvElem::F32 => "attention_prefill/f32",
+        KvElem::F16 => "attention_prefill/f16",
+    };
+    gpu.dispatch(key, source, &[q, kc, vc, info, blocks, out, sinks], &params, groups);
 }

@@ -56,14 +56,6 @@ impl KvElem {
         };
         format!("{access}\n{kernel}")
     }
-
-    /// The suffix of its kernels' pipeline keys.
-    pub(crate) fn key(self) -> &'static str {
-        match self {
-            KvElem::F32 => "f32",
-            KvElem::F16 => "f16",
-        }
-    }
 }
 
 /// How the kernels read one weight dtype: its `load8`/`load1` (8 or 1 dequantized values of a row
