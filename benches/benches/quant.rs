@@ -17,7 +17,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use minerva_core::DType;
 use minerva_quant::{dequantize, dequantize_fast, detected_isas, matmul, matmul_i16, matmul_with_isa, matvec};
-use rayon::prelude::*;
+use minerva_quant::ComputePool;
+use minerva_quant::pool::for_each_chunk_mut;
 
 /// Random weights of `dtype` for `values` values: xorshift bytes, scale fields made finite.
 fn weights(dtype: DType, values: usize) -> Vec<u8> {
@@ -71,8 +72,22 @@ fn weights(dtype: DType, values: usize) -> Vec<u8> {
     out
 }
 
-fn pools() -> [(usize, rayon::ThreadPool); 2] {
-    [1, 2].map(|t| (t, rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("pool")))
+fn pools() -> [(usize, ComputePool); 2] {
+    [1, 2].map(|t| (t, ComputePool::new(t).expect("pool")))
+}
+
+/// The wrapping sum of `buffer` in `tasks` chunks on `pool`: integer sums vectorize, so this is
+/// bound by memory bandwidth.
+fn parallel_sum(pool: &ComputePool, buffer: &[u64], tasks: usize) -> u64 {
+    let chunk = buffer.len().div_ceil(tasks);
+    let mut sums = vec![0u64; tasks];
+    pool.install(|| {
+        for_each_chunk_mut(&mut sums, 1, |i, sum| {
+            let part = buffer.get(i * chunk..).unwrap_or_default();
+            sum[0] = part.iter().take(chunk).fold(0u64, |s, &v| s.wrapping_add(v));
+        })
+    });
+    sums.iter().fold(0u64, |s, &v| s.wrapping_add(v))
 }
 
 fn bench_bandwidth(c: &mut Criterion) {
@@ -83,10 +98,7 @@ fn bench_bandwidth(c: &mut Criterion) {
     for (threads, pool) in pools() {
         group.bench_function(format!("sum_u64_{threads}t"), |b| {
             b.iter(|| {
-                pool.install(|| {
-                    let chunk = buffer.len().div_ceil(4 * threads);
-                    buffer.par_chunks(chunk).map(|c| c.iter().fold(0u64, |s, &v| s.wrapping_add(v))).sum::<u64>()
-                })
+                parallel_sum(&pool, &buffer, 4 * threads)
             })
         });
     }

@@ -41,12 +41,9 @@ pub fn run(args: &ModelArgs, opts: &Options, stdout: &mut impl Write) -> Result<
         return Err(request("nothing to measure: -p and -n are both 0".to_string()));
     }
     let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    // The whole benchmark runs inside one pool of `threads` workers, and the backend uses the
-    // current pool (`threads: None`): a backend with its own pool would hand every op over to
-    // that pool's threads and wait for them (two wake-ups per op, ~300 ops per token).
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(1))
-        .build()
+    // The whole benchmark runs inside one pool of `threads` threads (this one included), which
+    // the backend uses as the current pool (`threads: None`).
+    let pool = minerva_quant::ComputePool::new(threads)
         .map_err(|e| request(format!("cannot start {threads} threads: {e}")))?;
     let args = ModelArgs { path: Some(path.clone()), model: None, hf: None, threads: None, ..args.clone() };
     let task = Measure { opts, threads, device: args.device };

@@ -10,7 +10,7 @@ use crate::error::CliError;
 /// Where the model runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Device {
-    /// The CPU backend (quantized kernels, rayon).
+    /// The CPU backend (quantized kernels on a `ComputePool`).
     #[default]
     Cpu,
     /// The GPU through wgpu (Vulkan, Metal, DX12, GL); `MINERVA_ADAPTER` picks the adapter by name.

@@ -110,7 +110,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
     // HTTP side answers /health with 503 meanwhile.
     let loader_handle = engine.clone();
     let device = Arc::new(std::sync::OnceLock::new());
-    let cpu = format!("cpu ({} threads)", model.threads.unwrap_or_else(rayon::current_num_threads));
+    let cpu = format!("cpu ({} threads)", model.threads.unwrap_or_else(minerva_quant::pool::current_threads));
     let task = ServeTask { runner, device: device.clone(), cpu };
     std::thread::Builder::new()
         .name("minerva-engine".into())

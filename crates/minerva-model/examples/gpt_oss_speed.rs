@@ -7,7 +7,6 @@
 use std::time::Instant;
 
 use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput, argmax};
-use rayon::prelude::*;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -39,12 +38,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let buf = vec![1u64; 1 << 27];
     let mut bandwidth = Vec::new();
     for n in [1, threads] {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(n).build()?;
+        let pool = minerva_quant::ComputePool::new(n)?;
         let mut rates: Vec<f64> = (0..5)
             .map(|_| {
                 let t = Instant::now();
-                let s: u64 = pool
-                    .install(|| buf.par_chunks(1 << 16).map(|c| c.iter().fold(0u64, |a, &x| a.wrapping_add(x))).sum());
+                let mut sums = vec![0u64; buf.len() >> 16];
+                pool.install(|| {
+                    minerva_quant::pool::for_each_chunk_mut(&mut sums, 1, |i, sum| {
+                        sum[0] = buf[i << 16..][..1 << 16].iter().fold(0u64, |a, &x| a.wrapping_add(x));
+                    })
+                });
+                let s: u64 = sums.iter().sum();
                 assert_eq!(s, 1 << 27);
                 (1u64 << 30) as f64 / t.elapsed().as_secs_f64() / 1e9
             })

@@ -29,7 +29,7 @@
 //!   window), `add`, `swiglu`, and `logits`, the only op that reads back to the host. A GPU
 //!   backend can record every op of a step into one submission.
 //! * [`CpuBackend`] — minerva-quant's fused quantized kernels (activations quantized on the fly:
-//!   i16 for the 32-value block formats, Q8_K for the K-quants), rayon over rows/heads; KV cache
+//!   i16 for the 32-value block formats, Q8_K for the K-quants), a `ComputePool` over rows/heads; KV cache
 //!   in f32 or f16, `[slot][layer][kv_head][pos][head_dim]`.
 //! * [`Model::forward`] — a batch of [`SequenceInput`]s (tokens, start position, cache slot): a
 //!   whole prompt is one pass (matmul over all its tokens), a decode step one token (matvec).

@@ -9,11 +9,13 @@
 //! * [`dequantize_fast`] — SIMD kernels picked at run time (scalar fallback), bit-identical to the
 //!   reference; the scalar reference lives in `ggml`, the SIMD code in `kernels/x86/avx2_dequant.rs`.
 //! * [`matvec`] / [`matmul`] — fused quantized matrix × vector / small matrix products with
-//!   activations quantized on the fly (Q8_0 / Q8_K), multi-threaded over rows with rayon; AVX2
+//!   activations quantized on the fly (Q8_0 / Q8_K), multi-threaded over rows on a [`ComputePool`]; AVX2
 //!   tile kernels (4 rows × 2 activations) for the 32-value block formats in
 //!   `kernels/x86/avx2_tile.rs`, per-row dot kernels for the others in `kernels/x86/avx2_dot.rs`,
 //!   scalar ones in `kernels/reference.rs` ([`matvec_ref`]). [`matmul_i16`] quantizes activations
 //!   to i16 instead (f32-level accuracy).
+//! * [`pool`] — [`ComputePool`], the threads matrix products (and the model's other per-op loops)
+//!   run on: the caller takes part and idle workers spin briefly, for hundreds of short loops a step.
 //!
 //! Which function does what for each dtype is one table, `kernels/mod.rs`: a scalar reference row
 //! per dtype and, per instruction set, rows of the kernels that set speeds up, merged once per
@@ -50,6 +52,7 @@ mod float;
 pub mod ggml;
 mod kernels;
 mod matmul;
+pub mod pool;
 pub mod mlx;
 pub mod mxfp4;
 
@@ -79,6 +82,7 @@ pub use matmul::{
     matvec, matvec_ref,
 };
 pub use mlx::MlxAffine;
+pub use pool::ComputePool;
 pub use mxfp4::{dequantize_hf_mxfp4_ref, dequantize_mlx_mxfp4_ref, ggml_mxfp4_to_hf, hf_mxfp4_to_ggml};
 
 /// The reference dequantizer for `dtype`, if this crate has one.

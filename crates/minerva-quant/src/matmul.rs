@@ -11,9 +11,9 @@
 //!   time, the scalar kernels otherwise).
 //! * [`matvec_ref`] / [`matmul_ref`] — always the scalar kernels (same activation quantization).
 //!
-//! Work is split over rows with rayon in the *current* pool: call inside
-//! [`rayon::ThreadPool::install`] to choose the thread count (a 1-thread pool runs on the calling
-//! thread with no task splitting).
+//! Work is split over rows on the *current* [`ComputePool`](crate::ComputePool): call inside
+//! [`ComputePool::install`](crate::ComputePool::install) to choose the thread count (a 1-thread
+//! pool runs on the calling thread with no task splitting; without one, the process-wide pool).
 //!
 //! ```
 //! use minerva_core::DType;
@@ -29,17 +29,16 @@
 //! // Close, not exact: the weight scale 1/127 is stored as f16.
 //! assert!((y[0] - 32.0).abs() < 0.01 && (y[1] + 16.0).abs() < 0.01);
 //!
-//! let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+//! let pool = minerva_quant::ComputePool::new(2)?;
 //! pool.install(|| matvec(DType::Q8_0, &bytes, 2, 32, &x, &mut y))?;
-//! # Ok::<(), minerva_quant::QuantError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use minerva_core::DType;
-use rayon::prelude::*;
-
 use crate::QuantError;
 use crate::activation::Activation;
 use crate::kernels::{self, MatKernel};
+use crate::pool;
 
 /// The format activations are converted to for weights of `dtype`: `F32` (used as given) for
 /// F32/F16/BF16, `Q8_0` for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/MXFP4, `Q8_K` for Q2_K…Q6_K; `None` for
@@ -228,23 +227,30 @@ fn run(
         ys.fill(0.0);
         return Ok(());
     }
-    let threads = rayon::current_num_threads();
+    let threads = pool::current_threads();
     let acts: Vec<Activation<'_>> = if threads > 1 && n > 1 {
-        xs.par_chunks_exact(cols).map(|x| Activation::quantize(act_dtype, i16, x)).collect()
+        let mut slots: Vec<Option<Activation<'_>>> = (0..n).map(|_| None).collect();
+        pool::for_each_chunk_mut(&mut slots, 1, |j, slot| {
+            slot[0] = Some(Activation::quantize(act_dtype, i16, &xs[j * cols..][..cols]));
+        });
+        slots.into_iter().map(|a| a.expect("every task ran")).collect()
     } else {
         xs.chunks_exact(cols).map(|x| Activation::quantize(act_dtype, i16, x)).collect()
     };
     // Several tasks per thread so that a slow (shared) core does not hold the others up, but each
     // at least 64 KiB of weights so that splitting costs little next to the streaming.
     let rows_per_task = rows.div_ceil(4 * threads).max((64 << 10) / row_bytes).max(1);
-    let one_task = |(y, w): (&mut [f32], &[u8])| kernel.apply(w, row_bytes, &acts, y);
     // Results come out row-major (rows × n); n = 1 writes `ys` directly, otherwise transpose.
     let mut transposed = if n == 1 { Vec::new() } else { vec![0.0f32; rows * n] };
     let out: &mut [f32] = if n == 1 { &mut *ys } else { &mut transposed };
     if threads == 1 || rows_per_task >= rows {
-        one_task((out, weights));
+        kernel.apply(weights, row_bytes, &acts, out);
     } else {
-        out.par_chunks_mut(rows_per_task * n).zip(weights.par_chunks(rows_per_task * row_bytes)).for_each(one_task);
+        pool::for_each_chunk_mut(out, rows_per_task * n, |t, y| {
+            let first = t * rows_per_task;
+            let w = &weights[first * row_bytes..][..y.len() / n * row_bytes];
+            kernel.apply(w, row_bytes, &acts, y);
+        });
     }
     if n > 1 {
         for (r, row) in transposed.chunks_exact(n).enumerate() {

@@ -92,8 +92,8 @@ fn quantized_activation(dtype: DType, x: &[f32]) -> Vec<f32> {
     back
 }
 
-fn pool(threads: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool")
+fn pool(threads: usize) -> minerva_quant::ComputePool {
+    minerva_quant::ComputePool::new(threads).expect("thread pool")
 }
 
 /// Checks `y` (n × rows) against f64 dot products of dequantized weight rows with `xs`

@@ -3,8 +3,10 @@
 //! An f16 cache is widened to f32 per task (the head's window of keys and values) before the dot
 //! products, so both caches share one f32 inner loop.
 
+use std::cell::RefCell;
+
 use half::slice::HalfFloatSliceExt;
-use rayon::prelude::*;
+use minerva_quant::pool;
 
 use super::{CpuCache, CpuTensor, KvData};
 use crate::backend::{Batch, Mask};
@@ -47,10 +49,7 @@ pub(super) fn attention(
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = CpuTensor::zeros(rows, q.cols);
     let cache = &*cache;
-    // Per-worker buffers for widening an f16 cache (unused with f32): allocating them per task
-    // cost ~20 % of decode time at 512 positions (each is above malloc's mmap threshold).
-    let buffers = || (Vec::new(), Vec::new());
-    out.data.par_chunks_mut(hd).enumerate().for_each_init(buffers, |(kbuf, vbuf), (i, out)| {
+    let attend = |scratch: &mut Scratch, i: usize, out: &mut [f32]| {
         let (r, h) = (i / n_head, i % n_head);
         let pos = batch.positions[r] as usize;
         let lo = match mask {
@@ -59,15 +58,16 @@ pub(super) fn attention(
         };
         let base = cache.index(slot_of[r], layer, h / group, 0);
         let window = base + lo * hd..base + (pos + 1) * hd;
-        let (keys, values) = (cache.k.load(window.clone(), kbuf), cache.v.load(window, vbuf));
+        let Scratch { keys, values, scores } = scratch;
+        let (keys, values) = (cache.k.load(window.clone(), keys), cache.v.load(window, values));
         let query = &q.data[i * hd..(i + 1) * hd];
-        let mut scores: Vec<f32> =
-            keys.chunks_exact(hd).map(|key| key.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() * scale).collect();
+        scores.clear();
+        scores.extend(keys.chunks_exact(hd).map(|key| key.iter().zip(query).map(|(a, b)| a * b).sum::<f32>() * scale));
         // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
         let sink = sinks.map(|sinks| sinks[h]);
         let max = scores.iter().copied().chain(sink).fold(f32::NEG_INFINITY, f32::max);
         let mut total = sink.map_or(0.0, |sink| (sink - max).exp());
-        for p in &mut scores {
+        for p in scores.iter_mut() {
             *p = (*p - max).exp();
             total += *p;
         }
@@ -76,8 +76,22 @@ pub(super) fn attention(
             let w = p / total;
             out.iter_mut().zip(value).for_each(|(o, v)| *o += w * v);
         }
-    });
+    };
+    pool::for_each_chunk_mut(&mut out.data, hd, |i, out| SCRATCH.with_borrow_mut(|scratch| attend(scratch, i, out)));
     Ok(out)
+}
+
+/// Per-thread buffers for the scores and for widening an f16 cache: allocating them per task
+/// cost ~20 % of decode time at 512 positions (each is above malloc's mmap threshold).
+#[derive(Default)]
+struct Scratch {
+    keys: Vec<f32>,
+    values: Vec<f32>,
+    scores: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
 }
 
 impl KvData {

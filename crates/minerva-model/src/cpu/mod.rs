@@ -1,5 +1,5 @@
 //! The CPU backend: minerva-quant's kernels run straight on the memory-mapped weights, activations
-//! in f32, work spread over a rayon pool.
+//! in f32, work spread over a [`ComputePool`].
 
 mod attention;
 mod moe;
@@ -7,7 +7,7 @@ mod moe;
 use std::sync::Arc;
 
 use minerva_core::DType;
-use rayon::prelude::*;
+use minerva_quant::{ComputePool, pool};
 
 use crate::backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, WeightSource};
 use crate::checks::{self, MatrixShape};
@@ -106,22 +106,22 @@ impl CpuCache {
     }
 }
 
-/// The CPU backend. Ops run in its own rayon pool (`threads`), or the global one.
+/// The CPU backend. Ops run on its own [`ComputePool`] (`threads`), or on the pool current where
+/// they are called (the process-wide one unless the caller installed another).
 pub struct CpuBackend {
-    pool: Option<rayon::ThreadPool>,
+    pool: Option<ComputePool>,
     f32_activations: bool,
     kv_dtype: DType,
 }
 
 impl CpuBackend {
-    /// A backend running on `threads` threads (`None`: rayon's global pool, one per core).
+    /// A backend running on `threads` threads, the calling one included (`None`: the current
+    /// pool of the calling thread, by default one thread per core).
     pub fn new(threads: Option<usize>) -> Result<CpuBackend> {
         let pool = match threads {
             None => None,
             Some(n) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n.max(1))
-                    .build()
+                ComputePool::new(n)
                     .map_err(|e| ModelError::Resource { message: format!("cannot start {n} threads: {e}") })?,
             ),
         };
@@ -146,7 +146,7 @@ impl CpuBackend {
         Ok(self)
     }
 
-    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+    fn install<R>(&self, f: impl FnOnce() -> R) -> R {
         match &self.pool {
             Some(pool) => pool.install(f),
             None => f(),
@@ -265,8 +265,11 @@ impl Backend for CpuBackend {
         let half = rope.dim / 2;
         let table = checks::rope_table(positions, rope);
         let cols = x.cols;
+        let table_row = 2 * half.max(1);
         self.install(|| {
-            x.data.par_chunks_mut(cols).zip(table.par_chunks(2 * half.max(1))).for_each(|(row, cos_sin)| {
+            pool::for_each_chunk_mut(&mut x.data, cols, |r, row| {
+                // `half` pairs per row (none when RoPE covers no dimension and the table is empty).
+                let cos_sin = table.get(r * table_row..).unwrap_or_default();
                 for head in row.chunks_exact_mut(head_dim) {
                     for i in 0..half {
                         let (a, b) = match rope.style {
