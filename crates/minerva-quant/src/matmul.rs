@@ -237,9 +237,11 @@ fn run(
     } else {
         xs.chunks_exact(cols).map(|x| Activation::quantize(act_dtype, i16, x)).collect()
     };
-    // Several tasks per thread so that a slow (shared) core does not hold the others up, but each
-    // at least 64 KiB of weights so that splitting costs little next to the streaming.
-    let rows_per_task = rows.div_ceil(4 * threads).max((64 << 10) / row_bytes).max(1);
+    // Several tasks per thread so that a slow (shared) core does not hold the others up, each at
+    // least 16 KiB of weights so that claiming one costs little next to the streaming, and of
+    // equal size (a multiple of the 4-row tiles) so that the threads finish together.
+    let tasks = (4 * threads).min((rows * row_bytes) >> 14).max(1);
+    let rows_per_task = rows.div_ceil(tasks).next_multiple_of(4);
     // Results come out row-major (rows × n); n = 1 writes `ys` directly, otherwise transpose.
     let mut transposed = if n == 1 { Vec::new() } else { vec![0.0f32; rows * n] };
     let out: &mut [f32] = if n == 1 { &mut *ys } else { &mut transposed };
