@@ -23,6 +23,14 @@ pub(crate) struct Activation<'a> {
     pub(crate) q16: Vec<i16>,
 }
 
+/// `x.round()` (halves away from zero) for |x| < 2²³, without the libm call `round` is on
+/// x86-64's baseline (no SSE4.1): `x - trunc(x)` is exact in that range.
+fn round_half_away(x: f32) -> i32 {
+    let t = x as i32;
+    let frac = x - t as f32;
+    t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)
+}
+
 impl<'a> Activation<'a> {
     /// Quantizes one activation vector (a whole number of activation blocks: checked by the
     /// caller, since every weight block size is a multiple of its activation block size) to
@@ -41,7 +49,7 @@ impl<'a> Activation<'a> {
                 let d = amax / 32767.0;
                 let id = if d == 0.0 { 0.0 } else { 1.0 / d };
                 let start = act.q16.len();
-                act.q16.extend(block.iter().map(|v| (v * id).round() as i16));
+                act.q16.extend(block.iter().map(|v| round_half_away(v * id) as i16));
                 let sum: i32 = act.q16[start..].iter().map(|&q| i32::from(q)).sum();
                 act.d.push(d);
                 act.sums.push(sum);
@@ -75,5 +83,19 @@ impl<'a> Activation<'a> {
             }
         }
         act
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_half_away;
+
+    #[test]
+    fn round_half_away_is_round() {
+        let specials = [0.0f32, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, 0.49999997, -0.49999997, 32767.0, -32767.0, 32766.5];
+        let sweep = (-70_000..70_000).map(|i| i as f32 * 0.4999);
+        for x in specials.into_iter().chain(sweep) {
+            assert_eq!(round_half_away(x), x.round() as i32, "{x}");
+        }
     }
 }

@@ -255,18 +255,45 @@ fn run(
         });
     }
     if n > 1 {
-        for (r, row) in transposed.chunks_exact(n).enumerate() {
-            for (j, &v) in row.iter().enumerate() {
-                ys[j * rows + r] = v;
+        transpose(&transposed, rows, n, ys);
+    }
+    Ok(())
+}
+
+/// `dst` (`cols × rows`) = `src` (`rows × cols`) transposed, in square tiles so that both sides
+/// stay in cache (a prefill's output is megabytes; a plain loop misses on every strided write).
+fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    const TILE: usize = 16;
+    for r0 in (0..rows).step_by(TILE) {
+        let r1 = (r0 + TILE).min(rows);
+        for c0 in (0..cols).step_by(TILE) {
+            let c1 = (c0 + TILE).min(cols);
+            for r in r0..r1 {
+                for c in c0..c1 {
+                    dst[c * rows + r] = src[r * cols + c];
+                }
             }
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transpose_in_tiles_matches_the_definition() {
+        for (rows, cols) in [(1, 1), (3, 17), (16, 16), (33, 5), (40, 70)] {
+            let src: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+            let mut dst = vec![0.0; rows * cols];
+            transpose(&src, rows, cols, &mut dst);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(dst[c * rows + r], src[r * cols + c], "{rows}x{cols} at ({r}, {c})");
+                }
+            }
+        }
+    }
 
     #[test]
     fn shape_errors_name_the_operand() {
