@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use minerva_core::DType;
-use minerva_quant::{dequantize, dequantize_fast, detected_isas, matmul, matmul_i16, matmul_with_isa, matvec};
 use minerva_quant::ComputePool;
 use minerva_quant::pool::for_each_chunk_mut;
+use minerva_quant::{dequantize, dequantize_fast, detected_isas, matmul, matmul_i16, matmul_with_isa, matvec};
 
 /// Random weights of `dtype` for `values` values: xorshift bytes, scale fields made finite.
 fn weights(dtype: DType, values: usize) -> Vec<u8> {
@@ -96,11 +96,7 @@ fn bench_bandwidth(c: &mut Criterion) {
     let buffer: Vec<u64> = (0..(1u64 << 27)).collect(); // 1 GiB
     group.throughput(Throughput::Bytes(8 << 27));
     for (threads, pool) in pools() {
-        group.bench_function(format!("sum_u64_{threads}t"), |b| {
-            b.iter(|| {
-                parallel_sum(&pool, &buffer, 4 * threads)
-            })
-        });
+        group.bench_function(format!("sum_u64_{threads}t"), |b| b.iter(|| parallel_sum(&pool, &buffer, 4 * threads)));
     }
     drop(buffer);
     let src = vec![1u8; 512 << 20];

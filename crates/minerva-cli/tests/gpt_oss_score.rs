@@ -8,8 +8,11 @@ mod common;
 use common::{Npy, assert_one_line_error, minerva, os, root};
 
 /// Per mode (extra flags): largest relative perplexity difference from the reference and largest
-/// |Δlogit|, any layout (measured figures: docs/model.md, "Tolerances").
-const MODES: [(&[&str], f64, f32); 2] = [(&[], 1e-4, 5e-3), (&["--f32-activations"], 1e-6, 1e-3)];
+/// |Δlogit|, any layout (measured figures: docs/model.md, "Tolerances"). With f32 activations the
+/// logits differ from transformers' by f32 summation order only (≤ 3.1e-5 measured, bound 1e-4);
+/// the perplexity then moves by the mean of such differences over 20 positions, 0.4–1.3e-6
+/// measured across layouts and attention's summation orders, hence 2e-6.
+const MODES: [(&[&str], f64, f32); 2] = [(&[], 1e-4, 5e-3), (&["--f32-activations"], 2e-6, 1e-4)];
 
 /// The first reference sequence (21 tokens) and the reference logits of its positions.
 fn reference(layout: &str) -> (Vec<u32>, Vec<f32>) {

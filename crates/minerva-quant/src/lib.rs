@@ -14,6 +14,7 @@
 //!   `kernels/x86/avx2_tile.rs`, per-row dot kernels for the others in `kernels/x86/avx2_dot.rs`,
 //!   scalar ones in `kernels/reference.rs` ([`matvec_ref`]). [`matmul_i16`] quantizes activations
 //!   to i16 instead (f32-level accuracy).
+//! * [`vector`] — f32 dot products and `y += a·x` (attention), AVX2+FMA where detected.
 //! * [`pool`] — [`ComputePool`], the threads matrix products (and the model's other per-op loops)
 //!   run on: the caller takes part and idle workers spin briefly, for hundreds of short loops a step.
 //!
@@ -52,9 +53,10 @@ mod float;
 pub mod ggml;
 mod kernels;
 mod matmul;
-pub mod pool;
 pub mod mlx;
 pub mod mxfp4;
+pub mod pool;
+pub mod vector;
 
 use kernels::{DequantizeFn, QuantizeFn};
 use minerva_core::DType;
@@ -82,8 +84,8 @@ pub use matmul::{
     matvec, matvec_ref,
 };
 pub use mlx::MlxAffine;
-pub use pool::ComputePool;
 pub use mxfp4::{dequantize_hf_mxfp4_ref, dequantize_mlx_mxfp4_ref, ggml_mxfp4_to_hf, hf_mxfp4_to_ggml};
+pub use pool::ComputePool;
 
 /// The reference dequantizer for `dtype`, if this crate has one.
 pub fn dequantizer(dtype: DType) -> Option<DequantizeFn> {

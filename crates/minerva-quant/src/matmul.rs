@@ -34,11 +34,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use minerva_core::DType;
 use crate::QuantError;
 use crate::activation::Activation;
 use crate::kernels::{self, MatKernel};
 use crate::pool;
+use minerva_core::DType;
 
 /// The format activations are converted to for weights of `dtype`: `F32` (used as given) for
 /// F32/F16/BF16, `Q8_0` for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/MXFP4, `Q8_K` for Q2_K…Q6_K; `None` for

@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 
 use half::slice::HalfFloatSliceExt;
-use minerva_quant::pool;
+use minerva_quant::{pool, vector};
 
 use super::{CpuCache, CpuTensor, KvData};
 use crate::backend::{Batch, Mask};
@@ -62,7 +62,7 @@ pub(super) fn attention(
         let (keys, values) = (cache.k.load(window.clone(), keys), cache.v.load(window, values));
         let query = &q.data[i * hd..(i + 1) * hd];
         scores.clear();
-        scores.extend(keys.chunks_exact(hd).map(|key| dot(key, query) * scale));
+        scores.extend(keys.chunks_exact(hd).map(|key| vector::dot(key, query) * scale));
         // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
         let sink = sinks.map(|sinks| sinks[h]);
         let max = scores.iter().copied().chain(sink).fold(f32::NEG_INFINITY, f32::max);
@@ -73,28 +73,11 @@ pub(super) fn attention(
         }
         out.fill(0.0);
         for (p, value) in scores.iter().zip(values.chunks_exact(hd)) {
-            let w = p / total;
-            out.iter_mut().zip(value).for_each(|(o, v)| *o += w * v);
+            vector::axpy(out, p / total, value);
         }
     };
     pool::for_each_chunk_mut(&mut out.data, hd, |i, out| SCRATCH.with_borrow_mut(|scratch| attend(scratch, i, out)));
     Ok(out)
-}
-
-/// `a · b` in 16 interleaved partial sums, which the compiler keeps in vector registers (one
-/// running sum would make every addition wait for the previous one).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 16;
-    let mut partial = [0.0f32; LANES];
-    let (a_chunks, a_tail) = a.as_chunks::<LANES>();
-    let (b_chunks, b_tail) = b.as_chunks::<LANES>();
-    for (x, y) in a_chunks.iter().zip(b_chunks) {
-        for l in 0..LANES {
-            partial[l] += x[l] * y[l];
-        }
-    }
-    let tail: f32 = a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum();
-    partial.iter().sum::<f32>() + tail
 }
 
 /// Per-thread buffers for the scores and for widening an f16 cache: allocating them per task

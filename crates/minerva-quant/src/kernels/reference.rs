@@ -224,3 +224,13 @@ fn dot_q6_k(row: &[u8], act: &Activation<'_>) -> f32 {
         b.d.to_f32() * d * sum as f32
     })
 }
+
+/// `Σ a[i]·b[i]` over the common length, in order.
+pub(crate) fn vector_dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// `y[i] += a·x[i]` over the common length.
+pub(crate) fn vector_axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
+    y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x);
+}

@@ -14,12 +14,13 @@
 mod avx2_dequant;
 mod avx2_dot;
 mod avx2_tile;
+mod avx2_vector;
 
 use std::arch::is_x86_feature_detected as has;
 
 use minerva_core::DType::{BF16, F16, F32, MXFP4, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q6_K, Q8_0};
 
-use super::{Isa, Kernels};
+use super::{Isa, Kernels, VectorKernels};
 
 /// A [`super::DequantizeFn`] that checks the lengths for `$dtype`, then runs the unchecked
 /// `#[target_feature]` dequantizer `$kernel`.
@@ -89,3 +90,14 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(Q6_K).simd_dot(dot!(avx2_dot::dot_q6_k)),
     ],
 };
+
+/// The f32 vector kernels of AVX2 + FMA, if this CPU has both.
+pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
+    (has!("avx2") && has!("fma")).then_some(VectorKernels {
+        isa: "avx2+fma",
+        // SAFETY: returned only after the check above found AVX2 and FMA.
+        dot: |a, b| unsafe { avx2_vector::dot_f32(a, b) },
+        // SAFETY: as above.
+        axpy: |y, a, x| unsafe { avx2_vector::axpy_f32(y, a, x) },
+    })
+}
