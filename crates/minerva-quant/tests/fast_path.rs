@@ -7,6 +7,7 @@ use minerva_core::DType;
 use minerva_quant::{CpuKernels, cpu_kernels, dequantize, dequantize_fast, dequantizer, has_fast_path};
 use proptest::prelude::*;
 
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const FAST_TYPES: [DType; 6] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::MXFP4, DType::Q4_K, DType::Q6_K];
 
 #[test]

@@ -3,8 +3,8 @@
 
 use minerva_core::DType;
 use minerva_quant::{
-    QuantError, activation_dtype, dequantize, detected_isas, has_fast_matmul, has_i16_matmul, matmul, matmul_i16,
-    matmul_i16_ref, matmul_ref, matmul_with_isa, matvec, matvec_ref, quantize,
+    QuantError, activation_dtype, dequantize, detected_isas, has_i16_matmul, matmul, matmul_i16, matmul_i16_ref,
+    matmul_ref, matmul_with_isa, matvec, matvec_ref, quantize,
 };
 use proptest::prelude::*;
 
@@ -234,9 +234,21 @@ fn main_formats_have_simd_kernels_on_avx2() {
             DType::Q6_K,
             DType::F16,
         ] {
-            assert!(has_fast_matmul(dtype), "{dtype}");
+            assert!(minerva_quant::has_fast_matmul(dtype), "{dtype}");
         }
     }
+}
+
+/// On aarch64 (run under qemu-user here, see docs/benchmarks.md), the model's i16 products of the
+/// main 32-value formats run NEON kernels, and `every_detected_isa_matches_exact_dot_products`
+/// checks them.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn main_formats_have_neon_kernels_on_aarch64() {
+    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+        assert_eq!(minerva_quant::cpu_kernels(dtype).matmul_i16, Some("neon"), "{dtype}");
+    }
+    assert_eq!(detected_isas(), ["neon", "scalar"]);
 }
 
 #[test]

@@ -35,6 +35,12 @@ fn lengths_may_differ_and_be_empty() {
     assert_eq!(y, vec![3.0; 9]);
 }
 
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn aarch64_machines_use_the_neon_kernels() {
+    assert_eq!(vector_isa(), "neon");
+}
+
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn avx2_machines_use_the_simd_kernels() {

@@ -14,6 +14,8 @@
 //! Every ISA entry is tested against the reference entry it replaces (`tests/fast_path.rs`,
 //! `tests/matmul.rs`): dequantizers bit for bit, matmul kernels within f32 summation order.
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 mod reference;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -105,12 +107,14 @@ impl Kernels {
     }
 
     /// [`Kernels::dot`] for an ISA row (the activation format is the reference row's).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn simd_dot(mut self, f: DotKernel) -> Self {
         self.matmul = Some(MatKernel::Dot(f));
         self
     }
 
     /// Matmul in tiles of rows × activations (an ISA row; the activation format is the reference's).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn tile(mut self, f: TileKernel) -> Self {
         self.matmul = Some(MatKernel::Tile(f));
         self
@@ -158,6 +162,10 @@ pub(crate) fn vector_kernels() -> &'static VectorKernels {
         if let Some(kernels) = x86::avx2_fma_vector() {
             return kernels;
         }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(kernels) = aarch64::neon_vector() {
+            return kernels;
+        }
         SCALAR_VECTOR
     })
 }
@@ -172,6 +180,8 @@ const ISAS: &[Isa] = &[
     x86::AVX2_FMA_F16C,
     #[cfg(target_arch = "x86_64")]
     x86::AVX2,
+    #[cfg(target_arch = "aarch64")]
+    aarch64::NEON,
 ];
 
 /// Every dtype's reference row, indexed by discriminant (rows without kernels for the others).

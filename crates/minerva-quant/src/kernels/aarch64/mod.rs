@@ -1,0 +1,52 @@
+//! The aarch64 instruction sets and their rows of the kernel table:
+//!
+//! * [`NEON`] — i16-activation tile kernels for Q8_0, Q4_0 and Q4_1 (`neon_tile.rs`: what the
+//!   model's matrix products use for these formats) and the f32 vector kernels of attention
+//!   (`neon_vector.rs`). The other entries stay scalar on aarch64.
+//!
+//! NEON is part of the aarch64 baseline (every aarch64 Linux and macOS machine has it); the
+//! kernels are still `#[target_feature(enable = "neon")]` functions (the intrinsics require it of
+//! their caller), which the rows call after the ISA's `detected` check, as on x86-64.
+
+// The unsafe things here: calling `#[target_feature]` functions after run-time detection, and
+// `vld1q_*`/`vst1q_*` on slices whose length was checked first.
+#![allow(unsafe_code)]
+
+mod neon_tile;
+mod neon_vector;
+
+use minerva_core::DType::{Q4_0, Q4_1, Q8_0};
+
+use super::{Isa, Kernels, VectorKernels};
+
+/// A [`super::TileKernel`] calling the `#[target_feature]` tile kernel `$kernel`.
+macro_rules! tile {
+    ($kernel:path) => {
+        |weights, row_bytes, acts, out| {
+            // SAFETY: an ISA's rows run only after its `detected` check confirmed NEON.
+            unsafe { $kernel(weights, row_bytes, acts, out) }
+        }
+    };
+}
+
+/// NEON kernels (aarch64 baseline).
+pub(super) const NEON: Isa = Isa {
+    name: "neon",
+    detected: || std::arch::is_aarch64_feature_detected!("neon"),
+    rows: &[
+        Kernels::new(Q8_0).tile_i16(tile!(neon_tile::tiles_i16_q8_0)),
+        Kernels::new(Q4_0).tile_i16(tile!(neon_tile::tiles_i16_q4_0)),
+        Kernels::new(Q4_1).tile_i16(tile!(neon_tile::tiles_i16_q4_1)),
+    ],
+};
+
+/// The f32 vector kernels of NEON, if this CPU has it.
+pub(super) fn neon_vector() -> Option<VectorKernels> {
+    std::arch::is_aarch64_feature_detected!("neon").then_some(VectorKernels {
+        isa: "neon",
+        // SAFETY: returned only after the check above found NEON.
+        dot: |a, b| unsafe { neon_vector::dot_f32(a, b) },
+        // SAFETY: as above.
+        axpy: |y, a, x| unsafe { neon_vector::axpy_f32(y, a, x) },
+    })
+}
