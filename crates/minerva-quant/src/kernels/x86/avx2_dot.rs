@@ -14,11 +14,12 @@
 //! CPU has AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtss_f32, _mm_movehl_ps, _mm_set1_epi16,
-    _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_epi32, _mm256_and_si256, _mm256_castps256_ps128, _mm256_castsi256_ps,
-    _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps,
-    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8, _mm256_set1_epi16,
-    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srli_epi16,
+    __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_movehdup_ps,
+    _mm_movehl_ps, _mm_set1_epi16, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_epi32, _mm256_and_si256,
+    _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
+    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i,
+    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16,
+    _mm256_slli_epi32, _mm256_srli_epi16,
 };
 
 use bytemuck::pod_read_unaligned;
@@ -34,6 +35,18 @@ use crate::ggml::k_quants::get_scale_min_k4;
 pub(super) fn f16_at(b: &[u8]) -> f32 {
     let bits = i16::from_le_bytes([b[0], b[1]]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(bits)))
+}
+
+/// The two little-endian f16 at `b[..4]`, widened with F16C from one 32-bit load: `vmovd`
+/// zero-extends, where [`f16_at`]'s 16-bit load became, inside the tile kernels, a `vpinsrw`
+/// merging into an accumulator's register, again chaining each block onto the previous FMA.
+/// Block formats whose scale is followed by quants read their scale as the first of the pair.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn f16_pair_at(b: &[u8]) -> (f32, f32) {
+    let bits = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let both = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+    (_mm_cvtss_f32(both), _mm_cvtss_f32(_mm_movehdup_ps(both)))
 }
 
 #[inline]

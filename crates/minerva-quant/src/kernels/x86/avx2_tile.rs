@@ -28,17 +28,53 @@ use core::arch::x86_64::{
     _mm256_cvtepu8_epi16, _mm256_extracti128_si256, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16,
     _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x,
     _mm256_set1_ps, _mm256_setr_epi64x, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8,
-    _mm256_zextsi128_si256,
+    _mm256_srli_epi16, _mm256_zextsi128_si256,
 };
 
 use bytemuck::pod_read_unaligned;
 
-use super::avx2_dot::{f16_at, hsum_ps, load32, unpack_nibbles};
+use super::avx2_dot::{f16_at, f16_pair_at, hsum_ps, load32, unpack_nibbles};
 use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 
-/// One block's quants (unsigned, or i8 for Q8_0), scale `d` and minimum (0 unless `Kind::Min`).
-type Decoded = (__m256i, f32, f32);
+/// One block's quants, scale `d` and minimum (0 unless `Kind::Min`). The quants are, for Q8_0
+/// activations, 32 bytes (unsigned, or i8 for `Kind::Signed`) in the first vector (the second is
+/// unused); for i16 activations, 32 i16 in two vectors (values 0..16, 16..32).
+type Decoded = ((__m256i, __m256i), f32, f32);
+
+/// Unsigned quant bytes widened to two vectors of 16 i16 (values 0..16, 16..32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn widen_unsigned(q: __m256i) -> (__m256i, __m256i) {
+    (_mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)), _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(q)))
+}
+
+/// Signed quant bytes widened to two vectors of 16 i16 (values 0..16, 16..32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn widen_signed(q: __m256i) -> (__m256i, __m256i) {
+    (_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)))
+}
+
+/// 16 bytes of packed nibbles (byte j: value j low, value j + 16 high) as two vectors of 16 i16,
+/// widened before they are split: one `vpmovzxbw`, an `and` and a shift, where unpacking to bytes
+/// first and widening after costs an insert, an extract and two widenings.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn nibbles_wide(qs: &[u8]) -> (__m256i, __m256i) {
+    let bytes = _mm256_cvtepu8_epi16(pod_read_unaligned::<__m128i>(&qs[..16]));
+    (_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16::<4>(bytes))
+}
+
+/// 32 signed bytes as two vectors of 16 i16, each widened straight from memory.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bytes_wide_signed(qs: &[u8]) -> (__m256i, __m256i) {
+    (
+        _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&qs[..16])),
+        _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&qs[16..32])),
+    )
+}
 
 /// The 32 fifth bits of a Q5 block (`qh`, little-endian u32, bit j = value j) as 0x10 bytes.
 #[inline]
@@ -54,6 +90,15 @@ fn fifth_bits(qh: &[u8]) -> __m256i {
     let others = _mm256_set1_epi64x(0x7FBF_DFEF_F7FB_FDFE);
     let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// A Q4_1/Q5_1 block's scale and minimum. With one activation, both from one 32-bit load
+/// ([`f16_pair_at`]: decode 1 thread +8 %); in the 4 × 2 tile, two 16-bit loads (the pair's extra
+/// shuffle there cost prefill 6 %, the tile being short of registers).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale_min(b: &[u8], one_activation: bool) -> (f32, f32) {
+    if one_activation { f16_pair_at(b) } else { (f16_at(b), f16_at(&b[2..])) }
 }
 
 /// How many blocks ahead of the current one [`prefetch`] asks for.
@@ -87,7 +132,7 @@ fn tile<const R: usize, const C: usize, const WIDE: bool>(
     acts: [&Activation<'_>; C],
     block_bytes: usize,
     kind: Kind,
-    decode: &impl Fn(&[u8]) -> Decoded,
+    decode: &impl Fn(&[u8], bool) -> Decoded,
 ) -> [[f32; C]; R] {
     let mut acc = [[_mm256_setzero_ps(); C]; R];
     let mut offset = [[0.0f32; C]; R];
@@ -118,22 +163,9 @@ fn tile<const R: usize, const C: usize, const WIDE: bool>(
         });
         for r in 0..R {
             prefetch(rows[r], block_bytes * (b + PREFETCH_BLOCKS));
-            let (q, d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)]);
+            let ((q_lo, q_hi), d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)], C == 1);
+            let q = q_lo;
             let d = _mm256_set1_ps(d);
-            // Wide: the 32 weight quants widened to two vectors of 16 i16.
-            let (q_lo, q_hi) = if !WIDE {
-                (q, q)
-            } else if kind == Kind::Signed {
-                (
-                    _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)),
-                    _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)),
-                )
-            } else {
-                (
-                    _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)),
-                    _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(q)),
-                )
-            };
             for c in 0..C {
                 let mut sum = if WIDE {
                     _mm256_add_epi32(_mm256_madd_epi16(q_lo, a[c]), _mm256_madd_epi16(q_hi, a_hi[c]))
@@ -170,7 +202,7 @@ fn tiles<const R: usize, const C: usize, const WIDE: bool>(
     out: &mut [f32],
     block_bytes: usize,
     kind: Kind,
-    decode: impl Fn(&[u8]) -> Decoded,
+    decode: impl Fn(&[u8], bool) -> Decoded,
 ) {
     let n = acts.len();
     let mut row_groups = w.chunks_exact(R * row_bytes);
@@ -207,36 +239,38 @@ const TILE_ACTS: usize = 2;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q8_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 34, Kind::Signed, |b| {
-        (load32(&b[2..]), f16_at(b), 0.0)
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
+        ((load32(&b[2..]), _mm256_setzero_si256()), f16_pair_at(b).0, 0.0)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q4_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b| {
-        (unpack_nibbles(&b[2..]), f16_at(b), 0.0)
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| {
+        ((unpack_nibbles(&b[2..]), _mm256_setzero_si256()), f16_pair_at(b).0, 0.0)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q4_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 20, Kind::Min, |b| {
-        (unpack_nibbles(&b[4..]), f16_at(b), f16_at(&b[2..]))
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 20, Kind::Min, |b, one| {
+        let (d, m) = scale_min(b, one);
+        ((unpack_nibbles(&b[4..]), _mm256_setzero_si256()), d, m)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q5_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b| {
-        (_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), f16_at(b), 0.0)
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
+        ((_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), _mm256_setzero_si256()), f16_pair_at(b).0, 0.0)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q5_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 24, Kind::Min, |b| {
-        (_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..])), f16_at(b), f16_at(&b[2..]))
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 24, Kind::Min, |b, one| {
+        let (d, m) = scale_min(b, one);
+        ((_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..])), _mm256_setzero_si256()), d, m)
     });
 }
 
@@ -245,8 +279,8 @@ pub(super) fn tiles_mxfp4(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], o
     // The doubled E2M1 values as signed quants (the `sign_epi8` path measured faster here than
     // shifting them by +12 to unsigned: 0.59 vs 0.78 ms on 2880×2880).
     let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 17, Kind::Signed, |b| {
-        (_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), e8m0_to_f32_half(b[0]), 0.0)
+    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
+        ((_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), _mm256_setzero_si256()), e8m0_to_f32_half(b[0]), 0.0)
     });
 }
 
@@ -254,36 +288,38 @@ pub(super) fn tiles_mxfp4(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], o
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_i16_q8_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 34, Kind::Signed, |b| {
-        (load32(&b[2..]), f16_at(b), 0.0)
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
+        (bytes_wide_signed(&b[2..]), f16_pair_at(b).0, 0.0)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_i16_q4_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b| {
-        (unpack_nibbles(&b[2..]), f16_at(b), 0.0)
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| {
+        (nibbles_wide(&b[2..]), f16_pair_at(b).0, 0.0)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_i16_q4_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 20, Kind::Min, |b| {
-        (unpack_nibbles(&b[4..]), f16_at(b), f16_at(&b[2..]))
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 20, Kind::Min, |b, one| {
+        let (d, m) = scale_min(b, one);
+        (nibbles_wide(&b[4..]), d, m)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_i16_q5_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b| {
-        (_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), f16_at(b), 0.0)
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
+        (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..]))), f16_pair_at(b).0, 0.0)
     });
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_i16_q5_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 24, Kind::Min, |b| {
-        (_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..])), f16_at(b), f16_at(&b[2..]))
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 24, Kind::Min, |b, one| {
+        let (d, m) = scale_min(b, one);
+        (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..]))), d, m)
     });
 }
 
@@ -292,7 +328,7 @@ pub(super) fn tiles_i16_mxfp4(w: &[u8], row_bytes: usize, acts: &[Activation<'_>
     // The doubled E2M1 values as signed quants (the `sign_epi8` path measured faster here than
     // shifting them by +12 to unsigned: 0.59 vs 0.78 ms on 2880×2880).
     let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 17, Kind::Signed, |b| {
-        (_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), e8m0_to_f32_half(b[0]), 0.0)
+    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
+        (widen_signed(_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..]))), e8m0_to_f32_half(b[0]), 0.0)
     });
 }
