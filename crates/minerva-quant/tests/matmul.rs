@@ -168,7 +168,7 @@ proptest! {
         dtype_index in 0..DTYPES.len(),
         rows in 1usize..20,
         cols_units in 1usize..6,
-        n in 1usize..4,
+        n in 1usize..16,
         threads in 1usize..4,
         seed in any::<u64>(),
     ) {
@@ -311,7 +311,7 @@ proptest! {
         dtype_index in 0..I16_DTYPES.len(),
         rows in 1usize..20,
         cols_units in 1usize..6,
-        n in 1usize..4,
+        n in 1usize..16,
         threads in 1usize..4,
         seed in any::<u64>(),
     ) {
@@ -359,7 +359,7 @@ proptest! {
         dtype_index in 0..DTYPES.len(),
         rows in 1usize..12,
         cols_units in 1usize..5,
-        n in 1usize..4,
+        n in 1usize..16,
         seed in any::<u64>(),
     ) {
         let dtype = DTYPES[dtype_index];

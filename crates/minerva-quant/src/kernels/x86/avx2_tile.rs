@@ -191,7 +191,7 @@ fn tile<const R: usize, const C: usize, const WIDE: bool>(
 }
 
 /// Walks all rows of `w` (whole rows of `row_bytes`) × all activations in tiles of `R` rows ×
-/// `C` activations (`R` × 1 for the last activations, 1 × 1 for the last rows), writing `out`
+/// `C` activations (`R` × 2 and `R` × 1 for the last activations, 1 × 1 for the last rows), writing `out`
 /// row-major (rows × acts).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -216,11 +216,20 @@ fn tiles<const R: usize, const C: usize, const WIDE: bool>(
                 out[r * n + C * j..r * n + C * (j + 1)].copy_from_slice(values);
             }
         }
-        let done = n - groups.remainder().len();
-        for (c, act) in groups.remainder().iter().enumerate() {
+        // The last (< C) activations in pairs, then one.
+        let mut done = n - groups.remainder().len();
+        let mut pairs = groups.remainder().chunks_exact(2);
+        for pair in &mut pairs {
+            let result = tile::<R, 2, WIDE>(rows, [&pair[0], &pair[1]], block_bytes, kind, &decode);
+            for (r, values) in result.iter().enumerate() {
+                out[r * n + done..r * n + done + 2].copy_from_slice(values);
+            }
+            done += 2;
+        }
+        if let [act] = pairs.remainder() {
             let result = tile::<R, 1, WIDE>(rows, [act], block_bytes, kind, &decode);
             for (r, values) in result.iter().enumerate() {
-                out[r * n + done + c] = values[0];
+                out[r * n + done] = values[0];
             }
         }
     }
@@ -232,103 +241,170 @@ fn tiles<const R: usize, const C: usize, const WIDE: bool>(
     }
 }
 
-/// Rows per tile.
-const TILE_ROWS: usize = 4;
-/// Activations per tile.
-const TILE_ACTS: usize = 2;
-
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_q8_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
+pub(super) fn tiles_q8_0<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
+    tiles::<R, C, false>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
         ((load32(&b[2..]), _mm256_setzero_si256()), f16_pair_at(b).0, 0.0)
     });
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_q4_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| {
+pub(super) fn tiles_q4_0<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
+    tiles::<R, C, false>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| {
         ((unpack_nibbles(&b[2..]), _mm256_setzero_si256()), f16_pair_at(b).0, 0.0)
     });
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_q4_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 20, Kind::Min, |b, one| {
+pub(super) fn tiles_q4_1<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
+    tiles::<R, C, false>(w, row_bytes, acts, out, 20, Kind::Min, |b, one| {
         let (d, m) = scale_min(b, one);
         ((unpack_nibbles(&b[4..]), _mm256_setzero_si256()), d, m)
     });
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_q5_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
+pub(super) fn tiles_q5_0<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
+    tiles::<R, C, false>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
         ((_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), _mm256_setzero_si256()), f16_pair_at(b).0, 0.0)
     });
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_q5_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 24, Kind::Min, |b, one| {
+pub(super) fn tiles_q5_1<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
+    tiles::<R, C, false>(w, row_bytes, acts, out, 24, Kind::Min, |b, one| {
         let (d, m) = scale_min(b, one);
         ((_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..])), _mm256_setzero_si256()), d, m)
     });
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_mxfp4(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+pub(super) fn tiles_mxfp4<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
     // The doubled E2M1 values as signed quants (the `sign_epi8` path measured faster here than
     // shifting them by +12 to unsigned: 0.59 vs 0.78 ms on 2880×2880).
     let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
-    tiles::<TILE_ROWS, TILE_ACTS, false>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
+    tiles::<R, C, false>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
         ((_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), _mm256_setzero_si256()), e8m0_to_f32_half(b[0]), 0.0)
     });
 }
 
 // The same formats against i16 activations (`Activation::q16`).
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_q8_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
+pub(super) fn tiles_i16_q8_0<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
+    tiles::<R, C, true>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
         (bytes_wide_signed(&b[2..]), f16_pair_at(b).0, 0.0)
     });
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_q4_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| {
+pub(super) fn tiles_i16_q4_0<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
+    tiles::<R, C, true>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| {
         (nibbles_wide(&b[2..]), f16_pair_at(b).0, 0.0)
     });
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_q4_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 20, Kind::Min, |b, one| {
+pub(super) fn tiles_i16_q4_1<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
+    tiles::<R, C, true>(w, row_bytes, acts, out, 20, Kind::Min, |b, one| {
         let (d, m) = scale_min(b, one);
         (nibbles_wide(&b[4..]), d, m)
     });
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_q5_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
+pub(super) fn tiles_i16_q5_0<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
+    tiles::<R, C, true>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
         (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..]))), f16_pair_at(b).0, 0.0)
     });
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_q5_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 24, Kind::Min, |b, one| {
+pub(super) fn tiles_i16_q5_1<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
+    tiles::<R, C, true>(w, row_bytes, acts, out, 24, Kind::Min, |b, one| {
         let (d, m) = scale_min(b, one);
         (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..]))), d, m)
     });
 }
 
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_mxfp4(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+pub(super) fn tiles_i16_mxfp4<const R: usize, const C: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+) {
     // The doubled E2M1 values as signed quants (the `sign_epi8` path measured faster here than
     // shifting them by +12 to unsigned: 0.59 vs 0.78 ms on 2880×2880).
     let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
-    tiles::<TILE_ROWS, TILE_ACTS, true>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
+    tiles::<R, C, true>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
         (widen_signed(_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..]))), e8m0_to_f32_half(b[0]), 0.0)
     });
 }
