@@ -30,6 +30,8 @@ use crate::ggml::k_quants::get_scale_min_k4;
 /// Little-endian f16 at the start of `b`, widened with F16C. Broadcast first (`set1`), not
 /// `cvtsi32_si128`: LLVM turned the latter into a `vpinsrw` merging into the accumulator's
 /// register, which chained every block's scale onto the previous block's FMA (≈ 18 cycles a block).
+/// In the tile kernels, where only lane 0 is used, LLVM narrows even this to that `vpinsrw`: they
+/// use [`f16_splat`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn f16_at(b: &[u8]) -> f32 {
@@ -37,10 +39,17 @@ pub(super) fn f16_at(b: &[u8]) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(bits)))
 }
 
-/// The two little-endian f16 at `b[..4]`, widened with F16C from one 32-bit load: `vmovd`
-/// zero-extends, where [`f16_at`]'s 16-bit load became, inside the tile kernels, a `vpinsrw`
-/// merging into an accumulator's register, again chaining each block onto the previous FMA.
-/// Block formats whose scale is followed by quants read their scale as the first of the pair.
+/// Little-endian f16 at the start of `b` in all 8 lanes: a `vpbroadcastw` from memory and one
+/// `vcvtph2ps`, every lane used, so no instruction reads a register it does not write (see
+/// [`f16_at`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn f16_splat(b: &[u8]) -> __m256 {
+    _mm256_cvtph_ps(_mm_set1_epi16(i16::from_le_bytes([b[0], b[1]])))
+}
+
+/// The two little-endian f16 at `b[..4]` (a Q4_1/Q5_1 block's scale and minimum), widened with
+/// F16C from one 32-bit load.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn f16_pair_at(b: &[u8]) -> (f32, f32) {

@@ -33,14 +33,14 @@ use core::arch::x86_64::{
 
 use bytemuck::pod_read_unaligned;
 
-use super::avx2_dot::{f16_at, f16_pair_at, hsum_ps, load32, unpack_nibbles};
+use super::avx2_dot::{f16_at, f16_pair_at, f16_splat, hsum_ps, load32, unpack_nibbles};
 use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 
-/// One block's quants, scale `d` and minimum (0 unless `Kind::Min`). The quants are, for Q8_0
+/// One block's quants, scale `d` (in every lane) and minimum (0 unless `Kind::Min`). The quants are, for Q8_0
 /// activations, 32 bytes (unsigned, or i8 for `Kind::Signed`) in the first vector (the second is
 /// unused); for i16 activations, 32 i16 in two vectors (values 0..16, 16..32).
-type Decoded = ((__m256i, __m256i), f32, f32);
+type Decoded = ((__m256i, __m256i), __m256, f32);
 
 /// Unsigned quant bytes widened to two vectors of 16 i16 (values 0..16, 16..32).
 #[inline]
@@ -92,23 +92,31 @@ fn fifth_bits(qh: &[u8]) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
-/// A Q4_1/Q5_1 block's scale and minimum. With one activation, both from one 32-bit load
-/// ([`f16_pair_at`]: decode 1 thread +8 %); in the 4 × 2 tile, two 16-bit loads (the pair's extra
-/// shuffle there cost prefill 6 %, the tile being short of registers).
+/// A Q4_1/Q5_1 block's scale (in every lane) and minimum. With one activation, both from one
+/// 32-bit load ([`f16_pair_at`]); in wider tiles, which are short of registers, the pair's extra
+/// shuffle measured slower than two loads.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn scale_min(b: &[u8], one_activation: bool) -> (f32, f32) {
-    if one_activation { f16_pair_at(b) } else { (f16_at(b), f16_at(&b[2..])) }
+fn scale_min(b: &[u8], one_activation: bool) -> (__m256, f32) {
+    if one_activation {
+        let (d, m) = f16_pair_at(b);
+        (_mm256_set1_ps(d), m)
+    } else {
+        (f16_splat(b), f16_at(&b[2..]))
+    }
 }
 
-/// How many blocks ahead of the current one [`prefetch`] asks for.
-const PREFETCH_BLOCKS: usize = 16;
+/// How far ahead of the current position in the weights [`tile`] prefetches, in bytes. A tile
+/// reads its rows side by side, each a stream too short for the hardware prefetcher to follow;
+/// prefetching the weights as one stream a few KiB ahead keeps a matrix larger than L3 at memory
+/// bandwidth (docs/benchmarks.md, "Prefetching the weights as one stream").
+const PREFETCH_AHEAD: usize = 3072;
 
-/// Asks the CPU to start loading `row[at]` into cache (nothing if `at` is past the end).
+/// Asks the CPU to start loading `bytes[at]` into cache (nothing if `at` is past the end).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch(row: &[u8], at: usize) {
-    if let Some(byte) = row.get(at) {
+fn prefetch(bytes: &[u8], at: usize) {
+    if let Some(byte) = bytes.get(at) {
         _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast::<i8>());
     }
 }
@@ -125,10 +133,13 @@ enum Kind {
 }
 
 /// `R` rows × `C` activations of 32-value blocks of `block_bytes`: `out[r][c]` = row r · act c.
+/// `stream` holds the weights from the first of the rows on, prefetched [`PREFETCH_AHEAD`] bytes
+/// ahead of the rows' progress (empty: no prefetching).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn tile<const R: usize, const C: usize, const WIDE: bool>(
     rows: [&[u8]; R],
+    stream: &[u8],
     acts: [&Activation<'_>; C],
     block_bytes: usize,
     kind: Kind,
@@ -161,11 +172,13 @@ fn tile<const R: usize, const C: usize, const WIDE: bool>(
             Kind::Offset(k) => _mm256_zextsi128_si256(_mm_cvtsi32_si128(-k * acts[c].sums[b])),
             _ => _mm256_setzero_si256(),
         });
+        let ahead = PREFETCH_AHEAD + R * block_bytes * b;
+        for line in 0..(R * block_bytes).div_ceil(64) {
+            prefetch(stream, ahead + 64 * line);
+        }
         for r in 0..R {
-            prefetch(rows[r], block_bytes * (b + PREFETCH_BLOCKS));
             let ((q_lo, q_hi), d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)], C == 1);
             let q = q_lo;
-            let d = _mm256_set1_ps(d);
             for c in 0..C {
                 let mut sum = if WIDE {
                     _mm256_add_epi32(_mm256_madd_epi16(q_lo, a[c]), _mm256_madd_epi16(q_hi, a_hi[c]))
@@ -207,11 +220,15 @@ fn tiles<const R: usize, const C: usize, const WIDE: bool>(
     let n = acts.len();
     let mut row_groups = w.chunks_exact(R * row_bytes);
     let mut out_groups = out.chunks_exact_mut(R * n);
-    for (rows, out) in (&mut row_groups).zip(&mut out_groups) {
+    for (g, (rows, out)) in (&mut row_groups).zip(&mut out_groups).enumerate() {
+        // Only the first tile over these rows prefetches: the later ones find them in cache.
+        let mut stream = &w[g * R * row_bytes..];
         let rows: [&[u8]; R] = std::array::from_fn(|r| &rows[r * row_bytes..(r + 1) * row_bytes]);
         let mut groups = acts.chunks_exact(C);
         for (j, group) in (&mut groups).enumerate() {
-            let result = tile::<R, C, WIDE>(rows, std::array::from_fn(|c| &group[c]), block_bytes, kind, &decode);
+            let result =
+                tile::<R, C, WIDE>(rows, stream, std::array::from_fn(|c| &group[c]), block_bytes, kind, &decode);
+            stream = &[];
             for (r, values) in result.iter().enumerate() {
                 out[r * n + C * j..r * n + C * (j + 1)].copy_from_slice(values);
             }
@@ -220,14 +237,15 @@ fn tiles<const R: usize, const C: usize, const WIDE: bool>(
         let mut done = n - groups.remainder().len();
         let mut pairs = groups.remainder().chunks_exact(2);
         for pair in &mut pairs {
-            let result = tile::<R, 2, WIDE>(rows, [&pair[0], &pair[1]], block_bytes, kind, &decode);
+            let result = tile::<R, 2, WIDE>(rows, stream, [&pair[0], &pair[1]], block_bytes, kind, &decode);
+            stream = &[];
             for (r, values) in result.iter().enumerate() {
                 out[r * n + done..r * n + done + 2].copy_from_slice(values);
             }
             done += 2;
         }
         if let [act] = pairs.remainder() {
-            let result = tile::<R, 1, WIDE>(rows, [act], block_bytes, kind, &decode);
+            let result = tile::<R, 1, WIDE>(rows, stream, [act], block_bytes, kind, &decode);
             for (r, values) in result.iter().enumerate() {
                 out[r * n + done] = values[0];
             }
@@ -236,7 +254,7 @@ fn tiles<const R: usize, const C: usize, const WIDE: bool>(
     let rest = row_groups.remainder().chunks_exact(row_bytes).zip(out_groups.into_remainder().chunks_exact_mut(n));
     for (row, out) in rest {
         for (act, y) in acts.iter().zip(out) {
-            *y = tile::<1, 1, WIDE>([row], [act], block_bytes, kind, &decode)[0][0];
+            *y = tile::<1, 1, WIDE>([row], row, [act], block_bytes, kind, &decode)[0][0];
         }
     }
 }
@@ -250,7 +268,7 @@ pub(super) fn tiles_q8_0<const R: usize, const C: usize>(
     out: &mut [f32],
 ) {
     tiles::<R, C, false>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
-        ((load32(&b[2..]), _mm256_setzero_si256()), f16_pair_at(b).0, 0.0)
+        ((load32(&b[2..]), _mm256_setzero_si256()), f16_splat(b), 0.0)
     });
 }
 
@@ -263,7 +281,7 @@ pub(super) fn tiles_q4_0<const R: usize, const C: usize>(
     out: &mut [f32],
 ) {
     tiles::<R, C, false>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| {
-        ((unpack_nibbles(&b[2..]), _mm256_setzero_si256()), f16_pair_at(b).0, 0.0)
+        ((unpack_nibbles(&b[2..]), _mm256_setzero_si256()), f16_splat(b), 0.0)
     });
 }
 
@@ -290,7 +308,7 @@ pub(super) fn tiles_q5_0<const R: usize, const C: usize>(
     out: &mut [f32],
 ) {
     tiles::<R, C, false>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
-        ((_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), _mm256_setzero_si256()), f16_pair_at(b).0, 0.0)
+        ((_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), _mm256_setzero_si256()), f16_splat(b), 0.0)
     });
 }
 
@@ -320,7 +338,11 @@ pub(super) fn tiles_mxfp4<const R: usize, const C: usize>(
     // shifting them by +12 to unsigned: 0.59 vs 0.78 ms on 2880×2880).
     let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
     tiles::<R, C, false>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
-        ((_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), _mm256_setzero_si256()), e8m0_to_f32_half(b[0]), 0.0)
+        (
+            (_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), _mm256_setzero_si256()),
+            _mm256_set1_ps(e8m0_to_f32_half(b[0])),
+            0.0,
+        )
     });
 }
 
@@ -335,7 +357,7 @@ pub(super) fn tiles_i16_q8_0<const R: usize, const C: usize>(
     out: &mut [f32],
 ) {
     tiles::<R, C, true>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
-        (bytes_wide_signed(&b[2..]), f16_pair_at(b).0, 0.0)
+        (bytes_wide_signed(&b[2..]), f16_splat(b), 0.0)
     });
 }
 
@@ -348,7 +370,7 @@ pub(super) fn tiles_i16_q4_0<const R: usize, const C: usize>(
     out: &mut [f32],
 ) {
     tiles::<R, C, true>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| {
-        (nibbles_wide(&b[2..]), f16_pair_at(b).0, 0.0)
+        (nibbles_wide(&b[2..]), f16_splat(b), 0.0)
     });
 }
 
@@ -375,7 +397,7 @@ pub(super) fn tiles_i16_q5_0<const R: usize, const C: usize>(
     out: &mut [f32],
 ) {
     tiles::<R, C, true>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
-        (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..]))), f16_pair_at(b).0, 0.0)
+        (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..]))), f16_splat(b), 0.0)
     });
 }
 
@@ -405,6 +427,6 @@ pub(super) fn tiles_i16_mxfp4<const R: usize, const C: usize>(
     // shifting them by +12 to unsigned: 0.59 vs 0.78 ms on 2880×2880).
     let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
     tiles::<R, C, true>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
-        (widen_signed(_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..]))), e8m0_to_f32_half(b[0]), 0.0)
+        (widen_signed(_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..]))), _mm256_set1_ps(e8m0_to_f32_half(b[0])), 0.0)
     });
 }
