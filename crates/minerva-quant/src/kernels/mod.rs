@@ -66,6 +66,19 @@ impl MatKernel {
     }
 }
 
+/// How a 32-value block format's decoded quants combine with the activation, in the SIMD tile
+/// kernels of every ISA.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BlockKind {
+    /// Signed i8 quants (Q8_0; MXFP4's doubled E2M1 values on x86).
+    Signed,
+    /// Unsigned quants minus an integer `k` (Q4_0 `k = 8`, Q5_0 `k = 16`).
+    Offset(i32),
+    /// Unsigned quants plus a per-block f32 minimum (Q4_1, Q5_1).
+    Min,
+}
+
 /// One dtype's kernels. `None` where there is none: in [`REFERENCE`], that the crate cannot do it;
 /// in an ISA's rows, that the ISA does not speed it up.
 #[derive(Clone, Copy)]

@@ -18,20 +18,10 @@ use std::arch::aarch64::{
 use half::f16;
 
 use crate::activation::Activation;
+use crate::kernels::BlockKind as Kind;
 
 /// A block's 32 weight quants widened to i16, in value order.
 type Quants = [int16x8_t; 4];
-
-/// How a format's quants combine with the activation.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// Signed quants (Q8_0).
-    Signed,
-    /// Unsigned quants minus an integer `k` (Q4_0).
-    Offset(i32),
-    /// Unsigned quants plus a per-block f32 minimum (Q4_1).
-    Min,
-}
 
 /// The little-endian f16 at `b[..2]`.
 #[inline]

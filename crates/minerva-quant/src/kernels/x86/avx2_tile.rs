@@ -36,6 +36,7 @@ use bytemuck::pod_read_unaligned;
 use super::avx2_dot::{f16_at, f16_pair_at, f16_splat, hsum_ps, load32, unpack_nibbles};
 use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
+use crate::kernels::BlockKind as Kind;
 
 /// One block's quants, scale `d` (in every lane) and minimum (0 unless `Kind::Min`). The quants are, for Q8_0
 /// activations, 32 bytes (unsigned, or i8 for `Kind::Signed`) in the first vector (the second is
@@ -119,17 +120,6 @@ fn prefetch(bytes: &[u8], at: usize) {
     if let Some(byte) = bytes.get(at) {
         _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast::<i8>());
     }
-}
-
-/// How a format's decoded quants combine with the activation.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// Signed i8 quants (Q8_0).
-    Signed,
-    /// Unsigned quants minus an integer `k` (Q4_0, Q5_0, MXFP4).
-    Offset(i32),
-    /// Unsigned quants plus a per-block f32 minimum (Q4_1, Q5_1).
-    Min,
 }
 
 /// `R` rows × `C` activations of 32-value blocks of `block_bytes`: `out[r][c]` = row r · act c.
