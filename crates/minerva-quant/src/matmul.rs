@@ -268,9 +268,10 @@ fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
         let r1 = (r0 + TILE).min(rows);
         for c0 in (0..cols).step_by(TILE) {
             let c1 = (c0 + TILE).min(cols);
-            for r in r0..r1 {
-                for c in c0..c1 {
-                    dst[c * rows + r] = src[r * cols + c];
+            // Writes run along `dst` (strided writes cost more than strided reads here).
+            for c in c0..c1 {
+                for (r, d) in (r0..r1).zip(&mut dst[c * rows + r0..c * rows + r1]) {
+                    *d = src[r * cols + c];
                 }
             }
         }
