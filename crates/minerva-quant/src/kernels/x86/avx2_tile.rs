@@ -38,9 +38,9 @@ use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::kernels::BlockKind as Kind;
 
-/// One block's quants, scale `d` (in every lane) and minimum (0 unless `Kind::Min`). The quants are, for Q8_0
-/// activations, 32 bytes (unsigned, or i8 for `Kind::Signed`) in the first vector (the second is
-/// unused); for i16 activations, 32 i16 in two vectors (values 0..16, 16..32).
+/// One block's quants, scale `d` (in every lane) and minimum (0 unless `Kind::Min`). The quants
+/// are, for Q8_0 activations, 32 bytes (unsigned, or i8 for `Kind::Signed`) in the first vector
+/// (the second is unused); for i16 activations, 32 i16 in two vectors (values 0..16, 16..32).
 type Decoded = ((__m256i, __m256i), __m256, f32);
 
 /// Unsigned quant bytes widened to two vectors of 16 i16 (values 0..16, 16..32).
