@@ -255,22 +255,33 @@ fn run(
         });
     }
     if n > 1 {
-        transpose(&transposed, rows, n, ys);
+        // Split by activations (rows of `ys`), so the threads share the transpose too.
+        let acts_per_task = n.div_ceil(threads).max(1);
+        if threads == 1 || acts_per_task >= n {
+            transpose(&transposed, rows, n, 0, ys);
+        } else {
+            pool::for_each_chunk_mut(ys, acts_per_task * rows, |t, part| {
+                transpose(&transposed, rows, n, t * acts_per_task, part);
+            });
+        }
     }
     Ok(())
 }
 
-/// `dst` (`cols × rows`) = `src` (`rows × cols`) transposed, in square tiles so that both sides
-/// stay in cache (a prefill's output is megabytes; a plain loop misses on every strided write).
-fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+/// Columns `first_col..` of `src` (`rows × cols`) transposed into `dst` (one row of `rows` values
+/// per column, as many as `dst` holds), in square tiles so that both sides stay in cache (a
+/// prefill's output is megabytes; a plain loop misses on every strided access).
+fn transpose(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [f32]) {
     const TILE: usize = 16;
+    let last_col = first_col + dst.len() / rows;
     for r0 in (0..rows).step_by(TILE) {
         let r1 = (r0 + TILE).min(rows);
-        for c0 in (0..cols).step_by(TILE) {
-            let c1 = (c0 + TILE).min(cols);
+        for c0 in (first_col..last_col).step_by(TILE) {
+            let c1 = (c0 + TILE).min(last_col);
             // Writes run along `dst` (strided writes cost more than strided reads here).
             for c in c0..c1 {
-                for (r, d) in (r0..r1).zip(&mut dst[c * rows + r0..c * rows + r1]) {
+                let d = (c - first_col) * rows;
+                for (r, d) in (r0..r1).zip(&mut dst[d + r0..d + r1]) {
                     *d = src[r * cols + c];
                 }
             }
@@ -287,12 +298,17 @@ mod tests {
         for (rows, cols) in [(1, 1), (3, 17), (16, 16), (33, 5), (40, 70)] {
             let src: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
             let mut dst = vec![0.0; rows * cols];
-            transpose(&src, rows, cols, &mut dst);
+            transpose(&src, rows, cols, 0, &mut dst);
             for r in 0..rows {
                 for c in 0..cols {
                     assert_eq!(dst[c * rows + r], src[r * cols + c], "{rows}x{cols} at ({r}, {c})");
                 }
             }
+            // A range of columns, as one task of a threaded transpose writes it.
+            let (first, count) = (cols / 3, cols - cols / 3);
+            let mut part = vec![0.0; count * rows];
+            transpose(&src, rows, cols, first, &mut part);
+            assert_eq!(part, dst[first * rows..], "{rows}x{cols} from column {first}");
         }
     }
 
