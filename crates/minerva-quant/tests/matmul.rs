@@ -231,6 +231,7 @@ fn main_formats_have_simd_kernels_on_avx2() {
             DType::Q5_1,
             DType::MXFP4,
             DType::Q4_K,
+            DType::Q5_K,
             DType::Q6_K,
             DType::F16,
         ] {
