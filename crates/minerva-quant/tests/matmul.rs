@@ -230,6 +230,8 @@ fn main_formats_have_simd_kernels_on_avx2() {
             DType::Q5_0,
             DType::Q5_1,
             DType::MXFP4,
+            DType::Q2_K,
+            DType::Q3_K,
             DType::Q4_K,
             DType::Q5_K,
             DType::Q6_K,

@@ -18,7 +18,7 @@ mod avx2_vector;
 
 use std::arch::is_x86_feature_detected as has;
 
-use minerva_core::DType::{BF16, F16, F32, MXFP4, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+use minerva_core::DType::{BF16, F16, F32, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
 
 use super::{Isa, Kernels, VectorKernels};
 
@@ -103,6 +103,8 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(Q5_0).tile(avx2_tile!(tiles_q5_0)).tile_i16(avx2_tile!(tiles_i16_q5_0, HEAVY_DECODE_ACTS)),
         Kernels::new(Q5_1).tile(avx2_tile!(tiles_q5_1)).tile_i16(avx2_tile!(tiles_i16_q5_1, HEAVY_DECODE_ACTS)),
         Kernels::new(MXFP4).tile(avx2_tile!(tiles_mxfp4)).tile_i16(avx2_tile!(tiles_i16_mxfp4, HEAVY_DECODE_ACTS)),
+        Kernels::new(Q2_K).simd_dot(dot!(avx2_dot::dot_q2_k)),
+        Kernels::new(Q3_K).simd_dot(dot!(avx2_dot::dot_q3_k)),
         Kernels::new(Q4_K).simd_dot(dot!(avx2_dot::dot_q4_k)),
         Kernels::new(Q5_K).simd_dot(dot!(avx2_dot::dot_q5_k)),
         Kernels::new(Q6_K).simd_dot(dot!(avx2_dot::dot_q6_k)),
