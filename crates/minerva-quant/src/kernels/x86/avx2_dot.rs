@@ -91,17 +91,42 @@ fn k4_scale_mins(block: &[u8]) -> ([i16; 8], [i32; 8]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q4_k(row: &[u8], act: &Activation<'_>) -> f32 {
-    let mask = _mm256_set1_epi8(0x0F);
+    dot_k4::<false>(row, act)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q5_k(row: &[u8], act: &Activation<'_>) -> f32 {
+    dot_k4::<true>(row, act)
+}
+
+/// Q4_K, or with `FIFTH` Q5_K: 8 sub-blocks of 32 values, 6-bit scales and minimums. Q5_K adds
+/// the fifth bits: bit `j` of `qh[i]` is the high bit of value `32·j + i`, so sub-block `j` takes
+/// bit `j` of each of the 32 `qh` bytes, moved to 0x10 and OR-ed onto the nibbles (quants 0..=31,
+/// still unsigned for `maddubs`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_k4<const FIFTH: bool>(row: &[u8], act: &Activation<'_>) -> f32 {
+    let (block_bytes, qs_at) = if FIFTH { (176, 48) } else { (144, 16) };
+    let (mask, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
     let (mut acc, mut mins_acc) = (_mm256_setzero_ps(), 0.0f32);
-    let blocks = row.chunks_exact(144).zip(act.qs.chunks_exact(256));
+    let blocks = row.chunks_exact(block_bytes).zip(act.qs.chunks_exact(256));
     for ((block, a), (&d, bsums)) in blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16))) {
         let (scales, mins) = k4_scale_mins(block);
-        let qs = &block[16..];
+        let qh = if FIFTH { load32(&block[16..48]) } else { _mm256_setzero_si256() };
+        let fifth = |j: i32| {
+            if FIFTH {
+                _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one))
+            } else {
+                _mm256_setzero_si256()
+            }
+        };
+        let qs = &block[qs_at..];
         let mut sum = _mm256_setzero_si256();
         for chunk in 0..4 {
             let packed = load32(&qs[32 * chunk..]);
-            let low = _mm256_and_si256(packed, mask);
-            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask);
+            let low = _mm256_or_si256(_mm256_and_si256(packed, mask), fifth(2 * chunk as i32));
+            let high =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask), fifth(2 * chunk as i32 + 1));
             let p_low = _mm256_maddubs_epi16(low, load32(&a[64 * chunk..]));
             let p_high = _mm256_maddubs_epi16(high, load32(&a[64 * chunk + 32..]));
             sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p_low, _mm256_set1_epi16(scales[2 * chunk])));
@@ -174,37 +199,6 @@ pub(super) fn dot_q3_k(row: &[u8], act: &Activation<'_>) -> f32 {
         offset_acc += scale * (4 * offset) as f32;
     }
     hsum_ps(acc) - offset_acc
-}
-
-/// [`dot_q4_k`] with the fifth bits: bit `j` of `qh[i]` is the high bit of value `32·j + i`, so
-/// sub-block `j` takes bit `j` of each of the 32 `qh` bytes, moved to 0x10 and OR-ed onto the
-/// nibbles (quants 0..=31, still unsigned for `maddubs`).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q5_k(row: &[u8], act: &Activation<'_>) -> f32 {
-    let (mask, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
-    let (mut acc, mut mins_acc) = (_mm256_setzero_ps(), 0.0f32);
-    let blocks = row.chunks_exact(176).zip(act.qs.chunks_exact(256));
-    for ((block, a), (&d, bsums)) in blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16))) {
-        let (scales, mins) = k4_scale_mins(block);
-        let qh = load32(&block[16..48]);
-        let fifth = |j: i32| _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one));
-        let qs = &block[48..];
-        let mut sum = _mm256_setzero_si256();
-        for chunk in 0..4 {
-            let packed = load32(&qs[32 * chunk..]);
-            let low = _mm256_or_si256(_mm256_and_si256(packed, mask), fifth(2 * chunk as i32));
-            let high =
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask), fifth(2 * chunk as i32 + 1));
-            let p_low = _mm256_maddubs_epi16(low, load32(&a[64 * chunk..]));
-            let p_high = _mm256_maddubs_epi16(high, load32(&a[64 * chunk + 32..]));
-            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p_low, _mm256_set1_epi16(scales[2 * chunk])));
-            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p_high, _mm256_set1_epi16(scales[2 * chunk + 1])));
-        }
-        let min_sum: i32 = (0..8).map(|j| mins[j] * (bsums[2 * j] + bsums[2 * j + 1])).sum();
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(block) * d), _mm256_cvtepi32_ps(sum), acc);
-        mins_acc += f16_at(&block[2..]) * d * min_sum as f32;
-    }
-    hsum_ps(acc) - mins_acc
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
