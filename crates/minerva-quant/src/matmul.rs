@@ -256,8 +256,8 @@ fn run(
     }
     if n > 1 {
         // Split by activations (rows of `ys`), so the threads share the transpose too.
-        let acts_per_task = n.div_ceil(threads).max(1);
-        if threads == 1 || acts_per_task >= n {
+        let acts_per_task = n.div_ceil(threads);
+        if threads == 1 {
             transpose(&transposed, rows, n, 0, ys);
         } else {
             pool::for_each_chunk_mut(ys, acts_per_task * rows, |t, part| {
@@ -280,8 +280,8 @@ fn transpose(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut 
             let c1 = (c0 + TILE).min(last_col);
             // Writes run along `dst` (strided writes cost more than strided reads here).
             for c in c0..c1 {
-                let d = (c - first_col) * rows;
-                for (r, d) in (r0..r1).zip(&mut dst[d + r0..d + r1]) {
+                let column = (c - first_col) * rows;
+                for (r, d) in (r0..r1).zip(&mut dst[column + r0..column + r1]) {
                     *d = src[r * cols + c];
                 }
             }

@@ -139,11 +139,25 @@ fn dot_k4<const FIFTH: bool>(row: &[u8], act: &Activation<'_>) -> f32 {
     hsum_ps(acc) - mins_acc
 }
 
+/// A vector of 16 i16 for `madd` over 32 values of two 16-value sub-blocks: `lo` in lanes 0..8
+/// (values 0..16), `hi` in lanes 8..16 (values 16..32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pair_scales(lo: i16, hi: i16) -> __m256i {
+    _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo))
+}
+
+/// Quarter `quarter` (0..4) of Q2_K/Q3_K's packed 2-bit quants: bits `2·quarter..` of each byte.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn two_bits(packed: __m256i, quarter: usize) -> __m256i {
+    _mm256_and_si256(_mm256_srl_epi16(packed, _mm_cvtsi32_si128(2 * quarter as i32)), _mm256_set1_epi8(3))
+}
+
 /// Q2_K: 2-bit quants of 16-value sub-blocks with 4-bit scales and minimums. Quarter `j` of each
 /// 128-value half is bits `2j..2j+2` of the half's 32 `qs` bytes (32 values, two sub-blocks).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q2_k(row: &[u8], act: &Activation<'_>) -> f32 {
-    let three = _mm256_set1_epi8(3);
     let (mut acc, mut mins_acc) = (_mm256_setzero_ps(), 0.0f32);
     let blocks = row.chunks_exact(84).zip(act.qs.chunks_exact(256));
     for ((block, a), (&d, bsums)) in blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16))) {
@@ -152,11 +166,11 @@ pub(super) fn dot_q2_k(row: &[u8], act: &Activation<'_>) -> f32 {
         for half in 0..2 {
             let packed = load32(&block[16 + 32 * half..]);
             for quarter in 0..4 {
-                let q = _mm256_and_si256(_mm256_srl_epi16(packed, _mm_cvtsi32_si128(2 * quarter as i32)), three);
+                let q = two_bits(packed, quarter);
                 let start = 128 * half + 32 * quarter;
                 let products = _mm256_maddubs_epi16(q, load32(&a[start..]));
                 let (lo, hi) = (scales[start / 16] & 0x0F, scales[start / 16 + 1] & 0x0F);
-                let scale = _mm256_set_m128i(_mm_set1_epi16(i16::from(hi)), _mm_set1_epi16(i16::from(lo)));
+                let scale = pair_scales(i16::from(lo), i16::from(hi));
                 sum = _mm256_add_epi32(sum, _mm256_madd_epi16(products, scale));
             }
         }
@@ -172,7 +186,7 @@ pub(super) fn dot_q2_k(row: &[u8], act: &Activation<'_>) -> f32 {
 /// `maddubs` takes the unsigned `q`; the `−4` comes off through the activation's `bsums`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn dot_q3_k(row: &[u8], act: &Activation<'_>) -> f32 {
-    let (three, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+    let one = _mm256_set1_epi8(1);
     let (mut acc, mut offset_acc) = (_mm256_setzero_ps(), 0.0f32);
     let blocks = row.chunks_exact(110).zip(act.qs.chunks_exact(256));
     for ((block, a), (&d, bsums)) in blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16))) {
@@ -182,14 +196,14 @@ pub(super) fn dot_q3_k(row: &[u8], act: &Activation<'_>) -> f32 {
         for half in 0..2 {
             let packed = load32(&block[32 + 32 * half..]);
             for quarter in 0..4 {
-                let low = _mm256_and_si256(_mm256_srl_epi16(packed, _mm_cvtsi32_si128(2 * quarter as i32)), three);
+                let low = two_bits(packed, quarter);
                 let bit = (4 * half + quarter) as i32;
                 let high =
                     _mm256_slli_epi16::<2>(_mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(bit)), one));
                 let start = 128 * half + 32 * quarter;
                 let products = _mm256_maddubs_epi16(_mm256_or_si256(low, high), load32(&a[start..]));
                 let sub = start / 16;
-                let scale = _mm256_set_m128i(_mm_set1_epi16(scales[sub + 1]), _mm_set1_epi16(scales[sub]));
+                let scale = pair_scales(scales[sub], scales[sub + 1]);
                 sum = _mm256_add_epi32(sum, _mm256_madd_epi16(products, scale));
             }
         }
@@ -226,7 +240,7 @@ pub(super) fn dot_q6_k(row: &[u8], act: &Activation<'_>) -> f32 {
                 let start = 128 * half + 32 * quarter;
                 let products = _mm256_maddubs_epi16(q6, load32(&a[start..]));
                 let sub = start / 16;
-                let scale = _mm256_set_m128i(_mm_set1_epi16(scales[sub + 1]), _mm_set1_epi16(scales[sub]));
+                let scale = pair_scales(scales[sub], scales[sub + 1]);
                 sum = _mm256_add_epi32(sum, _mm256_madd_epi16(products, scale));
             }
         }

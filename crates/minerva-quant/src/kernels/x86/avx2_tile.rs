@@ -168,15 +168,14 @@ fn tile<const R: usize, const C: usize, const WIDE: bool>(
         }
         for r in 0..R {
             let ((q_lo, q_hi), d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)], C == 1);
-            let q = q_lo;
             for c in 0..C {
                 let mut sum = if WIDE {
                     _mm256_add_epi32(_mm256_madd_epi16(q_lo, a[c]), _mm256_madd_epi16(q_hi, a_hi[c]))
                 } else {
                     let products = if kind == Kind::Signed {
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a[c], q))
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(q_lo, q_lo), _mm256_sign_epi8(a[c], q_lo))
                     } else {
-                        _mm256_maddubs_epi16(q, a[c])
+                        _mm256_maddubs_epi16(q_lo, a[c])
                     };
                     _mm256_madd_epi16(products, ones)
                 };
