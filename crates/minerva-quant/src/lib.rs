@@ -10,8 +10,8 @@
 //!   reference; the scalar reference lives in `ggml`, the SIMD code in `kernels/x86/avx2_dequant.rs`.
 //! * [`matvec`] / [`matmul`] — fused quantized matrix × vector / small matrix products with
 //!   activations quantized on the fly (Q8_0 / Q8_K), multi-threaded over rows on a [`ComputePool`]; AVX2
-//!   tile kernels (4 rows × 2 or 6 activations) for the 32-value block formats in
-//!   `kernels/x86/avx2_tile.rs`, per-row dot kernels for the others in `kernels/x86/avx2_dot.rs`,
+//!   tile kernels (4 rows × 2 activations; 4 × 8 against i16 activations) for the 32-value block
+//!   formats in `kernels/x86/avx2_tile.rs` and `avx2_tile_i16.rs`, per-row dot kernels for the others in `kernels/x86/avx2_dot.rs`,
 //!   scalar ones in `kernels/reference.rs` ([`matvec_ref`]). [`matmul_i16`] quantizes activations
 //!   to i16 instead (f32-level accuracy).
 //! * [`vector`] — f32 dot products and `y += a·x` (attention), AVX2+FMA where detected.

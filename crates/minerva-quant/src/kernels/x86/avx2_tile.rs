@@ -19,16 +19,18 @@
 //! (`Activation::ds`), as the scalar kernels do. Q8_0's signed quants do not fit `maddubs`'
 //! unsigned side, so it keeps the `sign_epi8` trick (|w|, sign moved onto a).
 //!
+//! With i16 activations (`WIDE`) only Q8_0 runs here, its quants widened to i16 and two `madd`
+//! per 32 values; the other formats' i16 tiles are `avx2_tile_i16.rs`.
+//!
 //! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
 //! promises AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, _MM_HINT_T0, _mm_cvtsi32_si128, _mm_prefetch, _mm256_add_epi32, _mm256_and_si256,
-    _mm256_broadcastsi128_si256, _mm256_castsi256_si128, _mm256_cmpeq_epi8, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps,
-    _mm256_cvtepu8_epi16, _mm256_extracti128_si256, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16,
-    _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x,
-    _mm256_set1_ps, _mm256_setr_epi64x, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi8,
-    _mm256_srli_epi16, _mm256_zextsi128_si256,
+    _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_fmadd_ps,
+    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16,
+    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_ps, _mm256_setr_epi64x, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_zextsi128_si256,
 };
 
 use bytemuck::pod_read_unaligned;
@@ -43,30 +45,6 @@ use crate::kernels::BlockKind as Kind;
 /// (the second is unused); for i16 activations, 32 i16 in two vectors (values 0..16, 16..32).
 type Decoded = ((__m256i, __m256i), __m256, f32);
 
-/// Unsigned quant bytes widened to two vectors of 16 i16 (values 0..16, 16..32).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn widen_unsigned(q: __m256i) -> (__m256i, __m256i) {
-    (_mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)), _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(q)))
-}
-
-/// Signed quant bytes widened to two vectors of 16 i16 (values 0..16, 16..32).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn widen_signed(q: __m256i) -> (__m256i, __m256i) {
-    (_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)))
-}
-
-/// 16 bytes of packed nibbles (byte j: value j low, value j + 16 high) as two vectors of 16 i16,
-/// widened before they are split: one `vpmovzxbw`, an `and` and a shift, where unpacking to bytes
-/// first and widening after costs an insert, an extract and two widenings.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn nibbles_wide(qs: &[u8]) -> (__m256i, __m256i) {
-    let bytes = _mm256_cvtepu8_epi16(pod_read_unaligned::<__m128i>(&qs[..16]));
-    (_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16::<4>(bytes))
-}
-
 /// 32 signed bytes as two vectors of 16 i16, each widened straight from memory.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -80,7 +58,7 @@ fn bytes_wide_signed(qs: &[u8]) -> (__m256i, __m256i) {
 /// The 32 fifth bits of a Q5 block (`qh`, little-endian u32, bit j = value j) as 0x10 bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn fifth_bits(qh: &[u8]) -> __m256i {
+pub(super) fn fifth_bits(qh: &[u8]) -> __m256i {
     let bits = _mm256_set1_epi32(i32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]));
     // Byte j takes byte j/8 of qh, then is set to all ones iff its bit j%8 is set: OR with every
     // other bit (0xFE, 0xFD, …, 0x7F in each group of 8) and compare with 0xFF.
@@ -111,7 +89,7 @@ fn scale_min(b: &[u8], one_activation: bool) -> (__m256, f32) {
 /// reads its rows side by side, each a stream too short for the hardware prefetcher to follow;
 /// prefetching the weights as one stream a few KiB ahead keeps a matrix larger than L3 at memory
 /// bandwidth (docs/benchmarks.md, "Prefetching the weights as one stream").
-const PREFETCH_AHEAD: usize = 3072;
+pub(super) const PREFETCH_AHEAD: usize = 3072;
 
 /// Asks the CPU to start loading `bytes[at]` into cache (nothing if `at` is past the end).
 #[inline]
@@ -347,75 +325,5 @@ pub(super) fn tiles_i16_q8_0<const R: usize, const C: usize>(
 ) {
     tiles::<R, C, true>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
         (bytes_wide_signed(&b[2..]), f16_splat(b), 0.0)
-    });
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_q4_0<const R: usize, const C: usize>(
-    w: &[u8],
-    row_bytes: usize,
-    acts: &[Activation<'_>],
-    out: &mut [f32],
-) {
-    tiles::<R, C, true>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| {
-        (nibbles_wide(&b[2..]), f16_splat(b), 0.0)
-    });
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_q4_1<const R: usize, const C: usize>(
-    w: &[u8],
-    row_bytes: usize,
-    acts: &[Activation<'_>],
-    out: &mut [f32],
-) {
-    tiles::<R, C, true>(w, row_bytes, acts, out, 20, Kind::Min, |b, one| {
-        let (d, m) = scale_min(b, one);
-        (nibbles_wide(&b[4..]), d, m)
-    });
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_q5_0<const R: usize, const C: usize>(
-    w: &[u8],
-    row_bytes: usize,
-    acts: &[Activation<'_>],
-    out: &mut [f32],
-) {
-    tiles::<R, C, true>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
-        (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..]))), f16_splat(b), 0.0)
-    });
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_q5_1<const R: usize, const C: usize>(
-    w: &[u8],
-    row_bytes: usize,
-    acts: &[Activation<'_>],
-    out: &mut [f32],
-) {
-    tiles::<R, C, true>(w, row_bytes, acts, out, 24, Kind::Min, |b, one| {
-        let (d, m) = scale_min(b, one);
-        (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..]))), d, m)
-    });
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_mxfp4<const R: usize, const C: usize>(
-    w: &[u8],
-    row_bytes: usize,
-    acts: &[Activation<'_>],
-    out: &mut [f32],
-) {
-    // The doubled E2M1 values as signed quants (the `sign_epi8` path measured faster here than
-    // shifting them by +12 to unsigned: 0.59 vs 0.78 ms on 2880×2880).
-    let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
-    tiles::<R, C, true>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
-        (widen_signed(_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..]))), _mm256_set1_ps(e8m0_to_f32_half(b[0])), 0.0)
     });
 }

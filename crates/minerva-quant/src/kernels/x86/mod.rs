@@ -2,8 +2,8 @@
 //!
 //! * [`AVX2`] — the dequantizers (`avx2_dequant.rs`), which need AVX2 alone;
 //! * [`AVX2_FMA_F16C`] — the matmul kernels: tiles of rows × activations for the 32-value block
-//!   formats (`avx2_tile.rs`), per-row dot kernels for the K-quants and the float formats
-//!   (`avx2_dot.rs`).
+//!   formats (`avx2_tile.rs`; against i16 activations `avx2_tile_i16.rs`, Q8_0 excepted), per-row
+//!   dot kernels for the K-quants and the float formats (`avx2_dot.rs`).
 //!
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
 //! them, which the kernel table uses only after the ISA's `detected` check has passed.
@@ -14,6 +14,7 @@
 mod avx2_dequant;
 mod avx2_dot;
 mod avx2_tile;
+mod avx2_tile_i16;
 mod avx2_vector;
 
 use std::arch::is_x86_feature_detected as has;
@@ -69,11 +70,9 @@ macro_rules! avx2_tile {
     };
 }
 
-/// Activations per tile of the i16 kernels whose block decode is the heavier part (a minimum,
-/// fifth bits, a table look-up): shared over 6 activations instead of 2 (64 activations of a
-/// 1536×576 matrix: Q5_0/Q5_1 1.27×, MXFP4 1.16×, Q4_1 1.08× faster; Q8_0 and Q4_0, whose
-/// decode is a load or a mask, were 5-12 % slower and stay at 2).
-const HEAVY_DECODE_ACTS: usize = 6;
+/// Groups of four activations per tile of `avx2_tile_i16` (each weight block decoded once for 8
+/// activations: 1536×576, 16 activations, 1 thread, against 4: Q4_0 about 1.25×, Q5_0 1.2×, Q4_1 1.05×).
+const I16_ACT_GROUPS: usize = 2;
 
 /// AVX2 dequantizers, bit-identical to the reference.
 pub(super) const AVX2: Isa = Isa {
@@ -98,11 +97,11 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(F16).simd_dot(dot!(avx2_dot::dot_f16)),
         Kernels::new(BF16).simd_dot(dot!(avx2_dot::dot_bf16)),
         Kernels::new(Q8_0).tile(avx2_tile!(tiles_q8_0)).tile_i16(avx2_tile!(tiles_i16_q8_0)),
-        Kernels::new(Q4_0).tile(avx2_tile!(tiles_q4_0)).tile_i16(avx2_tile!(tiles_i16_q4_0)),
-        Kernels::new(Q4_1).tile(avx2_tile!(tiles_q4_1)).tile_i16(avx2_tile!(tiles_i16_q4_1, HEAVY_DECODE_ACTS)),
-        Kernels::new(Q5_0).tile(avx2_tile!(tiles_q5_0)).tile_i16(avx2_tile!(tiles_i16_q5_0, HEAVY_DECODE_ACTS)),
-        Kernels::new(Q5_1).tile(avx2_tile!(tiles_q5_1)).tile_i16(avx2_tile!(tiles_i16_q5_1, HEAVY_DECODE_ACTS)),
-        Kernels::new(MXFP4).tile(avx2_tile!(tiles_mxfp4)).tile_i16(avx2_tile!(tiles_i16_mxfp4, HEAVY_DECODE_ACTS)),
+        Kernels::new(Q4_0).tile(avx2_tile!(tiles_q4_0)).tile_i16(tile!(avx2_tile_i16::tiles_q4_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q4_1).tile(avx2_tile!(tiles_q4_1)).tile_i16(tile!(avx2_tile_i16::tiles_q4_1::<I16_ACT_GROUPS>)),
+        Kernels::new(Q5_0).tile(avx2_tile!(tiles_q5_0)).tile_i16(tile!(avx2_tile_i16::tiles_q5_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q5_1).tile(avx2_tile!(tiles_q5_1)).tile_i16(tile!(avx2_tile_i16::tiles_q5_1::<I16_ACT_GROUPS>)),
+        Kernels::new(MXFP4).tile(avx2_tile!(tiles_mxfp4)).tile_i16(tile!(avx2_tile_i16::tiles_mxfp4::<I16_ACT_GROUPS>)),
         Kernels::new(Q2_K).simd_dot(dot!(avx2_dot::dot_q2_k)),
         Kernels::new(Q3_K).simd_dot(dot!(avx2_dot::dot_q3_k)),
         Kernels::new(Q4_K).simd_dot(dot!(avx2_dot::dot_q4_k)),

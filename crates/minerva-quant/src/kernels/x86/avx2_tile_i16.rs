@@ -1,0 +1,459 @@
+//! AVX2 (+FMA, F16C) tile kernels for the 32-value block formats Q4_0, Q4_1, Q5_0, Q5_1 and MXFP4
+//! against i16 activations (`Activation::q16`, `crate::matmul_i16`).
+//!
+//! A block's dot product is 32 i16 × i16 products summed by two `madd` into 8 i32 lanes. Rather
+//! than scaling and accumulating those 8 lanes for every (row, activation) pair, which needs one
+//! f32 accumulator per pair (a 4 × 6 tile's 24 did not fit in 16 registers and were spilled to
+//! the stack on every block), four pairs' lanes are reduced by two rounds of unpacks and adds into
+//! one vector whose lanes `i` and `i + 4` hold the two halves of pair `i`'s integer sum:
+//!
+//! ```text
+//!   pairs p0..p3 (4 rows × 1 activation, or 1 row × 4 activations)
+//!   s_i  = madd(q_lo, a_lo) + madd(q_hi, a_hi)          8 i32 lanes per pair
+//!   v    = reduce4(s0, s1, s2, s3)                      [p0 p1 p2 p3 | p0 p1 p2 p3] (half sums)
+//!   acc  = fma(d_w·d_a per lane, f32(v), acc)           one accumulator for four pairs
+//!   acc  = fma(m_w·(d_a·Σa) in lanes 0..4, acc)          Q4_1/Q5_1: the minimum's term
+//!   y_i  = acc[i] + acc[i + 4]
+//! ```
+//!
+//! Which four pairs share a vector depends on the tile's shape: with 4 or more activations, one
+//! row against four activations ([`tile_acts`]); with fewer (decode), four rows against one
+//! activation ([`tile_rows`]). Every lane sees the same operations in the same order whatever
+//! the grouping (an exact integer sum, one f32 product of the two scales, the same FMAs), so a
+//! (row, activation) result does not depend on the batch it came in, as the engine's prefix
+//! reuse and batch invariance require. Q4_0/Q5_0's offset `k` comes off the exact integer sum
+//! (`Σ(q − k)·a = Σq·a − k·Σa`) in lanes 0..4. Tiles are 4 rows × 8 activations (then 4, then the
+//! last 1..3 against 4 rows at a time).
+//!
+//! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
+//! promises AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
+
+use core::arch::x86_64::{
+    __m128i, __m256, __m256i, _MM_HINT_T0, _mm_prefetch, _mm_setr_epi16, _mm_setr_epi32, _mm256_add_epi32,
+    _mm256_add_ps, _mm256_and_si256, _mm256_blend_ps, _mm256_broadcastsi128_si256, _mm256_castsi256_si128,
+    _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16, _mm256_cvtph_ps, _mm256_extracti128_si256,
+    _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_permute2f128_ps,
+    _mm256_permutevar8x32_ps, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setr_ps, _mm256_setzero_ps,
+    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_srli_epi16, _mm256_sub_epi32, _mm256_unpackhi_epi32,
+    _mm256_unpackhi_epi64, _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
+};
+
+use bytemuck::pod_read_unaligned;
+
+use super::avx2_dot::{f16_at, f16_pair_at, unpack_nibbles};
+use super::avx2_tile::{PREFETCH_AHEAD, fifth_bits};
+use crate::activation::Activation;
+use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
+use crate::kernels::BlockKind as Kind;
+
+/// One decoded weight block: its 32 quants as i16 (values 0..16, 16..32), scale and minimum (0
+/// unless `Kind::Min`).
+type Decoded = ((__m256i, __m256i), f32, f32);
+
+/// Rows per tile.
+const ROWS: usize = 4;
+
+/// Asks the CPU to start loading the cache lines of `bytes[at..at + len]` (none past the end): the
+/// weights as one stream [`PREFETCH_AHEAD`] bytes ahead of the rows' progress, as `avx2_tile`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch(bytes: &[u8], at: usize, len: usize) {
+    for line in 0..len.div_ceil(64) {
+        if let Some(byte) = bytes.get(at + 64 * line) {
+            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast::<i8>());
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load_i16(a: &[i16]) -> __m256i {
+    pod_read_unaligned::<__m256i>(bytemuck::cast_slice(&a[..16]))
+}
+
+/// Block `b` of one weight row · block `b` of `act`: 8 i32 lanes, exact.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn block_dot(q: (__m256i, __m256i), act: &Activation<'_>, b: usize) -> __m256i {
+    let a = &act.q16[32 * b..32 * b + 32];
+    _mm256_add_epi32(_mm256_madd_epi16(q.0, load_i16(a)), _mm256_madd_epi16(q.1, load_i16(&a[16..])))
+}
+
+/// Four block dots reduced to one vector: lanes `i` and `i + 4` hold the halves of dot `i`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn reduce4(s: [__m256i; 4]) -> __m256i {
+    // Unpacks and adds rather than `hadd`, which is several µops on the same shuffle units.
+    let pair = |x, y| _mm256_add_epi32(_mm256_unpacklo_epi32(x, y), _mm256_unpackhi_epi32(x, y));
+    let (t01, t23) = (pair(s[0], s[1]), pair(s[2], s[3]));
+    _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23))
+}
+
+/// Four f32 in lanes 0..4 and again in 4..8.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn twice(v: [f32; 4]) -> __m256 {
+    _mm256_setr_ps(v[0], v[1], v[2], v[3], v[0], v[1], v[2], v[3])
+}
+
+/// Four f32 in lanes 0..4, zeros in 4..8.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn low_half(v: [f32; 4]) -> __m256 {
+    _mm256_setr_ps(v[0], v[1], v[2], v[3], 0.0, 0.0, 0.0, 0.0)
+}
+
+/// What an offset format takes off each pair's integer sum: `k·Σa` in lanes 0..4 (zeros in 4..8,
+/// so the two halves together lose it once).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn offsets(kind: Kind, sums: [i32; 4]) -> Option<__m256i> {
+    match kind {
+        Kind::Offset(k) => Some(_mm256_setr_epi32(k * sums[0], k * sums[1], k * sums[2], k * sums[3], 0, 0, 0, 0)),
+        _ => None,
+    }
+}
+
+/// A 32-value block format as the tiles read it: constants, so that every branch on them folds
+/// away in each format's kernel (as run-time values they did not, `tiles` being too large to
+/// inline).
+trait Format {
+    const BLOCK_BYTES: usize;
+    const KIND: Kind;
+    const SCALES: Scales;
+}
+
+/// Where [`tile_rows`] reads four blocks' scales.
+#[derive(Clone, Copy)]
+enum Scales {
+    /// The f16 scale in bytes 0..2 (and with `Kind::Min` the f16 minimum in bytes 2..4): four
+    /// blocks' at once, converted by one `vcvtph2ps`, rather than one by one and inserted.
+    F16,
+    /// As `decode` returns them (MXFP4's E8M0 exponents).
+    Decoded,
+}
+
+/// One block's step for four pairs: `acc = fma(scales, f32(v − offset), acc)`, then the minimum's
+/// term `fma(mins, ds, acc)` (lanes 0..4; `mins` is zero in lanes 4..8).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn accumulate(
+    acc: __m256,
+    v: __m256i,
+    offset: Option<__m256i>,
+    scales: __m256,
+    min_terms: Option<(__m256, __m256)>,
+) -> __m256 {
+    let v = match offset {
+        Some(o) => _mm256_sub_epi32(v, o),
+        None => v,
+    };
+    let acc = _mm256_fmadd_ps(scales, _mm256_cvtepi32_ps(v), acc);
+    match min_terms {
+        Some((mins, ds)) => _mm256_fmadd_ps(mins, ds, acc),
+        None => acc,
+    }
+}
+
+/// The four results of an accumulator: lane `i` + lane `i + 4`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn results(acc: __m256) -> [f32; 4] {
+    let both = _mm256_add_ps(acc, _mm256_permute2f128_ps::<0x01>(acc, acc));
+    let lanes = bytemuck::cast::<__m256, [f32; 8]>(both);
+    [lanes[0], lanes[1], lanes[2], lanes[3]]
+}
+
+/// `R` rows × `4·G` activations, each row against groups of four activations:
+/// `out[r][4g + i]` = row r · act 4g + i.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_acts<F: Format, const R: usize, const G: usize>(
+    rows: [&[u8]; R],
+    stream: &[u8],
+    acts: &[Activation<'_>],
+    decode: &impl Fn(&[u8]) -> Decoded,
+) -> [[[f32; 4]; G]; R] {
+    let (block_bytes, kind) = (F::BLOCK_BYTES, F::KIND);
+    let mut acc = [[_mm256_setzero_ps(); G]; R];
+    let zero = _mm256_setzero_ps();
+    for b in 0..acts[0].d.len() {
+        // Closures do not inline the kernels' intrinsics: plain loops fill these.
+        let (mut da, mut ds, mut off) = ([zero; G], [zero; G], [None; G]);
+        for g in 0..G {
+            let group = &acts[4 * g..4 * g + 4];
+            da[g] = twice([group[0].d[b], group[1].d[b], group[2].d[b], group[3].d[b]]);
+            if kind == Kind::Min {
+                ds[g] = twice([group[0].ds[b], group[1].ds[b], group[2].ds[b], group[3].ds[b]]);
+            }
+            off[g] = offsets(kind, [group[0].sums[b], group[1].sums[b], group[2].sums[b], group[3].sums[b]]);
+        }
+        prefetch(stream, PREFETCH_AHEAD + R * block_bytes * b, R * block_bytes);
+        for r in 0..R {
+            let (q, d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)]);
+            let d = _mm256_set1_ps(d);
+            let mins = low_half([m; 4]);
+            for g in 0..G {
+                let group = &acts[4 * g..4 * g + 4];
+                let v = reduce4([
+                    block_dot(q, &group[0], b),
+                    block_dot(q, &group[1], b),
+                    block_dot(q, &group[2], b),
+                    block_dot(q, &group[3], b),
+                ]);
+                let min_terms = if kind == Kind::Min { Some((mins, ds[g])) } else { None };
+                acc[r][g] = accumulate(acc[r][g], v, off[g], _mm256_mul_ps(d, da[g]), min_terms);
+            }
+        }
+    }
+    let mut out = [[[0.0; 4]; G]; R];
+    for r in 0..R {
+        for g in 0..G {
+            out[r][g] = results(acc[r][g]);
+        }
+    }
+    out
+}
+
+/// `R` rows (1 or 4) × `C` activations (fewer than 4), each activation against the rows as a
+/// group of four (a single row fills all four lanes): `out[r][c]` = row r · act c.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+fn tile_rows<F: Format, const R: usize, const C: usize>(
+    rows: [&[u8]; R],
+    stream: &[u8],
+    acts: [&Activation<'_>; C],
+    decode: &impl Fn(&[u8]) -> Decoded,
+) -> [[f32; C]; R] {
+    let (block_bytes, kind, scales) = (F::BLOCK_BYTES, F::KIND, F::SCALES);
+    let mut acc = [_mm256_setzero_ps(); C];
+    let zero = _mm256_setzero_si256();
+    for b in 0..acts[0].d.len() {
+        prefetch(stream, PREFETCH_AHEAD + R * block_bytes * b, R * block_bytes);
+        // Closures do not inline the kernels' intrinsics: plain loops fill these.
+        let mut blocks: [Decoded; R] = [((zero, zero), 0.0, 0.0); R];
+        let mut bytes: [&[u8]; R] = [&[]; R];
+        for r in 0..R {
+            bytes[r] = &rows[r][block_bytes * b..block_bytes * (b + 1)];
+            blocks[r] = decode(bytes[r]);
+        }
+        let lane = |i: usize| i % R;
+        let four = [bytes[0], bytes[lane(1)], bytes[lane(2)], bytes[lane(3)]];
+        // Written out here: as a function LLVM did not inline it, which cost 2× in decode.
+        let (d, mins) = match scales {
+            Scales::F16 if kind == Kind::Min => {
+                let pair = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                // [d0 m0 d1 m1 d2 m2 d3 m3] as f32, then the scales twice and the minimums once.
+                let both = _mm256_cvtph_ps(_mm_setr_epi32(pair(four[0]), pair(four[1]), pair(four[2]), pair(four[3])));
+                let d = _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+                let m = _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
+                (d, _mm256_blend_ps::<0b1111_0000>(m, _mm256_setzero_ps()))
+            }
+            Scales::F16 => {
+                let [d0, d1, d2, d3] = four.map(|b| i16::from_le_bytes([b[0], b[1]]));
+                (_mm256_cvtph_ps(_mm_setr_epi16(d0, d1, d2, d3, d0, d1, d2, d3)), _mm256_setzero_ps())
+            }
+            Scales::Decoded => {
+                let (d, m) = (blocks.map(|block| block.1), blocks.map(|block| block.2));
+                (
+                    twice([d[0], d[lane(1)], d[lane(2)], d[lane(3)]]),
+                    low_half([m[0], m[lane(1)], m[lane(2)], m[lane(3)]]),
+                )
+            }
+        };
+        for c in 0..C {
+            let act = acts[c];
+            let mut dots = [zero; R];
+            for r in 0..R {
+                dots[r] = block_dot(blocks[r].0, act, b);
+            }
+            let v = reduce4([dots[0], dots[1 % R], dots[2 % R], dots[3 % R]]);
+            let min_terms = if kind == Kind::Min { Some((mins, _mm256_set1_ps(act.ds[b]))) } else { None };
+            let off = offsets(kind, [act.sums[b]; 4]);
+            acc[c] = accumulate(acc[c], v, off, _mm256_mul_ps(d, _mm256_set1_ps(act.d[b])), min_terms);
+        }
+    }
+    let mut out = [[0.0; C]; R];
+    for c in 0..C {
+        let per_row = results(acc[c]);
+        for r in 0..R {
+            out[r][c] = per_row[r];
+        }
+    }
+    out
+}
+
+/// Walks all rows of `w` (whole rows of `row_bytes`) × all activations: rows in groups of
+/// [`ROWS`] (then one at a time), activations in groups of `4·G`, then 4, then the last 1..3
+/// together; `out` is row-major (rows × acts).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tiles<F: Format, const G: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+    decode: impl Fn(&[u8]) -> Decoded,
+) {
+    let n = acts.len();
+    let mut row_groups = w.chunks_exact(ROWS * row_bytes);
+    let mut out_groups = out.chunks_exact_mut(ROWS * n);
+    for (g, (rows, out)) in (&mut row_groups).zip(&mut out_groups).enumerate() {
+        let rows: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[r * row_bytes..(r + 1) * row_bytes]);
+        // Only the first tile over these rows prefetches: the later ones find them in cache.
+        let stream = &w[g * ROWS * row_bytes..];
+        row_group::<F, ROWS, G>(rows, stream, acts, out, &decode);
+    }
+    let rest = row_groups.remainder().chunks_exact(row_bytes).zip(out_groups.into_remainder().chunks_exact_mut(n));
+    for (row, out) in rest {
+        row_group::<F, 1, G>([row], row, acts, out, &decode);
+    }
+}
+
+/// [`tiles`] for one group of `R` rows; `out` is their `R × acts` results.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn row_group<F: Format, const R: usize, const G: usize>(
+    rows: [&[u8]; R],
+    mut stream: &[u8],
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+    decode: &impl Fn(&[u8]) -> Decoded,
+) {
+    let n = acts.len();
+    let mut done = 0;
+    while G > 1 && n - done >= 4 * G {
+        let result = tile_acts::<F, R, G>(rows, stream, &acts[done..done + 4 * G], decode);
+        for g in 0..G {
+            put(out, n, done + 4 * g, result.map(|groups| groups[g]));
+        }
+        (stream, done) = (&[], done + 4 * G);
+    }
+    while n - done >= 4 {
+        let result = tile_acts::<F, R, 1>(rows, stream, &acts[done..done + 4], decode);
+        put(out, n, done, result.map(|[group]| group));
+        (stream, done) = (&[], done + 4);
+    }
+    match &acts[done..] {
+        [] => {}
+        [a] => put(out, n, done, tile_rows::<F, R, 1>(rows, stream, [a], decode)),
+        [a, b] => put(out, n, done, tile_rows::<F, R, 2>(rows, stream, [a, b], decode)),
+        [a, b, c] => put(out, n, done, tile_rows::<F, R, 3>(rows, stream, [a, b, c], decode)),
+        _ => unreachable!("fewer than 4 activations are left"),
+    }
+}
+
+/// Writes a tile's `R × C` results into `out` (rows of `n`) from column `first` on.
+#[inline]
+fn put<const R: usize, const C: usize>(out: &mut [f32], n: usize, first: usize, result: [[f32; C]; R]) {
+    for (r, values) in result.iter().enumerate() {
+        out[r * n + first..r * n + first + C].copy_from_slice(values);
+    }
+}
+
+/// Unsigned quant bytes widened to two vectors of 16 i16 (values 0..16, 16..32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn widen_unsigned(q: __m256i) -> (__m256i, __m256i) {
+    (_mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)), _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(q)))
+}
+
+/// Signed quant bytes widened to two vectors of 16 i16 (values 0..16, 16..32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn widen_signed(q: __m256i) -> (__m256i, __m256i) {
+    (_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)))
+}
+
+/// 16 bytes of packed nibbles (byte j: value j low, value j + 16 high) as two vectors of 16 i16,
+/// widened before they are split: one `vpmovzxbw`, an `and` and a shift, where unpacking to bytes
+/// first and widening after costs an insert, an extract and two widenings.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn nibbles_wide(qs: &[u8]) -> (__m256i, __m256i) {
+    let bytes = _mm256_cvtepu8_epi16(pod_read_unaligned::<__m128i>(&qs[..16]));
+    (_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16::<4>(bytes))
+}
+
+// The formats. Q8_0 keeps `avx2_tile`'s 4 × 2 tiles of 8-lane accumulators: its decode is two
+// widening loads, so the shared reductions here cost more than they save (1536×576, 1 thread:
+// 0.81× at 1 activation, 1.0–1.1× at 4–64).
+
+struct Q4_0;
+impl Format for Q4_0 {
+    const BLOCK_BYTES: usize = 18;
+    const KIND: Kind = Kind::Offset(8);
+    const SCALES: Scales = Scales::F16;
+}
+
+struct Q4_1;
+impl Format for Q4_1 {
+    const BLOCK_BYTES: usize = 20;
+    const KIND: Kind = Kind::Min;
+    const SCALES: Scales = Scales::F16;
+}
+
+struct Q5_0;
+impl Format for Q5_0 {
+    const BLOCK_BYTES: usize = 22;
+    const KIND: Kind = Kind::Offset(16);
+    const SCALES: Scales = Scales::F16;
+}
+
+struct Q5_1;
+impl Format for Q5_1 {
+    const BLOCK_BYTES: usize = 24;
+    const KIND: Kind = Kind::Min;
+    const SCALES: Scales = Scales::F16;
+}
+
+struct Mxfp4;
+impl Format for Mxfp4 {
+    const BLOCK_BYTES: usize = 17;
+    const KIND: Kind = Kind::Signed;
+    const SCALES: Scales = Scales::Decoded;
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_q4_0<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<Q4_0, G>(w, row_bytes, acts, out, |b| (nibbles_wide(&b[2..]), f16_at(b), 0.0));
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_q4_1<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<Q4_1, G>(w, row_bytes, acts, out, |b| {
+        let (d, m) = f16_pair_at(b);
+        (nibbles_wide(&b[4..]), d, m)
+    });
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_q5_0<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<Q5_0, G>(w, row_bytes, acts, out, |b| {
+        (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..]))), f16_at(b), 0.0)
+    });
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_q5_1<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<Q5_1, G>(w, row_bytes, acts, out, |b| {
+        let (d, m) = f16_pair_at(b);
+        (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..]))), d, m)
+    });
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_mxfp4<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    // The doubled E2M1 values as signed quants.
+    let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
+    tiles::<Mxfp4, G>(w, row_bytes, acts, out, |b| {
+        (widen_signed(_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..]))), e8m0_to_f32_half(b[0]), 0.0)
+    });
+}
