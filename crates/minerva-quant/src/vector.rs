@@ -1,7 +1,8 @@
 //! f32 vector kernels for the parts of a forward pass that are not matrix products over weights:
-//! attention's query · key dot products and its probability-weighted sums of values.
+//! attention's query · key dot products and its probability-weighted sums of values, and `e^x` for
+//! softmax and the gated activations.
 //!
-//! [`dot`] and [`axpy`] use the best instruction set this CPU has (AVX2 + FMA on x86-64, detected
+//! [`dot`], [`axpy`] and [`exp`] use the best instruction set this CPU has (AVX2 + FMA on x86-64, detected
 //! once; [`vector_isa`] names it), [`dot_ref`] and [`axpy_ref`] the scalar loops. Both work over
 //! the common length of their operands. The fast [`dot`] sums in a different order than
 //! [`dot_ref`], so the two agree to f32 rounding, not bit for bit; [`axpy`] equals [`axpy_ref`]
@@ -28,6 +29,18 @@ pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     (kernels::vector_kernels().axpy)(y, a, x)
 }
 
+/// `x[i] = e^x[i]`. With AVX2 + FMA a polynomial kernel, within 2 ulp of the exact value for
+/// results above `f32::MIN_POSITIVE`; +∞ above ln(`f32::MAX`), 0 far below, NaN kept. A value's
+/// result does not depend on its position or the slice's length.
+pub fn exp(xs: &mut [f32]) {
+    (kernels::vector_kernels().exp)(xs)
+}
+
+/// [`exp`] with libm, one value at a time.
+pub fn exp_ref(xs: &mut [f32]) {
+    (kernels::SCALAR_VECTOR.exp)(xs)
+}
+
 /// [`dot`] with the scalar loop (summed in order).
 pub fn dot_ref(a: &[f32], b: &[f32]) -> f32 {
     (kernels::SCALAR_VECTOR.dot)(a, b)
@@ -38,7 +51,7 @@ pub fn axpy_ref(y: &mut [f32], a: f32, x: &[f32]) {
     (kernels::SCALAR_VECTOR.axpy)(y, a, x)
 }
 
-/// The instruction set [`dot`] and [`axpy`] use on this CPU (`"scalar"` without SIMD).
+/// The instruction set [`dot`], [`axpy`] and [`exp`] use on this CPU (`"scalar"` without SIMD).
 pub fn vector_isa() -> &'static str {
     kernels::vector_kernels().isa
 }

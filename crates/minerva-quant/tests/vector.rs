@@ -1,6 +1,6 @@
 //! The f32 vector kernels against their scalar loops, at every length around the SIMD widths.
 
-use minerva_quant::vector::{axpy, axpy_ref, dot, dot_ref, vector_isa};
+use minerva_quant::vector::{axpy, axpy_ref, dot, dot_ref, exp, exp_ref, vector_isa};
 use proptest::prelude::*;
 
 proptest! {
@@ -24,6 +24,67 @@ proptest! {
         axpy_ref(&mut reference, a, &x);
         prop_assert_eq!(fast, reference, "{}", vector_isa());
     }
+}
+
+/// `exp` and `exp_ref` within `ulps` units in the last place of f64's `exp`, for results in f32's
+/// normal range.
+fn check_exp(xs: &[f32], ulps: f64) -> Result<(), TestCaseError> {
+    let (mut fast, mut reference) = (xs.to_vec(), xs.to_vec());
+    exp(&mut fast);
+    exp_ref(&mut reference);
+    for ((&x, &f), &r) in xs.iter().zip(&fast).zip(&reference) {
+        let exact = f64::from(x).exp();
+        let ulp = exact * f64::from(f32::EPSILON);
+        for (what, got) in [("fast", f), ("ref", r)] {
+            prop_assert!(
+                (f64::from(got) - exact).abs() <= ulps * ulp,
+                "{what} ({}) exp({x}) = {got}, exact {exact}",
+                vector_isa()
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn exp_is_within_2_ulp_over_the_normal_range(xs in prop::collection::vec(-87.3f32..88.7, 0..40)) {
+        check_exp(&xs, 2.0)?;
+    }
+
+    #[test]
+    fn exp_is_within_2_ulp_where_softmax_and_silu_use_it(xs in prop::collection::vec(-20.0f32..20.0, 0..40)) {
+        check_exp(&xs, 2.0)?;
+    }
+
+    /// The same value gives the same result wherever it sits (the batch invariance of whatever
+    /// uses it: softmax rows and activations of any length).
+    #[test]
+    fn exp_does_not_depend_on_position(x in -90.0f32..90.0, len in 1usize..20, at in 0usize..20) {
+        let at = at % len;
+        let mut xs: Vec<f32> = (0..len).map(|i| i as f32 - 7.5).collect();
+        xs[at] = x;
+        let mut alone = [x];
+        exp(&mut xs);
+        exp(&mut alone);
+        prop_assert_eq!(xs[at].to_bits(), alone[0].to_bits());
+    }
+}
+
+#[test]
+fn exp_edges() {
+    let mut xs = [0.0, f32::NEG_INFINITY, f32::INFINITY, f32::NAN, -200.0, 100.0, 88.72, -103.0, -87.0];
+    exp(&mut xs);
+    assert_eq!(xs[0], 1.0);
+    assert_eq!(xs[1], 0.0);
+    assert_eq!(xs[2], f32::INFINITY);
+    assert!(xs[3].is_nan());
+    assert_eq!(xs[4], 0.0);
+    assert_eq!(xs[5], f32::INFINITY);
+    assert!(xs[6].is_finite() && (f64::from(xs[6]) / f64::from(88.72f32).exp() - 1.0).abs() < 3e-7);
+    // Subnormal results: within one subnormal step (2^-149) of the exact value.
+    assert!((f64::from(xs[7]) - f64::from(-103.0f32).exp()).abs() <= 2f64.powi(-149));
+    assert!((f64::from(xs[8]) / (-87.0f64).exp() - 1.0).abs() < 3e-7);
 }
 
 #[test]

@@ -154,18 +154,23 @@ pub(crate) struct Isa {
     pub(crate) rows: &'static [Kernels],
 }
 
-/// The f32 vector kernels (`crate::vector`): not per dtype, so one pair per process, from the
-/// best detected ISA that has them.
+/// The f32 vector kernels (`crate::vector`): not per dtype, so one set per process, from the best
+/// detected ISA that has them.
 #[derive(Clone, Copy)]
 pub(crate) struct VectorKernels {
     pub(crate) isa: &'static str,
     pub(crate) dot: fn(&[f32], &[f32]) -> f32,
     pub(crate) axpy: fn(&mut [f32], f32, &[f32]),
+    pub(crate) exp: fn(&mut [f32]),
 }
 
 /// The scalar f32 vector kernels.
-pub(crate) const SCALAR_VECTOR: VectorKernels =
-    VectorKernels { isa: SCALAR, dot: reference::vector_dot_f32, axpy: reference::vector_axpy_f32 };
+pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
+    isa: SCALAR,
+    dot: reference::vector_dot_f32,
+    axpy: reference::vector_axpy_f32,
+    exp: reference::vector_exp_f32,
+};
 
 /// The vector kernels this CPU runs, detected once.
 pub(crate) fn vector_kernels() -> &'static VectorKernels {

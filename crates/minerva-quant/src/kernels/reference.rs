@@ -234,3 +234,8 @@ pub(crate) fn vector_dot_f32(a: &[f32], b: &[f32]) -> f32 {
 pub(crate) fn vector_axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x);
 }
+
+/// `x[i] = e^x[i]` (libm).
+pub(crate) fn vector_exp_f32(xs: &mut [f32]) {
+    xs.iter_mut().for_each(|x| *x = x.exp());
+}

@@ -48,5 +48,7 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         dot: |a, b| unsafe { neon_vector::dot_f32(a, b) },
         // SAFETY: as above.
         axpy: |y, a, x| unsafe { neon_vector::axpy_f32(y, a, x) },
+        // No NEON `exp` yet: libm's, one value at a time.
+        exp: super::reference::vector_exp_f32,
     })
 }

@@ -1,4 +1,5 @@
-//! f32 vector kernels (attention's dot products and weighted sums), 8 lanes with FMA.
+//! f32 vector kernels (attention's dot products and weighted sums, `exp` for softmax and the
+//! gated activations), 8 lanes with FMA.
 
 use std::arch::x86_64::*;
 
@@ -52,5 +53,56 @@ pub(super) fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     }
     for (yv, xv) in y_tail.iter_mut().zip(x_tail) {
         *yv += a * xv;
+    }
+}
+
+/// `e^x` in 8 lanes: `2^n · e^r` with `n = round(x·log₂e)`, `r = x − n·ln 2` (ln 2 in two parts,
+/// so `r` is exact to f32), `|r| ≤ ln 2 / 2`, `e^r` by its Taylor series to degree 7 (truncation
+/// below 0.05 ulp), `2^n` applied as two powers of two so that results down to the subnormals
+/// come out right. Above ln(f32::MAX) it is +∞, below −104 (e^x under half the least subnormal)
+/// +0, NaN stays NaN.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn exp8(x: __m256) -> __m256 {
+    const MAX_ARG: f32 = 88.722_83;
+    const MIN_ARG: f32 = -104.0;
+    let clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(MIN_ARG)), _mm256_set1_ps(MAX_ARG));
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        clamped,
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    // ln 2 = LN2_HI + LN2_LO with LN2_HI's low 12 bits zero, so n·LN2_HI is exact for |n| < 2^12.
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), clamped);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    let mut p = _mm256_set1_ps(1.0 / 5040.0);
+    for c in [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    // 2^n = 2^half · 2^(n − half), each factor a normal f32 for n in −150..=128.
+    let n = _mm256_cvtps_epi32(n);
+    let half = _mm256_srai_epi32::<1>(n);
+    let pow2 = |k: __m256i| _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(k, _mm256_set1_epi32(127))));
+    let y = _mm256_mul_ps(_mm256_mul_ps(p, pow2(half)), pow2(_mm256_sub_epi32(n, half)));
+    let y = _mm256_blendv_ps(y, _mm256_set1_ps(f32::INFINITY), _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(MAX_ARG)));
+    let y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(MIN_ARG)));
+    _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x))
+}
+
+/// `x[i] = e^x[i]`, 8 lanes at a time; the last (< 8) values go through the same lanes, padded, so
+/// a value's result does not depend on where in the slice it sits.
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn exp_f32(xs: &mut [f32]) {
+    let (x8, tail) = xs.as_chunks_mut::<8>();
+    for chunk in x8 {
+        let v = pod_read_unaligned::<__m256>(bytemuck::cast_slice(&chunk[..]));
+        *chunk = bytemuck::cast(exp8(v));
+    }
+    if !tail.is_empty() {
+        let mut padded = [0.0f32; 8];
+        padded[..tail.len()].copy_from_slice(tail);
+        let out: [f32; 8] = bytemuck::cast(exp8(bytemuck::cast(padded)));
+        tail.copy_from_slice(&out[..tail.len()]);
     }
 }

@@ -118,5 +118,7 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         dot: |a, b| unsafe { avx2_vector::dot_f32(a, b) },
         // SAFETY: as above.
         axpy: |y, a, x| unsafe { avx2_vector::axpy_f32(y, a, x) },
+        // SAFETY: as above.
+        exp: |xs| unsafe { avx2_vector::exp_f32(xs) },
     })
 }
