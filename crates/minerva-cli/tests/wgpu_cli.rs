@@ -6,8 +6,12 @@ use std::process::Output;
 
 use common::{assert_one_line_error, minerva, os, real_model};
 
-/// Largest relative perplexity difference between `--device wgpu` and the CPU.
-const WGPU_VS_CPU: f64 = 1e-4;
+/// Largest relative perplexity difference between `--device wgpu` and the CPU (both with f32
+/// activations), per KV cache element type. With an f16 cache a last-bit difference upstream can
+/// round a key or value to the neighbouring f16, so that bound sits at a third of what the f16
+/// cache itself moves the perplexity (f16 against f32 cache: 3.2e-4).
+const WGPU_VS_CPU_F32_CACHE: f64 = 5e-6;
+const WGPU_VS_CPU_F16_CACHE: f64 = 1e-4;
 
 fn perplexity(out: &Output) -> f64 {
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -20,18 +24,19 @@ fn score_on_wgpu_agrees_with_cpu() {
     let model = real_model();
     // A short prompt keeps lavapipe (software Vulkan) quick.
     let tokens = "1,4093,198,1780,314,260,3575,282,4649,47,198,504";
-    let run = |device: &str, kv: &str| {
-        let args = [os("score"), model.as_os_str(), os("--tokens"), os(tokens), os("--device"), os(device)];
-        perplexity(&minerva(&[&args[..], &[os("--kv-type"), os(kv)]].concat()))
+    let run = |device: &[&str], kv: &str| {
+        let args = [os("score"), model.as_os_str(), os("--tokens"), os(tokens), os("--kv-type"), os(kv)];
+        perplexity(&minerva(&[&args[..], &device.iter().map(|d| os(d)).collect::<Vec<_>>()].concat()))
     };
-    // The same cache element type on both devices (wgpu's default is f16, the CPU's f32). The
-    // CPU quantizes activations to i16 per 32 values, the GPU keeps them in f32 (bound and
-    // measured figure: docs/model.md, "Tolerances").
-    for kv in ["f32", "f16"] {
-        let (cpu, gpu) = (run("cpu", kv), run("wgpu", kv));
+    // The same cache element type on both devices (wgpu's default is f16, the CPU's f32), and
+    // f32 activations on both: the GPU keeps them in f32, and the CPU's default i16 activations
+    // would make this a test of their rounding (which `score_cli.rs` bounds against transformers)
+    // rather than of the GPU kernels. Bound and measured figure: docs/model.md, "Tolerances".
+    for (kv, bound) in [("f32", WGPU_VS_CPU_F32_CACHE), ("f16", WGPU_VS_CPU_F16_CACHE)] {
+        let (cpu, gpu) = (run(&["--device", "cpu", "--f32-activations"], kv), run(&["--device", "wgpu"], kv));
         let off = (gpu / cpu - 1.0).abs();
         eprintln!("{kv} cache: wgpu perplexity {gpu:.6} vs cpu {cpu:.6}: {:.4} %", off * 100.0);
-        assert!(off < WGPU_VS_CPU, "{kv} cache: wgpu perplexity {gpu} vs cpu {cpu}");
+        assert!(off < bound, "{kv} cache: wgpu perplexity {gpu} vs cpu {cpu}");
     }
 }
 

@@ -67,10 +67,9 @@ pub(super) fn attention(
         let sink = sinks.map(|sinks| sinks[h]);
         let max = scores.iter().copied().chain(sink).fold(f32::NEG_INFINITY, f32::max);
         let mut total = sink.map_or(0.0, |sink| (sink - max).exp());
-        for p in scores.iter_mut() {
-            *p = (*p - max).exp();
-            total += *p;
-        }
+        scores.iter_mut().for_each(|p| *p -= max);
+        vector::exp(scores);
+        total += scores.iter().sum::<f32>();
         out.fill(0.0);
         for (p, value) in scores.iter().zip(values.chunks_exact(hd)) {
             vector::axpy(out, p / total, value);

@@ -2,6 +2,7 @@
 //! in f32, work spread over a [`ComputePool`].
 
 mod attention;
+mod gated;
 mod moe;
 
 use std::sync::Arc;
@@ -344,7 +345,7 @@ impl Backend for CpuBackend {
     fn swiglu(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
         checks::same_shape("swiglu", (gate.rows, gate.cols), (up.rows, up.cols))?;
         let mut out = gate.clone();
-        out.data.iter_mut().zip(&up.data).for_each(|(g, u)| *g = *g / (1.0 + (-*g).exp()) * u);
+        self.install(|| gated::swiglu_in_place(&mut out.data, &up.data));
         Ok(out)
     }
 
@@ -356,7 +357,7 @@ impl Backend for CpuBackend {
     fn geglu(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
         checks::same_shape("geglu", (gate.rows, gate.cols), (up.rows, up.cols))?;
         let mut out = gate.clone();
-        out.data.iter_mut().zip(&up.data).for_each(|(g, u)| *g = crate::backend::gelu_tanh(*g) * u);
+        self.install(|| gated::geglu_in_place(&mut out.data, &up.data));
         Ok(out)
     }
 
