@@ -246,12 +246,12 @@ fn run(
     let mut transposed = if n == 1 { Vec::new() } else { vec![0.0f32; rows * n] };
     let out: &mut [f32] = if n == 1 { &mut *ys } else { &mut transposed };
     if threads == 1 || rows_per_task >= rows {
-        kernel.apply(weights, row_bytes, &acts, out);
+        apply_in_chunks(kernel, weights, row_bytes, &acts, out);
     } else {
         pool::for_each_chunk_mut(out, rows_per_task * n, |t, y| {
             let first = t * rows_per_task;
             let w = &weights[first * row_bytes..][..y.len() / n * row_bytes];
-            kernel.apply(w, row_bytes, &acts, y);
+            apply_in_chunks(kernel, w, row_bytes, &acts, y);
         });
     }
     if n > 1 {
@@ -266,6 +266,41 @@ fn run(
         }
     }
     Ok(())
+}
+
+/// Activations per pass over a task's weight rows: a multiple of every tile's activation count;
+/// 32 and 128 measured a little slower (docs/benchmarks.md).
+const ACT_CHUNK: usize = 64;
+
+/// `kernel` over `weights` (`out.len() / acts.len()` rows) and `acts`, `ACT_CHUNK` activations at a
+/// time: a kernel walks every activation for each group of rows, so with a prefill's hundreds of
+/// activations (megabytes once quantized) each group would stream them all from L3 again; a
+/// chunk stays in L2 while the task's rows pass over it. Each (row, activation) pair's arithmetic
+/// is the same in any chunk, so results do not depend on the chunking.
+fn apply_in_chunks(kernel: MatKernel, weights: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    let n = acts.len();
+    if n <= ACT_CHUNK {
+        kernel.apply(weights, row_bytes, acts, out);
+        return;
+    }
+    let rows = out.len() / n;
+    CHUNK_OUT.with_borrow_mut(|buf| {
+        for c0 in (0..n).step_by(ACT_CHUNK) {
+            let acts = &acts[c0..(c0 + ACT_CHUNK).min(n)];
+            buf.clear();
+            buf.resize(rows * acts.len(), 0.0);
+            kernel.apply(weights, row_bytes, acts, buf);
+            for (dst, src) in out.chunks_exact_mut(n).zip(buf.chunks_exact(acts.len())) {
+                dst[c0..c0 + acts.len()].copy_from_slice(src);
+            }
+        }
+    });
+}
+
+thread_local! {
+    /// One chunk's results (a task's rows × `ACT_CHUNK`), kept per thread: at prefill sizes a
+    /// fresh buffer per call would be a `mmap` and `munmap` each time.
+    static CHUNK_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Columns `first_col..` of `src` (`rows × cols`) transposed into `dst` (one row of `rows` values

@@ -216,6 +216,36 @@ fn awkward_row_counts_and_threads_agree_bit_for_bit() {
     }
 }
 
+/// A prefill's activations go through the kernels in chunks (`ACT_CHUNK` in matmul.rs): past a
+/// chunk, with a remainder that is not a whole tile, on one and on several threads, every output
+/// still equals that vector's own matvec bit for bit.
+#[test]
+fn many_activations_equal_one_vector_at_a_time() {
+    let n = 150;
+    for (dtype, i16) in DTYPES.iter().map(|&d| (d, false)).chain(I16_DTYPES.iter().map(|&d| (d, true))) {
+        let (rows, cols) = (37, shape_for(dtype, 2));
+        let weights = random_weights(dtype, rows, cols, 11);
+        let xs = random_values(n * cols, 5);
+        let run = |xs: &[f32], n: usize, ys: &mut [f32]| {
+            if i16 {
+                matmul_i16(dtype, &weights, rows, cols, xs, n, ys)
+            } else {
+                matmul(dtype, &weights, rows, cols, xs, n, ys)
+            }
+            .expect("matmul")
+        };
+        let mut single = vec![f32::NAN; n * rows];
+        for (x, y) in xs.chunks_exact(cols).zip(single.chunks_exact_mut(rows)) {
+            pool(1).install(|| run(x, 1, y));
+        }
+        for threads in [1, 2] {
+            let mut batched = vec![f32::NAN; n * rows];
+            pool(threads).install(|| run(&xs, n, &mut batched));
+            assert!(batched == single, "{dtype} i16 {i16} threads {threads}");
+        }
+    }
+}
+
 #[test]
 fn main_formats_have_simd_kernels_on_avx2() {
     #[cfg(target_arch = "x86_64")]
