@@ -1,6 +1,7 @@
 //! AVX2 (+FMA, F16C) dot kernels for [`crate::matvec`]: one weight row × one activation, for the
-//! formats without a tile kernel (`avx2_tile.rs`): the K-quants Q4_K and Q6_K against Q8_K
-//! activations, and F32/F16/BF16 against f32 ones; plus the helpers the tile kernels share.
+//! formats without a tile kernel: Q2_K and Q3_K against Q8_K activations, F32/F16/BF16 against f32
+//! ones; Q4_K/Q5_K/Q6_K's, which their tile kernels (`avx2_tile_k.rs`) use for the activations
+//! left over from whole tiles; and the helpers the tile kernels share.
 //!
 //! K-quants multiply 32 weight quants by 32 Q8 activation quants at a time with `maddubs`
 //! (u8 × i8 → pairs summed in i16, no saturation for these ranges: at most 2·63·127 = 16 002)
@@ -83,20 +84,10 @@ pub(super) fn unpack_nibbles(qs: &[u8]) -> __m256i {
 
 /// The 8 (scale, min) pairs of a Q4_K/Q5_K super-block.
 #[inline]
-fn k4_scale_mins(block: &[u8]) -> ([i16; 8], [i32; 8]) {
+pub(super) fn k4_scale_mins(block: &[u8]) -> ([i16; 8], [i32; 8]) {
     let scales: &[u8; 12] = block[4..16].try_into().expect("12 scale bytes");
     let pairs: [(u8, u8); 8] = std::array::from_fn(|j| get_scale_min_k4(j, scales));
     (pairs.map(|(sc, _)| i16::from(sc)), pairs.map(|(_, m)| i32::from(m)))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q4_k(row: &[u8], act: &Activation<'_>) -> f32 {
-    dot_k4::<false>(row, act)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q5_k(row: &[u8], act: &Activation<'_>) -> f32 {
-    dot_k4::<true>(row, act)
 }
 
 /// Q4_K, or with `FIFTH` Q5_K: 8 sub-blocks of 32 values, 6-bit scales and minimums. Q5_K adds
@@ -105,7 +96,7 @@ pub(super) fn dot_q5_k(row: &[u8], act: &Activation<'_>) -> f32 {
 /// still unsigned for `maddubs`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot_k4<const FIFTH: bool>(row: &[u8], act: &Activation<'_>) -> f32 {
+pub(super) fn dot_k4<const FIFTH: bool>(row: &[u8], act: &Activation<'_>) -> f32 {
     let (block_bytes, qs_at) = if FIFTH { (176, 48) } else { (144, 16) };
     let (mask, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
     let (mut acc, mut mins_acc) = (_mm256_setzero_ps(), 0.0f32);
@@ -143,7 +134,7 @@ fn dot_k4<const FIFTH: bool>(row: &[u8], act: &Activation<'_>) -> f32 {
 /// (values 0..16), `hi` in lanes 8..16 (values 16..32).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn pair_scales(lo: i16, hi: i16) -> __m256i {
+pub(super) fn pair_scales(lo: i16, hi: i16) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo))
 }
 

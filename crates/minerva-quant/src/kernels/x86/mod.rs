@@ -2,8 +2,9 @@
 //!
 //! * [`AVX2`] — the dequantizers (`avx2_dequant.rs`), which need AVX2 alone;
 //! * [`AVX2_FMA_F16C`] — the matmul kernels: tiles of rows × activations for the 32-value block
-//!   formats (`avx2_tile.rs`; against i16 activations `avx2_tile_i16.rs`, Q8_0 excepted), per-row
-//!   dot kernels for the K-quants and the float formats (`avx2_dot.rs`).
+//!   formats (`avx2_tile.rs`; against i16 activations `avx2_tile_i16.rs`, Q8_0 excepted), one row ×
+//!   `K_QUANT_ACTS` activations for Q4_K/Q5_K/Q6_K (`avx2_tile_k.rs`), per-row dot kernels for
+//!   Q2_K/Q3_K and the float formats (`avx2_dot.rs`).
 //!
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
 //! them, which the kernel table uses only after the ISA's `detected` check has passed.
@@ -15,6 +16,7 @@ mod avx2_dequant;
 mod avx2_dot;
 mod avx2_tile;
 mod avx2_tile_i16;
+mod avx2_tile_k;
 mod avx2_vector;
 
 use std::arch::is_x86_feature_detected as has;
@@ -74,6 +76,9 @@ macro_rules! avx2_tile {
 /// activations: 1536×576, 16 activations, 1 thread, against 4: Q4_0 about 1.25×, Q5_0 1.2×, Q4_1 1.05×).
 const I16_ACT_GROUPS: usize = 2;
 
+/// Activations per pass over a K-quant row in `avx2_tile_k`.
+const K_QUANT_ACTS: usize = 4;
+
 /// AVX2 dequantizers, bit-identical to the reference.
 pub(super) const AVX2: Isa = Isa {
     name: "avx2",
@@ -104,9 +109,9 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(MXFP4).tile(avx2_tile!(tiles_mxfp4)).tile_i16(tile!(avx2_tile_i16::tiles_mxfp4::<I16_ACT_GROUPS>)),
         Kernels::new(Q2_K).simd_dot(dot!(avx2_dot::dot_q2_k)),
         Kernels::new(Q3_K).simd_dot(dot!(avx2_dot::dot_q3_k)),
-        Kernels::new(Q4_K).simd_dot(dot!(avx2_dot::dot_q4_k)),
-        Kernels::new(Q5_K).simd_dot(dot!(avx2_dot::dot_q5_k)),
-        Kernels::new(Q6_K).simd_dot(dot!(avx2_dot::dot_q6_k)),
+        Kernels::new(Q4_K).tile(tile!(avx2_tile_k::tiles_q4_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q5_K).tile(tile!(avx2_tile_k::tiles_q5_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q6_K).tile(tile!(avx2_tile_k::tiles_q6_k::<K_QUANT_ACTS>)),
     ],
 };
 
