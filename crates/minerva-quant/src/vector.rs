@@ -36,6 +36,18 @@ pub fn exp(xs: &mut [f32]) {
     (kernels::vector_kernels().exp)(xs)
 }
 
+/// `out[i] = Σ_j weights[j]·rows[j·len + i]` with `len = out.len()`, over as many whole rows as
+/// `rows` holds for `weights`: bit for bit [`axpy`] of each row in turn onto zeros (attention's
+/// probability-weighted sum of values), faster, as the outputs stay in registers.
+pub fn weighted_sum(out: &mut [f32], weights: &[f32], rows: &[f32]) {
+    (kernels::vector_kernels().weighted_sum)(out, weights, rows)
+}
+
+/// [`weighted_sum`] with the scalar loops.
+pub fn weighted_sum_ref(out: &mut [f32], weights: &[f32], rows: &[f32]) {
+    (kernels::SCALAR_VECTOR.weighted_sum)(out, weights, rows)
+}
+
 /// [`exp`] with libm, one value at a time.
 pub fn exp_ref(xs: &mut [f32]) {
     (kernels::SCALAR_VECTOR.exp)(xs)

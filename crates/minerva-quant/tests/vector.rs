@@ -1,6 +1,6 @@
 //! The f32 vector kernels against their scalar loops, at every length around the SIMD widths.
 
-use minerva_quant::vector::{axpy, axpy_ref, dot, dot_ref, exp, exp_ref, vector_isa};
+use minerva_quant::vector::{axpy, axpy_ref, dot, dot_ref, exp, exp_ref, vector_isa, weighted_sum, weighted_sum_ref};
 use proptest::prelude::*;
 
 proptest! {
@@ -23,6 +23,29 @@ proptest! {
         axpy(&mut fast, a, &x);
         axpy_ref(&mut reference, a, &x);
         prop_assert_eq!(fast, reference, "{}", vector_isa());
+    }
+}
+
+proptest! {
+    /// `weighted_sum` is `axpy` of each row in turn onto zeros, bit for bit, with outputs past the
+    /// 64-wide passes, and rows cut short by the length of `rows`.
+    #[test]
+    fn weighted_sum_equals_axpy_row_by_row(
+        len in 0usize..150,
+        weights in prop::collection::vec(-2.0f32..2.0, 0..12),
+        short in 0usize..2,
+        seed in -4.0f32..4.0,
+    ) {
+        let rows: Vec<f32> = (0..(weights.len().saturating_sub(short)) * len).map(|i| seed * ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let mut expected = vec![0.0f32; len];
+        for (&w, row) in weights.iter().zip(rows.chunks_exact(len.max(1))) {
+            axpy_ref(&mut expected, w, row);
+        }
+        let (mut fast, mut reference) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+        weighted_sum(&mut fast, &weights, &rows);
+        weighted_sum_ref(&mut reference, &weights, &rows);
+        prop_assert_eq!(&fast, &expected, "{}", vector_isa());
+        prop_assert_eq!(&reference, &expected);
     }
 }
 

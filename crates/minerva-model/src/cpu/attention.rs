@@ -70,10 +70,8 @@ pub(super) fn attention(
         scores.iter_mut().for_each(|p| *p -= max);
         vector::exp(scores);
         total += scores.iter().sum::<f32>();
-        out.fill(0.0);
-        for (p, value) in scores.iter().zip(values.chunks_exact(hd)) {
-            vector::axpy(out, p / total, value);
-        }
+        scores.iter_mut().for_each(|p| *p /= total);
+        vector::weighted_sum(out, scores, values);
     };
     pool::for_each_chunk_mut(&mut out.data, hd, |i, out| SCRATCH.with_borrow_mut(|scratch| attend(scratch, i, out)));
     Ok(out)

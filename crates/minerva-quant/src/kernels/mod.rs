@@ -162,6 +162,7 @@ pub(crate) struct VectorKernels {
     pub(crate) dot: fn(&[f32], &[f32]) -> f32,
     pub(crate) axpy: fn(&mut [f32], f32, &[f32]),
     pub(crate) exp: fn(&mut [f32]),
+    pub(crate) weighted_sum: fn(&mut [f32], &[f32], &[f32]),
 }
 
 /// The scalar f32 vector kernels.
@@ -170,6 +171,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     dot: reference::vector_dot_f32,
     axpy: reference::vector_axpy_f32,
     exp: reference::vector_exp_f32,
+    weighted_sum: reference::vector_weighted_sum_f32,
 };
 
 /// The vector kernels this CPU runs, detected once.

@@ -50,5 +50,7 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         axpy: |y, a, x| unsafe { neon_vector::axpy_f32(y, a, x) },
         // No NEON `exp` yet: libm's, one value at a time.
         exp: super::reference::vector_exp_f32,
+        // Scalar `axpy` row by row, which NEON's `axpy` equals bit for bit.
+        weighted_sum: super::reference::vector_weighted_sum_f32,
     })
 }

@@ -106,3 +106,35 @@ pub(super) fn exp_f32(xs: &mut [f32]) {
         tail.copy_from_slice(&out[..tail.len()]);
     }
 }
+
+/// `out[i] = Σ_j weights[j]·rows[j·len + i]` (`len = out.len()`, over the whole rows `rows` holds
+/// for `weights`): [`axpy_f32`] of each row onto zeros, with the same roundings in the same order,
+/// but 64 outputs at a time kept in registers while the rows pass, rather than loaded and stored
+/// for every row (attention's probability-weighted sum of values).
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn weighted_sum_f32(out: &mut [f32], weights: &[f32], rows: &[f32]) {
+    const WIDE: usize = 64;
+    let len = out.len();
+    out.fill(0.0);
+    if len == 0 {
+        return;
+    }
+    let weights = &weights[..weights.len().min(rows.len() / len)];
+    let load = |s: &[f32]| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&s[..8]));
+    let (wide, rest) = out.as_chunks_mut::<WIDE>();
+    for (c, out) in wide.iter_mut().enumerate() {
+        let mut acc = [_mm256_setzero_ps(); WIDE / 8];
+        for (j, &w) in weights.iter().enumerate() {
+            let row = &rows[j * len + c * WIDE..][..WIDE];
+            let scale = _mm256_set1_ps(w);
+            for (k, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, load(&row[8 * k..])));
+            }
+        }
+        *out = bytemuck::cast(acc);
+    }
+    let start = len - rest.len();
+    for (j, &w) in weights.iter().enumerate() {
+        axpy_f32(rest, w, &rows[j * len + start..(j + 1) * len]);
+    }
+}

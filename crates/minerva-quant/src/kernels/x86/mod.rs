@@ -125,5 +125,7 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         axpy: |y, a, x| unsafe { avx2_vector::axpy_f32(y, a, x) },
         // SAFETY: as above.
         exp: |xs| unsafe { avx2_vector::exp_f32(xs) },
+        // SAFETY: as above.
+        weighted_sum: |out, weights, rows| unsafe { avx2_vector::weighted_sum_f32(out, weights, rows) },
     })
 }
