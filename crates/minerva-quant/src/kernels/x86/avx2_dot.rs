@@ -1,7 +1,6 @@
 //! AVX2 (+FMA, F16C) dot kernels for [`crate::matvec`]: one weight row × one activation, for the
 //! formats without a tile kernel: Q2_K and Q3_K against Q8_K activations, F32/F16/BF16 against f32
-//! ones; Q4_K/Q5_K/Q6_K's, which their tile kernels (`avx2_tile_k.rs`) use for the activations
-//! left over from whole tiles; and the helpers the tile kernels share.
+//! ones; and the helpers the tile kernels share (Q4_K/Q5_K/Q6_K are in `avx2_tile_k.rs`).
 //!
 //! K-quants multiply 32 weight quants by 32 Q8 activation quants at a time with `maddubs`
 //! (u8 × i8 → pairs summed in i16, no saturation for these ranges: at most 2·63·127 = 16 002)
@@ -19,8 +18,8 @@ use core::arch::x86_64::{
     _mm_movehl_ps, _mm_set1_epi16, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_epi32, _mm256_and_si256,
     _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
     _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i,
-    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16,
-    _mm256_slli_epi32, _mm256_srl_epi16, _mm256_srli_epi16,
+    _mm256_set1_epi8, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32,
+    _mm256_srl_epi16,
 };
 
 use bytemuck::pod_read_unaligned;
@@ -88,46 +87,6 @@ pub(super) fn k4_scale_mins(block: &[u8]) -> ([i16; 8], [i32; 8]) {
     let scales: &[u8; 12] = block[4..16].try_into().expect("12 scale bytes");
     let pairs: [(u8, u8); 8] = std::array::from_fn(|j| get_scale_min_k4(j, scales));
     (pairs.map(|(sc, _)| i16::from(sc)), pairs.map(|(_, m)| i32::from(m)))
-}
-
-/// Q4_K, or with `FIFTH` Q5_K: 8 sub-blocks of 32 values, 6-bit scales and minimums. Q5_K adds
-/// the fifth bits: bit `j` of `qh[i]` is the high bit of value `32·j + i`, so sub-block `j` takes
-/// bit `j` of each of the 32 `qh` bytes, moved to 0x10 and OR-ed onto the nibbles (quants 0..=31,
-/// still unsigned for `maddubs`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_k4<const FIFTH: bool>(row: &[u8], act: &Activation<'_>) -> f32 {
-    let (block_bytes, qs_at) = if FIFTH { (176, 48) } else { (144, 16) };
-    let (mask, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
-    let (mut acc, mut mins_acc) = (_mm256_setzero_ps(), 0.0f32);
-    let blocks = row.chunks_exact(block_bytes).zip(act.qs.chunks_exact(256));
-    for ((block, a), (&d, bsums)) in blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16))) {
-        let (scales, mins) = k4_scale_mins(block);
-        let qh = if FIFTH { load32(&block[16..48]) } else { _mm256_setzero_si256() };
-        let fifth = |j: i32| {
-            if FIFTH {
-                _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one))
-            } else {
-                _mm256_setzero_si256()
-            }
-        };
-        let qs = &block[qs_at..];
-        let mut sum = _mm256_setzero_si256();
-        for chunk in 0..4 {
-            let packed = load32(&qs[32 * chunk..]);
-            let low = _mm256_or_si256(_mm256_and_si256(packed, mask), fifth(2 * chunk as i32));
-            let high =
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask), fifth(2 * chunk as i32 + 1));
-            let p_low = _mm256_maddubs_epi16(low, load32(&a[64 * chunk..]));
-            let p_high = _mm256_maddubs_epi16(high, load32(&a[64 * chunk + 32..]));
-            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p_low, _mm256_set1_epi16(scales[2 * chunk])));
-            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p_high, _mm256_set1_epi16(scales[2 * chunk + 1])));
-        }
-        let min_sum: i32 = (0..8).map(|j| mins[j] * (bsums[2 * j] + bsums[2 * j + 1])).sum();
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(block) * d), _mm256_cvtepi32_ps(sum), acc);
-        mins_acc += f16_at(&block[2..]) * d * min_sum as f32;
-    }
-    hsum_ps(acc) - mins_acc
 }
 
 /// A vector of 16 i16 for `madd` over 32 values of two 16-value sub-blocks: `lo` in lanes 0..8
@@ -202,43 +161,6 @@ pub(super) fn dot_q3_k(row: &[u8], act: &Activation<'_>) -> f32 {
         let scale = f16_at(&block[108..]) * d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sum), acc);
         offset_acc += scale * (4 * offset) as f32;
-    }
-    hsum_ps(acc) - offset_acc
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q6_k(row: &[u8], act: &Activation<'_>) -> f32 {
-    let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
-    let (mut acc, mut offset_acc) = (_mm256_setzero_ps(), 0.0f32);
-    let blocks = row.chunks_exact(210).zip(act.qs.chunks_exact(256));
-    for ((block, a), (&d, bsums)) in blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16))) {
-        let scales: [i16; 16] = std::array::from_fn(|i| i16::from(block[192 + i] as i8));
-        let mut sum = _mm256_setzero_si256();
-        for half in 0..2 {
-            let ql = &block[64 * half..];
-            let (lo, hi) = (load32(ql), load32(&ql[32..]));
-            let h = load32(&block[128 + 32 * half..]);
-            // Unsigned 6-bit quants (0..=63) of the four quarters, as in avx2_dequant::dequantize_row_q6_k;
-            // the −32 is applied below through the activation's bsums.
-            let high2 = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, low2));
-            let quarters = [
-                _mm256_or_si256(_mm256_and_si256(lo, low4), high2(h)),
-                _mm256_or_si256(_mm256_and_si256(hi, low4), high2(_mm256_srli_epi16::<2>(h))),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(lo), low4), high2(_mm256_srli_epi16::<4>(h))),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(hi), low4), high2(_mm256_srli_epi16::<6>(h))),
-            ];
-            for (quarter, q6) in quarters.into_iter().enumerate() {
-                let start = 128 * half + 32 * quarter;
-                let products = _mm256_maddubs_epi16(q6, load32(&a[start..]));
-                let sub = start / 16;
-                let scale = pair_scales(scales[sub], scales[sub + 1]);
-                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(products, scale));
-            }
-        }
-        let offset: i32 = scales.iter().zip(bsums).map(|(&sc, &s)| i32::from(sc) * s).sum();
-        let scale = f16_at(&block[208..]) * d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sum), acc);
-        offset_acc += scale * (32 * offset) as f32;
     }
     hsum_ps(acc) - offset_acc
 }
