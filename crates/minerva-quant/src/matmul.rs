@@ -242,16 +242,26 @@ fn run(
     // equal size (a multiple of the 4-row tiles) so that the threads finish together.
     let tasks = (4 * threads).min((rows * row_bytes) >> 14).max(1);
     let rows_per_task = rows.div_ceil(tasks).next_multiple_of(4);
+    if n > ACT_CHUNK {
+        // A prefill: each task's chunks go straight into their columns of `ys` (one task per
+        // thread count of 1: splitting its rows measured no faster).
+        let block_rows = if threads == 1 { rows } else { rows_per_task };
+        pool::for_each_column_block_mut(ys, rows, block_rows, |_, block| {
+            let w = &weights[block.first_column() * row_bytes..][..block.width() * row_bytes];
+            chunks_into_columns(kernel, w, row_bytes, &acts, block);
+        });
+        return Ok(());
+    }
     // Results come out row-major (rows × n); n = 1 writes `ys` directly, otherwise transpose.
     let mut transposed = if n == 1 { Vec::new() } else { vec![0.0f32; rows * n] };
     let out: &mut [f32] = if n == 1 { &mut *ys } else { &mut transposed };
     if threads == 1 || rows_per_task >= rows {
-        apply_in_chunks(kernel, weights, row_bytes, &acts, out);
+        kernel.apply(weights, row_bytes, &acts, out);
     } else {
         pool::for_each_chunk_mut(out, rows_per_task * n, |t, y| {
             let first = t * rows_per_task;
             let w = &weights[first * row_bytes..][..y.len() / n * row_bytes];
-            apply_in_chunks(kernel, w, row_bytes, &acts, y);
+            kernel.apply(w, row_bytes, &acts, y);
         });
     }
     if n > 1 {
@@ -272,26 +282,36 @@ fn run(
 /// 32 and 128 measured a little slower (docs/benchmarks.md).
 const ACT_CHUNK: usize = 64;
 
-/// `kernel` over `weights` (`out.len() / acts.len()` rows) and `acts`, `ACT_CHUNK` activations at a
-/// time: a kernel walks every activation for each group of rows, so with a prefill's hundreds of
-/// activations (megabytes once quantized) each group would stream them all from L3 again; a
-/// chunk stays in L2 while the task's rows pass over it. Each (row, activation) pair's arithmetic
-/// is the same in any chunk, so results do not depend on the chunking.
-fn apply_in_chunks(kernel: MatKernel, weights: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    let n = acts.len();
-    if n <= ACT_CHUNK {
-        kernel.apply(weights, row_bytes, acts, out);
-        return;
-    }
-    let rows = out.len() / n;
+/// `kernel` over `weights` (`block.width()` rows) and `acts`, `ACT_CHUNK` activations at a time,
+/// each chunk's results transposed into `block` (its columns of `ys`, one row per activation): a
+/// kernel walks every activation for each group of rows, so with a prefill's hundreds of
+/// activations (megabytes once quantized) each group would stream them all from L3 again; a chunk
+/// stays in L2 while the task's rows pass over it. Each (row, activation) pair's arithmetic is the
+/// same in any chunk, so results do not depend on the chunking.
+fn chunks_into_columns(
+    kernel: MatKernel,
+    weights: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    mut block: pool::ColumnBlock<'_, f32>,
+) {
+    // Rows of the result per transposed strip: 16 floats, one cache line of each `ys` row.
+    const STRIP: usize = 16;
+    let width = block.width();
     CHUNK_OUT.with_borrow_mut(|buf| {
-        for c0 in (0..n).step_by(ACT_CHUNK) {
-            let acts = &acts[c0..(c0 + ACT_CHUNK).min(n)];
+        for c0 in (0..acts.len()).step_by(ACT_CHUNK) {
+            let acts = &acts[c0..(c0 + ACT_CHUNK).min(acts.len())];
             buf.clear();
-            buf.resize(rows * acts.len(), 0.0);
+            buf.resize(width * acts.len(), 0.0);
             kernel.apply(weights, row_bytes, acts, buf);
-            for (dst, src) in out.chunks_exact_mut(n).zip(buf.chunks_exact(acts.len())) {
-                dst[c0..c0 + acts.len()].copy_from_slice(src);
+            for r0 in (0..width).step_by(STRIP) {
+                let r1 = (r0 + STRIP).min(width);
+                for j in 0..acts.len() {
+                    let y = &mut block.row_mut(c0 + j)[r0..r1];
+                    for (r, y) in (r0..r1).zip(y) {
+                        *y = buf[r * acts.len() + j];
+                    }
+                }
             }
         }
     });

@@ -228,6 +228,63 @@ pub fn for_each_chunk_mut<T: Send>(data: &mut [T], chunk_len: usize, f: impl Fn(
     });
 }
 
+/// [`for_each_task`] over blocks of columns of a row-major matrix (`data`, rows of `row_len`):
+/// task `i` may write columns `i * block_cols..` (at most `block_cols` of them) of every row, so
+/// tasks that each produce some columns of all rows (a matrix product split by weight rows, its
+/// output transposed) write straight into place.
+pub fn for_each_column_block_mut<T: Send>(
+    data: &mut [T],
+    row_len: usize,
+    block_cols: usize,
+    f: impl Fn(usize, ColumnBlock<'_, T>) + Sync,
+) {
+    let (row_len, block_cols) = (row_len.max(1), block_cols.max(1));
+    let rows = data.len() / row_len;
+    let base = SharedSlice(data.as_mut_ptr());
+    for_each_task(row_len.div_ceil(block_cols), |i| {
+        let start = i * block_cols;
+        let width = block_cols.min(row_len - start);
+        f(i, ColumnBlock { base: base.at(0), row_len, rows, start, width, data: std::marker::PhantomData });
+    });
+}
+
+/// Columns `start..start + width` of every row of a row-major matrix: one task's part in
+/// [`for_each_column_block_mut`].
+pub struct ColumnBlock<'a, T> {
+    base: *mut T,
+    row_len: usize,
+    rows: usize,
+    start: usize,
+    width: usize,
+    data: std::marker::PhantomData<&'a mut [T]>,
+}
+
+impl<T> ColumnBlock<'_, T> {
+    /// The matrix's row count.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The first column of the block.
+    pub fn first_column(&self) -> usize {
+        self.start
+    }
+
+    /// Columns in the block.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// The block's part of row `r` (`width` values). Panics if `r` is not a row of the matrix.
+    pub fn row_mut(&mut self, r: usize) -> &mut [T] {
+        assert!(r < self.rows, "row {r} of {}", self.rows);
+        // SAFETY: `r < rows` and `start + width <= row_len`, so the range lies within the slice
+        // `for_each_column_block_mut` borrowed mutably for the whole loop; blocks of different
+        // tasks cover disjoint columns, and `&mut self` hands out one row of this block at a time.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(r * self.row_len + self.start), self.width) }
+    }
+}
+
 /// The base pointer of a slice whose disjoint chunks go to different tasks.
 struct SharedSlice<T>(*mut T);
 
@@ -405,6 +462,27 @@ mod tests {
                 counts[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1), "{tasks} tasks");
+        }
+    }
+
+    #[test]
+    fn column_blocks_cover_every_value_once() {
+        let pool = ComputePool::new(3).unwrap();
+        for (rows, row_len, block_cols) in [(5, 10, 4), (3, 7, 7), (1, 9, 2), (4, 8, 100), (0, 6, 2)] {
+            let mut data = vec![0u32; rows * row_len];
+            pool.install(|| {
+                for_each_column_block_mut(&mut data, row_len, block_cols, |i, mut block| {
+                    assert_eq!(block.first_column(), i * block_cols);
+                    for r in 0..block.rows() {
+                        let first = block.first_column();
+                        for (c, v) in block.row_mut(r).iter_mut().enumerate() {
+                            *v += (r * row_len + first + c) as u32 + 1;
+                        }
+                    }
+                });
+            });
+            let expected: Vec<u32> = (1..=rows * row_len).map(|v| v as u32).collect();
+            assert_eq!(data, expected, "{rows} x {row_len} in blocks of {block_cols}");
         }
     }
 
