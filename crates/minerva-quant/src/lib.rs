@@ -15,7 +15,8 @@
 //!   `avx2_tile_k.rs`, per-row dot kernels for the others in `kernels/x86/avx2_dot.rs`,
 //!   scalar ones in `kernels/reference.rs` ([`matvec_ref`]). [`matmul_i16`] quantizes activations
 //!   to i16 instead (f32-level accuracy).
-//! * [`vector`] — f32 dot products and `y += a·x` (attention), AVX2+FMA where detected.
+//! * [`vector`] — f32 dot products, `y += a·x` and weighted sums of rows (attention), `e^x` (softmax
+//!   and the gated activations), AVX2+FMA where detected.
 //! * [`pool`] — [`ComputePool`], the threads matrix products (and the model's other per-op loops)
 //!   run on: the caller takes part and idle workers spin briefly, for hundreds of short loops a step.
 //!
