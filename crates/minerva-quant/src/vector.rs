@@ -3,11 +3,11 @@
 //! softmax and the gated activations.
 //!
 //! [`dot`], [`axpy`], [`weighted_sum`] and [`exp`] use the best instruction set this CPU has
-//! (AVX2 + FMA on x86-64, detected once; [`vector_isa`] names it), [`dot_ref`] and [`axpy_ref`]
-//! the scalar loops. Both work over the common length of their operands. The fast [`dot`] sums in a different order than
-//! [`dot_ref`], so the two agree to f32 rounding, not bit for bit; [`axpy`] equals [`axpy_ref`]
-//! bit for bit (no fused multiply-add: it moved a near tie of SmolLM2's top-1 against
-//! transformers).
+//! (AVX2 + FMA on x86-64, detected once; [`vector_isa`] names it), [`dot_ref`] and [`axpy_ref`] the
+//! scalar loops. Both work over the common length of their operands. The fast [`dot`] sums in a
+//! different order than [`dot_ref`], so the two agree to f32 rounding, not bit for bit; [`axpy`]
+//! equals [`axpy_ref`] bit for bit (no fused multiply-add: it moved a near tie of SmolLM2's top-1
+//! against transformers).
 //!
 //! ```
 //! let (a, b) = ([1.0f32, 2.0, 3.0], [4.0f32, 5.0, 6.0]);
