@@ -2,6 +2,7 @@
 //! in f32, work spread over a [`ComputePool`].
 
 mod attention;
+mod buffers;
 mod gated;
 mod moe;
 
@@ -15,8 +16,9 @@ use crate::checks::{self, MatrixShape};
 use crate::error::{ModelError, Result};
 use crate::rope::{RopeConfig, RopeStyle};
 
-/// An activation: `rows × cols` f32, row-major.
-#[derive(Clone, Debug, PartialEq)]
+/// An activation: `rows × cols` f32, row-major. Its buffer is recycled when it is dropped (see
+/// `buffers.rs`).
+#[derive(Debug, PartialEq)]
 pub struct CpuTensor {
     /// The values.
     pub data: Vec<f32>,
@@ -28,7 +30,19 @@ pub struct CpuTensor {
 
 impl CpuTensor {
     fn zeros(rows: usize, cols: usize) -> CpuTensor {
-        CpuTensor { data: vec![0.0; rows * cols], rows, cols }
+        CpuTensor { data: buffers::zeros(rows * cols), rows, cols }
+    }
+}
+
+impl Clone for CpuTensor {
+    fn clone(&self) -> CpuTensor {
+        CpuTensor { data: buffers::copy_of(&self.data), rows: self.rows, cols: self.cols }
+    }
+}
+
+impl Drop for CpuTensor {
+    fn drop(&mut self) {
+        buffers::recycle(std::mem::take(&mut self.data));
     }
 }
 
@@ -369,7 +383,7 @@ impl Backend for CpuBackend {
                 src.ok_or_else(|| checks::operands("logits", format!("no row {r} in {} rows", x.rows)))?,
             );
         }
-        Ok(self.matmul_q(head, &picked)?.data)
+        Ok(std::mem::take(&mut self.matmul_q(head, &picked)?.data))
     }
 }
 
