@@ -25,10 +25,19 @@ pub(crate) struct Activation<'a> {
 
 /// `x.round()` (halves away from zero) for |x| < 2²³, without the libm call `round` is on
 /// x86-64's baseline (no SSE4.1): `x - trunc(x)` is exact in that range.
-fn round_half_away(x: f32) -> i32 {
+pub(crate) fn round_half_away(x: f32) -> i32 {
     let t = x as i32;
     let frac = x - t as f32;
     t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)
+}
+
+/// An i16 block's scale `d = amax / 32767` and the factor its values are multiplied by, `1/d`;
+/// both 0 where `1/d` is not finite (an all-zero block, or one so small that `1/d` overflows,
+/// which would make every quant saturate).
+pub(crate) fn i16_scale(amax: f32) -> (f32, f32) {
+    let d = amax / 32767.0;
+    let inverse = 1.0 / d;
+    if inverse.is_finite() { (d, inverse) } else { (0.0, 0.0) }
 }
 
 impl<'a> Activation<'a> {
@@ -43,18 +52,10 @@ impl<'a> Activation<'a> {
             return act;
         }
         if i16 {
-            act.q16.reserve(x.len());
-            for block in x.chunks_exact(32) {
-                let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-                let d = amax / 32767.0;
-                let id = if d == 0.0 { 0.0 } else { 1.0 / d };
-                let start = act.q16.len();
-                act.q16.extend(block.iter().map(|v| round_half_away(v * id) as i16));
-                let sum: i32 = act.q16[start..].iter().map(|&q| i32::from(q)).sum();
-                act.d.push(d);
-                act.sums.push(sum);
-                act.ds.push(d * sum as f32);
-            }
+            let blocks = x.len() / 32;
+            (act.q16, act.d, act.sums) = (vec![0; 32 * blocks], vec![0.0; blocks], vec![0; blocks]);
+            (crate::kernels::vector_kernels().quantize_i16)(x, &mut act.q16, &mut act.d, &mut act.sums);
+            act.ds = act.d.iter().zip(&act.sums).map(|(&d, &sum)| d * sum as f32).collect();
             return act;
         }
         let block_elems = format.block_elems();
@@ -89,6 +90,68 @@ impl<'a> Activation<'a> {
 #[cfg(test)]
 mod tests {
     use super::round_half_away;
+    use crate::kernels::{reference, vector_kernels};
+
+    /// The detected i16 quantizer against the scalar one, each block also checked against the
+    /// definition.
+    fn check_i16_blocks(x: &[f32]) {
+        let blocks = x.len() / 32;
+        let run = |f: crate::kernels::QuantizeI16Fn| {
+            let (mut q, mut d, mut sums) = (vec![7i16; 32 * blocks], vec![7.0f32; blocks], vec![7i32; blocks]);
+            f(x, &mut q, &mut d, &mut sums);
+            (q, d, sums)
+        };
+        let (q, d, sums) = run(reference::quantize_i16_blocks);
+        let fast = run(vector_kernels().quantize_i16);
+        assert_eq!(fast.0, q, "{} quants", vector_kernels().isa);
+        assert_eq!(
+            fast.1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            d.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        assert_eq!(fast.2, sums);
+        for (b, x) in x.chunks_exact(32).enumerate() {
+            let q = &q[32 * b..32 * b + 32];
+            assert_eq!(sums[b], q.iter().map(|&v| i32::from(v)).sum::<i32>());
+            let amax = x.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
+            if x.iter().all(|v| v.is_finite()) && amax > 1e-30 {
+                assert_eq!(q.iter().map(|v| v.unsigned_abs()).max(), Some(32767), "block {b}: {x:?}");
+                for (&v, &q) in x.iter().zip(q) {
+                    // Half a step, and the rounding of `1/d` and of `x · (1/d)`: 2⁻²³ relative
+                    // on a value of at most 32767, under 0.004 steps.
+                    let error = (f64::from(v) - f64::from(q) * f64::from(d[b])).abs();
+                    assert!(error <= 0.504 * f64::from(d[b]), "{v} as {q} × {}", d[b]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn i16_quantizers_agree_with_the_reference() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for magnitude in [1e-3f32, 1.0, 7.5, 3e4, 1e20] {
+            let x: Vec<f32> = (0..32 * 40).map(|_| ((next() % 20001) as f32 / 10000.0 - 1.0) * magnitude).collect();
+            check_i16_blocks(&x);
+        }
+        // Values on rounding ties (k + 0.5 quant steps) and exact multiples.
+        let ties: Vec<f32> = (0..64).map(|i| if i % 32 == 0 { 32767.0 } else { (i as f32 - 20.0) + 0.5 }).collect();
+        check_i16_blocks(&ties);
+        // Zero, tiny (1/d overflows: flushed to zero), NaN and infinite blocks.
+        let mut special = vec![0.0f32; 32];
+        special.extend([1e-36f32; 32]);
+        special.extend((0..32).map(|i| if i == 3 { f32::NAN } else { i as f32 }));
+        special.extend((0..32).map(|i| if i == 5 { f32::INFINITY } else { -(i as f32) }));
+        special.extend((0..32).map(|i| if i % 2 == 0 { -0.0 } else { 1e-38 }));
+        check_i16_blocks(&special);
+        let (mut q, mut d, mut sums) = (vec![1i16; 64], vec![1.0f32; 2], vec![1i32; 2]);
+        (vector_kernels().quantize_i16)(&special[..64], &mut q, &mut d, &mut sums);
+        assert_eq!((q, d, sums), (vec![0; 64], vec![0.0; 2], vec![0; 2]), "zero and tiny blocks");
+    }
 
     #[test]
     fn round_half_away_is_round() {

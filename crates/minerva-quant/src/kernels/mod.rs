@@ -16,7 +16,7 @@
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
-mod reference;
+pub(crate) mod reference;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -163,7 +163,13 @@ pub(crate) struct VectorKernels {
     pub(crate) axpy: fn(&mut [f32], f32, &[f32]),
     pub(crate) exp: fn(&mut [f32]),
     pub(crate) weighted_sum: fn(&mut [f32], &[f32], &[f32]),
+    /// `reference::quantize_i16_blocks`, bit for bit.
+    pub(crate) quantize_i16: QuantizeI16Fn,
 }
+
+/// Quantizes whole 32-value blocks of f32 (`x`) to i16 quants, one scale and one quant sum per
+/// block: `(x, quants, scales, sums)`.
+pub(crate) type QuantizeI16Fn = fn(&[f32], &mut [i16], &mut [f32], &mut [i32]);
 
 /// The scalar f32 vector kernels.
 pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
@@ -172,6 +178,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     axpy: reference::vector_axpy_f32,
     exp: reference::vector_exp_f32,
     weighted_sum: reference::vector_weighted_sum_f32,
+    quantize_i16: reference::quantize_i16_blocks,
 };
 
 /// The vector kernels this CPU runs, detected once.

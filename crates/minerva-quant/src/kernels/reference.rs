@@ -243,6 +243,22 @@ pub(crate) fn vector_weighted_sum_f32(out: &mut [f32], weights: &[f32], rows: &[
     }
 }
 
+/// Whole 32-value blocks of `x` as i16: per block `d = amax / 32767` (0, with zero quants, when
+/// `1/d` would overflow: an all-zero block, or one below about 1e-34), `q = round(x / d)` (halves
+/// away from zero, as `x · (1/d)`), and the quants' sum. NaN quantizes to 0.
+pub(crate) fn quantize_i16_blocks(x: &[f32], q: &mut [i16], d: &mut [f32], sums: &mut [i32]) {
+    let blocks = x.chunks_exact(32).zip(q.chunks_exact_mut(32));
+    for (((x, q), d), sum) in blocks.zip(d).zip(sums) {
+        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let (scale, inverse) = crate::activation::i16_scale(amax);
+        for (q, v) in q.iter_mut().zip(x) {
+            *q = crate::activation::round_half_away(v * inverse) as i16;
+        }
+        *d = scale;
+        *sum = q.iter().map(|&q| i32::from(q)).sum();
+    }
+}
+
 /// `x[i] = e^x[i]` (libm).
 pub(crate) fn vector_exp_f32(xs: &mut [f32]) {
     xs.iter_mut().for_each(|x| *x = x.exp());

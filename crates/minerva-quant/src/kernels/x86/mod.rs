@@ -127,5 +127,7 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         exp: |xs| unsafe { avx2_vector::exp_f32(xs) },
         // SAFETY: as above.
         weighted_sum: |out, weights, rows| unsafe { avx2_vector::weighted_sum_f32(out, weights, rows) },
+        // SAFETY: as above.
+        quantize_i16: |x, q, d, sums| unsafe { avx2_vector::quantize_i16_blocks(x, q, d, sums) },
     })
 }
