@@ -24,6 +24,13 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     (kernels::vector_kernels().dot)(a, b)
 }
 
+/// `out[j] = x · rows[j·len..(j + 1)·len]` with `len = x.len()`, over as many whole rows as
+/// `rows` holds for `out`: bit for bit [`dot`] of each row (attention's query against every key),
+/// without a call through the kernel table per row.
+pub fn dots(out: &mut [f32], x: &[f32], rows: &[f32]) {
+    (kernels::vector_kernels().dots)(out, x, rows)
+}
+
 /// `y[i] += a·x[i]` over the common length.
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     (kernels::vector_kernels().axpy)(y, a, x)

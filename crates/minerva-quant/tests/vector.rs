@@ -1,6 +1,8 @@
 //! The f32 vector kernels against their scalar loops, at every length around the SIMD widths.
 
-use minerva_quant::vector::{axpy, axpy_ref, dot, dot_ref, exp, exp_ref, vector_isa, weighted_sum, weighted_sum_ref};
+use minerva_quant::vector::{
+    axpy, axpy_ref, dot, dot_ref, dots, exp, exp_ref, vector_isa, weighted_sum, weighted_sum_ref,
+};
 use proptest::prelude::*;
 
 proptest! {
@@ -46,6 +48,26 @@ proptest! {
         weighted_sum_ref(&mut reference, &weights, &rows);
         prop_assert_eq!(&fast, &expected, "{}", vector_isa());
         prop_assert_eq!(&reference, &expected);
+    }
+}
+
+proptest! {
+    /// `dots` is `dot` of each whole row, bit for bit; outputs past the rows are zero.
+    #[test]
+    fn dots_equal_dot_row_by_row(
+        len in 0usize..150,
+        n in 0usize..12,
+        short in 0usize..2,
+        seed in -4.0f32..4.0,
+    ) {
+        let x: Vec<f32> = (0..len).map(|i| ((i * 53 % 97) as f32 - 48.0) / 11.0).collect();
+        let rows: Vec<f32> = (0..n.saturating_sub(short) * len).map(|i| seed * ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let mut out = vec![f32::NAN; n];
+        dots(&mut out, &x, &rows);
+        for (j, &got) in out.iter().enumerate() {
+            let want = if len == 0 { 0.0 } else { rows.get(j * len..(j + 1) * len).map_or(0.0, |row| dot(row, &x)) };
+            prop_assert_eq!(got.to_bits(), want.to_bits(), "{} row {} of {} (len {})", vector_isa(), j, n, len);
+        }
     }
 }
 

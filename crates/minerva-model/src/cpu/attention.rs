@@ -62,7 +62,9 @@ pub(super) fn attention(
         let (keys, values) = (cache.k.load(window.clone(), keys), cache.v.load(window, values));
         let query = &q.data[i * hd..(i + 1) * hd];
         scores.clear();
-        scores.extend(keys.chunks_exact(hd).map(|key| vector::dot(key, query) * scale));
+        scores.resize(keys.len() / hd, 0.0);
+        vector::dots(scores, query, keys);
+        scores.iter_mut().for_each(|s| *s *= scale);
         // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
         let sink = sinks.map(|sinks| sinks[h]);
         let max = scores.iter().copied().chain(sink).fold(f32::NEG_INFINITY, f32::max);

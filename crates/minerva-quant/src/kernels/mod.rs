@@ -160,6 +160,8 @@ pub(crate) struct Isa {
 pub(crate) struct VectorKernels {
     pub(crate) isa: &'static str,
     pub(crate) dot: fn(&[f32], &[f32]) -> f32,
+    /// `dot` of `x` with each row, into `out` (`(out, x, rows)`).
+    pub(crate) dots: fn(&mut [f32], &[f32], &[f32]),
     pub(crate) axpy: fn(&mut [f32], f32, &[f32]),
     pub(crate) exp: fn(&mut [f32]),
     pub(crate) weighted_sum: fn(&mut [f32], &[f32], &[f32]),
@@ -175,6 +177,7 @@ pub(crate) type QuantizeI16Fn = fn(&[f32], &mut [i16], &mut [f32], &mut [i32]);
 pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     isa: SCALAR,
     dot: reference::vector_dot_f32,
+    dots: reference::vector_dots_f32,
     axpy: reference::vector_axpy_f32,
     exp: reference::vector_exp_f32,
     weighted_sum: reference::vector_weighted_sum_f32,

@@ -230,6 +230,24 @@ pub(crate) fn vector_dot_f32(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// [`vector_dot_f32`] of `x` with each whole `x.len()`-row of `rows`, into `out`.
+pub(crate) fn vector_dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
+    dots_with(out, x, rows, vector_dot_f32);
+}
+
+/// `out[j] = dot(x, row j)` for each whole `x.len()`-row of `rows` (zeros past them, and all
+/// zeros for an empty `x`): the loop the per-ISA `dots` kernels share.
+#[inline]
+pub(crate) fn dots_with(out: &mut [f32], x: &[f32], rows: &[f32], dot: impl Fn(&[f32], &[f32]) -> f32) {
+    out.fill(0.0);
+    if x.is_empty() {
+        return;
+    }
+    for (y, row) in out.iter_mut().zip(rows.chunks_exact(x.len())) {
+        *y = dot(x, row);
+    }
+}
+
 /// `y[i] += a·x[i]` over the common length.
 pub(crate) fn vector_axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x);

@@ -47,6 +47,8 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         // SAFETY: returned only after the check above found NEON.
         dot: |a, b| unsafe { neon_vector::dot_f32(a, b) },
         // SAFETY: as above.
+        dots: |out, x, rows| unsafe { neon_vector::dots_f32(out, x, rows) },
+        // SAFETY: as above.
         axpy: |y, a, x| unsafe { neon_vector::axpy_f32(y, a, x) },
         // No NEON `exp` yet: libm's, one value at a time.
         exp: super::reference::vector_exp_f32,

@@ -13,6 +13,7 @@ fn load(s: &[f32]) -> float32x4_t {
 }
 
 /// `Σ a[i]·b[i]` over the common length, in four 4-lane partial sums.
+#[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let len = a.len().min(b.len());
@@ -51,4 +52,10 @@ pub(super) fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     for (yv, xv) in y_tail.iter_mut().zip(x_tail) {
         *yv += a * xv;
     }
+}
+
+/// [`dot_f32`] of `x` with each row of `rows` (inlined: one call for all of attention's keys).
+#[target_feature(enable = "neon")]
+pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
+    crate::kernels::reference::dots_with(out, x, rows, |x, row| dot_f32(row, x));
 }

@@ -14,6 +14,7 @@ fn sum_lanes(v: __m256) -> f32 {
 }
 
 /// `Σ a[i]·b[i]` over the common length, in four 8-lane partial sums.
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let len = a.len().min(b.len());
@@ -34,6 +35,12 @@ pub(super) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     }
     let total = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     sum_lanes(total) + a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum::<f32>()
+}
+
+/// [`dot_f32`] of `x` with each row of `rows` (inlined: one call for all of attention's keys).
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
+    crate::kernels::reference::dots_with(out, x, rows, |x, row| dot_f32(row, x));
 }
 
 /// `y[i] += a·x[i]` over the common length, rounded as the scalar loop rounds (a product, then a

@@ -122,6 +122,8 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         // SAFETY: returned only after the check above found AVX2 and FMA.
         dot: |a, b| unsafe { avx2_vector::dot_f32(a, b) },
         // SAFETY: as above.
+        dots: |out, x, rows| unsafe { avx2_vector::dots_f32(out, x, rows) },
+        // SAFETY: as above.
         axpy: |y, a, x| unsafe { avx2_vector::axpy_f32(y, a, x) },
         // SAFETY: as above.
         exp: |xs| unsafe { avx2_vector::exp_f32(xs) },
