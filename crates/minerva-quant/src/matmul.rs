@@ -301,7 +301,7 @@ fn chunks_into_columns(
     CHUNK_OUT.with_borrow_mut(|buf| {
         for c0 in (0..acts.len()).step_by(ACT_CHUNK) {
             let acts = &acts[c0..(c0 + ACT_CHUNK).min(acts.len())];
-            buf.clear();
+            // Not cleared: the kernel writes every value.
             buf.resize(width * acts.len(), 0.0);
             kernel.apply(weights, row_bytes, acts, buf);
             for r0 in (0..width).step_by(STRIP) {

@@ -47,7 +47,8 @@ pub(super) fn attention(
         }
     }
     let scale = 1.0 / (hd as f32).sqrt();
-    let mut out = CpuTensor::zeros(rows, q.cols);
+    // Each (row, head) is one weighted sum, which writes all its values.
+    let mut out = CpuTensor::for_output(rows, q.cols);
     let cache = &*cache;
     let attend = |scratch: &mut Scratch, i: usize, out: &mut [f32]| {
         let (r, h) = (i / n_head, i % n_head);

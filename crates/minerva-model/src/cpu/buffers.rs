@@ -19,18 +19,17 @@ thread_local! {
 
 /// `len` zeros, in the smallest free buffer that holds them (a new one if none does).
 pub(super) fn zeros(len: usize) -> Vec<f32> {
-    let reused = FREE.with_borrow_mut(|free| {
-        let best = free
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.capacity() >= len)
-            .min_by_key(|(_, b)| b.capacity())
-            .map(|(i, _)| i)?;
-        Some(free.swap_remove(best))
-    });
-    match reused {
+    let mut buffer = stale(len);
+    buffer.fill(0.0);
+    buffer
+}
+
+/// `len` values left from an earlier tensor (zeros where there were none): for outputs that are
+/// written in full, which need no clearing.
+pub(super) fn stale(len: usize) -> Vec<f32> {
+    match take(len) {
         Some(mut buffer) => {
-            buffer.clear();
+            buffer.truncate(len);
             buffer.resize(len, 0.0);
             buffer
         }
@@ -38,10 +37,23 @@ pub(super) fn zeros(len: usize) -> Vec<f32> {
     }
 }
 
+/// The smallest free buffer of capacity `len` or more.
+fn take(len: usize) -> Option<Vec<f32>> {
+    FREE.with_borrow_mut(|free| {
+        let best = free
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i)?;
+        Some(free.swap_remove(best))
+    })
+}
+
 /// A copy of `values` in a recycled buffer.
 pub(super) fn copy_of(values: &[f32]) -> Vec<f32> {
-    let mut buffer = zeros(0);
-    buffer.extend_from_slice(values);
+    let mut buffer = stale(values.len());
+    buffer.copy_from_slice(values);
     buffer
 }
 
@@ -78,6 +90,10 @@ mod tests {
         let copy = copy_of(&[1.0, 2.0, 3.0]);
         assert_eq!(copy, [1.0, 2.0, 3.0]);
         assert_eq!(copy.as_ptr(), address);
+        recycle(copy);
+        let stale = stale(2000);
+        assert_eq!(stale.len(), 2000);
+        assert_ne!(stale.as_ptr(), address, "too small to reuse");
     }
 
     #[test]

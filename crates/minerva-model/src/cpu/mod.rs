@@ -32,6 +32,11 @@ impl CpuTensor {
     fn zeros(rows: usize, cols: usize) -> CpuTensor {
         CpuTensor { data: buffers::zeros(rows * cols), rows, cols }
     }
+
+    /// A tensor whose every value the caller writes (its buffer is not cleared first).
+    fn for_output(rows: usize, cols: usize) -> CpuTensor {
+        CpuTensor { data: buffers::stale(rows * cols), rows, cols }
+    }
 }
 
 impl Clone for CpuTensor {
@@ -228,7 +233,7 @@ impl Backend for CpuBackend {
 
     fn embed(&self, table: &CpuWeight, tokens: &[u32]) -> Result<CpuTensor> {
         let row_bytes = table.dtype.row_bytes(table.cols).expect("checked when the weights were loaded");
-        let mut out = CpuTensor::zeros(tokens.len(), table.cols);
+        let mut out = CpuTensor::for_output(tokens.len(), table.cols);
         let bytes = table.bytes();
         for (&t, row) in tokens.iter().zip(out.data.chunks_exact_mut(table.cols)) {
             let t = t as usize;
@@ -259,7 +264,8 @@ impl Backend for CpuBackend {
 
     fn matmul_q(&self, w: &CpuWeight, x: &CpuTensor) -> Result<CpuTensor> {
         checks::matmul(&w.name, w.shape(), x.cols)?;
-        let mut out = CpuTensor::zeros(x.rows, w.rows);
+        // The matrix product writes every value.
+        let mut out = CpuTensor::for_output(x.rows, w.rows);
         if self.f32_activations && w.dtype != DType::F32 {
             let mut values = vec![0.0f32; w.rows * w.cols];
             minerva_quant::dequantize_fast(w.dtype, w.bytes(), &mut values)?;
