@@ -59,8 +59,9 @@ KILLER=$!
 wait "$KILLER"
 errors=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['rows'][0]['errors'])" "$DIR/loadgen.json")
 in_flight=$(cat "$DIR/in_flight")
-# nginx logs each stream the dead replica cut, and each refused connect it retried elsewhere.
-cut=$(grep -c "upstream prematurely closed connection" "$DIR/error.log" || true)
+# nginx logs each stream the dead replica cut (mid-body, or sent but reset before its response
+# headers: a POST already sent is not retried), and each refused connect it retried elsewhere.
+cut=$(grep -c -E "upstream prematurely closed connection|recv\(\) failed \(104: Connection reset by peer\) while reading response header" "$DIR/error.log" || true)
 retried=$(grep -c "connect() failed (111: Connection refused)" "$DIR/error.log" || true)
 echo "nginx_failover: $errors of $REQUESTS requests failed; nginx saw $cut streams cut by the killed replica" \
     "(its /metrics said $in_flight in flight just before) and retried $retried refused connects on the other replica"
