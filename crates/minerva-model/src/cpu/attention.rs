@@ -62,13 +62,16 @@ pub(super) fn attention(
         let Scratch { keys, values, scores } = scratch;
         let (keys, values) = (cache.k.load(window.clone(), keys), cache.v.load(window, values));
         let query = &q.data[i * hd..(i + 1) * hd];
-        scores.clear();
+        // Not cleared: `dots` writes every score.
         scores.resize(keys.len() / hd, 0.0);
         vector::dots(scores, query, keys);
-        scores.iter_mut().for_each(|s| *s *= scale);
         // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
         let sink = sinks.map(|sinks| sinks[h]);
-        let max = scores.iter().copied().chain(sink).fold(f32::NEG_INFINITY, f32::max);
+        let mut max = sink.unwrap_or(f32::NEG_INFINITY);
+        for s in scores.iter_mut() {
+            *s *= scale;
+            max = max.max(*s);
+        }
         let mut total = sink.map_or(0.0, |sink| (sink - max).exp());
         scores.iter_mut().for_each(|p| *p -= max);
         vector::exp(scores);

@@ -239,13 +239,11 @@ pub(crate) fn vector_dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
 /// zeros for an empty `x`): the loop the per-ISA `dots` kernels share.
 #[inline]
 pub(crate) fn dots_with(out: &mut [f32], x: &[f32], rows: &[f32], dot: impl Fn(&[f32], &[f32]) -> f32) {
-    out.fill(0.0);
-    if x.is_empty() {
-        return;
-    }
-    for (y, row) in out.iter_mut().zip(rows.chunks_exact(x.len())) {
+    let written = if x.is_empty() { 0 } else { out.len().min(rows.len() / x.len()) };
+    for (y, row) in out[..written].iter_mut().zip(rows.chunks_exact(x.len().max(1))) {
         *y = dot(x, row);
     }
+    out[written..].fill(0.0);
 }
 
 /// `y[i] += a·x[i]` over the common length.
