@@ -168,7 +168,8 @@ proptest! {
         dtype_index in 0..DTYPES.len(),
         rows in 1usize..20,
         cols_units in 1usize..6,
-        n in 1usize..16,
+        // Up to 40: past the tile kernels' widths and past the panel kernels' thresholds (8, 16).
+        n in 1usize..40,
         threads in 1usize..4,
         seed in any::<u64>(),
     ) {
@@ -344,7 +345,8 @@ proptest! {
         dtype_index in 0..I16_DTYPES.len(),
         rows in 1usize..20,
         cols_units in 1usize..6,
-        n in 1usize..16,
+        // Up to 40: past the tile kernels' widths and past the panel kernels' thresholds (8, 16).
+        n in 1usize..40,
         threads in 1usize..4,
         seed in any::<u64>(),
     ) {

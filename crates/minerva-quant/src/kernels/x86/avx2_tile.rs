@@ -36,6 +36,7 @@ use core::arch::x86_64::{
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_dot::{f16_at, f16_pair_at, f16_splat, hsum_ps, load32, unpack_nibbles};
+use super::avx2_panel;
 use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::kernels::BlockKind as Kind;
@@ -315,6 +316,14 @@ pub(super) fn tiles_mxfp4<const R: usize, const C: usize>(
 
 // The same formats against i16 activations (`Activation::q16`).
 
+/// Q8_0 against i16 activations as `avx2_panel` reads it: the sums split as [`tile`] splits them.
+struct WideQ8_0;
+impl avx2_panel::Layout for WideQ8_0 {
+    const BLOCK_BYTES: usize = 34;
+    const KIND: Kind = Kind::Signed;
+    const SPLIT: avx2_panel::Split = avx2_panel::Split::Lanes;
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_i16_q8_0<const R: usize, const C: usize>(
@@ -323,6 +332,11 @@ pub(super) fn tiles_i16_q8_0<const R: usize, const C: usize>(
     acts: &[Activation<'_>],
     out: &mut [f32],
 ) {
+    if acts.len() >= <WideQ8_0 as avx2_panel::Layout>::MIN_ACTS {
+        let decode = |b: &[u8]| (bytes_wide_signed(&b[2..]), f16_at(b), 0.0);
+        avx2_panel::panels::<WideQ8_0, _>(w, row_bytes, acts, out, decode);
+        return;
+    }
     tiles::<R, C, true>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
         (bytes_wide_signed(&b[2..]), f16_splat(b), 0.0)
     });

@@ -41,6 +41,7 @@ use core::arch::x86_64::{
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_dot::{f16_at, f16_pair_at, unpack_nibbles};
+use super::avx2_panel;
 use super::avx2_tile::{PREFETCH_AHEAD, fifth_bits};
 use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
@@ -289,7 +290,7 @@ fn tile_rows<F: Format, const R: usize, const C: usize>(
 /// together; `out` is row-major (rows × acts).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tiles<F: Format, const G: usize>(
+fn tiles<F: Format + avx2_panel::Layout, const G: usize>(
     w: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
@@ -297,6 +298,10 @@ fn tiles<F: Format, const G: usize>(
     decode: impl Fn(&[u8]) -> Decoded,
 ) {
     let n = acts.len();
+    if n >= <F as avx2_panel::Layout>::MIN_ACTS {
+        avx2_panel::panels::<F, _>(w, row_bytes, acts, out, decode);
+        return;
+    }
     let mut row_groups = w.chunks_exact(ROWS * row_bytes);
     let mut out_groups = out.chunks_exact_mut(ROWS * n);
     for (g, (rows, out)) in (&mut row_groups).zip(&mut out_groups).enumerate() {
@@ -382,6 +387,11 @@ fn nibbles_wide(qs: &[u8]) -> (__m256i, __m256i) {
 // 0.81× at 1 activation, 1.0–1.1× at 4–64).
 
 struct Q4_0;
+impl avx2_panel::Layout for Q4_0 {
+    const BLOCK_BYTES: usize = <Self as Format>::BLOCK_BYTES;
+    const KIND: Kind = <Self as Format>::KIND;
+    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
+}
 impl Format for Q4_0 {
     const BLOCK_BYTES: usize = 18;
     const KIND: Kind = Kind::Offset(8);
@@ -389,6 +399,11 @@ impl Format for Q4_0 {
 }
 
 struct Q4_1;
+impl avx2_panel::Layout for Q4_1 {
+    const BLOCK_BYTES: usize = <Self as Format>::BLOCK_BYTES;
+    const KIND: Kind = <Self as Format>::KIND;
+    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
+}
 impl Format for Q4_1 {
     const BLOCK_BYTES: usize = 20;
     const KIND: Kind = Kind::Min;
@@ -396,6 +411,11 @@ impl Format for Q4_1 {
 }
 
 struct Q5_0;
+impl avx2_panel::Layout for Q5_0 {
+    const BLOCK_BYTES: usize = <Self as Format>::BLOCK_BYTES;
+    const KIND: Kind = <Self as Format>::KIND;
+    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
+}
 impl Format for Q5_0 {
     const BLOCK_BYTES: usize = 22;
     const KIND: Kind = Kind::Offset(16);
@@ -403,6 +423,11 @@ impl Format for Q5_0 {
 }
 
 struct Q5_1;
+impl avx2_panel::Layout for Q5_1 {
+    const BLOCK_BYTES: usize = <Self as Format>::BLOCK_BYTES;
+    const KIND: Kind = <Self as Format>::KIND;
+    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
+}
 impl Format for Q5_1 {
     const BLOCK_BYTES: usize = 24;
     const KIND: Kind = Kind::Min;
@@ -410,6 +435,11 @@ impl Format for Q5_1 {
 }
 
 struct Mxfp4;
+impl avx2_panel::Layout for Mxfp4 {
+    const BLOCK_BYTES: usize = <Self as Format>::BLOCK_BYTES;
+    const KIND: Kind = <Self as Format>::KIND;
+    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
+}
 impl Format for Mxfp4 {
     const BLOCK_BYTES: usize = 17;
     const KIND: Kind = Kind::Signed;

@@ -14,6 +14,7 @@
 
 mod avx2_dequant;
 mod avx2_dot;
+mod avx2_panel;
 mod avx2_tile;
 mod avx2_tile_i16;
 mod avx2_tile_k;

@@ -1,0 +1,328 @@
+//! AVX2 (+FMA, F16C) panel kernels for prefill: the 32-value block formats against i16
+//! activations when a call brings [`Layout::MIN_ACTS`] or more of them.
+//!
+//! The tile kernels (`avx2_tile_i16`, and `avx2_tile` for Q8_0) unpack each weight block again
+//! for every few activations and spend most of their instructions on that unpacking, on
+//! reducing each pair's 8 integer lanes, and on scales, not on `vpmaddwd`. Here a
+//! group of 8 rows is unpacked once per call into a panel of i16 quants laid out across the rows:
+//!
+//! ```text
+//!   slot p of block b (p = 0..16): one vector of 8 i32 lanes, lane r = the i16 pair
+//!   (value 2p, value 2p + 1) of row r        — an 8 × 8 transpose of the rows' unpacked halves
+//!   s    += madd(slot p, broadcast(activation's pair p))    8 rows' partial sums, no reductions
+//!   acc   = fma(d_w[rows] · d_a, f32(s), acc)                per block
+//! ```
+//!
+//! so one `madd` does 16 useful multiply-adds and nothing is reduced across lanes.
+//!
+//! The results must equal the tile kernels' bit for bit (a row's output may not depend on how
+//! many activations came with it). So each pair's integer sum is split the way the tile kernels
+//! split it before converting and scaling ([`Split`]), the same f32 products and FMAs run on
+//! each part in block order, and the parts are added in the tiles' order.
+//!
+//! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
+//! promises AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
+
+use core::arch::x86_64::{
+    __m256, __m256i, _mm256_add_epi32, _mm256_add_ps, _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_fmadd_ps,
+    _mm256_madd_epi16, _mm256_mul_ps, _mm256_permute2x128_si256, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps,
+    _mm256_setzero_si256, _mm256_sub_epi32, _mm256_unpackhi_epi32, _mm256_unpackhi_epi64, _mm256_unpacklo_epi32,
+    _mm256_unpacklo_epi64,
+};
+use std::cell::RefCell;
+
+use bytemuck::pod_read_unaligned;
+
+use crate::activation::Activation;
+use crate::kernels::BlockKind as Kind;
+
+/// Rows per panel: one i32 lane each.
+const ROWS: usize = 8;
+
+/// [`Split::Lanes`]: parts accumulated per pass over the blocks.
+const LANES_PER_PASS: usize = 2;
+
+/// Activations per step over a panel (each slot loaded once for them).
+const ACTS: usize = 4;
+
+/// How the tile kernels split a (row, activation) pair's block sum before scaling it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Split {
+    /// `avx2_tile_i16`: two halves, values {0..8, 16..24} and {8..16, 24..32} (lanes 0..4 and
+    /// 4..8 of the two `madd`s), each with its own accumulator, added at the end. The offset
+    /// (`Kind::Offset`) and minimum (`Kind::Min`) terms go to the first half.
+    Halves,
+    /// `avx2_tile`'s Q8_0: eight parts, values {2l, 2l+1, 16+2l, 17+2l} (lane l of the two
+    /// `madd`s), added at the end as `hsum_ps` adds 8 lanes.
+    Lanes,
+}
+
+/// A block format as the panels read it: constants, so that every branch on them folds away in
+/// each format's kernel.
+pub(super) trait Layout {
+    const BLOCK_BYTES: usize;
+    const KIND: Kind;
+    const SPLIT: Split;
+    /// Fewest activations for which a call packs panels: below, packing (about one pass of the
+    /// tile kernel over the rows) is not paid back. [`Split::Lanes`] converts and scales 8 parts
+    /// per block, so it needs more activations to gain.
+    const MIN_ACTS: usize = match Self::SPLIT {
+        Split::Halves => 8,
+        Split::Lanes => 16,
+    };
+}
+
+/// One block of a panel: 16 slots (slot p: the pair of values 2p, 2p+1 of the 8 rows), the rows'
+/// scales and their minimums (as f32 bits).
+type PanelBlock = [__m256i; 18];
+
+thread_local! {
+    /// The current row group's panel, kept per thread (a few KiB to tens of KiB).
+    static PANEL: RefCell<Vec<PanelBlock>> = const { RefCell::new(Vec::new()) };
+}
+
+/// 8 × 8 i32 transpose: lane r of output p = lane p of input r.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
+    let t = [
+        _mm256_unpacklo_epi32(v[0], v[1]),
+        _mm256_unpackhi_epi32(v[0], v[1]),
+        _mm256_unpacklo_epi32(v[2], v[3]),
+        _mm256_unpackhi_epi32(v[2], v[3]),
+        _mm256_unpacklo_epi32(v[4], v[5]),
+        _mm256_unpackhi_epi32(v[4], v[5]),
+        _mm256_unpacklo_epi32(v[6], v[7]),
+        _mm256_unpackhi_epi32(v[6], v[7]),
+    ];
+    let u = [
+        _mm256_unpacklo_epi64(t[0], t[2]),
+        _mm256_unpackhi_epi64(t[0], t[2]),
+        _mm256_unpacklo_epi64(t[1], t[3]),
+        _mm256_unpackhi_epi64(t[1], t[3]),
+        _mm256_unpacklo_epi64(t[4], t[6]),
+        _mm256_unpackhi_epi64(t[4], t[6]),
+        _mm256_unpacklo_epi64(t[5], t[7]),
+        _mm256_unpackhi_epi64(t[5], t[7]),
+    ];
+    [
+        _mm256_permute2x128_si256::<0x20>(u[0], u[4]),
+        _mm256_permute2x128_si256::<0x20>(u[1], u[5]),
+        _mm256_permute2x128_si256::<0x20>(u[2], u[6]),
+        _mm256_permute2x128_si256::<0x20>(u[3], u[7]),
+        _mm256_permute2x128_si256::<0x31>(u[0], u[4]),
+        _mm256_permute2x128_si256::<0x31>(u[1], u[5]),
+        _mm256_permute2x128_si256::<0x31>(u[2], u[6]),
+        _mm256_permute2x128_si256::<0x31>(u[3], u[7]),
+    ]
+}
+
+/// Unpacks up to 8 rows (the missing ones as zeros) into `panel`, one entry per block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack<D>(rows: &[&[u8]], block_bytes: usize, panel: &mut [PanelBlock], decode: &D)
+where
+    D: Fn(&[u8]) -> ((__m256i, __m256i), f32, f32),
+{
+    let zero = _mm256_setzero_si256();
+    for (b, entry) in panel.iter_mut().enumerate() {
+        let (mut lo, mut hi, mut d, mut m) = ([zero; ROWS], [zero; ROWS], [0.0f32; ROWS], [0.0f32; ROWS]);
+        for (r, row) in rows.iter().enumerate() {
+            ((lo[r], hi[r]), d[r], m[r]) = decode(&row[block_bytes * b..block_bytes * (b + 1)]);
+        }
+        entry[..8].copy_from_slice(&transpose8(lo));
+        entry[8..16].copy_from_slice(&transpose8(hi));
+        entry[16] = bytemuck::cast(d);
+        entry[17] = bytemuck::cast(m);
+    }
+}
+
+/// Activation pair `p` (values 2p, 2p + 1) of a block's i16 quants, in all 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pair(a: &[i16; 32], p: usize) -> __m256i {
+    _mm256_set1_epi32(pod_read_unaligned::<i32>(bytemuck::cast_slice(&a[2 * p..2 * p + 2])))
+}
+
+/// The integer sum over `slots` of one panel block against `A` activations' blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn partial<const A: usize, const S: usize>(entry: &PanelBlock, a: &[&[i16; 32]; A], slots: [usize; S]) -> [__m256i; A] {
+    let mut s = [_mm256_setzero_si256(); A];
+    for p in slots {
+        let w = entry[p];
+        for j in 0..A {
+            s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(w, pair(a[j], p)));
+        }
+    }
+    s
+}
+
+/// One activation's per-block values as a step reads them.
+struct ActBlocks<'a> {
+    q: &'a [i16],
+    d: &'a [f32],
+    sums: &'a [i32],
+    ds: &'a [f32],
+}
+
+impl<'a> ActBlocks<'a> {
+    fn new(act: &'a Activation<'_>, blocks: usize) -> Self {
+        let ds = if act.ds.is_empty() { &[][..] } else { &act.ds[..blocks] };
+        ActBlocks { q: &act.q16[..32 * blocks], d: &act.d[..blocks], sums: &act.sums[..blocks], ds }
+    }
+}
+
+thread_local! {
+    /// [`Split::Lanes`]: each block's scale products for the step's activations, used by all 8
+    /// parts (`dd[A·b + j]`).
+    static SCALE_PRODUCTS: RefCell<Vec<__m256>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One part of every pair's sum (`slots`) over all blocks, scaled and accumulated per block:
+/// `acc = fma(d_w·d_a, f32(s − k·Σa), acc)` (the offset only with `FIRST`), then the minimum's
+/// term `fma(m, d_a·Σa, acc)` (`m` = 0 unless `FIRST`, as in the tiles' upper lanes). The scale
+/// products come from `products` where given (`dd[A·b + j]`), else are computed here.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn part<L: Layout, const A: usize, const S: usize, const G: usize, const FIRST: bool>(
+    panel: &[PanelBlock],
+    acts: &[ActBlocks<'_>; A],
+    products: Option<&[__m256]>,
+    slots: [[usize; S]; G],
+) -> [[__m256; A]; G] {
+    let kind = L::KIND;
+    let zero = _mm256_setzero_ps();
+    let mut acc = [[zero; A]; G];
+    for (b, entry) in panel.iter().enumerate() {
+        let a: [&[i16; 32]; A] = std::array::from_fn(|j| acts[j].q[32 * b..32 * b + 32].try_into().expect("32 quants"));
+        let dw = _mm256_castsi256_ps(entry[16]);
+        for (g, acc) in acc.iter_mut().enumerate() {
+            let s = partial::<A, S>(entry, &a, slots[g]);
+            for j in 0..A {
+                let v = match kind {
+                    Kind::Offset(k) if FIRST && g == 0 => {
+                        _mm256_sub_epi32(s[j], _mm256_set1_epi32(k * acts[j].sums[b]))
+                    }
+                    _ => s[j],
+                };
+                let dd = match products {
+                    Some(dd) => dd[A * b + j],
+                    None => _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b])),
+                };
+                acc[j] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(v), acc[j]);
+                if kind == Kind::Min {
+                    // The tiles' minimum term is 0 in the second half's lanes: kept there too, so
+                    // that both agree to the bit whatever the activation's values.
+                    let m = if FIRST && g == 0 { _mm256_castsi256_ps(entry[17]) } else { zero };
+                    acc[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(acts[j].ds[b]), acc[j]);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// The 8 rows of a panel against `A` activations: one vector of 8 row results per activation.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn step<L: Layout, const A: usize>(panel: &[PanelBlock], acts: [&Activation<'_>; A]) -> [__m256; A] {
+    let blocks = panel.len();
+    let acts: [ActBlocks<'_>; A] = std::array::from_fn(|j| ActBlocks::new(acts[j], blocks));
+    let add = _mm256_add_ps;
+    match L::SPLIT {
+        Split::Halves => {
+            let [lo] = part::<L, A, 8, 1, true>(panel, &acts, None, [[0, 1, 2, 3, 8, 9, 10, 11]]);
+            let [hi] = part::<L, A, 8, 1, false>(panel, &acts, None, [[4, 5, 6, 7, 12, 13, 14, 15]]);
+            std::array::from_fn(|j| add(lo[j], hi[j]))
+        }
+        Split::Lanes => SCALE_PRODUCTS.with_borrow_mut(|dd| {
+            dd.resize(A * blocks, _mm256_setzero_ps());
+            for (b, (dd, entry)) in dd.chunks_exact_mut(A).zip(panel).enumerate() {
+                let dw = _mm256_castsi256_ps(entry[16]);
+                for j in 0..A {
+                    dd[j] = _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b]));
+                }
+            }
+            let mut l = [[_mm256_setzero_ps(); A]; 8];
+            for first in (0..8).step_by(LANES_PER_PASS) {
+                let slots = std::array::from_fn(|g| [first + g, 8 + first + g]);
+                let sums = part::<L, A, 2, LANES_PER_PASS, false>(panel, &acts, Some(dd), slots);
+                l[first..first + LANES_PER_PASS].copy_from_slice(&sums);
+            }
+            std::array::from_fn(|j| {
+                let sum = add(
+                    add(add(l[0][j], l[4][j]), add(l[2][j], l[6][j])),
+                    add(add(l[1][j], l[5][j]), add(l[3][j], l[7][j])),
+                );
+                // `avx2_tile` adds its (zero) offset term to the horizontal sum.
+                add(sum, _mm256_setzero_ps())
+            })
+        }),
+    }
+}
+
+/// Every row of `w` (whole rows of `row_bytes`) against every activation, `out` row-major (rows ×
+/// acts), through panels of 8 rows. The tile kernels' results, bit for bit, for any number of
+/// activations (worth it from [`Layout::MIN_ACTS`] on).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn panels<L: Layout, D>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32], decode: D)
+where
+    D: Fn(&[u8]) -> ((__m256i, __m256i), f32, f32),
+{
+    let n = acts.len();
+    let blocks = row_bytes / L::BLOCK_BYTES;
+    PANEL.with_borrow_mut(|panel| {
+        panel.resize(blocks, bytemuck::Zeroable::zeroed());
+        for (g, group) in w.chunks(ROWS * row_bytes).enumerate() {
+            let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
+            let count = group.len() / row_bytes;
+            for (row, bytes) in rows.iter_mut().zip(group.chunks_exact(row_bytes)) {
+                *row = bytes;
+            }
+            let rows = &rows[..count];
+            pack(rows, L::BLOCK_BYTES, panel, &decode);
+            let out = &mut out[g * ROWS * n..][..rows.len() * n];
+            let mut put = |j: usize, v: __m256| {
+                let v: [f32; 8] = bytemuck::cast(v);
+                for (r, &value) in v.iter().enumerate().take(rows.len()) {
+                    out[r * n + j] = value;
+                }
+            };
+            let mut quads = acts.chunks_exact(ACTS);
+            let mut j = 0;
+            for quad in &mut quads {
+                let result = step::<L, ACTS>(panel, std::array::from_fn(|i| &quad[i]));
+                for v in result {
+                    put(j, v);
+                    j += 1;
+                }
+            }
+            for act in quads.remainder() {
+                put(j, step::<L, 1>(panel, [act])[0]);
+                j += 1;
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transpose8_moves_lane_p_of_row_r_to_lane_r_of_slot_p() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+            return;
+        }
+        let rows: [__m256i; 8] =
+            std::array::from_fn(|r| bytemuck::cast(std::array::from_fn::<i32, 8, _>(|p| (10 * r + p) as i32)));
+        // SAFETY: the features were detected above.
+        let slots = unsafe { transpose8(rows) };
+        for (p, slot) in slots.iter().enumerate() {
+            let lanes: [i32; 8] = bytemuck::cast(*slot);
+            assert_eq!(lanes, std::array::from_fn(|r| (10 * r + p) as i32));
+        }
+    }
+}
