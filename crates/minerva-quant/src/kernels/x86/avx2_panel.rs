@@ -42,9 +42,6 @@ const ROWS: usize = 8;
 /// [`Split::Lanes`]: parts accumulated per pass over the blocks.
 const LANES_PER_PASS: usize = 2;
 
-/// Activations per step over a panel (each slot loaded once for them).
-const ACTS: usize = 4;
-
 /// How the tile kernels split a (row, activation) pair's block sum before scaling it.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Split {
@@ -144,15 +141,23 @@ fn pair(a: &[i16; 32], p: usize) -> __m256i {
     _mm256_set1_epi32(pod_read_unaligned::<i32>(bytemuck::cast_slice(&a[2 * p..2 * p + 2])))
 }
 
-/// The integer sum over `slots` of one panel block against `A` activations' blocks.
+/// The integer sums over `slots` of `P` panels' blocks (8 rows each) against `A` activations'
+/// blocks: each activation pair is broadcast once for the `P` panels.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn partial<const A: usize, const S: usize>(entry: &PanelBlock, a: &[&[i16; 32]; A], slots: [usize; S]) -> [__m256i; A] {
-    let mut s = [_mm256_setzero_si256(); A];
+fn partial<const A: usize, const S: usize, const P: usize>(
+    entries: [&PanelBlock; P],
+    a: &[&[i16; 32]; A],
+    slots: [usize; S],
+) -> [[__m256i; A]; P] {
+    let mut s = [[_mm256_setzero_si256(); A]; P];
     for p in slots {
-        let w = entry[p];
+        let w: [__m256i; P] = std::array::from_fn(|i| entries[i][p]);
         for j in 0..A {
-            s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(w, pair(a[j], p)));
+            let x = pair(a[j], p);
+            for i in 0..P {
+                s[i][j] = _mm256_add_epi32(s[i][j], _mm256_madd_epi16(w[i], x));
+            }
         }
     }
     s
@@ -185,37 +190,41 @@ thread_local! {
 /// products come from `products` where given (`dd[A·b + j]`), else are computed here.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn part<L: Layout, const A: usize, const S: usize, const G: usize, const FIRST: bool>(
-    panel: &[PanelBlock],
+fn part<L: Layout, const A: usize, const S: usize, const G: usize, const P: usize, const FIRST: bool>(
+    panels: [&[PanelBlock]; P],
     acts: &[ActBlocks<'_>; A],
     products: Option<&[__m256]>,
     slots: [[usize; S]; G],
-) -> [[__m256; A]; G] {
+) -> [[[__m256; A]; G]; P] {
     let kind = L::KIND;
     let zero = _mm256_setzero_ps();
-    let mut acc = [[zero; A]; G];
-    for (b, entry) in panel.iter().enumerate() {
+    let mut acc = [[[zero; A]; G]; P];
+    for b in 0..panels[0].len() {
+        let entries: [&PanelBlock; P] = std::array::from_fn(|i| &panels[i][b]);
         let a: [&[i16; 32]; A] = std::array::from_fn(|j| acts[j].q[32 * b..32 * b + 32].try_into().expect("32 quants"));
-        let dw = _mm256_castsi256_ps(entry[16]);
-        for (g, acc) in acc.iter_mut().enumerate() {
-            let s = partial::<A, S>(entry, &a, slots[g]);
-            for j in 0..A {
-                let v = match kind {
-                    Kind::Offset(k) if FIRST && g == 0 => {
-                        _mm256_sub_epi32(s[j], _mm256_set1_epi32(k * acts[j].sums[b]))
+        for g in 0..G {
+            let s = partial::<A, S, P>(entries, &a, slots[g]);
+            for i in 0..P {
+                let dw = _mm256_castsi256_ps(entries[i][16]);
+                for j in 0..A {
+                    let v = match kind {
+                        Kind::Offset(k) if FIRST && g == 0 => {
+                            _mm256_sub_epi32(s[i][j], _mm256_set1_epi32(k * acts[j].sums[b]))
+                        }
+                        _ => s[i][j],
+                    };
+                    let dd = match products {
+                        Some(dd) => dd[A * b + j],
+                        None => _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b])),
+                    };
+                    let acc = &mut acc[i][g][j];
+                    *acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(v), *acc);
+                    if kind == Kind::Min {
+                        // The tiles' minimum term is 0 in the second half's lanes: kept there
+                        // too, so that both agree to the bit whatever the activation's values.
+                        let m = if FIRST && g == 0 { _mm256_castsi256_ps(entries[i][17]) } else { zero };
+                        *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(acts[j].ds[b]), *acc);
                     }
-                    _ => s[j],
-                };
-                let dd = match products {
-                    Some(dd) => dd[A * b + j],
-                    None => _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b])),
-                };
-                acc[j] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(v), acc[j]);
-                if kind == Kind::Min {
-                    // The tiles' minimum term is 0 in the second half's lanes: kept there too, so
-                    // that both agree to the bit whatever the activation's values.
-                    let m = if FIRST && g == 0 { _mm256_castsi256_ps(entry[17]) } else { zero };
-                    acc[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(acts[j].ds[b]), acc[j]);
                 }
             }
         }
@@ -223,20 +232,26 @@ fn part<L: Layout, const A: usize, const S: usize, const G: usize, const FIRST: 
     acc
 }
 
-/// The 8 rows of a panel against `A` activations: one vector of 8 row results per activation.
+/// `P` panels (8 rows each) against `A` activations: one vector of 8 row results per panel and
+/// activation. [`Split::Lanes`] takes one panel (its products are per panel).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn step<L: Layout, const A: usize>(panel: &[PanelBlock], acts: [&Activation<'_>; A]) -> [__m256; A] {
-    let blocks = panel.len();
+fn step<L: Layout, const A: usize, const P: usize>(
+    panels: [&[PanelBlock]; P],
+    acts: [&Activation<'_>; A],
+) -> [[__m256; A]; P] {
+    let blocks = panels[0].len();
     let acts: [ActBlocks<'_>; A] = std::array::from_fn(|j| ActBlocks::new(acts[j], blocks));
     let add = _mm256_add_ps;
     match L::SPLIT {
         Split::Halves => {
-            let [lo] = part::<L, A, 8, 1, true>(panel, &acts, None, [[0, 1, 2, 3, 8, 9, 10, 11]]);
-            let [hi] = part::<L, A, 8, 1, false>(panel, &acts, None, [[4, 5, 6, 7, 12, 13, 14, 15]]);
-            std::array::from_fn(|j| add(lo[j], hi[j]))
+            let lo = part::<L, A, 8, 1, P, true>(panels, &acts, None, [[0, 1, 2, 3, 8, 9, 10, 11]]);
+            let hi = part::<L, A, 8, 1, P, false>(panels, &acts, None, [[4, 5, 6, 7, 12, 13, 14, 15]]);
+            std::array::from_fn(|i| std::array::from_fn(|j| add(lo[i][0][j], hi[i][0][j])))
         }
         Split::Lanes => SCALE_PRODUCTS.with_borrow_mut(|dd| {
+            assert_eq!(P, 1, "one panel at a time");
+            let panel = panels[0];
             dd.resize(A * blocks, _mm256_setzero_ps());
             for (b, (dd, entry)) in dd.chunks_exact_mut(A).zip(panel).enumerate() {
                 let dw = _mm256_castsi256_ps(entry[16]);
@@ -247,17 +262,17 @@ fn step<L: Layout, const A: usize>(panel: &[PanelBlock], acts: [&Activation<'_>;
             let mut l = [[_mm256_setzero_ps(); A]; 8];
             for first in (0..8).step_by(LANES_PER_PASS) {
                 let slots = std::array::from_fn(|g| [first + g, 8 + first + g]);
-                let sums = part::<L, A, 2, LANES_PER_PASS, false>(panel, &acts, Some(dd), slots);
+                let [sums] = part::<L, A, 2, LANES_PER_PASS, 1, false>([panel], &acts, Some(dd), slots);
                 l[first..first + LANES_PER_PASS].copy_from_slice(&sums);
             }
-            std::array::from_fn(|j| {
+            [std::array::from_fn(|j| {
                 let sum = add(
                     add(add(l[0][j], l[4][j]), add(l[2][j], l[6][j])),
                     add(add(l[1][j], l[5][j]), add(l[3][j], l[7][j])),
                 );
                 // `avx2_tile` adds its (zero) offset term to the horizontal sum.
                 add(sum, _mm256_setzero_ps())
-            })
+            }); P]
         }),
     }
 }
@@ -271,36 +286,73 @@ pub(super) fn panels<L: Layout, D>(w: &[u8], row_bytes: usize, acts: &[Activatio
 where
     D: Fn(&[u8]) -> ((__m256i, __m256i), f32, f32),
 {
+    match L::SPLIT {
+        Split::Halves => groups::<L, D, 4, 2>(w, row_bytes, acts, out, &decode),
+        Split::Lanes => groups::<L, D, 4, 1>(w, row_bytes, acts, out, &decode),
+    }
+}
+
+/// [`panels`] in groups of `8·P` rows × `A` activations (then 8 rows, then single activations).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn groups<L: Layout, D, const A: usize, const P: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+    decode: &D,
+) where
+    D: Fn(&[u8]) -> ((__m256i, __m256i), f32, f32),
+{
     let n = acts.len();
     let blocks = row_bytes / L::BLOCK_BYTES;
     PANEL.with_borrow_mut(|panel| {
-        panel.resize(blocks, bytemuck::Zeroable::zeroed());
-        for (g, group) in w.chunks(ROWS * row_bytes).enumerate() {
-            let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
+        panel.resize(P * blocks, bytemuck::Zeroable::zeroed());
+        for (g, group) in w.chunks(P * ROWS * row_bytes).enumerate() {
             let count = group.len() / row_bytes;
-            for (row, bytes) in rows.iter_mut().zip(group.chunks_exact(row_bytes)) {
-                *row = bytes;
+            let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
+            for (i, sub) in panel.chunks_exact_mut(blocks).enumerate().take(count.div_ceil(ROWS)) {
+                let sub_rows = group[i * ROWS * row_bytes..].chunks_exact(row_bytes).take(ROWS);
+                let mut taken = 0;
+                for (row, bytes) in rows.iter_mut().zip(sub_rows) {
+                    (*row, taken) = (bytes, taken + 1);
+                }
+                pack(&rows[..taken], L::BLOCK_BYTES, sub, decode);
             }
-            let rows = &rows[..count];
-            pack(rows, L::BLOCK_BYTES, panel, &decode);
-            let out = &mut out[g * ROWS * n..][..rows.len() * n];
-            let mut put = |j: usize, v: __m256| {
+            let out = &mut out[g * P * ROWS * n..][..count * n];
+            let mut put = |i: usize, j: usize, v: __m256| {
                 let v: [f32; 8] = bytemuck::cast(v);
-                for (r, &value) in v.iter().enumerate().take(rows.len()) {
-                    out[r * n + j] = value;
+                for (r, &value) in v.iter().enumerate().take(count.saturating_sub(i * ROWS)) {
+                    out[(i * ROWS + r) * n + j] = value;
                 }
             };
-            let mut quads = acts.chunks_exact(ACTS);
+            let subs: [&[PanelBlock]; P] = std::array::from_fn(|i| &panel[i * blocks..(i + 1) * blocks]);
+            let mut tiles = acts.chunks_exact(A);
             let mut j = 0;
-            for quad in &mut quads {
-                let result = step::<L, ACTS>(panel, std::array::from_fn(|i| &quad[i]));
-                for v in result {
-                    put(j, v);
-                    j += 1;
+            for tile in &mut tiles {
+                let result = if count > (P - 1) * ROWS {
+                    step::<L, A, P>(subs, std::array::from_fn(|k| &tile[k]))
+                } else {
+                    // Too few rows for all P panels: the first one alone.
+                    let [first] = step::<L, A, 1>([subs[0]], std::array::from_fn(|k| &tile[k]));
+                    std::array::from_fn(|_| first)
+                };
+                for (i, values) in result.iter().enumerate() {
+                    for (k, &v) in values.iter().enumerate() {
+                        put(i, j + k, v);
+                    }
                 }
+                j += A;
             }
-            for act in quads.remainder() {
-                put(j, step::<L, 1>(panel, [act])[0]);
+            for act in tiles.remainder() {
+                let [result] = step::<L, 1, 1>([subs[0]], [act]);
+                put(0, j, result[0]);
+                if P > 1 && count > ROWS {
+                    for i in 1..P {
+                        let [result] = step::<L, 1, 1>([subs[i]], [act]);
+                        put(i, j, result[0]);
+                    }
+                }
                 j += 1;
             }
         }
