@@ -345,13 +345,10 @@ fn groups<L: Layout, D, const A: usize, const P: usize>(
                 j += A;
             }
             for act in tiles.remainder() {
-                let [result] = step::<L, 1, 1>([subs[0]], [act]);
-                put(0, j, result[0]);
-                if P > 1 && count > ROWS {
-                    for i in 1..P {
-                        let [result] = step::<L, 1, 1>([subs[i]], [act]);
-                        put(i, j, result[0]);
-                    }
+                // Only the panels this group filled.
+                for (i, sub) in subs.iter().enumerate().take(count.div_ceil(ROWS)) {
+                    let [result] = step::<L, 1, 1>([sub], [act]);
+                    put(i, j, result[0]);
                 }
                 j += 1;
             }
