@@ -180,14 +180,14 @@ impl<'a> ActBlocks<'a> {
 
 thread_local! {
     /// [`Split::Lanes`]: each block's scale products for the step's activations, used by all 8
-    /// parts (`dd[A·b + j]`).
+    /// parts (`dd[(P·b + i)·A + j]` for panel i, activation j).
     static SCALE_PRODUCTS: RefCell<Vec<__m256>> = const { RefCell::new(Vec::new()) };
 }
 
 /// One part of every pair's sum (`slots`) over all blocks, scaled and accumulated per block:
 /// `acc = fma(d_w·d_a, f32(s − k·Σa), acc)` (the offset only with `FIRST`), then the minimum's
 /// term `fma(m, d_a·Σa, acc)` (`m` = 0 unless `FIRST`, as in the tiles' upper lanes). The scale
-/// products come from `products` where given (`dd[A·b + j]`), else are computed here.
+/// products come from `products` where given (`dd[(P·b + i)·A + j]`), else are computed here.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn part<L: Layout, const A: usize, const S: usize, const G: usize, const P: usize, const FIRST: bool>(
@@ -214,7 +214,7 @@ fn part<L: Layout, const A: usize, const S: usize, const G: usize, const P: usiz
                         _ => s[i][j],
                     };
                     let dd = match products {
-                        Some(dd) => dd[A * b + j],
+                        Some(dd) => dd[(P * b + i) * A + j],
                         None => _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b])),
                     };
                     let acc = &mut acc[i][g][j];
@@ -233,7 +233,7 @@ fn part<L: Layout, const A: usize, const S: usize, const G: usize, const P: usiz
 }
 
 /// `P` panels (8 rows each) against `A` activations: one vector of 8 row results per panel and
-/// activation. [`Split::Lanes`] takes one panel (its products are per panel).
+/// activation.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn step<L: Layout, const A: usize, const P: usize>(
@@ -250,29 +250,34 @@ fn step<L: Layout, const A: usize, const P: usize>(
             std::array::from_fn(|i| std::array::from_fn(|j| add(lo[i][0][j], hi[i][0][j])))
         }
         Split::Lanes => SCALE_PRODUCTS.with_borrow_mut(|dd| {
-            assert_eq!(P, 1, "one panel at a time");
-            let panel = panels[0];
-            dd.resize(A * blocks, _mm256_setzero_ps());
-            for (b, (dd, entry)) in dd.chunks_exact_mut(A).zip(panel).enumerate() {
-                let dw = _mm256_castsi256_ps(entry[16]);
-                for j in 0..A {
-                    dd[j] = _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b]));
+            dd.resize(P * A * blocks, _mm256_setzero_ps());
+            for (b, dd) in dd.chunks_exact_mut(P * A).enumerate() {
+                for i in 0..P {
+                    let dw = _mm256_castsi256_ps(panels[i][b][16]);
+                    for j in 0..A {
+                        dd[i * A + j] = _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b]));
+                    }
                 }
             }
-            let mut l = [[_mm256_setzero_ps(); A]; 8];
+            let mut l = [[[_mm256_setzero_ps(); A]; 8]; P];
             for first in (0..8).step_by(LANES_PER_PASS) {
                 let slots = std::array::from_fn(|g| [first + g, 8 + first + g]);
-                let [sums] = part::<L, A, 2, LANES_PER_PASS, 1, false>([panel], &acts, Some(dd), slots);
-                l[first..first + LANES_PER_PASS].copy_from_slice(&sums);
+                let sums = part::<L, A, 2, LANES_PER_PASS, P, false>(panels, &acts, Some(dd), slots);
+                for i in 0..P {
+                    l[i][first..first + LANES_PER_PASS].copy_from_slice(&sums[i]);
+                }
             }
-            [std::array::from_fn(|j| {
-                let sum = add(
-                    add(add(l[0][j], l[4][j]), add(l[2][j], l[6][j])),
-                    add(add(l[1][j], l[5][j]), add(l[3][j], l[7][j])),
-                );
-                // `avx2_tile` adds its (zero) offset term to the horizontal sum.
-                add(sum, _mm256_setzero_ps())
-            }); P]
+            std::array::from_fn(|i| {
+                let l = &l[i];
+                std::array::from_fn(|j| {
+                    let sum = add(
+                        add(add(l[0][j], l[4][j]), add(l[2][j], l[6][j])),
+                        add(add(l[1][j], l[5][j]), add(l[3][j], l[7][j])),
+                    );
+                    // `avx2_tile` adds its (zero) offset term to the horizontal sum.
+                    add(sum, _mm256_setzero_ps())
+                })
+            })
         }),
     }
 }
