@@ -13,7 +13,8 @@ use crate::{quantize_row_q8_0_ref, quantize_row_q8_k_ref};
 /// (i8 bit patterns), `d` one scale per activation block, and `sums` the sums of the quants: one
 /// per 32-value block for Q8_0 and i16, Q8_K's `bsums` (one per 16 values) for Q8_K. For Q8_0 and
 /// i16, `ds` holds `d · sum` per block (what a weight block's minimum multiplies, as in llama.cpp's
-/// Q8_1). For i16, `q16` holds the quants instead of `qs`.
+/// Q8_1). For i16, `q16` holds the quants instead of `qs`. For Q8_K, `bsums` holds `sums` as
+/// the format stores them (i16), for SIMD kernels that multiply them with `madd`.
 pub(crate) struct Activation<'a> {
     pub(crate) x: &'a [f32],
     pub(crate) d: Vec<f32>,
@@ -21,6 +22,7 @@ pub(crate) struct Activation<'a> {
     pub(crate) sums: Vec<i32>,
     pub(crate) ds: Vec<f32>,
     pub(crate) q16: Vec<i16>,
+    pub(crate) bsums: Vec<i16>,
 }
 
 /// `x.round()` (halves away from zero) for |x| < 2²³, without the libm call `round` is on
@@ -46,8 +48,15 @@ impl<'a> Activation<'a> {
     /// `format` (`F32`: used as given, `Q8_0`, `Q8_K`), or to i16 when `i16` is set (`format` is
     /// then Q8_0's 32-value blocks, `d = amax / 32767` kept in f32).
     pub(crate) fn quantize(format: DType, i16: bool, x: &'a [f32]) -> Self {
-        let mut act =
-            Activation { x, d: Vec::new(), qs: Vec::new(), sums: Vec::new(), ds: Vec::new(), q16: Vec::new() };
+        let mut act = Activation {
+            x,
+            d: Vec::new(),
+            qs: Vec::new(),
+            sums: Vec::new(),
+            ds: Vec::new(),
+            q16: Vec::new(),
+            bsums: Vec::new(),
+        };
         if format == DType::F32 {
             return act;
         }
@@ -80,8 +89,9 @@ impl<'a> Activation<'a> {
             for block in bytes.chunks_exact(block_bytes) {
                 act.d.push(f32::from_le_bytes([block[0], block[1], block[2], block[3]]));
                 act.qs.extend_from_slice(&block[4..260]);
-                act.sums.extend(block[260..].chunks_exact(2).map(|s| i32::from(i16::from_le_bytes([s[0], s[1]]))));
+                act.bsums.extend(block[260..].chunks_exact(2).map(|s| i16::from_le_bytes([s[0], s[1]])));
             }
+            act.sums = act.bsums.iter().map(|&s| i32::from(s)).collect();
         }
         act
     }

@@ -25,7 +25,7 @@ use core::arch::x86_64::{
 use bytemuck::pod_read_unaligned;
 
 use crate::activation::Activation;
-use crate::ggml::k_quants::{get_scale_min_k4, q3_k_scales};
+use crate::ggml::k_quants::q3_k_scales;
 
 /// Little-endian f16 at the start of `b`, widened with F16C. Broadcast first (`set1`), not
 /// `cvtsi32_si128`: LLVM turned the latter into a `vpinsrw` merging into the accumulator's
@@ -79,14 +79,6 @@ pub(super) fn unpack_nibbles(qs: &[u8]) -> __m256i {
     let packed = pod_read_unaligned::<__m128i>(&qs[..16]);
     let both = _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed);
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
-}
-
-/// The 8 (scale, min) pairs of a Q4_K/Q5_K super-block.
-#[inline]
-pub(super) fn k4_scale_mins(block: &[u8]) -> ([i16; 8], [i32; 8]) {
-    let scales: &[u8; 12] = block[4..16].try_into().expect("12 scale bytes");
-    let pairs: [(u8, u8); 8] = std::array::from_fn(|j| get_scale_min_k4(j, scales));
-    (pairs.map(|(sc, _)| i16::from(sc)), pairs.map(|(_, m)| i32::from(m)))
 }
 
 /// A vector of 16 i16 for `madd` over 32 values of two 16-value sub-blocks: `lo` in lanes 0..8

@@ -17,12 +17,17 @@
 //! `chunks_exact`, vectors are read with `bytemuck`; the caller promises AVX2, FMA and F16C.
 
 use core::arch::x86_64::{
-    __m256, __m256i, _mm_cvtsi32_si128, _mm256_add_epi32, _mm256_and_si256, _mm256_cvtepi32_ps, _mm256_fmadd_ps,
-    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps,
-    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_srl_epi16, _mm256_srli_epi16,
+    __m128i, __m256, __m256i, _mm_add_epi32, _mm_cvtepu8_epi16, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
+    _mm_cvtsi128_si32, _mm_shuffle_epi32, _mm_unpackhi_epi64, _mm256_add_epi32, _mm256_and_si256,
+    _mm256_broadcastsi128_si256, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps,
+    _mm256_cvtepu16_epi32, _mm256_extracti128_si256, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16,
+    _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srl_epi16, _mm256_srli_epi16,
 };
 
-use super::avx2_dot::{f16_at, hsum_ps, k4_scale_mins, load32, pair_scales};
+use bytemuck::pod_read_unaligned;
+
+use super::avx2_dot::{f16_at, hsum_ps, load32, pair_scales};
 use crate::activation::Activation;
 
 /// Every row of `weights` against every activation: `A` at a time through `step`, the rest one by
@@ -64,10 +69,56 @@ fn tiles<const A: usize>(
     }
 }
 
+/// The 8 scales and 8 minimums of a Q4_K/Q5_K super-block (6 bits each, packed in 12 bytes as
+/// `get_scale_min_k4` reads them) as 8 i16 each, unpacked in general registers with the masks
+/// llama.cpp uses: no bytes go through memory, which as scalars stored and reloaded as a vector
+/// stalled the store-to-load forwarding.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_scales_mins(w: &[u8]) -> (__m128i, __m128i) {
+    const LOW6: u32 = 0x3F3F_3F3F;
+    const LOW4: u32 = 0x0F0F_0F0F;
+    const LOW2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([w[4 + 4 * i], w[5 + 4 * i], w[6 + 4 * i], w[7 + 4 * i]]);
+    let (u0, u1, u2) = (word(0), word(1), word(2));
+    // Sub-blocks 0..4 keep their 6 low bits; 4..8 take 4 bits from bytes 8..12 and their top two
+    // bits from the top of bytes 0..4 (scales) or 4..8 (minimums).
+    let scales = u64::from(u0 & LOW6) | u64::from((u2 & LOW4) | (((u0 >> 6) & LOW2) << 4)) << 32;
+    let mins = u64::from(u1 & LOW6) | u64::from(((u2 >> 4) & LOW4) | (((u1 >> 6) & LOW2) << 4)) << 32;
+    (_mm_cvtepu8_epi16(_mm_cvtsi64_si128(scales as i64)), _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mins as i64)))
+}
+
+/// Σ of the 8 i32 lanes (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
+}
+
+/// An activation's 16 `bsums` (i16) of super-block `b`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bsums(act: &Activation<'_>, b: usize) -> __m256i {
+    pod_read_unaligned::<__m256i>(bytemuck::cast_slice(&act.bsums[16 * b..16 * b + 16]))
+}
+
+/// The `A` activations' 256 quants of super-block `b`.
+#[inline]
+fn quants<'a, const A: usize>(group: &'a [Activation<'_>; A], b: usize) -> [&'a [u8]; A] {
+    let mut a: [&[u8]; A] = [&[]; A];
+    for (a, act) in a.iter_mut().zip(group) {
+        *a = &act.qs[256 * b..256 * b + 256];
+    }
+    a
+}
+
 /// Q4_K, or with `FIFTH` Q5_K: 8 sub-blocks of 32 values, 6-bit scales and minimums. Q5_K adds
 /// the fifth bits: bit `j` of `qh[i]` is the high bit of value `32·j + i`, so sub-block `j` takes
 /// bit `j` of each of the 32 `qh` bytes, moved to 0x10 and OR-ed onto the nibbles (quants 0..=31,
-/// still unsigned for `maddubs`).
+/// still unsigned for `maddubs`). The minimums' integer sum `Σ m_j·(bsums of sub-block j)` is one
+/// `madd` of the minimums (each twice) with the 16 `bsums`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn k4_step<const FIFTH: bool, const A: usize>(
@@ -79,7 +130,12 @@ fn k4_step<const FIFTH: bool, const A: usize>(
 ) {
     let qs_at = if FIFTH { 48 } else { 16 };
     let (mask, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
-    let (scales, mins) = k4_scale_mins(w);
+    let (scales, mins) = k4_scales_mins(w);
+    let scales = _mm256_broadcastsi128_si256(scales);
+    // Sub-block j's scale in all 16 lanes: bytes 2j and 2j + 1 of each 128-bit half.
+    let scale_of = |j: i16| _mm256_shuffle_epi8(scales, _mm256_set1_epi16((2 * j) | ((2 * j + 1) << 8)));
+    let mins = _mm256_cvtepu16_epi32(mins);
+    let mins_twice = _mm256_or_si256(mins, _mm256_slli_epi32::<16>(mins));
     let qh = if FIFTH { load32(&w[16..48]) } else { _mm256_setzero_si256() };
     let fifth = |j: i32| {
         if FIFTH {
@@ -88,32 +144,35 @@ fn k4_step<const FIFTH: bool, const A: usize>(
             _mm256_setzero_si256()
         }
     };
-    let a: [&[u8]; A] = std::array::from_fn(|k| &group[k].qs[256 * b..][..256]);
+    let a = quants(group, b);
     let qs = &w[qs_at..];
     let mut sums = [_mm256_setzero_si256(); A];
     for chunk in 0..4 {
         let packed = load32(&qs[32 * chunk..]);
         let low = _mm256_or_si256(_mm256_and_si256(packed, mask), fifth(2 * chunk as i32));
         let high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask), fifth(2 * chunk as i32 + 1));
-        let (scale_low, scale_high) = (_mm256_set1_epi16(scales[2 * chunk]), _mm256_set1_epi16(scales[2 * chunk + 1]));
-        for (sum, a) in sums.iter_mut().zip(a) {
-            let p_low = _mm256_maddubs_epi16(low, load32(&a[64 * chunk..]));
-            let p_high = _mm256_maddubs_epi16(high, load32(&a[64 * chunk + 32..]));
-            *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(p_low, scale_low));
-            *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(p_high, scale_high));
+        let (scale_low, scale_high) = (scale_of(2 * chunk as i16), scale_of(2 * chunk as i16 + 1));
+        for k in 0..A {
+            let p_low = _mm256_maddubs_epi16(low, load32(&a[k][64 * chunk..]));
+            let p_high = _mm256_maddubs_epi16(high, load32(&a[k][64 * chunk + 32..]));
+            sums[k] = _mm256_add_epi32(sums[k], _mm256_madd_epi16(p_low, scale_low));
+            sums[k] = _mm256_add_epi32(sums[k], _mm256_madd_epi16(p_high, scale_high));
         }
     }
-    for (k, act) in group.iter().enumerate() {
-        let (d, bsums) = (act.d[b], &act.sums[16 * b..][..16]);
-        let min_sum: i32 = (0..8).map(|j| mins[j] * (bsums[2 * j] + bsums[2 * j + 1])).sum();
-        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(w) * d), _mm256_cvtepi32_ps(sums[k]), acc[k]);
-        off[k] += f16_at(&w[2..]) * d * min_sum as f32;
+    let (d_w, dmin_w) = (f16_at(w), f16_at(&w[2..]));
+    for k in 0..A {
+        let act = &group[k];
+        let d = act.d[b];
+        let min_sum = hsum_epi32(_mm256_madd_epi16(mins_twice, bsums(act, b)));
+        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d_w * d), _mm256_cvtepi32_ps(sums[k]), acc[k]);
+        off[k] += dmin_w * d * min_sum as f32;
     }
 }
 
 /// Q6_K: 6-bit quants (low nibbles in `ql`, high two bits in `qh`) of 16 sub-blocks of 16 values
 /// with signed 8-bit scales. `maddubs` takes the unsigned quants (0..=63, as in
-/// `avx2_dequant::dequantize_row_q6_k`); the −32 comes off through the activation's `bsums`.
+/// `avx2_dequant::dequantize_row_q6_k`); the −32 comes off through the activation's `bsums`, their
+/// sum weighted by the scales being one `madd`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6_k_step<const A: usize>(
@@ -125,7 +184,8 @@ fn q6_k_step<const A: usize>(
 ) {
     let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
     let scales: [i16; 16] = std::array::from_fn(|i| i16::from(w[192 + i] as i8));
-    let a: [&[u8]; A] = std::array::from_fn(|k| &group[k].qs[256 * b..][..256]);
+    let scales_wide = _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&w[192..208]));
+    let a = quants(group, b);
     let mut sums = [_mm256_setzero_si256(); A];
     for half in 0..2 {
         let ql = &w[64 * half..];
@@ -141,16 +201,17 @@ fn q6_k_step<const A: usize>(
         for (quarter, q6) in quarters.into_iter().enumerate() {
             let start = 128 * half + 32 * quarter;
             let scale = pair_scales(scales[start / 16], scales[start / 16 + 1]);
-            for (sum, a) in sums.iter_mut().zip(a) {
-                let products = _mm256_maddubs_epi16(q6, load32(&a[start..]));
-                *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(products, scale));
+            for k in 0..A {
+                let products = _mm256_maddubs_epi16(q6, load32(&a[k][start..]));
+                sums[k] = _mm256_add_epi32(sums[k], _mm256_madd_epi16(products, scale));
             }
         }
     }
-    for (k, act) in group.iter().enumerate() {
-        let (d, bsums) = (act.d[b], &act.sums[16 * b..][..16]);
-        let offset: i32 = scales.iter().zip(bsums).map(|(&sc, &s)| i32::from(sc) * s).sum();
-        let scale = f16_at(&w[208..]) * d;
+    let d_w = f16_at(&w[208..]);
+    for k in 0..A {
+        let act = &group[k];
+        let offset = hsum_epi32(_mm256_madd_epi16(scales_wide, bsums(act, b)));
+        let scale = d_w * act.d[b];
         acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums[k]), acc[k]);
         off[k] += scale * (32 * offset) as f32;
     }
