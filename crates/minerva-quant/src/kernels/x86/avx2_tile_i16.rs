@@ -29,7 +29,7 @@
 //! promises AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, _MM_HINT_T0, _mm_prefetch, _mm_setr_epi16, _mm_setr_epi32, _mm256_add_epi32,
+    __m128i, __m256, __m256i, _MM_HINT_T0, _mm_prefetch, _mm_set1_epi64x, _mm_setr_epi32, _mm256_add_epi32,
     _mm256_add_ps, _mm256_and_si256, _mm256_blend_ps, _mm256_broadcastsi128_si256, _mm256_castsi256_si128,
     _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16, _mm256_cvtph_ps, _mm256_extracti128_si256,
     _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_permute2f128_ps,
@@ -252,8 +252,11 @@ fn tile_rows<F: Format, const R: usize, const C: usize>(
                 (d, _mm256_blend_ps::<0b1111_0000>(m, _mm256_setzero_ps()))
             }
             Scales::F16 => {
-                let [d0, d1, d2, d3] = four.map(|b| i16::from_le_bytes([b[0], b[1]]));
-                (_mm256_cvtph_ps(_mm_setr_epi16(d0, d1, d2, d3, d0, d1, d2, d3)), _mm256_setzero_ps())
+                // Combined in general registers, then one move into a vector: a chain of `vpinsrw`
+                // measured 1.13–1.2× slower in decode.
+                let scale = |i: usize| u64::from(u16::from_le_bytes([four[i][0], four[i][1]])) << (16 * i);
+                let packed = scale(0) | scale(1) | scale(2) | scale(3);
+                (_mm256_cvtph_ps(_mm_set1_epi64x(packed as i64)), _mm256_setzero_ps())
             }
             Scales::Decoded => {
                 let (d, m) = (blocks.map(|block| block.1), blocks.map(|block| block.2));
