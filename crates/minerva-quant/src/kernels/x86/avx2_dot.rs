@@ -15,17 +15,14 @@
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_movehdup_ps,
-    _mm_movehl_ps, _mm_set1_epi16, _mm_shuffle_ps, _mm_srli_epi16, _mm256_add_epi32, _mm256_and_si256,
-    _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cvtepi32_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps,
-    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i,
-    _mm256_set1_epi8, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32,
-    _mm256_srl_epi16,
+    _mm_movehl_ps, _mm_set1_epi16, _mm_shuffle_ps, _mm_srli_epi16, _mm256_and_si256, _mm256_castps256_ps128,
+    _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps,
+    _mm256_set_m128i, _mm256_set1_epi8, _mm256_setzero_ps, _mm256_slli_epi32,
 };
 
 use bytemuck::pod_read_unaligned;
 
 use crate::activation::Activation;
-use crate::ggml::k_quants::q3_k_scales;
 
 /// Little-endian f16 at the start of `b`, widened with F16C. Broadcast first (`set1`), not
 /// `cvtsi32_si128`: LLVM turned the latter into a `vpinsrw` merging into the accumulator's
@@ -87,74 +84,6 @@ pub(super) fn unpack_nibbles(qs: &[u8]) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn pair_scales(lo: i16, hi: i16) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo))
-}
-
-/// Quarter `quarter` (0..4) of Q2_K/Q3_K's packed 2-bit quants: bits `2·quarter..` of each byte.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn two_bits(packed: __m256i, quarter: usize) -> __m256i {
-    _mm256_and_si256(_mm256_srl_epi16(packed, _mm_cvtsi32_si128(2 * quarter as i32)), _mm256_set1_epi8(3))
-}
-
-/// Q2_K: 2-bit quants of 16-value sub-blocks with 4-bit scales and minimums. Quarter `j` of each
-/// 128-value half is bits `2j..2j+2` of the half's 32 `qs` bytes (32 values, two sub-blocks).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q2_k(row: &[u8], act: &Activation<'_>) -> f32 {
-    let (mut acc, mut mins_acc) = (_mm256_setzero_ps(), 0.0f32);
-    let blocks = row.chunks_exact(84).zip(act.qs.chunks_exact(256));
-    for ((block, a), (&d, bsums)) in blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16))) {
-        let scales = &block[..16];
-        let mut sum = _mm256_setzero_si256();
-        for half in 0..2 {
-            let packed = load32(&block[16 + 32 * half..]);
-            for quarter in 0..4 {
-                let q = two_bits(packed, quarter);
-                let start = 128 * half + 32 * quarter;
-                let products = _mm256_maddubs_epi16(q, load32(&a[start..]));
-                let (lo, hi) = (scales[start / 16] & 0x0F, scales[start / 16 + 1] & 0x0F);
-                let scale = pair_scales(i16::from(lo), i16::from(hi));
-                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(products, scale));
-            }
-        }
-        let mins: i32 = scales.iter().zip(bsums).map(|(&sc, &s)| i32::from(sc >> 4) * s).sum();
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(&block[80..]) * d), _mm256_cvtepi32_ps(sum), acc);
-        mins_acc += f16_at(&block[82..]) * d * mins as f32;
-    }
-    hsum_ps(acc) - mins_acc
-}
-
-/// Q3_K: Q2_K's 2-bit layout plus a high bit per value (bit `j` of `hmask[i]` for value
-/// `32·j + i`), 6-bit signed scales, quants `q − 4` for `q` = low bits | high bit << 2 in 0..=7.
-/// `maddubs` takes the unsigned `q`; the `−4` comes off through the activation's `bsums`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q3_k(row: &[u8], act: &Activation<'_>) -> f32 {
-    let one = _mm256_set1_epi8(1);
-    let (mut acc, mut offset_acc) = (_mm256_setzero_ps(), 0.0f32);
-    let blocks = row.chunks_exact(110).zip(act.qs.chunks_exact(256));
-    for ((block, a), (&d, bsums)) in blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16))) {
-        let hmask = load32(&block[..32]);
-        let scales = q3_k_scales(block[96..108].try_into().expect("12 scale bytes")).map(i16::from);
-        let mut sum = _mm256_setzero_si256();
-        for half in 0..2 {
-            let packed = load32(&block[32 + 32 * half..]);
-            for quarter in 0..4 {
-                let low = two_bits(packed, quarter);
-                let bit = (4 * half + quarter) as i32;
-                let high =
-                    _mm256_slli_epi16::<2>(_mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(bit)), one));
-                let start = 128 * half + 32 * quarter;
-                let products = _mm256_maddubs_epi16(_mm256_or_si256(low, high), load32(&a[start..]));
-                let sub = start / 16;
-                let scale = pair_scales(scales[sub], scales[sub + 1]);
-                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(products, scale));
-            }
-        }
-        let offset: i32 = scales.iter().zip(bsums).map(|(&sc, &s)| i32::from(sc) * s).sum();
-        let scale = f16_at(&block[108..]) * d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sum), acc);
-        offset_acc += scale * (4 * offset) as f32;
-    }
-    hsum_ps(acc) - offset_acc
 }
 
 /// The float formats: `widen(bytes)` turns 8 stored values into 8 f32; four accumulators hide the

@@ -1,4 +1,4 @@
-//! AVX2 (+FMA, F16C) matmul kernels for the K-quants Q4_K, Q5_K and Q6_K against Q8_K activations:
+//! AVX2 (+FMA, F16C) matmul kernels for the K-quants Q2_K…Q6_K against Q8_K activations:
 //! one weight row against `A` activations at a time. A super-block's scales, minimums and quants
 //! are decoded once and multiplied into all `A` activations, where a per-row dot kernel would
 //! decode them again for every activation of a prefill.
@@ -20,15 +20,17 @@ use core::arch::x86_64::{
     __m128i, __m256, __m256i, _mm_add_epi32, _mm_cvtepu8_epi16, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
     _mm_cvtsi128_si32, _mm_shuffle_epi32, _mm_unpackhi_epi64, _mm256_add_epi32, _mm256_and_si256,
     _mm256_broadcastsi128_si256, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps,
-    _mm256_cvtepu16_epi32, _mm256_extracti128_si256, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16,
-    _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_shuffle_epi8, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srl_epi16, _mm256_srli_epi16,
+    _mm256_cvtepu8_epi16, _mm256_cvtepu16_epi32, _mm256_extracti128_si256, _mm256_fmadd_ps, _mm256_madd_epi16,
+    _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps,
+    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srl_epi16,
+    _mm256_srli_epi16,
 };
 
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_dot::{f16_at, hsum_ps, load32, pair_scales};
 use crate::activation::Activation;
+use crate::ggml::k_quants::q3_k_scales;
 
 /// Every row of `weights` against every activation: `A` at a time through `step`, the rest one by
 /// one through `step_one` (the same step with `A = 1`). A step takes one super-block `w` (index `b`
@@ -215,6 +217,123 @@ fn q6_k_step<const A: usize>(
         acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums[k]), acc[k]);
         off[k] += scale * (32 * offset) as f32;
     }
+}
+
+/// Quarter `quarter` (0..4) of Q2_K/Q3_K's packed 2-bit quants: bits `2·quarter..` of each byte.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn two_bits(packed: __m256i, quarter: usize) -> __m256i {
+    _mm256_and_si256(_mm256_srl_epi16(packed, _mm_cvtsi32_si128(2 * quarter as i32)), _mm256_set1_epi8(3))
+}
+
+/// Q2_K: 2-bit quants of 16-value sub-blocks with 4-bit scales (low nibble) and minimums (high
+/// nibble). Quarter `j` of each 128-value half is bits `2j..2j+2` of the half's 32 `qs` bytes (32
+/// values, two sub-blocks). The minimums' integer sum is one `madd` with the activation's `bsums`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q2_k_step<const A: usize>(
+    w: &[u8],
+    b: usize,
+    group: &[Activation<'_>; A],
+    acc: &mut [__m256; A],
+    off: &mut [f32; A],
+) {
+    let scales = &w[..16];
+    let mins = _mm256_srli_epi16::<4>(_mm256_cvtepu8_epi16(pod_read_unaligned::<__m128i>(scales)));
+    let a = quants(group, b);
+    let mut sums = [_mm256_setzero_si256(); A];
+    for half in 0..2 {
+        let packed = load32(&w[16 + 32 * half..]);
+        for quarter in 0..4 {
+            let q = two_bits(packed, quarter);
+            let start = 128 * half + 32 * quarter;
+            let (lo, hi) = (scales[start / 16] & 0x0F, scales[start / 16 + 1] & 0x0F);
+            let scale = pair_scales(i16::from(lo), i16::from(hi));
+            for k in 0..A {
+                let products = _mm256_maddubs_epi16(q, load32(&a[k][start..]));
+                sums[k] = _mm256_add_epi32(sums[k], _mm256_madd_epi16(products, scale));
+            }
+        }
+    }
+    let (d_w, dmin_w) = (f16_at(&w[80..]), f16_at(&w[82..]));
+    for k in 0..A {
+        let act = &group[k];
+        let d = act.d[b];
+        let min_sum = hsum_epi32(_mm256_madd_epi16(mins, bsums(act, b)));
+        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d_w * d), _mm256_cvtepi32_ps(sums[k]), acc[k]);
+        off[k] += dmin_w * d * min_sum as f32;
+    }
+}
+
+/// Q3_K: Q2_K's 2-bit layout plus a high bit per value (bit `j` of `hmask[i]` for value
+/// `32·j + i`), 6-bit signed scales, quants `q − 4` for `q` = low bits | high bit << 2 in 0..=7.
+/// `maddubs` takes the unsigned `q`; the `−4` comes off through the activation's `bsums`, their
+/// sum weighted by the scales being one `madd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q3_k_step<const A: usize>(
+    w: &[u8],
+    b: usize,
+    group: &[Activation<'_>; A],
+    acc: &mut [__m256; A],
+    off: &mut [f32; A],
+) {
+    let one = _mm256_set1_epi8(1);
+    let hmask = load32(&w[..32]);
+    let scales = q3_k_scales(w[96..108].try_into().expect("12 scale bytes"));
+    let scales_wide = _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&scales)));
+    let a = quants(group, b);
+    let mut sums = [_mm256_setzero_si256(); A];
+    for half in 0..2 {
+        let packed = load32(&w[32 + 32 * half..]);
+        for quarter in 0..4 {
+            let low = two_bits(packed, quarter);
+            let bit = (4 * half + quarter) as i32;
+            let high = _mm256_slli_epi16::<2>(_mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(bit)), one));
+            let q = _mm256_or_si256(low, high);
+            let start = 128 * half + 32 * quarter;
+            let sub = start / 16;
+            let scale = pair_scales(i16::from(scales[sub]), i16::from(scales[sub + 1]));
+            for k in 0..A {
+                let products = _mm256_maddubs_epi16(q, load32(&a[k][start..]));
+                sums[k] = _mm256_add_epi32(sums[k], _mm256_madd_epi16(products, scale));
+            }
+        }
+    }
+    let d_w = f16_at(&w[108..]);
+    for k in 0..A {
+        let act = &group[k];
+        let offset = hsum_epi32(_mm256_madd_epi16(scales_wide, bsums(act, b)));
+        let scale = d_w * act.d[b];
+        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums[k]), acc[k]);
+        off[k] += scale * (4 * offset) as f32;
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_q2_k<const A: usize>(weights: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<A>(
+        weights,
+        row_bytes,
+        acts,
+        out,
+        84,
+        |w, b, g, acc, off| q2_k_step::<A>(w, b, g, acc, off),
+        |w, b, g, acc, off| q2_k_step::<1>(w, b, g, acc, off),
+    );
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_q3_k<const A: usize>(weights: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<A>(
+        weights,
+        row_bytes,
+        acts,
+        out,
+        110,
+        |w, b, g, acc, off| q3_k_step::<A>(w, b, g, acc, off),
+        |w, b, g, acc, off| q3_k_step::<1>(w, b, g, acc, off),
+    );
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
