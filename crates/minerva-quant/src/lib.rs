@@ -13,8 +13,8 @@
 //!   tile kernels (4 rows × 2 activations; 4 × 8 against i16 activations) for the 32-value block
 //!   formats in `kernels/x86/avx2_tile.rs` and `avx2_tile_i16.rs`, panel kernels for prefills
 //!   against i16 activations (8 rows unpacked once per call, `avx2_panel.rs`; the tiles' results
-//!   bit for bit), 1 row × 4 activations for Q4_K/Q5_K/Q6_K in
-//!   `avx2_tile_k.rs`, per-row dot kernels for the others in `kernels/x86/avx2_dot.rs`,
+//!   bit for bit), 1 row × 4 activations for Q2_K…Q6_K in
+//!   `avx2_tile_k.rs`, per-row dot kernels for the float formats in `kernels/x86/avx2_dot.rs`,
 //!   scalar ones in `kernels/reference.rs` ([`matvec_ref`]). [`matmul_i16`] quantizes activations
 //!   to i16 instead (f32-level accuracy).
 //! * [`vector`] — f32 dot products, `y += a·x` and weighted sums of rows (attention), `e^x` (softmax
