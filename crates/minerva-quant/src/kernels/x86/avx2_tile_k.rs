@@ -116,6 +116,29 @@ fn quants<'a, const A: usize>(group: &'a [Activation<'_>; A], b: usize) -> [&'a 
     a
 }
 
+/// Adds a super-block's integer `sums`, scaled by `d_w·d_a`, into `acc`, and its minimums' term
+/// `dmin_w·d_a·Σ m·bsums` into `off` (`mins`: 16 i16, each sub-block's minimum against each of
+/// its `bsums`), for Q4_K/Q5_K and Q2_K.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn add_with_minimums<const A: usize>(
+    (d_w, dmin_w): (f32, f32),
+    mins: __m256i,
+    group: &[Activation<'_>; A],
+    b: usize,
+    sums: &[__m256i; A],
+    acc: &mut [__m256; A],
+    off: &mut [f32; A],
+) {
+    for k in 0..A {
+        let act = &group[k];
+        let d = act.d[b];
+        let min_sum = hsum_epi32(_mm256_madd_epi16(mins, bsums(act, b)));
+        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d_w * d), _mm256_cvtepi32_ps(sums[k]), acc[k]);
+        off[k] += dmin_w * d * min_sum as f32;
+    }
+}
+
 /// Q4_K, or with `FIFTH` Q5_K: 8 sub-blocks of 32 values, 6-bit scales and minimums. Q5_K adds
 /// the fifth bits: bit `j` of `qh[i]` is the high bit of value `32·j + i`, so sub-block `j` takes
 /// bit `j` of each of the 32 `qh` bytes, moved to 0x10 and OR-ed onto the nibbles (quants 0..=31,
@@ -161,14 +184,7 @@ fn k4_step<const FIFTH: bool, const A: usize>(
             sums[k] = _mm256_add_epi32(sums[k], _mm256_madd_epi16(p_high, scale_high));
         }
     }
-    let (d_w, dmin_w) = (f16_at(w), f16_at(&w[2..]));
-    for k in 0..A {
-        let act = &group[k];
-        let d = act.d[b];
-        let min_sum = hsum_epi32(_mm256_madd_epi16(mins_twice, bsums(act, b)));
-        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d_w * d), _mm256_cvtepi32_ps(sums[k]), acc[k]);
-        off[k] += dmin_w * d * min_sum as f32;
-    }
+    add_with_minimums((f16_at(w), f16_at(&w[2..])), mins_twice, group, b, &sums, acc, off);
 }
 
 /// Q6_K: 6-bit quants (low nibbles in `ql`, high two bits in `qh`) of 16 sub-blocks of 16 values
@@ -255,14 +271,7 @@ fn q2_k_step<const A: usize>(
             }
         }
     }
-    let (d_w, dmin_w) = (f16_at(&w[80..]), f16_at(&w[82..]));
-    for k in 0..A {
-        let act = &group[k];
-        let d = act.d[b];
-        let min_sum = hsum_epi32(_mm256_madd_epi16(mins, bsums(act, b)));
-        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d_w * d), _mm256_cvtepi32_ps(sums[k]), acc[k]);
-        off[k] += dmin_w * d * min_sum as f32;
-    }
+    add_with_minimums((f16_at(&w[80..]), f16_at(&w[82..])), mins, group, b, &sums, acc, off);
 }
 
 /// Q3_K: Q2_K's 2-bit layout plus a high bit per value (bit `j` of `hmask[i]` for value
