@@ -10,11 +10,11 @@ use crate::{quantize_row_q8_0_ref, quantize_row_q8_k_ref};
 /// One activation vector as the dot and tile kernels read it.
 ///
 /// For F32/F16/BF16 weights only `x` is used; for the others `qs` holds the quantized values
-/// (i8 bit patterns), `d` one scale per activation block, and `sums` the sums of the quants: one
-/// per 32-value block for Q8_0 and i16, Q8_K's `bsums` (one per 16 values) for Q8_K. For Q8_0 and
-/// i16, `ds` holds `d · sum` per block (what a weight block's minimum multiplies, as in llama.cpp's
-/// Q8_1). For i16, `q16` holds the quants instead of `qs`. For Q8_K, `bsums` holds `sums` as
-/// the format stores them (i16), for SIMD kernels that multiply them with `madd`.
+/// (i8 bit patterns), `d` one scale per activation block, and `sums` the sums of the quants, one
+/// per 32-value block, for Q8_0 and i16; Q8_K keeps its `bsums` (one per 16 values) as the format
+/// stores them, i16, which SIMD kernels multiply with `madd`. For Q8_0 and i16, `ds` holds
+/// `d · sum` per block (what a weight block's minimum multiplies, as in llama.cpp's Q8_1). For
+/// i16, `q16` holds the quants instead of `qs`.
 pub(crate) struct Activation<'a> {
     pub(crate) x: &'a [f32],
     pub(crate) d: Vec<f32>,
@@ -91,7 +91,6 @@ impl<'a> Activation<'a> {
                 act.qs.extend_from_slice(&block[4..260]);
                 act.bsums.extend(block[260..].chunks_exact(2).map(|s| i16::from_le_bytes([s[0], s[1]])));
             }
-            act.sums = act.bsums.iter().map(|&s| i32::from(s)).collect();
         }
         act
     }

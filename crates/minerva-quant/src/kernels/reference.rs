@@ -152,8 +152,13 @@ fn sum_super_blocks<B: bytemuck::Pod>(
     f: impl Fn(&B, &[u8], f32, &[i32]) -> f32,
 ) -> f32 {
     let blocks = row.chunks_exact(size_of::<B>()).zip(act.qs.chunks_exact(256));
-    let blocks = blocks.zip(act.d.iter().zip(act.sums.chunks_exact(16)));
-    blocks.map(|((w, a), (&d, bsums))| f(&pod_read_unaligned::<B>(w), a, d, bsums)).sum()
+    let blocks = blocks.zip(act.d.iter().zip(act.bsums.chunks_exact(16)));
+    blocks
+        .map(|((w, a), (&d, bsums))| {
+            let bsums: [i32; 16] = std::array::from_fn(|i| i32::from(bsums[i]));
+            f(&pod_read_unaligned::<B>(w), a, d, &bsums)
+        })
+        .sum()
 }
 
 fn dot_q2_k(row: &[u8], act: &Activation<'_>) -> f32 {

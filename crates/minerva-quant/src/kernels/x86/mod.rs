@@ -2,7 +2,8 @@
 //!
 //! * [`AVX2`] — the dequantizers (`avx2_dequant.rs`), which need AVX2 alone;
 //! * [`AVX2_FMA_F16C`] — the matmul kernels: tiles of rows × activations for the 32-value block
-//!   formats (`avx2_tile.rs`; against i16 activations `avx2_tile_i16.rs`, Q8_0 excepted), one row ×
+//!   formats (`avx2_tile.rs`; against i16 activations `avx2_tile_i16.rs`, Q8_0 excepted; from 8
+//!   activations on, panels of 8 rows unpacked once per call, `avx2_panel.rs`), one row ×
 //!   `K_QUANT_ACTS` activations for Q2_K…Q6_K (`avx2_tile_k.rs`), per-row dot kernels for
 //!   the float formats (`avx2_dot.rs`).
 //!
