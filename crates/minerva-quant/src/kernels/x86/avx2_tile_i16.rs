@@ -124,6 +124,14 @@ trait Format {
     const SCALES: Scales;
 }
 
+/// Every format here is read by the panels with its sums split in halves, as [`tile_acts`] and
+/// [`tile_rows`] split them.
+impl<F: Format> avx2_panel::Layout for F {
+    const BLOCK_BYTES: usize = <F as Format>::BLOCK_BYTES;
+    const KIND: Kind = <F as Format>::KIND;
+    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
+}
+
 /// Where [`tile_rows`] reads four blocks' scales.
 #[derive(Clone, Copy)]
 enum Scales {
@@ -293,7 +301,7 @@ fn tile_rows<F: Format, const R: usize, const C: usize>(
 /// together; `out` is row-major (rows × acts).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tiles<F: Format + avx2_panel::Layout, const G: usize>(
+fn tiles<F: Format, const G: usize>(
     w: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
@@ -390,11 +398,6 @@ fn nibbles_wide(qs: &[u8]) -> (__m256i, __m256i) {
 // 0.81× at 1 activation, 1.0–1.1× at 4–64).
 
 struct Q4_0;
-impl avx2_panel::Layout for Q4_0 {
-    const BLOCK_BYTES: usize = <Self as Format>::BLOCK_BYTES;
-    const KIND: Kind = <Self as Format>::KIND;
-    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
-}
 impl Format for Q4_0 {
     const BLOCK_BYTES: usize = 18;
     const KIND: Kind = Kind::Offset(8);
@@ -402,11 +405,6 @@ impl Format for Q4_0 {
 }
 
 struct Q4_1;
-impl avx2_panel::Layout for Q4_1 {
-    const BLOCK_BYTES: usize = <Self as Format>::BLOCK_BYTES;
-    const KIND: Kind = <Self as Format>::KIND;
-    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
-}
 impl Format for Q4_1 {
     const BLOCK_BYTES: usize = 20;
     const KIND: Kind = Kind::Min;
@@ -414,11 +412,6 @@ impl Format for Q4_1 {
 }
 
 struct Q5_0;
-impl avx2_panel::Layout for Q5_0 {
-    const BLOCK_BYTES: usize = <Self as Format>::BLOCK_BYTES;
-    const KIND: Kind = <Self as Format>::KIND;
-    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
-}
 impl Format for Q5_0 {
     const BLOCK_BYTES: usize = 22;
     const KIND: Kind = Kind::Offset(16);
@@ -426,11 +419,6 @@ impl Format for Q5_0 {
 }
 
 struct Q5_1;
-impl avx2_panel::Layout for Q5_1 {
-    const BLOCK_BYTES: usize = <Self as Format>::BLOCK_BYTES;
-    const KIND: Kind = <Self as Format>::KIND;
-    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
-}
 impl Format for Q5_1 {
     const BLOCK_BYTES: usize = 24;
     const KIND: Kind = Kind::Min;
@@ -438,11 +426,6 @@ impl Format for Q5_1 {
 }
 
 struct Mxfp4;
-impl avx2_panel::Layout for Mxfp4 {
-    const BLOCK_BYTES: usize = <Self as Format>::BLOCK_BYTES;
-    const KIND: Kind = <Self as Format>::KIND;
-    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
-}
 impl Format for Mxfp4 {
     const BLOCK_BYTES: usize = 17;
     const KIND: Kind = Kind::Signed;
