@@ -30,19 +30,19 @@
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, _MM_HINT_T0, _mm_prefetch, _mm_set1_epi64x, _mm_setr_epi32, _mm256_add_epi32,
-    _mm256_add_ps, _mm256_and_si256, _mm256_blend_ps, _mm256_broadcastsi128_si256, _mm256_castsi256_si128,
-    _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16, _mm256_cvtph_ps, _mm256_extracti128_si256,
-    _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_permute2f128_ps,
-    _mm256_permutevar8x32_ps, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setr_ps, _mm256_setzero_ps,
-    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_srli_epi16, _mm256_sub_epi32, _mm256_unpackhi_epi32,
-    _mm256_unpackhi_epi64, _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
+    _mm256_add_ps, _mm256_and_si256, _mm256_blend_ps, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi16,
+    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_mul_ps, _mm256_or_si256,
+    _mm256_permute2f128_ps, _mm256_permutevar8x32_ps, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setr_epi16,
+    _mm256_setr_epi32, _mm256_setr_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi16,
+    _mm256_slli_epi16, _mm256_srli_epi16, _mm256_sub_epi32, _mm256_unpackhi_epi32, _mm256_unpackhi_epi64,
+    _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
 };
 
 use bytemuck::pod_read_unaligned;
 
-use super::avx2_dot::{f16_at, f16_pair_at, unpack_nibbles};
+use super::avx2_dot::{f16_at, f16_pair_at};
 use super::avx2_panel;
-use super::avx2_tile::{PREFETCH_AHEAD, fifth_bits};
+use super::avx2_tile::PREFETCH_AHEAD;
 use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::kernels::BlockKind as Kind;
@@ -369,28 +369,59 @@ fn put<const R: usize, const C: usize>(out: &mut [f32], n: usize, first: usize, 
     }
 }
 
-/// Unsigned quant bytes widened to two vectors of 16 i16 (values 0..16, 16..32).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn widen_unsigned(q: __m256i) -> (__m256i, __m256i) {
-    (_mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)), _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(q)))
-}
-
-/// Signed quant bytes widened to two vectors of 16 i16 (values 0..16, 16..32).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn widen_signed(q: __m256i) -> (__m256i, __m256i) {
-    (_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)))
-}
-
 /// 16 bytes of packed nibbles (byte j: value j low, value j + 16 high) as two vectors of 16 i16,
 /// widened before they are split: one `vpmovzxbw`, an `and` and a shift, where unpacking to bytes
 /// first and widening after costs an insert, an extract and two widenings.
+///
+/// The widening is written in `asm!` because LLVM, seeing zero-extended bytes, rewrote the
+/// intrinsics' version back into byte-wide shifts and masks followed by two `vpmovzxbw` per block
+/// (docs/benchmarks.md, "Widening once"): one shuffle and two other µops more per block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
+#[allow(unsafe_code)]
 fn nibbles_wide(qs: &[u8]) -> (__m256i, __m256i) {
-    let bytes = _mm256_cvtepu8_epi16(pod_read_unaligned::<__m128i>(&qs[..16]));
+    let qs = &qs[..16];
+    let bytes: __m256i;
+    // SAFETY: the instruction reads the 16 bytes of `qs` (sliced above, so they exist) and writes
+    // only the output register; the caller promises AVX2 (this function's target features).
+    unsafe {
+        core::arch::asm!("vpmovzxbw {y}, xmmword ptr [{p}]", y = out(ymm_reg) bytes, p = in(reg) qs.as_ptr(),
+            options(pure, readonly, nostack, preserves_flags));
+    }
     (_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16::<4>(bytes))
+}
+
+/// A Q5 block's 32 quants as two vectors of 16 i16 (values 0..16, 16..32): the nibbles as
+/// [`nibbles_wide`] reads them, each lane's fifth bit (bit j of `qh` for value j) tested in place,
+/// so that nothing is widened after the bytes are split.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_wide(qh: &[u8], qs: &[u8]) -> (__m256i, __m256i) {
+    let (low, high) = nibbles_wide(qs);
+    let (bits_low, bits_high) = (i16::from_le_bytes([qh[0], qh[1]]), i16::from_le_bytes([qh[2], qh[3]]));
+    (_mm256_or_si256(low, fifth_wide(bits_low)), _mm256_or_si256(high, fifth_wide(bits_high)))
+}
+
+/// Two vectors of 16 E2M1 nibbles (one per i16 lane) as their doubled values: the magnitude
+/// looked up by `vpshufb` (a lane's zero high byte looks up entry 0, which is 0, so the result
+/// stays zero-extended), the sign (bit 3) moved to the lane's sign bit and applied by `vpsignw`
+/// (a zero `nibble << 12` only meets nibble 0, whose value is 0 anyway).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn e2m1_wide(magnitudes: __m256i, low: __m256i, high: __m256i) -> (__m256i, __m256i) {
+    (
+        _mm256_sign_epi16(_mm256_shuffle_epi8(magnitudes, low), _mm256_slli_epi16::<12>(low)),
+        _mm256_sign_epi16(_mm256_shuffle_epi8(magnitudes, high), _mm256_slli_epi16::<12>(high)),
+    )
+}
+
+/// 0x10 in i16 lane j iff bit j of `bits` is set.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fifth_wide(bits: i16) -> __m256i {
+    let lanes = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, i16::MIN);
+    let set = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(bits), lanes), lanes);
+    _mm256_and_si256(set, _mm256_set1_epi16(0x10))
 }
 
 // The formats. Q8_0 keeps `avx2_tile`'s 4 × 2 tiles of 8-lane accumulators: its decode is two
@@ -450,9 +481,7 @@ pub(super) fn tiles_q4_1<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Act
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_q5_0<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<Q5_0, G>(w, row_bytes, acts, out, |b| {
-        (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..]))), f16_at(b), 0.0)
-    });
+    tiles::<Q5_0, G>(w, row_bytes, acts, out, |b| (q5_wide(&b[2..6], &b[6..]), f16_at(b), 0.0));
 }
 
 #[inline]
@@ -460,16 +489,18 @@ pub(super) fn tiles_q5_0<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Act
 pub(super) fn tiles_q5_1<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
     tiles::<Q5_1, G>(w, row_bytes, acts, out, |b| {
         let (d, m) = f16_pair_at(b);
-        (widen_unsigned(_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..]))), d, m)
+        (q5_wide(&b[4..8], &b[8..]), d, m)
     });
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn tiles_mxfp4<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    // The doubled E2M1 values as signed quants.
-    let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
+    // The doubled E2M1 values' magnitudes, by nibble.
+    let magnitudes = KVALUES_MXFP4.map(i8::unsigned_abs);
+    let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(&magnitudes));
     tiles::<Mxfp4, G>(w, row_bytes, acts, out, |b| {
-        (widen_signed(_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..]))), e8m0_to_f32_half(b[0]), 0.0)
+        let (low, high) = nibbles_wide(&b[1..]);
+        (e2m1_wide(table, low, high), e8m0_to_f32_half(b[0]), 0.0)
     });
 }
