@@ -76,7 +76,13 @@ fn load_i16(a: &[i16]) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn block_dot(q: (__m256i, __m256i), act: &Activation<'_>, b: usize) -> __m256i {
-    let a = &act.q16[32 * b..32 * b + 32];
+    quants_dot(q, act.q16[32 * b..32 * b + 32].try_into().expect("a block of 32"))
+}
+
+/// A block's quants · 32 activation quants: 8 i32 lanes, exact.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn quants_dot(q: (__m256i, __m256i), a: &[i16; 32]) -> __m256i {
     _mm256_add_epi32(_mm256_madd_epi16(q.0, load_i16(a)), _mm256_madd_epi16(q.1, load_i16(&a[16..])))
 }
 
@@ -238,13 +244,21 @@ fn tile_rows<F: Format, const R: usize, const C: usize>(
     let (block_bytes, kind, scales) = (F::BLOCK_BYTES, F::KIND, F::SCALES);
     let mut acc = [_mm256_setzero_ps(); C];
     let zero = _mm256_setzero_si256();
-    for b in 0..acts[0].d.len() {
+    // Every per-block access below is an iterator step or an index below `blocks_per_row` into a
+    // slice of that length, so no bounds check is left in the loop.
+    let blocks_per_row = acts[0].d.len();
+    let mut row_blocks = rows.map(|row| row[..blocks_per_row * block_bytes].chunks_exact(block_bytes));
+    let act_quants = acts.map(|act| &act.q16.as_chunks::<32>().0[..blocks_per_row]);
+    let act_scales = acts.map(|act| &act.d[..blocks_per_row]);
+    let act_scaled_sums = acts.map(|act| if kind == Kind::Min { &act.ds[..blocks_per_row] } else { &[] });
+    let act_sums = acts.map(|act| if matches!(kind, Kind::Offset(_)) { &act.sums[..blocks_per_row] } else { &[] });
+    for b in 0..blocks_per_row {
         prefetch(stream, PREFETCH_AHEAD + R * block_bytes * b, R * block_bytes);
         // Closures do not inline the kernels' intrinsics: plain loops fill these.
         let mut blocks: [Decoded; R] = [((zero, zero), 0.0, 0.0); R];
         let mut bytes: [&[u8]; R] = [&[]; R];
         for r in 0..R {
-            bytes[r] = &rows[r][block_bytes * b..block_bytes * (b + 1)];
+            bytes[r] = row_blocks[r].next().unwrap_or_default();
             blocks[r] = decode(bytes[r]);
         }
         let lane = |i: usize| i % R;
@@ -275,15 +289,14 @@ fn tile_rows<F: Format, const R: usize, const C: usize>(
             }
         };
         for c in 0..C {
-            let act = acts[c];
             let mut dots = [zero; R];
             for r in 0..R {
-                dots[r] = block_dot(blocks[r].0, act, b);
+                dots[r] = quants_dot(blocks[r].0, &act_quants[c][b]);
             }
             let v = reduce4([dots[0], dots[1 % R], dots[2 % R], dots[3 % R]]);
-            let min_terms = if kind == Kind::Min { Some((mins, _mm256_set1_ps(act.ds[b]))) } else { None };
-            let off = offsets(kind, [act.sums[b]; 4]);
-            acc[c] = accumulate(acc[c], v, off, _mm256_mul_ps(d, _mm256_set1_ps(act.d[b])), min_terms);
+            let min_terms = if kind == Kind::Min { Some((mins, _mm256_set1_ps(act_scaled_sums[c][b]))) } else { None };
+            let off = if matches!(kind, Kind::Offset(_)) { offsets(kind, [act_sums[c][b]; 4]) } else { None };
+            acc[c] = accumulate(acc[c], v, off, _mm256_mul_ps(d, _mm256_set1_ps(act_scales[c][b])), min_terms);
         }
     }
     let mut out = [[0.0; C]; R];
