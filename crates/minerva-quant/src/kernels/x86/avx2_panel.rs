@@ -1,7 +1,7 @@
 //! AVX2 (+FMA, F16C) panel kernels for prefill: the 32-value block formats against i16
-//! activations when a call brings [`Layout::MIN_ACTS`] or more of them.
+//! activations when a call brings [`MIN_ACTS`] or more of them.
 //!
-//! The tile kernels (`avx2_tile_i16`, and `avx2_tile` for Q8_0) unpack each weight block again
+//! The tile kernels (`avx2_tile_i16`) unpack each weight block again
 //! for every few activations and spend most of their instructions on that unpacking, on
 //! reducing each pair's 8 integer lanes, and on scales, not on `vpmaddwd`. Here a
 //! group of 8 rows is unpacked once per call into a panel of i16 quants laid out across the rows:
@@ -17,7 +17,7 @@
 //!
 //! The results must equal the tile kernels' bit for bit (a row's output may not depend on how
 //! many activations came with it). So each pair's integer sum is split the way the tile kernels
-//! split it before converting and scaling ([`Split`]), the same f32 products and FMAs run on
+//! split it before converting and scaling (halves, see [`Layout`]), the same f32 products and FMAs run on
 //! each part in block order, and the parts are added in the tiles' order.
 //!
 //! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
@@ -39,35 +39,19 @@ use crate::kernels::BlockKind as Kind;
 /// Rows per panel: one i32 lane each.
 const ROWS: usize = 8;
 
-/// [`Split::Lanes`]: parts accumulated per pass over the blocks.
-const LANES_PER_PASS: usize = 2;
-
-/// How the tile kernels split a (row, activation) pair's block sum before scaling it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Split {
-    /// `avx2_tile_i16`: two halves, values {0..8, 16..24} and {8..16, 24..32} (lanes 0..4 and
-    /// 4..8 of the two `madd`s), each with its own accumulator, added at the end. The offset
-    /// (`Kind::Offset`) and minimum (`Kind::Min`) terms go to the first half.
-    Halves,
-    /// `avx2_tile`'s Q8_0: eight parts, values {2l, 2l+1, 16+2l, 17+2l} (lane l of the two
-    /// `madd`s), added at the end as `hsum_ps` adds 8 lanes.
-    Lanes,
-}
-
 /// A block format as the panels read it: constants, so that every branch on them folds away in
-/// each format's kernel.
+/// each format's kernel. Each pair's sum is split as `avx2_tile_i16` splits it: two halves, values
+/// {0..8, 16..24} and {8..16, 24..32} (lanes 0..4 and 4..8 of the two `madd`s), each with its own
+/// accumulator, added at the end; the offset (`Kind::Offset`) and minimum (`Kind::Min`) terms go
+/// to the first half.
 pub(super) trait Layout {
     const BLOCK_BYTES: usize;
     const KIND: Kind;
-    const SPLIT: Split;
-    /// Fewest activations for which a call packs panels: below, packing (about one pass of the
-    /// tile kernel over the rows) is not paid back. [`Split::Lanes`] converts and scales 8 parts
-    /// per block, so it needs more activations to gain.
-    const MIN_ACTS: usize = match Self::SPLIT {
-        Split::Halves => 8,
-        Split::Lanes => 16,
-    };
 }
+
+/// Fewest activations for which a call packs panels: below, packing (about one pass of the tile
+/// kernel over the rows) is not paid back.
+pub(super) const MIN_ACTS: usize = 8;
 
 /// One block of a panel: 16 slots (slot p: the pair of values 2p, 2p+1 of the 8 rows), the rows'
 /// scales and their minimums (as f32 bits).
@@ -178,53 +162,40 @@ impl<'a> ActBlocks<'a> {
     }
 }
 
-thread_local! {
-    /// [`Split::Lanes`]: each block's scale products for the step's activations, used by all 8
-    /// parts (`dd[(P·b + i)·A + j]` for panel i, activation j).
-    static SCALE_PRODUCTS: RefCell<Vec<__m256>> = const { RefCell::new(Vec::new()) };
-}
-
-/// One part of every pair's sum (`slots`) over all blocks, scaled and accumulated per block:
+/// One half of every pair's sum (`slots`) over all blocks, scaled and accumulated per block:
 /// `acc = fma(d_w·d_a, f32(s − k·Σa), acc)` (the offset only with `FIRST`), then the minimum's
-/// term `fma(m, d_a·Σa, acc)` (`m` = 0 unless `FIRST`, as in the tiles' upper lanes). The scale
-/// products come from `products` where given (`dd[(P·b + i)·A + j]`), else are computed here.
+/// term `fma(m, d_a·Σa, acc)` (`m` = 0 unless `FIRST`, as in the tiles' upper lanes).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn part<L: Layout, const A: usize, const S: usize, const G: usize, const P: usize, const FIRST: bool>(
+fn part<L: Layout, const A: usize, const P: usize, const FIRST: bool>(
     panels: [&[PanelBlock]; P],
     acts: &[ActBlocks<'_>; A],
-    products: Option<&[__m256]>,
-    slots: [[usize; S]; G],
-) -> [[[__m256; A]; G]; P] {
+    slots: [usize; 8],
+) -> [[__m256; A]; P] {
     let kind = L::KIND;
     let zero = _mm256_setzero_ps();
-    let mut acc = [[[zero; A]; G]; P];
+    let mut acc = [[zero; A]; P];
+    // `b` indexes the P panels and the A activations alike.
+    #[allow(clippy::needless_range_loop)]
     for b in 0..panels[0].len() {
         let entries: [&PanelBlock; P] = std::array::from_fn(|i| &panels[i][b]);
         let a: [&[i16; 32]; A] = std::array::from_fn(|j| acts[j].q[32 * b..32 * b + 32].try_into().expect("32 quants"));
-        for g in 0..G {
-            let s = partial::<A, S, P>(entries, &a, slots[g]);
-            for i in 0..P {
-                let dw = _mm256_castsi256_ps(entries[i][16]);
-                for j in 0..A {
-                    let v = match kind {
-                        Kind::Offset(k) if FIRST && g == 0 => {
-                            _mm256_sub_epi32(s[i][j], _mm256_set1_epi32(k * acts[j].sums[b]))
-                        }
-                        _ => s[i][j],
-                    };
-                    let dd = match products {
-                        Some(dd) => dd[(P * b + i) * A + j],
-                        None => _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b])),
-                    };
-                    let acc = &mut acc[i][g][j];
-                    *acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(v), *acc);
-                    if kind == Kind::Min {
-                        // The tiles' minimum term is 0 in the second half's lanes: kept there
-                        // too, so that both agree to the bit whatever the activation's values.
-                        let m = if FIRST && g == 0 { _mm256_castsi256_ps(entries[i][17]) } else { zero };
-                        *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(acts[j].ds[b]), *acc);
-                    }
+        let s = partial::<A, 8, P>(entries, &a, slots);
+        for i in 0..P {
+            let dw = _mm256_castsi256_ps(entries[i][16]);
+            for j in 0..A {
+                let v = match kind {
+                    Kind::Offset(k) if FIRST => _mm256_sub_epi32(s[i][j], _mm256_set1_epi32(k * acts[j].sums[b])),
+                    _ => s[i][j],
+                };
+                let dd = _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b]));
+                let acc = &mut acc[i][j];
+                *acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(v), *acc);
+                if kind == Kind::Min {
+                    // The tiles' minimum term is 0 in the second half's lanes: kept there too, so
+                    // that both agree to the bit whatever the activation's values.
+                    let m = if FIRST { _mm256_castsi256_ps(entries[i][17]) } else { zero };
+                    *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(acts[j].ds[b]), *acc);
                 }
             }
         }
@@ -243,58 +214,21 @@ fn step<L: Layout, const A: usize, const P: usize>(
     let blocks = panels[0].len();
     let acts: [ActBlocks<'_>; A] = std::array::from_fn(|j| ActBlocks::new(acts[j], blocks));
     let add = _mm256_add_ps;
-    match L::SPLIT {
-        Split::Halves => {
-            let lo = part::<L, A, 8, 1, P, true>(panels, &acts, None, [[0, 1, 2, 3, 8, 9, 10, 11]]);
-            let hi = part::<L, A, 8, 1, P, false>(panels, &acts, None, [[4, 5, 6, 7, 12, 13, 14, 15]]);
-            std::array::from_fn(|i| std::array::from_fn(|j| add(lo[i][0][j], hi[i][0][j])))
-        }
-        Split::Lanes => SCALE_PRODUCTS.with_borrow_mut(|dd| {
-            dd.resize(P * A * blocks, _mm256_setzero_ps());
-            for (b, dd) in dd.chunks_exact_mut(P * A).enumerate() {
-                for i in 0..P {
-                    let dw = _mm256_castsi256_ps(panels[i][b][16]);
-                    for j in 0..A {
-                        dd[i * A + j] = _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b]));
-                    }
-                }
-            }
-            let mut l = [[[_mm256_setzero_ps(); A]; 8]; P];
-            for first in (0..8).step_by(LANES_PER_PASS) {
-                let slots = std::array::from_fn(|g| [first + g, 8 + first + g]);
-                let sums = part::<L, A, 2, LANES_PER_PASS, P, false>(panels, &acts, Some(dd), slots);
-                for i in 0..P {
-                    l[i][first..first + LANES_PER_PASS].copy_from_slice(&sums[i]);
-                }
-            }
-            std::array::from_fn(|i| {
-                let l = &l[i];
-                std::array::from_fn(|j| {
-                    let sum = add(
-                        add(add(l[0][j], l[4][j]), add(l[2][j], l[6][j])),
-                        add(add(l[1][j], l[5][j]), add(l[3][j], l[7][j])),
-                    );
-                    // `avx2_tile` adds its (zero) offset term to the horizontal sum.
-                    add(sum, _mm256_setzero_ps())
-                })
-            })
-        }),
-    }
+    let lo = part::<L, A, P, true>(panels, &acts, [0, 1, 2, 3, 8, 9, 10, 11]);
+    let hi = part::<L, A, P, false>(panels, &acts, [4, 5, 6, 7, 12, 13, 14, 15]);
+    std::array::from_fn(|i| std::array::from_fn(|j| add(lo[i][j], hi[i][j])))
 }
 
 /// Every row of `w` (whole rows of `row_bytes`) against every activation, `out` row-major (rows ×
 /// acts), through panels of 8 rows. The tile kernels' results, bit for bit, for any number of
-/// activations (worth it from [`Layout::MIN_ACTS`] on).
+/// activations (worth it from [`MIN_ACTS`] on).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn panels<L: Layout, D>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32], decode: D)
 where
     D: Fn(&[u8]) -> ((__m256i, __m256i), f32, f32),
 {
-    match L::SPLIT {
-        Split::Halves => groups::<L, D, 4, 2>(w, row_bytes, acts, out, &decode),
-        Split::Lanes => groups::<L, D, 4, 1>(w, row_bytes, acts, out, &decode),
-    }
+    groups::<L, D, 4, 2>(w, row_bytes, acts, out, &decode);
 }
 
 /// [`panels`] in groups of `8·P` rows × `A` activations (then 8 rows, then single activations).

@@ -19,42 +19,29 @@
 //! (`Activation::ds`), as the scalar kernels do. Q8_0's signed quants do not fit `maddubs`'
 //! unsigned side, so it keeps the `sign_epi8` trick (|w|, sign moved onto a).
 //!
-//! With i16 activations (`WIDE`) only Q8_0 runs here, its quants widened to i16 and two `madd`
-//! per 32 values; the other formats' i16 tiles are `avx2_tile_i16.rs`.
+//! The tiles against i16 activations are `avx2_tile_i16.rs`.
 //!
 //! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
 //! promises AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, _MM_HINT_T0, _mm_cvtsi32_si128, _mm_prefetch, _mm256_add_epi32, _mm256_and_si256,
-    _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_fmadd_ps,
-    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16,
-    _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_set1_ps, _mm256_setr_epi64x, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_broadcastsi128_si256, _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_madd_epi16,
+    _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
+    _mm256_set1_epi64x, _mm256_set1_ps, _mm256_setr_epi64x, _mm256_setzero_ps, _mm256_setzero_si256,
     _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_zextsi128_si256,
 };
 
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_dot::{f16_at, f16_pair_at, f16_splat, hsum_ps, load32, unpack_nibbles};
-use super::avx2_panel;
 use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::kernels::BlockKind as Kind;
 
-/// One block's quants, scale `d` (in every lane) and minimum (0 unless `Kind::Min`). The quants
-/// are, for Q8_0 activations, 32 bytes (unsigned, or i8 for `Kind::Signed`) in the first vector
-/// (the second is unused); for i16 activations, 32 i16 in two vectors (values 0..16, 16..32).
-type Decoded = ((__m256i, __m256i), __m256, f32);
-
-/// 32 signed bytes as two vectors of 16 i16, each widened straight from memory.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn bytes_wide_signed(qs: &[u8]) -> (__m256i, __m256i) {
-    (
-        _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&qs[..16])),
-        _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&qs[16..32])),
-    )
-}
+/// One block's 32 quants (unsigned bytes, or i8 for `Kind::Signed`), scale `d` (in every lane)
+/// and minimum (0 unless `Kind::Min`).
+type Decoded = (__m256i, __m256, f32);
 
 /// The 32 fifth bits of a Q5 block (`qh`, little-endian u32, bit j = value j) as 0x10 bytes.
 #[inline]
@@ -106,7 +93,7 @@ fn prefetch(bytes: &[u8], at: usize) {
 /// ahead of the rows' progress (empty: no prefetching).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tile<const R: usize, const C: usize, const WIDE: bool>(
+fn tile<const R: usize, const C: usize>(
     rows: [&[u8]; R],
     stream: &[u8],
     acts: [&Activation<'_>; C],
@@ -119,21 +106,7 @@ fn tile<const R: usize, const C: usize, const WIDE: bool>(
     let ones = _mm256_set1_epi16(1);
     let blocks = acts[0].d.len();
     for b in 0..blocks {
-        // Narrow: 32 i8 quants in one vector. Wide: 32 i16 quants in two (values 0..16, 16..32).
-        let a: [__m256i; C] = std::array::from_fn(|c| {
-            if WIDE {
-                load32(bytemuck::cast_slice(&acts[c].q16[32 * b..32 * b + 16]))
-            } else {
-                load32(&acts[c].qs[32 * b..])
-            }
-        });
-        let a_hi: [__m256i; C] = std::array::from_fn(|c| {
-            if WIDE {
-                load32(bytemuck::cast_slice(&acts[c].q16[32 * b + 16..32 * b + 32]))
-            } else {
-                _mm256_setzero_si256()
-            }
-        });
+        let a: [__m256i; C] = std::array::from_fn(|c| load32(&acts[c].qs[32 * b..]));
         let da: [__m256; C] = std::array::from_fn(|c| _mm256_set1_ps(acts[c].d[b]));
         let ds: [f32; C] = std::array::from_fn(|c| if kind == Kind::Min { acts[c].ds[b] } else { 0.0 });
         // −k·Σa in lane 0 of an i32 vector, added to each dot's lanes.
@@ -146,18 +119,14 @@ fn tile<const R: usize, const C: usize, const WIDE: bool>(
             prefetch(stream, ahead + 64 * line);
         }
         for r in 0..R {
-            let ((q_lo, q_hi), d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)], C == 1);
+            let (q, d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)], C == 1);
             for c in 0..C {
-                let mut sum = if WIDE {
-                    _mm256_add_epi32(_mm256_madd_epi16(q_lo, a[c]), _mm256_madd_epi16(q_hi, a_hi[c]))
+                let products = if kind == Kind::Signed {
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a[c], q))
                 } else {
-                    let products = if kind == Kind::Signed {
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(q_lo, q_lo), _mm256_sign_epi8(a[c], q_lo))
-                    } else {
-                        _mm256_maddubs_epi16(q_lo, a[c])
-                    };
-                    _mm256_madd_epi16(products, ones)
+                    _mm256_maddubs_epi16(q, a[c])
                 };
+                let mut sum = _mm256_madd_epi16(products, ones);
                 if let Kind::Offset(_) = kind {
                     sum = _mm256_add_epi32(sum, k_sums[c]);
                 }
@@ -176,7 +145,7 @@ fn tile<const R: usize, const C: usize, const WIDE: bool>(
 /// row-major (rows × acts).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tiles<const R: usize, const C: usize, const WIDE: bool>(
+fn tiles<const R: usize, const C: usize>(
     w: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
@@ -194,8 +163,7 @@ fn tiles<const R: usize, const C: usize, const WIDE: bool>(
         let rows: [&[u8]; R] = std::array::from_fn(|r| &rows[r * row_bytes..(r + 1) * row_bytes]);
         let mut groups = acts.chunks_exact(C);
         for (j, group) in (&mut groups).enumerate() {
-            let result =
-                tile::<R, C, WIDE>(rows, stream, std::array::from_fn(|c| &group[c]), block_bytes, kind, &decode);
+            let result = tile::<R, C>(rows, stream, std::array::from_fn(|c| &group[c]), block_bytes, kind, &decode);
             stream = &[];
             for (r, values) in result.iter().enumerate() {
                 out[r * n + C * j..r * n + C * (j + 1)].copy_from_slice(values);
@@ -205,7 +173,7 @@ fn tiles<const R: usize, const C: usize, const WIDE: bool>(
         let mut done = n - groups.remainder().len();
         let mut pairs = groups.remainder().chunks_exact(2);
         for pair in &mut pairs {
-            let result = tile::<R, 2, WIDE>(rows, stream, [&pair[0], &pair[1]], block_bytes, kind, &decode);
+            let result = tile::<R, 2>(rows, stream, [&pair[0], &pair[1]], block_bytes, kind, &decode);
             stream = &[];
             for (r, values) in result.iter().enumerate() {
                 out[r * n + done..r * n + done + 2].copy_from_slice(values);
@@ -213,7 +181,7 @@ fn tiles<const R: usize, const C: usize, const WIDE: bool>(
             done += 2;
         }
         if let [act] = pairs.remainder() {
-            let result = tile::<R, 1, WIDE>(rows, stream, [act], block_bytes, kind, &decode);
+            let result = tile::<R, 1>(rows, stream, [act], block_bytes, kind, &decode);
             for (r, values) in result.iter().enumerate() {
                 out[r * n + done] = values[0];
             }
@@ -222,7 +190,7 @@ fn tiles<const R: usize, const C: usize, const WIDE: bool>(
     let rest = row_groups.remainder().chunks_exact(row_bytes).zip(out_groups.into_remainder().chunks_exact_mut(n));
     for (row, out) in rest {
         for (act, y) in acts.iter().zip(out) {
-            *y = tile::<1, 1, WIDE>([row], row, [act], block_bytes, kind, &decode)[0][0];
+            *y = tile::<1, 1>([row], row, [act], block_bytes, kind, &decode)[0][0];
         }
     }
 }
@@ -235,9 +203,7 @@ pub(super) fn tiles_q8_0<const R: usize, const C: usize>(
     acts: &[Activation<'_>],
     out: &mut [f32],
 ) {
-    tiles::<R, C, false>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
-        ((load32(&b[2..]), _mm256_setzero_si256()), f16_splat(b), 0.0)
-    });
+    tiles::<R, C>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| (load32(&b[2..]), f16_splat(b), 0.0));
 }
 
 #[inline]
@@ -248,9 +214,7 @@ pub(super) fn tiles_q4_0<const R: usize, const C: usize>(
     acts: &[Activation<'_>],
     out: &mut [f32],
 ) {
-    tiles::<R, C, false>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| {
-        ((unpack_nibbles(&b[2..]), _mm256_setzero_si256()), f16_splat(b), 0.0)
-    });
+    tiles::<R, C>(w, row_bytes, acts, out, 18, Kind::Offset(8), |b, _| (unpack_nibbles(&b[2..]), f16_splat(b), 0.0));
 }
 
 #[inline]
@@ -261,9 +225,9 @@ pub(super) fn tiles_q4_1<const R: usize, const C: usize>(
     acts: &[Activation<'_>],
     out: &mut [f32],
 ) {
-    tiles::<R, C, false>(w, row_bytes, acts, out, 20, Kind::Min, |b, one| {
+    tiles::<R, C>(w, row_bytes, acts, out, 20, Kind::Min, |b, one| {
         let (d, m) = scale_min(b, one);
-        ((unpack_nibbles(&b[4..]), _mm256_setzero_si256()), d, m)
+        (unpack_nibbles(&b[4..]), d, m)
     });
 }
 
@@ -275,8 +239,8 @@ pub(super) fn tiles_q5_0<const R: usize, const C: usize>(
     acts: &[Activation<'_>],
     out: &mut [f32],
 ) {
-    tiles::<R, C, false>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
-        ((_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), _mm256_setzero_si256()), f16_splat(b), 0.0)
+    tiles::<R, C>(w, row_bytes, acts, out, 22, Kind::Offset(16), |b, _| {
+        (_mm256_or_si256(unpack_nibbles(&b[6..]), fifth_bits(&b[2..])), f16_splat(b), 0.0)
     });
 }
 
@@ -288,9 +252,9 @@ pub(super) fn tiles_q5_1<const R: usize, const C: usize>(
     acts: &[Activation<'_>],
     out: &mut [f32],
 ) {
-    tiles::<R, C, false>(w, row_bytes, acts, out, 24, Kind::Min, |b, one| {
+    tiles::<R, C>(w, row_bytes, acts, out, 24, Kind::Min, |b, one| {
         let (d, m) = scale_min(b, one);
-        ((_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..])), _mm256_setzero_si256()), d, m)
+        (_mm256_or_si256(unpack_nibbles(&b[8..]), fifth_bits(&b[4..])), d, m)
     });
 }
 
@@ -305,39 +269,7 @@ pub(super) fn tiles_mxfp4<const R: usize, const C: usize>(
     // The doubled E2M1 values as signed quants (the `sign_epi8` path measured faster here than
     // shifting them by +12 to unsigned: 0.59 vs 0.78 ms on 2880×2880).
     let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&KVALUES_MXFP4)));
-    tiles::<R, C, false>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
-        (
-            (_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), _mm256_setzero_si256()),
-            _mm256_set1_ps(e8m0_to_f32_half(b[0])),
-            0.0,
-        )
-    });
-}
-
-// The same formats against i16 activations (`Activation::q16`).
-
-/// Q8_0 against i16 activations as `avx2_panel` reads it: the sums split as [`tile`] splits them.
-struct WideQ8_0;
-impl avx2_panel::Layout for WideQ8_0 {
-    const BLOCK_BYTES: usize = 34;
-    const KIND: Kind = Kind::Signed;
-    const SPLIT: avx2_panel::Split = avx2_panel::Split::Lanes;
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_i16_q8_0<const R: usize, const C: usize>(
-    w: &[u8],
-    row_bytes: usize,
-    acts: &[Activation<'_>],
-    out: &mut [f32],
-) {
-    if acts.len() >= <WideQ8_0 as avx2_panel::Layout>::MIN_ACTS {
-        let decode = |b: &[u8]| (bytes_wide_signed(&b[2..]), f16_at(b), 0.0);
-        avx2_panel::panels::<WideQ8_0, _>(w, row_bytes, acts, out, decode);
-        return;
-    }
-    tiles::<R, C, true>(w, row_bytes, acts, out, 34, Kind::Signed, |b, _| {
-        (bytes_wide_signed(&b[2..]), f16_splat(b), 0.0)
+    tiles::<R, C>(w, row_bytes, acts, out, 17, Kind::Signed, |b, _| {
+        (_mm256_shuffle_epi8(table, unpack_nibbles(&b[1..])), _mm256_set1_ps(e8m0_to_f32_half(b[0])), 0.0)
     });
 }

@@ -31,11 +31,11 @@
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, _MM_HINT_T0, _mm_prefetch, _mm_set1_epi64x, _mm_setr_epi32, _mm256_add_epi32,
     _mm256_add_ps, _mm256_and_si256, _mm256_blend_ps, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi16,
-    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_mul_ps, _mm256_or_si256,
-    _mm256_permute2f128_ps, _mm256_permutevar8x32_ps, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setr_epi16,
-    _mm256_setr_epi32, _mm256_setr_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_sign_epi16,
-    _mm256_slli_epi16, _mm256_srli_epi16, _mm256_sub_epi32, _mm256_unpackhi_epi32, _mm256_unpackhi_epi64,
-    _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
+    _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_mul_ps,
+    _mm256_or_si256, _mm256_permute2f128_ps, _mm256_permutevar8x32_ps, _mm256_set1_epi16, _mm256_set1_ps,
+    _mm256_setr_epi16, _mm256_setr_epi32, _mm256_setr_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8,
+    _mm256_sign_epi16, _mm256_slli_epi16, _mm256_srli_epi16, _mm256_sub_epi32, _mm256_unpackhi_epi32,
+    _mm256_unpackhi_epi64, _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
 };
 
 use bytemuck::pod_read_unaligned;
@@ -135,7 +135,6 @@ trait Format {
 impl<F: Format> avx2_panel::Layout for F {
     const BLOCK_BYTES: usize = <F as Format>::BLOCK_BYTES;
     const KIND: Kind = <F as Format>::KIND;
-    const SPLIT: avx2_panel::Split = avx2_panel::Split::Halves;
 }
 
 /// Where [`tile_rows`] reads four blocks' scales.
@@ -322,7 +321,7 @@ fn tiles<F: Format, const G: usize>(
     decode: impl Fn(&[u8]) -> Decoded,
 ) {
     let n = acts.len();
-    if n >= <F as avx2_panel::Layout>::MIN_ACTS {
+    if n >= avx2_panel::MIN_ACTS {
         avx2_panel::panels::<F, _>(w, row_bytes, acts, out, decode);
         return;
     }
@@ -382,6 +381,16 @@ fn put<const R: usize, const C: usize>(out: &mut [f32], n: usize, first: usize, 
     }
 }
 
+/// 32 signed bytes as two vectors of 16 i16, each widened straight from memory.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bytes_wide_signed(qs: &[u8]) -> (__m256i, __m256i) {
+    (
+        _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&qs[..16])),
+        _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&qs[16..32])),
+    )
+}
+
 /// 16 bytes of packed nibbles (byte j: value j low, value j + 16 high) as two vectors of 16 i16,
 /// widened before they are split: one `vpmovzxbw`, an `and` and a shift, where unpacking to bytes
 /// first and widening after costs an insert, an extract and two widenings.
@@ -437,9 +446,16 @@ fn fifth_wide(bits: i16) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi16(0x10))
 }
 
-// The formats. Q8_0 keeps `avx2_tile`'s 4 × 2 tiles of 8-lane accumulators: its decode is two
-// widening loads, so the shared reductions here cost more than they save (1536×576, 1 thread:
-// 0.81× at 1 activation, 1.0–1.1× at 4–64).
+// The formats. Q8_0 joined them from `avx2_tile`'s 4 × 2 tiles of 8-lane accumulators, whose
+// eight-part sums made its prefill panels convert and scale 8 parts per block
+// (docs/benchmarks.md, "Widening once").
+
+struct Q8_0;
+impl Format for Q8_0 {
+    const BLOCK_BYTES: usize = 34;
+    const KIND: Kind = Kind::Signed;
+    const SCALES: Scales = Scales::F16;
+}
 
 struct Q4_0;
 impl Format for Q4_0 {
@@ -474,6 +490,12 @@ impl Format for Mxfp4 {
     const BLOCK_BYTES: usize = 17;
     const KIND: Kind = Kind::Signed;
     const SCALES: Scales = Scales::Decoded;
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn tiles_q8_0<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles::<Q8_0, G>(w, row_bytes, acts, out, |b| (bytes_wide_signed(&b[2..]), f16_at(b), 0.0));
 }
 
 #[inline]

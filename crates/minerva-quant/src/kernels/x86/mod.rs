@@ -2,7 +2,7 @@
 //!
 //! * [`AVX2`] — the dequantizers (`avx2_dequant.rs`), which need AVX2 alone;
 //! * [`AVX2_FMA_F16C`] — the matmul kernels: tiles of rows × activations for the 32-value block
-//!   formats (`avx2_tile.rs`; against i16 activations `avx2_tile_i16.rs`, Q8_0 excepted; from 8
+//!   formats (`avx2_tile.rs`; against i16 activations `avx2_tile_i16.rs`; from 8
 //!   activations on, panels of 8 rows unpacked once per call, `avx2_panel.rs`), one row ×
 //!   `K_QUANT_ACTS` activations for Q2_K…Q6_K (`avx2_tile_k.rs`), per-row dot kernels for
 //!   the float formats (`avx2_dot.rs`).
@@ -103,7 +103,7 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(F32).simd_dot(dot!(avx2_dot::dot_f32)),
         Kernels::new(F16).simd_dot(dot!(avx2_dot::dot_f16)),
         Kernels::new(BF16).simd_dot(dot!(avx2_dot::dot_bf16)),
-        Kernels::new(Q8_0).tile(avx2_tile!(tiles_q8_0)).tile_i16(avx2_tile!(tiles_i16_q8_0)),
+        Kernels::new(Q8_0).tile(avx2_tile!(tiles_q8_0)).tile_i16(tile!(avx2_tile_i16::tiles_q8_0::<I16_ACT_GROUPS>)),
         Kernels::new(Q4_0).tile(avx2_tile!(tiles_q4_0)).tile_i16(tile!(avx2_tile_i16::tiles_q4_0::<I16_ACT_GROUPS>)),
         Kernels::new(Q4_1).tile(avx2_tile!(tiles_q4_1)).tile_i16(tile!(avx2_tile_i16::tiles_q4_1::<I16_ACT_GROUPS>)),
         Kernels::new(Q5_0).tile(avx2_tile!(tiles_q5_0)).tile_i16(tile!(avx2_tile_i16::tiles_q5_0::<I16_ACT_GROUPS>)),
