@@ -139,6 +139,42 @@ fn add_with_minimums<const A: usize>(
     }
 }
 
+/// Adds a super-block's integer `sums`, scaled by `d_w·d_a`, into `acc`, and its offset's term
+/// `d_w·d_a·k·Σ s·bsums` into `off` (`scales`: 16 i16, each sub-block's scale against each of its
+/// `bsums`; `k` the offset every quant carries), for Q6_K (`k` = 32) and Q3_K (`k` = 4).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+fn add_with_offsets<const A: usize>(
+    d_w: f32,
+    k: i32,
+    scales: __m256i,
+    group: &[Activation<'_>; A],
+    b: usize,
+    sums: &[__m256i; A],
+    acc: &mut [__m256; A],
+    off: &mut [f32; A],
+) {
+    for j in 0..A {
+        let act = &group[j];
+        let offset = hsum_epi32(_mm256_madd_epi16(scales, bsums(act, b)));
+        let scale = d_w * act.d[b];
+        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums[j]), acc[j]);
+        off[j] += scale * (k * offset) as f32;
+    }
+}
+
+/// `sums[j] += madd(maddubs(q, activation j's quants start..start + 32), scale)`: 32 unsigned
+/// quants against each activation, the pairs' products weighted by their sub-blocks' scales.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn add_products<const A: usize>(q: __m256i, scale: __m256i, a: &[&[u8]; A], start: usize, sums: &mut [__m256i; A]) {
+    for j in 0..A {
+        let products = _mm256_maddubs_epi16(q, load32(&a[j][start..]));
+        sums[j] = _mm256_add_epi32(sums[j], _mm256_madd_epi16(products, scale));
+    }
+}
+
 /// Q4_K, or with `FIFTH` Q5_K: 8 sub-blocks of 32 values, 6-bit scales and minimums. Q5_K adds
 /// the fifth bits: bit `j` of `qh[i]` is the high bit of value `32·j + i`, so sub-block `j` takes
 /// bit `j` of each of the 32 `qh` bytes, moved to 0x10 and OR-ed onto the nibbles (quants 0..=31,
@@ -219,20 +255,10 @@ fn q6_k_step<const A: usize>(
         for (quarter, q6) in quarters.into_iter().enumerate() {
             let start = 128 * half + 32 * quarter;
             let scale = pair_scales(scales[start / 16], scales[start / 16 + 1]);
-            for k in 0..A {
-                let products = _mm256_maddubs_epi16(q6, load32(&a[k][start..]));
-                sums[k] = _mm256_add_epi32(sums[k], _mm256_madd_epi16(products, scale));
-            }
+            add_products(q6, scale, &a, start, &mut sums);
         }
     }
-    let d_w = f16_at(&w[208..]);
-    for k in 0..A {
-        let act = &group[k];
-        let offset = hsum_epi32(_mm256_madd_epi16(scales_wide, bsums(act, b)));
-        let scale = d_w * act.d[b];
-        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums[k]), acc[k]);
-        off[k] += scale * (32 * offset) as f32;
-    }
+    add_with_offsets(f16_at(&w[208..]), 32, scales_wide, group, b, &sums, acc, off);
 }
 
 /// Quarter `quarter` (0..4) of Q2_K/Q3_K's packed 2-bit quants: bits `2·quarter..` of each byte.
@@ -265,10 +291,7 @@ fn q2_k_step<const A: usize>(
             let start = 128 * half + 32 * quarter;
             let (lo, hi) = (scales[start / 16] & 0x0F, scales[start / 16 + 1] & 0x0F);
             let scale = pair_scales(i16::from(lo), i16::from(hi));
-            for k in 0..A {
-                let products = _mm256_maddubs_epi16(q, load32(&a[k][start..]));
-                sums[k] = _mm256_add_epi32(sums[k], _mm256_madd_epi16(products, scale));
-            }
+            add_products(q, scale, &a, start, &mut sums);
         }
     }
     add_with_minimums((f16_at(&w[80..]), f16_at(&w[82..])), mins, group, b, &sums, acc, off);
@@ -303,20 +326,10 @@ fn q3_k_step<const A: usize>(
             let start = 128 * half + 32 * quarter;
             let sub = start / 16;
             let scale = pair_scales(i16::from(scales[sub]), i16::from(scales[sub + 1]));
-            for k in 0..A {
-                let products = _mm256_maddubs_epi16(q, load32(&a[k][start..]));
-                sums[k] = _mm256_add_epi32(sums[k], _mm256_madd_epi16(products, scale));
-            }
+            add_products(q, scale, &a, start, &mut sums);
         }
     }
-    let d_w = f16_at(&w[108..]);
-    for k in 0..A {
-        let act = &group[k];
-        let offset = hsum_epi32(_mm256_madd_epi16(scales_wide, bsums(act, b)));
-        let scale = d_w * act.d[b];
-        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums[k]), acc[k]);
-        off[k] += scale * (4 * offset) as f32;
-    }
+    add_with_offsets(f16_at(&w[108..]), 4, scales_wide, group, b, &sums, acc, off);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
