@@ -82,7 +82,7 @@ pub use ggml::q8::{
     BlockQ8_0, BlockQ8_K, dequantize_row_q8_0_ref, dequantize_row_q8_k_ref, quantize_row_q8_0_ref,
     quantize_row_q8_k_ref,
 };
-pub use kernels::{CpuKernels, cpu_kernels, detected_isas};
+pub use kernels::{CpuKernels, ISAS_VAR, cpu_kernels, detected_isas};
 pub use matmul::{
     activation_dtype, has_fast_matmul, has_i16_matmul, matmul, matmul_i16, matmul_i16_ref, matmul_ref, matmul_with_isa,
     matvec, matvec_ref,

@@ -207,6 +207,8 @@ pub(crate) const SCALAR: &str = "scalar";
 /// the earlier one's kernel is used.
 const ISAS: &[Isa] = &[
     #[cfg(target_arch = "x86_64")]
+    x86::AVX512_VNNI,
+    #[cfg(target_arch = "x86_64")]
     x86::AVX2_FMA_F16C,
     #[cfg(target_arch = "x86_64")]
     x86::AVX2,
@@ -272,7 +274,20 @@ pub fn cpu_kernels(dtype: DType) -> CpuKernels {
 /// reference. ISAs are detected once, at the first call.
 pub(crate) fn selected(dtype: DType) -> &'static Selected {
     static SELECTED: OnceLock<Vec<Selected>> = OnceLock::new();
-    &SELECTED.get_or_init(|| select(ISAS.iter().filter(|isa| (isa.detected)())))[dtype as usize]
+    &SELECTED.get_or_init(|| {
+        let allowed = std::env::var(ISAS_VAR).ok();
+        select(ISAS.iter().filter(|isa| (isa.detected)() && is_allowed(isa.name, allowed.as_deref())))
+    })[dtype as usize]
+}
+
+/// The environment variable that limits the instruction sets [`selected`] may use to those it
+/// names, comma-separated (e.g. `MINERVA_CPU_ISAS=avx2+fma+f16c,avx2`; empty: the reference
+/// only), to compare kernels on one machine; unset, every detected one.
+pub const ISAS_VAR: &str = "MINERVA_CPU_ISAS";
+
+/// Whether `name` is in the comma-separated `allowed` list (`None`: every ISA is).
+fn is_allowed(name: &str, allowed: Option<&str>) -> bool {
+    allowed.is_none_or(|list| list.split(',').any(|item| item.trim() == name))
 }
 
 /// The instruction sets with kernels that this CPU runs, best first, then `"scalar"` (the
@@ -356,6 +371,14 @@ mod tests {
                 assert!(row.dtype.block_elems().is_multiple_of(format.block_elems()), "{}", row.dtype);
             }
         }
+    }
+
+    #[test]
+    fn the_isa_list_names_whole_isas() {
+        assert!(is_allowed("avx2", None));
+        assert!(is_allowed("avx2", Some("avx2+fma+f16c, avx2")));
+        assert!(!is_allowed("avx2+fma+f16c", Some("avx2")));
+        assert!(!is_allowed("avx2", Some("")));
     }
 
     #[test]

@@ -65,7 +65,7 @@ thread_local! {
 /// 8 × 8 i32 transpose: lane r of output p = lane p of input r.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
+pub(super) fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
     let t = [
         _mm256_unpacklo_epi32(v[0], v[1]),
         _mm256_unpackhi_epi32(v[0], v[1]),

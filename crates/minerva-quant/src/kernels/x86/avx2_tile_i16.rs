@@ -49,7 +49,7 @@ use crate::kernels::BlockKind as Kind;
 
 /// One decoded weight block: its 32 quants as i16 (values 0..16, 16..32), scale and minimum (0
 /// unless `Kind::Min`).
-type Decoded = ((__m256i, __m256i), f32, f32);
+pub(super) type Decoded = ((__m256i, __m256i), f32, f32);
 
 /// Rows per tile.
 const ROWS: usize = 4;
@@ -450,92 +450,115 @@ fn fifth_wide(bits: i16) -> __m256i {
 // eight-part sums made its prefill panels convert and scale 8 parts per block
 // (docs/benchmarks.md, "Widening once").
 
-struct Q8_0;
+pub(super) struct Q8_0;
 impl Format for Q8_0 {
     const BLOCK_BYTES: usize = 34;
     const KIND: Kind = Kind::Signed;
     const SCALES: Scales = Scales::F16;
 }
 
-struct Q4_0;
+pub(super) struct Q4_0;
 impl Format for Q4_0 {
     const BLOCK_BYTES: usize = 18;
     const KIND: Kind = Kind::Offset(8);
     const SCALES: Scales = Scales::F16;
 }
 
-struct Q4_1;
+pub(super) struct Q4_1;
 impl Format for Q4_1 {
     const BLOCK_BYTES: usize = 20;
     const KIND: Kind = Kind::Min;
     const SCALES: Scales = Scales::F16;
 }
 
-struct Q5_0;
+pub(super) struct Q5_0;
 impl Format for Q5_0 {
     const BLOCK_BYTES: usize = 22;
     const KIND: Kind = Kind::Offset(16);
     const SCALES: Scales = Scales::F16;
 }
 
-struct Q5_1;
+pub(super) struct Q5_1;
 impl Format for Q5_1 {
     const BLOCK_BYTES: usize = 24;
     const KIND: Kind = Kind::Min;
     const SCALES: Scales = Scales::F16;
 }
 
-struct Mxfp4;
+pub(super) struct Mxfp4;
 impl Format for Mxfp4 {
     const BLOCK_BYTES: usize = 17;
     const KIND: Kind = Kind::Signed;
     const SCALES: Scales = Scales::Decoded;
 }
 
+// Each format's block decoder, shared by these tiles and the AVX-512 panels.
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_q8_0<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<Q8_0, G>(w, row_bytes, acts, out, |b| (bytes_wide_signed(&b[2..]), f16_at(b), 0.0));
+pub(super) fn decode_q8_0(b: &[u8]) -> Decoded {
+    (bytes_wide_signed(&b[2..]), f16_at(b), 0.0)
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_q4_0<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<Q4_0, G>(w, row_bytes, acts, out, |b| (nibbles_wide(&b[2..]), f16_at(b), 0.0));
+pub(super) fn decode_q4_0(b: &[u8]) -> Decoded {
+    (nibbles_wide(&b[2..]), f16_at(b), 0.0)
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_q4_1<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<Q4_1, G>(w, row_bytes, acts, out, |b| {
-        let (d, m) = f16_pair_at(b);
-        (nibbles_wide(&b[4..]), d, m)
-    });
+pub(super) fn decode_q4_1(b: &[u8]) -> Decoded {
+    let (d, m) = f16_pair_at(b);
+    (nibbles_wide(&b[4..]), d, m)
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_q5_0<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<Q5_0, G>(w, row_bytes, acts, out, |b| (q5_wide(&b[2..6], &b[6..]), f16_at(b), 0.0));
+pub(super) fn decode_q5_0(b: &[u8]) -> Decoded {
+    (q5_wide(&b[2..6], &b[6..]), f16_at(b), 0.0)
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_q5_1<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles::<Q5_1, G>(w, row_bytes, acts, out, |b| {
-        let (d, m) = f16_pair_at(b);
-        (q5_wide(&b[4..8], &b[8..]), d, m)
-    });
+pub(super) fn decode_q5_1(b: &[u8]) -> Decoded {
+    let (d, m) = f16_pair_at(b);
+    (q5_wide(&b[4..8], &b[8..]), d, m)
 }
+
+/// The doubled E2M1 values' magnitudes, by nibble.
+const MXFP4_MAGNITUDES: [u8; 16] = {
+    let mut magnitudes = [0; 16];
+    let mut i = 0;
+    while i < 16 {
+        magnitudes[i] = KVALUES_MXFP4[i].unsigned_abs();
+        i += 1;
+    }
+    magnitudes
+};
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn tiles_mxfp4<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    // The doubled E2M1 values' magnitudes, by nibble.
-    let magnitudes = KVALUES_MXFP4.map(i8::unsigned_abs);
-    let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(&magnitudes));
-    tiles::<Mxfp4, G>(w, row_bytes, acts, out, |b| {
-        let (low, high) = nibbles_wide(&b[1..]);
-        (e2m1_wide(table, low, high), e8m0_to_f32_half(b[0]), 0.0)
-    });
+pub(super) fn decode_mxfp4(b: &[u8]) -> Decoded {
+    let table = _mm256_broadcastsi128_si256(pod_read_unaligned::<__m128i>(&MXFP4_MAGNITUDES));
+    let (low, high) = nibbles_wide(&b[1..]);
+    (e2m1_wide(table, low, high), e8m0_to_f32_half(b[0]), 0.0)
 }
+
+/// The tile kernel of one format: [`tiles`] with its decoder.
+macro_rules! format_tiles {
+    ($name:ident, $format:ty, $decode:ident) => {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $name<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+            tiles::<$format, G>(w, row_bytes, acts, out, |b| $decode(b));
+        }
+    };
+}
+
+format_tiles!(tiles_q8_0, Q8_0, decode_q8_0);
+format_tiles!(tiles_q4_0, Q4_0, decode_q4_0);
+format_tiles!(tiles_q4_1, Q4_1, decode_q4_1);
+format_tiles!(tiles_q5_0, Q5_0, decode_q5_0);
+format_tiles!(tiles_q5_1, Q5_1, decode_q5_1);
+format_tiles!(tiles_mxfp4, Mxfp4, decode_mxfp4);

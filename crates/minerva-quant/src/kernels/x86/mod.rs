@@ -5,7 +5,9 @@
 //!   formats (`avx2_tile.rs`; against i16 activations `avx2_tile_i16.rs`; from 8
 //!   activations on, panels of 8 rows unpacked once per call, `avx2_panel.rs`), one row ×
 //!   `K_QUANT_ACTS` activations for Q2_K…Q6_K (`avx2_tile_k.rs`), per-row dot kernels for
-//!   the float formats (`avx2_dot.rs`).
+//!   the float formats (`avx2_dot.rs`);
+//! * [`AVX512_VNNI`] — from [`avx512_panel::MIN_ACTS`] activations on, the i16 panels 16 rows wide
+//!   with `vpdpwssd` (`avx512_panel.rs`), the AVX2 tiles below; bit for bit the AVX2 results.
 //!
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
 //! them, which the kernel table uses only after the ISA's `detected` check has passed.
@@ -20,6 +22,7 @@ mod avx2_tile;
 mod avx2_tile_i16;
 mod avx2_tile_k;
 mod avx2_vector;
+mod avx512_panel;
 
 use std::arch::is_x86_feature_detected as has;
 
@@ -114,6 +117,23 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(Q4_K).tile(tile!(avx2_tile_k::tiles_q4_k::<K_QUANT_ACTS>)),
         Kernels::new(Q5_K).tile(tile!(avx2_tile_k::tiles_q5_k::<K_QUANT_ACTS>)),
         Kernels::new(Q6_K).tile(tile!(avx2_tile_k::tiles_q6_k::<K_QUANT_ACTS>)),
+    ],
+};
+
+/// AVX-512 (F, BW) with VNNI on top of AVX2 + FMA + F16C: the i16 matmul of the 32-value block
+/// formats (Q2_K…Q6_K and the float formats keep the AVX2 row's kernels).
+pub(super) const AVX512_VNNI: Isa = Isa {
+    name: "avx512+vnni",
+    detected: || {
+        has!("avx2") && has!("fma") && has!("f16c") && has!("avx512f") && has!("avx512bw") && has!("avx512vnni")
+    },
+    rows: &[
+        Kernels::new(Q8_0).tile_i16(tile!(avx512_panel::kernel_q8_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q4_0).tile_i16(tile!(avx512_panel::kernel_q4_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q4_1).tile_i16(tile!(avx512_panel::kernel_q4_1::<I16_ACT_GROUPS>)),
+        Kernels::new(Q5_0).tile_i16(tile!(avx512_panel::kernel_q5_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q5_1).tile_i16(tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>)),
+        Kernels::new(MXFP4).tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>)),
     ],
 };
 
