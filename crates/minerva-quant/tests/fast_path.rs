@@ -37,7 +37,8 @@ fn cpu_kernels_name_the_instruction_set_of_each_entry() {
             let want = CpuKernels { dequantize: avx2, matmul: fma, matmul_i16: i16 };
             assert_eq!(cpu_kernels(DType::Q4_0), want);
             assert_eq!(cpu_kernels(DType::Q5_0), CpuKernels { dequantize: scalar, ..want });
-            assert_eq!(cpu_kernels(DType::Q6_K), CpuKernels { matmul_i16: None, ..want });
+            let k = if vnni { Some("avx512+vnni") } else { fma };
+            assert_eq!(cpu_kernels(DType::Q6_K), CpuKernels { matmul: k, matmul_i16: None, ..want });
             assert_eq!(q3_k, CpuKernels { dequantize: scalar, matmul: fma, matmul_i16: None });
         }
     }

@@ -249,9 +249,10 @@ fn many_activations_equal_one_vector_at_a_time() {
     }
 }
 
-/// The AVX-512 panels run the AVX2 panels' and tiles' arithmetic lane for lane: the same i16
-/// results bit for bit, over panels of 16 rows with a partial last one and activation counts on
-/// either side of the panels' threshold (8) and of their 8-wide steps.
+/// The AVX-512 panels run the AVX2 kernels' arithmetic lane for lane: the same results bit for
+/// bit (i16 activations for the 32-value formats, Q8_K for Q4_K and Q6_K), over panels of 16 rows
+/// with a partial last one and activation counts on either side of the panels' threshold (16) and
+/// of their steps (8 and 2 activations).
 #[test]
 fn avx512_panels_equal_the_avx2_kernels_bit_for_bit() {
     let isas = detected_isas();
@@ -259,14 +260,15 @@ fn avx512_panels_equal_the_avx2_kernels_bit_for_bit() {
         eprintln!("no AVX-512 VNNI on this CPU: its kernels are not run here");
         return;
     }
-    for dtype in I16_DTYPES {
+    let cases = I16_DTYPES.iter().map(|&d| (d, true)).chain([(DType::Q4_K, false), (DType::Q6_K, false)]);
+    for (dtype, i16) in cases {
         let (rows, cols) = (37, shape_for(dtype, 3));
         let weights = random_weights(dtype, rows, cols, 21);
-        for n in [7, 8, 9, 19, 70] {
+        for n in [7, 15, 16, 17, 19, 70] {
             let xs = random_values(n * cols, 23 + n as u64);
             let [wide, narrow] = ["avx512+vnni", "avx2+fma+f16c"].map(|isa| {
                 let mut ys = vec![f32::NAN; n * rows];
-                matmul_with_isa(isa, true, dtype, &weights, rows, cols, &xs, n, &mut ys).expect(isa);
+                matmul_with_isa(isa, i16, dtype, &weights, rows, cols, &xs, n, &mut ys).expect(isa);
                 ys
             });
             assert!(wide == narrow, "{dtype} n {n}");

@@ -77,7 +77,7 @@ fn tiles<const A: usize>(
 /// stalled the store-to-load forwarding.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k4_scales_mins(w: &[u8]) -> (__m128i, __m128i) {
+pub(super) fn k4_scales_mins(w: &[u8]) -> (__m128i, __m128i) {
     const LOW6: u32 = 0x3F3F_3F3F;
     const LOW4: u32 = 0x0F0F_0F0F;
     const LOW2: u32 = 0x0303_0303;

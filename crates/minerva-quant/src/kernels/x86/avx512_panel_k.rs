@@ -1,0 +1,338 @@
+//! AVX-512 VNNI panel kernels for Q4_K and Q6_K prefill against Q8_K activations, when a call
+//! brings [`MIN_ACTS`] or more of them (fewer go to `avx2_tile_k`).
+//!
+//! `avx2_tile_k` decodes each super-block again for every 4 activations and spends most of its
+//! instructions there. Here 16 rows are decoded once per call into a panel of i16 weights, each
+//! quant already multiplied by its sub-block's scale (at most 63 · 63, so exact in i16), laid out
+//! across the rows; the activations are widened to i16 once per call:
+//!
+//! ```text
+//!   slot s of a super-block (s = 0..128): lane r = row r's scaled pair (value 2s, value 2s + 1)
+//!   S_l += dpwssd(slot s, broadcast(activation pair s))   for the slots of lane l (below)
+//! ```
+//!
+//! The results must equal `avx2_tile_k`'s bit for bit (a row's output may not depend on how many
+//! activations came with it). Its integer sum per super-block has 8 lanes, lane `l` holding values
+//! `32c + 4l .. 32c + 4l + 4` of every 32-value chunk `c`, each product weighted by its sub-block's
+//! scale: the same integers as `S_l` here (slots `16c + 2l` and `16c + 2l + 1`), exactly. Each `S_l`
+//! is then converted and scaled as its lane is there, the minimum or offset term computed as its
+//! integer and f32 operations are, and the 8 lanes added in `hsum_ps`'s order.
+//!
+//! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
+//! promises AVX2, FMA, F16C, AVX-512F/BW and AVX-512 VNNI (see `super::AVX512_VNNI`).
+
+use core::arch::x86_64::{
+    __m128i, __m256i, __m512, __m512i, _mm256_and_si256, _mm256_castsi256_si128, _mm256_cvtepi8_epi16,
+    _mm256_cvtepu8_epi16, _mm256_cvtepu16_epi32, _mm256_extracti128_si256, _mm256_mullo_epi16, _mm256_or_si256,
+    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srli_epi16,
+    _mm512_add_ps, _mm512_castsi256_si512, _mm512_castsi512_ps, _mm512_cvtepi32_ps, _mm512_fmadd_ps,
+    _mm512_inserti64x4, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32,
+    _mm512_sub_ps,
+};
+use std::cell::RefCell;
+
+use bytemuck::pod_read_unaligned;
+
+use super::avx2_dot::{f16_at, load32};
+use super::avx2_panel::transpose8;
+use super::avx2_tile_k::{self as tile_k, k4_scales_mins};
+use crate::activation::Activation;
+
+/// Fewest activations for which a call packs panels (as the 32-value formats' AVX-512 panels).
+pub(super) const MIN_ACTS: usize = 16;
+
+/// Rows per panel: one i32 lane each.
+const ROWS: usize = 16;
+
+/// Activations per step: each slot is loaded once for both (their 16 integer sums and 16 f32
+/// accumulators fill the 32 vector registers).
+const ACTS: usize = 2;
+
+/// Values per super-block, and i16 pairs (slots) per super-block.
+const VALUES: usize = 256;
+const SLOTS: usize = VALUES / 2;
+
+/// One super-block of a panel: slots `0..128` the scaled quants, `128..136` the weights of the
+/// minimum (Q4_K: `(m_j, m_j)` against `bsums` `2j, 2j + 1`) or offset (Q6_K: the scales) term,
+/// `136` the rows' `d`, `137` their `dmin` (f32 bits).
+type PanelBlock = [__m512i; SLOTS + 10];
+
+/// One row's super-block decoded: its 256 scaled quants (16 per vector, in value order), the 16
+/// i16 weights of its minimum or offset term, `d` and `dmin`.
+type Decoded = ([__m256i; 16], __m256i, f32, f32);
+
+/// A K-quant as the panels read it.
+trait Format {
+    const BLOCK_BYTES: usize;
+    /// Q6_K: the −32 every quant carries, taken off through the `bsums`; Q4_K: none (a minimum).
+    const OFFSET: Option<i32>;
+}
+
+struct Q4K;
+impl Format for Q4K {
+    const BLOCK_BYTES: usize = 144;
+    const OFFSET: Option<i32> = None;
+}
+
+struct Q6K;
+impl Format for Q6K {
+    const BLOCK_BYTES: usize = 210;
+    const OFFSET: Option<i32> = Some(32);
+}
+
+thread_local! {
+    /// The current row group's panel, kept per thread (about 9 KiB per super-block).
+    static PANEL: RefCell<Vec<PanelBlock>> = const { RefCell::new(Vec::new()) };
+    /// The call's activations, widened (see [`ActBlock`]).
+    static ACT_BLOCKS: RefCell<Vec<ActBlock>> = const { RefCell::new(Vec::new()) };
+}
+
+/// 32 unsigned quants (bytes) times `scale_low` (values 0..16) and `scale_high` (16..32), as i16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn scaled(q: __m256i, scale_low: i16, scale_high: i16) -> [__m256i; 2] {
+    [
+        _mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)), _mm256_set1_epi16(scale_low)),
+        _mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(q)), _mm256_set1_epi16(scale_high)),
+    ]
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn decode_q4_k(w: &[u8]) -> Decoded {
+    let (scales, mins) = k4_scales_mins(w);
+    let sc: [i16; 8] = bytemuck::cast(scales);
+    let mask = _mm256_set1_epi8(0x0F);
+    let mut values = [_mm256_setzero_si256(); 16];
+    for chunk in 0..4 {
+        let packed = load32(&w[16 + 32 * chunk..]);
+        let low = _mm256_and_si256(packed, mask);
+        let high = _mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask);
+        let (j_low, j_high) = (2 * chunk, 2 * chunk + 1);
+        [values[4 * chunk], values[4 * chunk + 1]] = scaled(low, sc[j_low], sc[j_low]);
+        [values[4 * chunk + 2], values[4 * chunk + 3]] = scaled(high, sc[j_high], sc[j_high]);
+    }
+    let mins = _mm256_cvtepu16_epi32(mins);
+    let mins_twice = _mm256_or_si256(mins, _mm256_slli_epi32::<16>(mins));
+    (values, mins_twice, f16_at(w), f16_at(&w[2..]))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn decode_q6_k(w: &[u8]) -> Decoded {
+    let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
+    let sc: [i16; 16] = std::array::from_fn(|i| i16::from(w[192 + i] as i8));
+    let mut values = [_mm256_setzero_si256(); 16];
+    for half in 0..2 {
+        let ql = &w[64 * half..];
+        let (lo, hi) = (load32(ql), load32(&ql[32..]));
+        let h = load32(&w[128 + 32 * half..]);
+        let high2 = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, low2));
+        let quarters = [
+            _mm256_or_si256(_mm256_and_si256(lo, low4), high2(h)),
+            _mm256_or_si256(_mm256_and_si256(hi, low4), high2(_mm256_srli_epi16::<2>(h))),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(lo), low4), high2(_mm256_srli_epi16::<4>(h))),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(hi), low4), high2(_mm256_srli_epi16::<6>(h))),
+        ];
+        for (quarter, q6) in quarters.into_iter().enumerate() {
+            let sub = 8 * half + 2 * quarter;
+            [values[sub], values[sub + 1]] = scaled(q6, sc[sub], sc[sub + 1]);
+        }
+    }
+    let scales_wide = _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&w[192..208]));
+    (values, scales_wide, f16_at(&w[208..]), 0.0)
+}
+
+/// Lanes 0..8 from `low`, 8..16 from `high`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn join(low: __m256i, high: __m256i) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(low), high)
+}
+
+/// 16 rows' vectors of 8 i32 each, transposed into 8 slots of 16 lanes (lane r = row r).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn across_rows(v: &[__m256i; ROWS], slots: &mut [__m512i]) {
+    let first = transpose8(std::array::from_fn(|r| v[r]));
+    let second = transpose8(std::array::from_fn(|r| v[8 + r]));
+    for p in 0..8 {
+        slots[p] = join(first[p], second[p]);
+    }
+}
+
+/// Decodes up to 16 rows (the missing ones as zeros) into `panel`, one entry per super-block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn pack<F: Format>(rows: &[&[u8]], panel: &mut [PanelBlock], decode: fn(&[u8]) -> Decoded) {
+    let zero = _mm256_setzero_si256();
+    for (b, entry) in panel.iter_mut().enumerate() {
+        let mut values = [[zero; 16]; ROWS];
+        let (mut extra, mut d, mut dmin) = ([zero; ROWS], [0.0f32; ROWS], [0.0f32; ROWS]);
+        for (r, row) in rows.iter().enumerate() {
+            (values[r], extra[r], d[r], dmin[r]) = decode(&row[F::BLOCK_BYTES * b..F::BLOCK_BYTES * (b + 1)]);
+        }
+        for g in 0..16 {
+            across_rows(&std::array::from_fn(|r| values[r][g]), &mut entry[8 * g..8 * g + 8]);
+        }
+        across_rows(&extra, &mut entry[SLOTS..SLOTS + 8]);
+        entry[SLOTS + 8] = bytemuck::cast(d);
+        entry[SLOTS + 9] = bytemuck::cast(dmin);
+    }
+}
+
+/// [`ACTS`] activations' values at one super-block, widened to i16, side by side.
+#[derive(Clone, Copy)]
+struct ActBlock {
+    q: [[i16; VALUES]; ACTS],
+    d: [f32; ACTS],
+    bsums: [[i16; 16]; ACTS],
+}
+
+const EMPTY: ActBlock = ActBlock { q: [[0; VALUES]; ACTS], d: [0.0; ACTS], bsums: [[0; 16]; ACTS] };
+
+/// Lays `acts` out as [`ActBlock`]s: group `g` at super-block `b` is entry `g·blocks + b`; a last
+/// group short of [`ACTS`] is filled with zeros.
+fn lay_out(acts: &[Activation<'_>], blocks: usize, out: &mut Vec<ActBlock>) {
+    out.clear();
+    out.resize(acts.len().div_ceil(ACTS) * blocks, EMPTY);
+    for (group, acts) in out.chunks_exact_mut(blocks).zip(acts.chunks(ACTS)) {
+        for (j, act) in acts.iter().enumerate() {
+            let quants = act.qs[..VALUES * blocks].chunks_exact(VALUES);
+            let values = quants.zip(&act.d[..blocks]).zip(act.bsums[..16 * blocks].chunks_exact(16));
+            for (entry, ((q, &d), bsums)) in group.iter_mut().zip(values) {
+                for (wide, &byte) in entry.q[j].iter_mut().zip(q) {
+                    *wide = i16::from(byte as i8);
+                }
+                entry.d[j] = d;
+                entry.bsums[j].copy_from_slice(bsums);
+            }
+        }
+    }
+}
+
+/// `s + Σ` of the products of `w`'s i16 pairs with the pair at `pair` (broadcast to all 16
+/// lanes): one `vpdpwssd`, in `asm!` for the reason `avx512_panel::add_pair_products` gives.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[allow(unsafe_code)]
+fn add_products(s: __m512i, w: __m512i, pair: &[i16]) -> __m512i {
+    let pair = &pair[..2];
+    let mut s = s;
+    // SAFETY: the instruction reads the 4 bytes of `pair` (sliced above, so they exist) and
+    // writes only `s`'s register; the caller promises AVX-512 VNNI (this function's features).
+    unsafe {
+        core::arch::asm!("vpdpwssd {s}, {w}, dword ptr [{p}]{{1to16}}", s = inout(zmm_reg) s, w = in(zmm_reg) w,
+            p = in(reg) pair.as_ptr(), options(pure, readonly, nostack, preserves_flags));
+    }
+    s
+}
+
+/// One panel (16 rows) against one group of [`ACTS`] activations: 16 row results per activation,
+/// as `avx2_tile_k` computes each (row, activation) pair.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn step<F: Format>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
+    let mut acc = [[_mm512_setzero_ps(); 8]; ACTS];
+    let mut off = [_mm512_setzero_ps(); ACTS];
+    for (entry, a) in panel.iter().zip(acts) {
+        // S_l: lane l of `avx2_tile_k`'s sums, slots 16c + 2l and 16c + 2l + 1 of every chunk c.
+        let mut sums = [[_mm512_setzero_si512(); 8]; ACTS];
+        for c in 0..8 {
+            for l in 0..8 {
+                for h in 0..2 {
+                    let s = 16 * c + 2 * l + h;
+                    let w = entry[s];
+                    for (sums, q) in sums.iter_mut().zip(&a.q) {
+                        sums[l] = add_products(sums[l], w, &q[2 * s..]);
+                    }
+                }
+            }
+        }
+        let (dw, dmin) = (_mm512_castsi512_ps(entry[SLOTS + 8]), _mm512_castsi512_ps(entry[SLOTS + 9]));
+        for j in 0..ACTS {
+            let mut extra = _mm512_setzero_si512();
+            for p in 0..8 {
+                extra = add_products(extra, entry[SLOTS + p], &a.bsums[j][2 * p..]);
+            }
+            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[j]));
+            for l in 0..8 {
+                acc[j][l] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sums[j][l]), acc[j][l]);
+            }
+            let term = match F::OFFSET {
+                // `scale · (k · offset) as f32`, with k = 32 a shift.
+                Some(_) => _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_slli_epi32::<5>(extra))),
+                // `dmin_w · d_a · min_sum as f32`.
+                None => _mm512_mul_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(a.d[j])), _mm512_cvtepi32_ps(extra)),
+            };
+            off[j] = _mm512_add_ps(off[j], term);
+        }
+    }
+    // `hsum_ps`'s order: (l0 + l4) + (l2 + l6), then + ((l1 + l5) + (l3 + l7)).
+    std::array::from_fn(|j| {
+        let a = &acc[j];
+        let t: [__m512; 4] = std::array::from_fn(|l| _mm512_add_ps(a[l], a[l + 4]));
+        let total = _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3]));
+        _mm512_sub_ps(total, off[j])
+    })
+}
+
+/// Every row of `w` against every activation, `out` row-major (rows × acts), through panels of 16
+/// rows: `avx2_tile_k`'s results, bit for bit.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn panels<F: Format>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+    decode: fn(&[u8]) -> Decoded,
+) {
+    let n = acts.len();
+    let blocks = row_bytes / F::BLOCK_BYTES;
+    ACT_BLOCKS.with_borrow_mut(|act_blocks| {
+        lay_out(acts, blocks, act_blocks);
+        PANEL.with_borrow_mut(|panel| {
+            panel.resize(blocks, [_mm512_setzero_si512(); SLOTS + 10]);
+            for (group, out) in w.chunks(ROWS * row_bytes).zip(out.chunks_mut(ROWS * n)) {
+                let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
+                let mut count = 0;
+                for (row, bytes) in rows.iter_mut().zip(group.chunks_exact(row_bytes)) {
+                    (*row, count) = (bytes, count + 1);
+                }
+                pack::<F>(&rows[..count], panel, decode);
+                for (g, group_acts) in act_blocks.chunks_exact(blocks).enumerate() {
+                    for (j, v) in (ACTS * g..n).zip(step::<F>(panel, group_acts)) {
+                        let v: [f32; ROWS] = bytemuck::cast(v);
+                        for (r, &value) in v.iter().enumerate().take(count) {
+                            out[r * n + j] = value;
+                        }
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// Q4_K × Q8_K: panels from [`MIN_ACTS`] activations, `avx2_tile_k` (`A` activations per pass)
+/// below.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(super) fn kernel_q4_k<const A: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    if acts.len() >= MIN_ACTS {
+        panels::<Q4K>(w, row_bytes, acts, out, |b| decode_q4_k(b));
+    } else {
+        tile_k::tiles_q4_k::<A>(w, row_bytes, acts, out);
+    }
+}
+
+/// Q6_K × Q8_K, as [`kernel_q4_k`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(super) fn kernel_q6_k<const A: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    if acts.len() >= MIN_ACTS {
+        panels::<Q6K>(w, row_bytes, acts, out, |b| decode_q6_k(b));
+    } else {
+        tile_k::tiles_q6_k::<A>(w, row_bytes, acts, out);
+    }
+}
