@@ -1,4 +1,4 @@
-//! AVX-512 VNNI panel kernels for Q4_K and Q6_K prefill against Q8_K activations, when a call
+//! AVX-512 VNNI panel kernels for Q4_K, Q5_K and Q6_K prefill against Q8_K activations, when a call
 //! brings [`MIN_ACTS`] or more of them (fewer go to `avx2_tile_k`).
 //!
 //! `avx2_tile_k` decodes each super-block again for every 4 activations and spends most of its
@@ -22,12 +22,12 @@
 //! promises AVX2, FMA, F16C, AVX-512F/BW and AVX-512 VNNI (see `super::AVX512_VNNI`).
 
 use core::arch::x86_64::{
-    __m128i, __m256i, __m512, __m512i, _mm256_and_si256, _mm256_castsi256_si128, _mm256_cvtepi8_epi16,
-    _mm256_cvtepu8_epi16, _mm256_cvtepu16_epi32, _mm256_extracti128_si256, _mm256_mullo_epi16, _mm256_or_si256,
-    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srli_epi16,
-    _mm512_add_ps, _mm512_castsi256_si512, _mm512_castsi512_ps, _mm512_cvtepi32_ps, _mm512_fmadd_ps,
-    _mm512_inserti64x4, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32,
-    _mm512_sub_ps,
+    __m128i, __m256i, __m512, __m512i, _mm_cvtsi32_si128, _mm256_and_si256, _mm256_castsi256_si128,
+    _mm256_cvtepi8_epi16, _mm256_cvtepu8_epi16, _mm256_cvtepu16_epi32, _mm256_extracti128_si256, _mm256_mullo_epi16,
+    _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32,
+    _mm256_srl_epi16, _mm256_srli_epi16, _mm512_add_ps, _mm512_castsi256_si512, _mm512_castsi512_ps,
+    _mm512_cvtepi32_ps, _mm512_fmadd_ps, _mm512_inserti64x4, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps,
+    _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sub_ps,
 };
 use std::cell::RefCell;
 
@@ -74,6 +74,12 @@ impl Format for Q4K {
     const OFFSET: Option<i32> = None;
 }
 
+struct Q5K;
+impl Format for Q5K {
+    const BLOCK_BYTES: usize = 176;
+    const OFFSET: Option<i32> = None;
+}
+
 struct Q6K;
 impl Format for Q6K {
     const BLOCK_BYTES: usize = 210;
@@ -97,18 +103,29 @@ fn scaled(q: __m256i, scale_low: i16, scale_high: i16) -> [__m256i; 2] {
     ]
 }
 
+/// Q4_K, or with `FIFTH` Q5_K (bit `j` of `qh[i]` the high bit of value `32j + i`, as
+/// `avx2_tile_k` reads it: quants up to 31, times scales up to 63, still exact in i16).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-fn decode_q4_k(w: &[u8]) -> Decoded {
+fn decode_k4<const FIFTH: bool>(w: &[u8]) -> Decoded {
     let (scales, mins) = k4_scales_mins(w);
     let sc: [i16; 8] = bytemuck::cast(scales);
-    let mask = _mm256_set1_epi8(0x0F);
+    let (mask, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+    let qs = &w[if FIFTH { 48 } else { 16 }..];
+    let qh = if FIFTH { load32(&w[16..48]) } else { _mm256_setzero_si256() };
+    let fifth = |j: i32| {
+        if FIFTH {
+            _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one))
+        } else {
+            _mm256_setzero_si256()
+        }
+    };
     let mut values = [_mm256_setzero_si256(); 16];
     for chunk in 0..4 {
-        let packed = load32(&w[16 + 32 * chunk..]);
-        let low = _mm256_and_si256(packed, mask);
-        let high = _mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask);
+        let packed = load32(&qs[32 * chunk..]);
         let (j_low, j_high) = (2 * chunk, 2 * chunk + 1);
+        let low = _mm256_or_si256(_mm256_and_si256(packed, mask), fifth(j_low as i32));
+        let high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask), fifth(j_high as i32));
         [values[4 * chunk], values[4 * chunk + 1]] = scaled(low, sc[j_low], sc[j_low]);
         [values[4 * chunk + 2], values[4 * chunk + 3]] = scaled(high, sc[j_high], sc[j_high]);
     }
@@ -320,9 +337,20 @@ fn panels<F: Format>(
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 pub(super) fn kernel_q4_k<const A: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
     if acts.len() >= MIN_ACTS {
-        panels::<Q4K>(w, row_bytes, acts, out, |b| decode_q4_k(b));
+        panels::<Q4K>(w, row_bytes, acts, out, |b| decode_k4::<false>(b));
     } else {
         tile_k::tiles_q4_k::<A>(w, row_bytes, acts, out);
+    }
+}
+
+/// Q5_K × Q8_K, as [`kernel_q4_k`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(super) fn kernel_q5_k<const A: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    if acts.len() >= MIN_ACTS {
+        panels::<Q5K>(w, row_bytes, acts, out, |b| decode_k4::<true>(b));
+    } else {
+        tile_k::tiles_q5_k::<A>(w, row_bytes, acts, out);
     }
 }
 
