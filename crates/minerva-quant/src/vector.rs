@@ -50,6 +50,24 @@ pub fn weighted_sum(out: &mut [f32], weights: &[f32], rows: &[f32]) {
     (kernels::vector_kernels().weighted_sum)(out, weights, rows)
 }
 
+/// Softmax of `scale · xs[i]` in place; `sink`, if any, is one more logit in the total whose
+/// probability is not written (attention sinks). With AVX2 + FMA: [`exp`]'s polynomial and the
+/// total summed in 8 lanes, so it agrees with [`softmax_ref`] to a few ulp, not bit for bit.
+///
+/// ```
+/// let mut p = [1.0f32, 2.0, 3.0];
+/// minerva_quant::vector::softmax(&mut p, 1.0, None);
+/// assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6 && p[2] > p[1] && p[1] > p[0]);
+/// ```
+pub fn softmax(xs: &mut [f32], scale: f32, sink: Option<f32>) {
+    (kernels::vector_kernels().softmax)(xs, scale, sink)
+}
+
+/// [`softmax`] with the scalar loops and libm's `exp`.
+pub fn softmax_ref(xs: &mut [f32], scale: f32, sink: Option<f32>) {
+    (kernels::SCALAR_VECTOR.softmax)(xs, scale, sink)
+}
+
 /// [`weighted_sum`] with the scalar loops.
 pub fn weighted_sum_ref(out: &mut [f32], weights: &[f32], rows: &[f32]) {
     (kernels::SCALAR_VECTOR.weighted_sum)(out, weights, rows)

@@ -1,7 +1,7 @@
 //! The f32 vector kernels against their scalar loops, at every length around the SIMD widths.
 
 use minerva_quant::vector::{
-    axpy, axpy_ref, dot, dot_ref, dots, exp, exp_ref, vector_isa, weighted_sum, weighted_sum_ref,
+    axpy, axpy_ref, dot, dot_ref, dots, exp, exp_ref, softmax, softmax_ref, vector_isa, weighted_sum, weighted_sum_ref,
 };
 use proptest::prelude::*;
 
@@ -154,5 +154,48 @@ fn avx2_machines_use_the_simd_kernels() {
         assert_eq!(vector_isa(), "avx2+fma");
     } else {
         assert_eq!(vector_isa(), "scalar");
+    }
+}
+
+proptest! {
+    /// `softmax` against the scalar loops (libm `exp`, the total summed in order): each probability
+    /// within the two kernels' `exp` (2 ulp) and summation-order differences of the reference's,
+    /// at every length around the 8 lanes, with and without a sink, and both sum to 1 with it.
+    #[test]
+    fn softmax_matches_the_scalar_loops(
+        logits in prop::collection::vec(-30.0f32..30.0, 0..70),
+        scale in 0.05f32..2.0,
+        sink in prop::option::of(-30.0f32..30.0),
+    ) {
+        let (mut fast, mut reference) = (logits.clone(), logits.clone());
+        softmax(&mut fast, scale, sink);
+        softmax_ref(&mut reference, scale, sink);
+        let tol = 1e-6 + 4.0 * logits.len() as f32 * f32::EPSILON;
+        for (i, (f, r)) in fast.iter().zip(&reference).enumerate() {
+            prop_assert!((f - r).abs() <= tol * r.max(1e-30), "{} {i}: {f} vs {r}", vector_isa());
+        }
+        if !logits.is_empty() {
+            let sink_p = sink.map_or(0.0, |sink| {
+                let max = logits.iter().map(|x| x * scale).fold(sink, f32::max);
+                let total: f32 = logits.iter().map(|x| (x * scale - max).exp()).sum::<f32>() + (sink - max).exp();
+                (sink - max).exp() / total
+            });
+            let sum: f32 = fast.iter().sum::<f32>() + sink_p;
+            prop_assert!((sum - 1.0).abs() < 1e-4, "{sum}");
+        }
+    }
+}
+
+/// A NaN logit poisons the total, so every probability is NaN in both kernels (none panics, and
+/// no lane keeps a finite value the scalar loop would not).
+#[test]
+fn a_nan_logit_makes_every_probability_nan() {
+    for len in [3, 9, 17] {
+        let mut logits: Vec<f32> = (0..len).map(|i| i as f32 / 4.0).collect();
+        logits[len - 2] = f32::NAN;
+        let (mut fast, mut reference) = (logits.clone(), logits);
+        softmax(&mut fast, 1.0, Some(0.5));
+        softmax_ref(&mut reference, 1.0, Some(0.5));
+        assert!(fast.iter().chain(&reference).all(|p| p.is_nan()), "{len}: {fast:?} {reference:?}");
     }
 }

@@ -66,17 +66,7 @@ pub(super) fn attention(
         scores.resize(keys.len() / hd, 0.0);
         vector::dots(scores, query, keys);
         // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
-        let sink = sinks.map(|sinks| sinks[h]);
-        let mut max = sink.unwrap_or(f32::NEG_INFINITY);
-        for s in scores.iter_mut() {
-            *s *= scale;
-            max = max.max(*s);
-        }
-        let mut total = sink.map_or(0.0, |sink| (sink - max).exp());
-        scores.iter_mut().for_each(|p| *p -= max);
-        vector::exp(scores);
-        total += scores.iter().sum::<f32>();
-        scores.iter_mut().for_each(|p| *p /= total);
+        vector::softmax(scores, scale, sinks.map(|sinks| sinks[h]));
         vector::weighted_sum(out, scores, values);
     };
     pool::for_each_chunk_mut(&mut out.data, hd, |i, out| SCRATCH.with_borrow_mut(|scratch| attend(scratch, i, out)));

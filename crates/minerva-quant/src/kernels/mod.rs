@@ -165,6 +165,8 @@ pub(crate) struct VectorKernels {
     pub(crate) axpy: fn(&mut [f32], f32, &[f32]),
     pub(crate) exp: fn(&mut [f32]),
     pub(crate) weighted_sum: fn(&mut [f32], &[f32], &[f32]),
+    /// `(xs, scale, sink)`: `crate::vector::softmax`.
+    pub(crate) softmax: fn(&mut [f32], f32, Option<f32>),
     /// `reference::quantize_i16_blocks`, bit for bit.
     pub(crate) quantize_i16: QuantizeI16Fn,
 }
@@ -181,6 +183,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     axpy: reference::vector_axpy_f32,
     exp: reference::vector_exp_f32,
     weighted_sum: reference::vector_weighted_sum_f32,
+    softmax: reference::vector_softmax_f32,
     quantize_i16: reference::quantize_i16_blocks,
 };
 

@@ -284,3 +284,19 @@ pub(crate) fn quantize_i16_blocks(x: &[f32], q: &mut [i16], d: &mut [f32], sums:
 pub(crate) fn vector_exp_f32(xs: &mut [f32]) {
     xs.iter_mut().for_each(|x| *x = x.exp());
 }
+
+/// Softmax of `scale · x` in place, with `sink` (a logit whose value row is zero) as one more term
+/// of the total: scale, take the maximum, `e^(x − max)` (libm), sum in order, divide.
+pub(crate) fn vector_softmax_f32(xs: &mut [f32], scale: f32, sink: Option<f32>) {
+    let mut max = sink.unwrap_or(f32::NEG_INFINITY);
+    for x in xs.iter_mut() {
+        *x *= scale;
+        max = max.max(*x);
+    }
+    let mut total = sink.map_or(0.0, |sink| (sink - max).exp());
+    for x in xs.iter_mut() {
+        *x = (*x - max).exp();
+        total += *x;
+    }
+    xs.iter_mut().for_each(|x| *x /= total);
+}

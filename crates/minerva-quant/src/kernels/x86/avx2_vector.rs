@@ -114,6 +114,53 @@ pub(super) fn exp_f32(xs: &mut [f32]) {
     }
 }
 
+/// `crate::vector::softmax` in 8 lanes: the scaling, the maximum and the division as the scalar
+/// loops do them (the same values), `e^x` by [`exp8`] (the last < 8 values padded, as [`exp_f32`]
+/// does), the total in 8 partial sums.
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn softmax_f32(xs: &mut [f32], scale: f32, sink: Option<f32>) {
+    let load = |s: &[f32]| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&s[..8]));
+    let (x8, tail) = xs.as_chunks_mut::<8>();
+    let factor = _mm256_set1_ps(scale);
+    // `max_ps(v, m)` keeps `m` where `v` is NaN, as `f32::max` ignores a NaN.
+    let mut lanes_max = _mm256_set1_ps(sink.unwrap_or(f32::NEG_INFINITY));
+    for chunk in x8.iter_mut() {
+        let v = _mm256_mul_ps(load(chunk), factor);
+        *chunk = bytemuck::cast(v);
+        lanes_max = _mm256_max_ps(v, lanes_max);
+    }
+    let lanes: [f32; 8] = bytemuck::cast(lanes_max);
+    let mut max = lanes.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    for x in tail.iter_mut() {
+        *x *= scale;
+        max = max.max(*x);
+    }
+    let shift = _mm256_set1_ps(max);
+    let mut sums = _mm256_setzero_ps();
+    for chunk in x8.iter_mut() {
+        let e = exp8(_mm256_sub_ps(load(chunk), shift));
+        *chunk = bytemuck::cast(e);
+        sums = _mm256_add_ps(sums, e);
+    }
+    let mut total = sink.map_or(0.0, |sink| (sink - max).exp()) + sum_lanes(sums);
+    if !tail.is_empty() {
+        let mut padded = [0.0f32; 8];
+        for (p, x) in padded.iter_mut().zip(tail.iter()) {
+            *p = x - max;
+        }
+        let out: [f32; 8] = bytemuck::cast(exp8(bytemuck::cast(padded)));
+        tail.copy_from_slice(&out[..tail.len()]);
+        total += tail.iter().sum::<f32>();
+    }
+    let divisor = _mm256_set1_ps(total);
+    for chunk in x8.iter_mut() {
+        *chunk = bytemuck::cast(_mm256_div_ps(load(chunk), divisor));
+    }
+    for x in tail.iter_mut() {
+        *x /= total;
+    }
+}
+
 /// `out[i] = Σ_j weights[j]·rows[j·len + i]` (`len = out.len()`, over the whole rows `rows` holds
 /// for `weights`): [`axpy_f32`] of each row onto zeros, with the same roundings in the same order,
 /// but 64 outputs at a time kept in registers while the rows pass, rather than loaded and stored

@@ -158,6 +158,8 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         // SAFETY: as above.
         weighted_sum: |out, weights, rows| unsafe { avx2_vector::weighted_sum_f32(out, weights, rows) },
         // SAFETY: as above.
+        softmax: |xs, scale, sink| unsafe { avx2_vector::softmax_f32(xs, scale, sink) },
+        // SAFETY: as above.
         quantize_i16: |x, q, d, sums| unsafe { avx2_vector::quantize_i16_blocks(x, q, d, sums) },
     })
 }
