@@ -159,27 +159,36 @@ pub(super) fn dequantize_row_q4_k(bytes: &[u8], out: &mut [f32]) {
     }
 }
 
+/// The unsigned quants (0..=63) of one 128-value half of a Q6_K block, as four vectors of 32 bytes
+/// (values `128·half + 32k ..`): quarter k takes its low 4 bits from `ql` (low, low, high, high
+/// nibble of the half's two 32-byte runs) and its high 2 bits from bits `2k..` of `qh`; see the
+/// Q6_K diagram in ggml::k_quants. Shared by the dequantizer and the matmul kernels.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn q6_k_quarters(block: &[u8], half: usize) -> [__m256i; 4] {
+    let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
+    let ql = &block[64 * half..64 * half + 64];
+    let a = pod_read_unaligned::<__m256i>(&ql[..32]);
+    let b = pod_read_unaligned::<__m256i>(&ql[32..]);
+    let h = pod_read_unaligned::<__m256i>(&block[128 + 32 * half..160 + 32 * half]);
+    let high2 = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, low2));
+    [
+        _mm256_or_si256(_mm256_and_si256(a, low4), high2(h)),
+        _mm256_or_si256(_mm256_and_si256(b, low4), high2(_mm256_srli_epi16::<2>(h))),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(a), low4), high2(_mm256_srli_epi16::<4>(h))),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b), low4), high2(_mm256_srli_epi16::<6>(h))),
+    ]
+}
+
 #[target_feature(enable = "avx2")]
 pub(super) fn dequantize_row_q6_k(bytes: &[u8], out: &mut [f32]) {
-    let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
     for (block, values) in bytes.chunks_exact(210).zip(out.chunks_exact_mut(256)) {
         let d = read_f16(&block[208..]);
         let factors: [f32; 16] = std::array::from_fn(|i| d * f32::from(block[192 + i] as i8));
         for (half, values128) in values.chunks_exact_mut(128).enumerate() {
-            let ql = &block[64 * half..64 * half + 64];
-            let a = pod_read_unaligned::<__m256i>(&ql[..32]);
-            let b = pod_read_unaligned::<__m256i>(&ql[32..]);
-            let h = pod_read_unaligned::<__m256i>(&block[128 + 32 * half..160 + 32 * half]);
-            // Quarter k of this half: low 4 bits from `a`/`b` (low, low, high, high nibble), high
-            // 2 bits from bits 2k.. of `h`; see the Q6_K diagram in ggml::k_quants.
-            let high2 = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, low2));
-            let quarters = [
-                _mm256_or_si256(_mm256_and_si256(a, low4), high2(h)),
-                _mm256_or_si256(_mm256_and_si256(b, low4), high2(_mm256_srli_epi16::<2>(h))),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(a), low4), high2(_mm256_srli_epi16::<4>(h))),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b), low4), high2(_mm256_srli_epi16::<6>(h))),
-            ];
-            for (quarter, (q6, values32)) in quarters.into_iter().zip(values128.chunks_exact_mut(32)).enumerate() {
+            for (quarter, (q6, values32)) in
+                q6_k_quarters(block, half).into_iter().zip(values128.chunks_exact_mut(32)).enumerate()
+            {
                 let signed = _mm256_sub_epi8(q6, _mm256_set1_epi8(32));
                 let [lo, hi] = halves(signed);
                 let sub_block = (128 * half + 32 * quarter) / 16;

@@ -28,6 +28,7 @@ use core::arch::x86_64::{
 
 use bytemuck::pod_read_unaligned;
 
+use super::avx2_dequant::q6_k_quarters;
 use super::avx2_dot::{f16_at, hsum_ps, load32, pair_scales};
 use crate::activation::Activation;
 use crate::ggml::k_quants::q3_k_scales;
@@ -88,6 +89,25 @@ pub(super) fn k4_scales_mins(w: &[u8]) -> (__m128i, __m128i) {
     let scales = u64::from(u0 & LOW6) | u64::from((u2 & LOW4) | (((u0 >> 6) & LOW2) << 4)) << 32;
     let mins = u64::from(u1 & LOW6) | u64::from(((u2 >> 4) & LOW4) | (((u1 >> 6) & LOW2) << 4)) << 32;
     (_mm_cvtepu8_epi16(_mm_cvtsi64_si128(scales as i64)), _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mins as i64)))
+}
+
+/// Sub-blocks `2·chunk` and `2·chunk + 1` of a Q4_K super-block (or, with `FIFTH`, Q5_K's, the
+/// fifth bits OR-ed on as 0x10) as 32 unsigned quants each, in value order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn k4_chunk<const FIFTH: bool>(w: &[u8], chunk: usize) -> (__m256i, __m256i) {
+    let mask = _mm256_set1_epi8(0x0F);
+    let packed = load32(&w[if FIFTH { 48 } else { 16 } + 32 * chunk..]);
+    let (low, high) = (_mm256_and_si256(packed, mask), _mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask));
+    if !FIFTH {
+        return (low, high);
+    }
+    let qh = load32(&w[16..48]);
+    let fifth = |j: usize| {
+        let bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32)), _mm256_set1_epi8(1));
+        _mm256_slli_epi16::<4>(bit)
+    };
+    (_mm256_or_si256(low, fifth(2 * chunk)), _mm256_or_si256(high, fifth(2 * chunk + 1)))
 }
 
 /// Σ of the 8 i32 lanes (exact).
@@ -189,29 +209,16 @@ fn k4_step<const FIFTH: bool, const A: usize>(
     acc: &mut [__m256; A],
     off: &mut [f32; A],
 ) {
-    let qs_at = if FIFTH { 48 } else { 16 };
-    let (mask, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
     let (scales, mins) = k4_scales_mins(w);
     let scales = _mm256_broadcastsi128_si256(scales);
     // Sub-block j's scale in all 16 lanes: bytes 2j and 2j + 1 of each 128-bit half.
     let scale_of = |j: i16| _mm256_shuffle_epi8(scales, _mm256_set1_epi16((2 * j) | ((2 * j + 1) << 8)));
     let mins = _mm256_cvtepu16_epi32(mins);
     let mins_twice = _mm256_or_si256(mins, _mm256_slli_epi32::<16>(mins));
-    let qh = if FIFTH { load32(&w[16..48]) } else { _mm256_setzero_si256() };
-    let fifth = |j: i32| {
-        if FIFTH {
-            _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one))
-        } else {
-            _mm256_setzero_si256()
-        }
-    };
     let a = quants(group, b);
-    let qs = &w[qs_at..];
     let mut sums = [_mm256_setzero_si256(); A];
     for chunk in 0..4 {
-        let packed = load32(&qs[32 * chunk..]);
-        let low = _mm256_or_si256(_mm256_and_si256(packed, mask), fifth(2 * chunk as i32));
-        let high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask), fifth(2 * chunk as i32 + 1));
+        let (low, high) = k4_chunk::<FIFTH>(w, chunk);
         let (scale_low, scale_high) = (scale_of(2 * chunk as i16), scale_of(2 * chunk as i16 + 1));
         for k in 0..A {
             let p_low = _mm256_maddubs_epi16(low, load32(&a[k][64 * chunk..]));
@@ -236,23 +243,12 @@ fn q6_k_step<const A: usize>(
     acc: &mut [__m256; A],
     off: &mut [f32; A],
 ) {
-    let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
     let scales: [i16; 16] = std::array::from_fn(|i| i16::from(w[192 + i] as i8));
     let scales_wide = _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&w[192..208]));
     let a = quants(group, b);
     let mut sums = [_mm256_setzero_si256(); A];
     for half in 0..2 {
-        let ql = &w[64 * half..];
-        let (lo, hi) = (load32(ql), load32(&ql[32..]));
-        let h = load32(&w[128 + 32 * half..]);
-        let high2 = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, low2));
-        let quarters = [
-            _mm256_or_si256(_mm256_and_si256(lo, low4), high2(h)),
-            _mm256_or_si256(_mm256_and_si256(hi, low4), high2(_mm256_srli_epi16::<2>(h))),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(lo), low4), high2(_mm256_srli_epi16::<4>(h))),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(hi), low4), high2(_mm256_srli_epi16::<6>(h))),
-        ];
-        for (quarter, q6) in quarters.into_iter().enumerate() {
+        for (quarter, q6) in q6_k_quarters(w, half).into_iter().enumerate() {
             let start = 128 * half + 32 * quarter;
             let scale = pair_scales(scales[start / 16], scales[start / 16 + 1]);
             add_products(q6, scale, &a, start, &mut sums);

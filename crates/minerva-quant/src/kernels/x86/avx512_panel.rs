@@ -59,6 +59,17 @@ fn join(low: __m256i, high: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(low), high)
 }
 
+/// 16 rows' vectors of 8 i32 each, transposed into 8 slots of 16 lanes (lane r = row r).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(super) fn across_rows(v: &[__m256i; ROWS], slots: &mut [__m512i]) {
+    let first = transpose8(std::array::from_fn(|r| v[r]));
+    let second = transpose8(std::array::from_fn(|r| v[8 + r]));
+    for p in 0..8 {
+        slots[p] = join(first[p], second[p]);
+    }
+}
+
 /// Unpacks up to 16 rows (the missing ones as zeros) into `panel`, one entry per block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
@@ -72,13 +83,8 @@ where
         for (r, row) in rows.iter().enumerate() {
             ((lo[r], hi[r]), d[r], m[r]) = decode(&row[block_bytes * b..block_bytes * (b + 1)]);
         }
-        for (half, quants) in [lo, hi].iter().enumerate() {
-            let first = transpose8(std::array::from_fn(|r| quants[r]));
-            let second = transpose8(std::array::from_fn(|r| quants[8 + r]));
-            for p in 0..8 {
-                entry[8 * half + p] = join(first[p], second[p]);
-            }
-        }
+        across_rows(&lo, &mut entry[..8]);
+        across_rows(&hi, &mut entry[8..16]);
         entry[16] = bytemuck::cast(d);
         entry[17] = bytemuck::cast(m);
     }

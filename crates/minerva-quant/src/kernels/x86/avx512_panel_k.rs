@@ -22,20 +22,19 @@
 //! promises AVX2, FMA, F16C, AVX-512F/BW and AVX-512 VNNI (see `super::AVX512_VNNI`).
 
 use core::arch::x86_64::{
-    __m128i, __m256i, __m512, __m512i, _mm_cvtsi32_si128, _mm256_and_si256, _mm256_castsi256_si128,
-    _mm256_cvtepi8_epi16, _mm256_cvtepu8_epi16, _mm256_cvtepu16_epi32, _mm256_extracti128_si256, _mm256_mullo_epi16,
-    _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32,
-    _mm256_srl_epi16, _mm256_srli_epi16, _mm512_add_ps, _mm512_castsi256_si512, _mm512_castsi512_ps,
-    _mm512_cvtepi32_ps, _mm512_fmadd_ps, _mm512_inserti64x4, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps,
-    _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sub_ps,
+    __m128i, __m256i, __m512, __m512i, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_cvtepu8_epi16,
+    _mm256_cvtepu16_epi32, _mm256_extracti128_si256, _mm256_mullo_epi16, _mm256_or_si256, _mm256_set1_epi16,
+    _mm256_setzero_si256, _mm256_slli_epi32, _mm512_add_ps, _mm512_castsi512_ps, _mm512_cvtepi32_ps, _mm512_fmadd_ps,
+    _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sub_ps,
 };
 use std::cell::RefCell;
 
 use bytemuck::pod_read_unaligned;
 
-use super::avx2_dot::{f16_at, load32};
-use super::avx2_panel::transpose8;
-use super::avx2_tile_k::{self as tile_k, k4_scales_mins};
+use super::avx2_dequant::q6_k_quarters;
+use super::avx2_dot::f16_at;
+use super::avx2_tile_k::{self as tile_k, k4_chunk, k4_scales_mins};
+use super::avx512_panel::across_rows;
 use crate::activation::Activation;
 
 /// Fewest activations for which a call packs panels (as the 32-value formats' AVX-512 panels).
@@ -110,22 +109,10 @@ fn scaled(q: __m256i, scale_low: i16, scale_high: i16) -> [__m256i; 2] {
 fn decode_k4<const FIFTH: bool>(w: &[u8]) -> Decoded {
     let (scales, mins) = k4_scales_mins(w);
     let sc: [i16; 8] = bytemuck::cast(scales);
-    let (mask, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
-    let qs = &w[if FIFTH { 48 } else { 16 }..];
-    let qh = if FIFTH { load32(&w[16..48]) } else { _mm256_setzero_si256() };
-    let fifth = |j: i32| {
-        if FIFTH {
-            _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one))
-        } else {
-            _mm256_setzero_si256()
-        }
-    };
     let mut values = [_mm256_setzero_si256(); 16];
     for chunk in 0..4 {
-        let packed = load32(&qs[32 * chunk..]);
+        let (low, high) = k4_chunk::<FIFTH>(w, chunk);
         let (j_low, j_high) = (2 * chunk, 2 * chunk + 1);
-        let low = _mm256_or_si256(_mm256_and_si256(packed, mask), fifth(j_low as i32));
-        let high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask), fifth(j_high as i32));
         [values[4 * chunk], values[4 * chunk + 1]] = scaled(low, sc[j_low], sc[j_low]);
         [values[4 * chunk + 2], values[4 * chunk + 3]] = scaled(high, sc[j_high], sc[j_high]);
     }
@@ -137,45 +124,16 @@ fn decode_k4<const FIFTH: bool>(w: &[u8]) -> Decoded {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 fn decode_q6_k(w: &[u8]) -> Decoded {
-    let (low4, low2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x03));
     let sc: [i16; 16] = std::array::from_fn(|i| i16::from(w[192 + i] as i8));
     let mut values = [_mm256_setzero_si256(); 16];
     for half in 0..2 {
-        let ql = &w[64 * half..];
-        let (lo, hi) = (load32(ql), load32(&ql[32..]));
-        let h = load32(&w[128 + 32 * half..]);
-        let high2 = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, low2));
-        let quarters = [
-            _mm256_or_si256(_mm256_and_si256(lo, low4), high2(h)),
-            _mm256_or_si256(_mm256_and_si256(hi, low4), high2(_mm256_srli_epi16::<2>(h))),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(lo), low4), high2(_mm256_srli_epi16::<4>(h))),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(hi), low4), high2(_mm256_srli_epi16::<6>(h))),
-        ];
-        for (quarter, q6) in quarters.into_iter().enumerate() {
+        for (quarter, q6) in q6_k_quarters(w, half).into_iter().enumerate() {
             let sub = 8 * half + 2 * quarter;
             [values[sub], values[sub + 1]] = scaled(q6, sc[sub], sc[sub + 1]);
         }
     }
     let scales_wide = _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&w[192..208]));
     (values, scales_wide, f16_at(&w[208..]), 0.0)
-}
-
-/// Lanes 0..8 from `low`, 8..16 from `high`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-fn join(low: __m256i, high: __m256i) -> __m512i {
-    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(low), high)
-}
-
-/// 16 rows' vectors of 8 i32 each, transposed into 8 slots of 16 lanes (lane r = row r).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-fn across_rows(v: &[__m256i; ROWS], slots: &mut [__m512i]) {
-    let first = transpose8(std::array::from_fn(|r| v[r]));
-    let second = transpose8(std::array::from_fn(|r| v[8 + r]));
-    for p in 0..8 {
-        slots[p] = join(first[p], second[p]);
-    }
 }
 
 /// Decodes up to 16 rows (the missing ones as zeros) into `panel`, one entry per super-block.
@@ -331,36 +289,22 @@ fn panels<F: Format>(
     });
 }
 
-/// Q4_K × Q8_K: panels from [`MIN_ACTS`] activations, `avx2_tile_k` (`A` activations per pass)
-/// below.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-pub(super) fn kernel_q4_k<const A: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    if acts.len() >= MIN_ACTS {
-        panels::<Q4K>(w, row_bytes, acts, out, |b| decode_k4::<false>(b));
-    } else {
-        tile_k::tiles_q4_k::<A>(w, row_bytes, acts, out);
-    }
+/// The matmul kernel of one K-quant for this ISA: panels from [`MIN_ACTS`] activations on,
+/// `avx2_tile_k` (`A` activations per pass) below.
+macro_rules! format_kernel {
+    ($name:ident, $format:ty, $avx2:ident, $decode:expr) => {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+        pub(super) fn $name<const A: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+            if acts.len() >= MIN_ACTS {
+                panels::<$format>(w, row_bytes, acts, out, $decode);
+            } else {
+                tile_k::$avx2::<A>(w, row_bytes, acts, out);
+            }
+        }
+    };
 }
 
-/// Q5_K × Q8_K, as [`kernel_q4_k`].
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-pub(super) fn kernel_q5_k<const A: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    if acts.len() >= MIN_ACTS {
-        panels::<Q5K>(w, row_bytes, acts, out, |b| decode_k4::<true>(b));
-    } else {
-        tile_k::tiles_q5_k::<A>(w, row_bytes, acts, out);
-    }
-}
-
-/// Q6_K × Q8_K, as [`kernel_q4_k`].
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-pub(super) fn kernel_q6_k<const A: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    if acts.len() >= MIN_ACTS {
-        panels::<Q6K>(w, row_bytes, acts, out, |b| decode_q6_k(b));
-    } else {
-        tile_k::tiles_q6_k::<A>(w, row_bytes, acts, out);
-    }
-}
+format_kernel!(kernel_q4_k, Q4K, tiles_q4_k, |b| decode_k4::<false>(b));
+format_kernel!(kernel_q5_k, Q5K, tiles_q5_k, |b| decode_k4::<true>(b));
+format_kernel!(kernel_q6_k, Q6K, tiles_q6_k, |b| decode_q6_k(b));
