@@ -39,7 +39,7 @@ fn cpu_kernels_name_the_instruction_set_of_each_entry() {
             assert_eq!(cpu_kernels(DType::Q5_0), CpuKernels { dequantize: scalar, ..want });
             let k = if vnni { Some("avx512+vnni") } else { fma };
             assert_eq!(cpu_kernels(DType::Q6_K), CpuKernels { matmul: k, matmul_i16: None, ..want });
-            assert_eq!(q3_k, CpuKernels { dequantize: scalar, matmul: fma, matmul_i16: None });
+            assert_eq!(q3_k, CpuKernels { dequantize: scalar, matmul: k, matmul_i16: None });
         }
     }
     eprintln!("Q4_0 on this CPU: {:?}", cpu_kernels(DType::Q4_0));

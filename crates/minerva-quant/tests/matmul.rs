@@ -250,7 +250,7 @@ fn many_activations_equal_one_vector_at_a_time() {
 }
 
 /// The AVX-512 panels run the AVX2 kernels' arithmetic lane for lane: the same results bit for
-/// bit (i16 activations for the 32-value formats, Q8_K for Q4_K, Q5_K and Q6_K), over panels of 16 rows
+/// bit (i16 activations for the 32-value formats, Q8_K for Q2_K…Q6_K), over panels of 16 rows
 /// with a partial last one and activation counts on either side of the panels' threshold (16) and
 /// of their steps (8 and 2 activations).
 #[test]
@@ -260,8 +260,10 @@ fn avx512_panels_equal_the_avx2_kernels_bit_for_bit() {
         eprintln!("no AVX-512 VNNI on this CPU: its kernels are not run here");
         return;
     }
-    let cases =
-        I16_DTYPES.iter().map(|&d| (d, true)).chain([DType::Q4_K, DType::Q5_K, DType::Q6_K].map(|d| (d, false)));
+    let cases = I16_DTYPES
+        .iter()
+        .map(|&d| (d, true))
+        .chain([DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K].map(|d| (d, false)));
     for (dtype, i16) in cases {
         let (rows, cols) = (37, shape_for(dtype, 3));
         let weights = random_weights(dtype, rows, cols, 21);

@@ -264,6 +264,25 @@ fn two_bits(packed: __m256i, quarter: usize) -> __m256i {
     _mm256_and_si256(_mm256_srl_epi16(packed, _mm_cvtsi32_si128(2 * quarter as i32)), _mm256_set1_epi8(3))
 }
 
+/// Quarter `quarter` of half `half` of a Q2_K super-block: its 32 unsigned quants (0..=3), values
+/// `128·half + 32·quarter ..`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q2_k_quants(w: &[u8], half: usize, quarter: usize) -> __m256i {
+    two_bits(load32(&w[16 + 32 * half..]), quarter)
+}
+
+/// Quarter `quarter` of half `half` of a Q3_K super-block: its 32 unsigned quants `q` (0..=7, the
+/// value being `q − 4`), values `128·half + 32·quarter ..`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q3_k_quants(w: &[u8], half: usize, quarter: usize) -> __m256i {
+    let low = two_bits(load32(&w[32 + 32 * half..]), quarter);
+    let bit = _mm_cvtsi32_si128((4 * half + quarter) as i32);
+    let high = _mm256_slli_epi16::<2>(_mm256_and_si256(_mm256_srl_epi16(load32(&w[..32]), bit), _mm256_set1_epi8(1)));
+    _mm256_or_si256(low, high)
+}
+
 /// Q2_K: 2-bit quants of 16-value sub-blocks with 4-bit scales (low nibble) and minimums (high
 /// nibble). Quarter `j` of each 128-value half is bits `2j..2j+2` of the half's 32 `qs` bytes (32
 /// values, two sub-blocks). The minimums' integer sum is one `madd` with the activation's `bsums`.
@@ -281,9 +300,8 @@ fn q2_k_step<const A: usize>(
     let a = quants(group, b);
     let mut sums = [_mm256_setzero_si256(); A];
     for half in 0..2 {
-        let packed = load32(&w[16 + 32 * half..]);
         for quarter in 0..4 {
-            let q = two_bits(packed, quarter);
+            let q = q2_k_quants(w, half, quarter);
             let start = 128 * half + 32 * quarter;
             let (lo, hi) = (scales[start / 16] & 0x0F, scales[start / 16 + 1] & 0x0F);
             let scale = pair_scales(i16::from(lo), i16::from(hi));
@@ -306,19 +324,13 @@ fn q3_k_step<const A: usize>(
     acc: &mut [__m256; A],
     off: &mut [f32; A],
 ) {
-    let one = _mm256_set1_epi8(1);
-    let hmask = load32(&w[..32]);
     let scales = q3_k_scales(w[96..108].try_into().expect("12 scale bytes"));
     let scales_wide = _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&scales)));
     let a = quants(group, b);
     let mut sums = [_mm256_setzero_si256(); A];
     for half in 0..2 {
-        let packed = load32(&w[32 + 32 * half..]);
         for quarter in 0..4 {
-            let low = two_bits(packed, quarter);
-            let bit = (4 * half + quarter) as i32;
-            let high = _mm256_slli_epi16::<2>(_mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(bit)), one));
-            let q = _mm256_or_si256(low, high);
+            let q = q3_k_quants(w, half, quarter);
             let start = 128 * half + 32 * quarter;
             let sub = start / 16;
             let scale = pair_scales(i16::from(scales[sub]), i16::from(scales[sub + 1]));

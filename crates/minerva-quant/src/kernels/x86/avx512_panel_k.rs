@@ -1,4 +1,4 @@
-//! AVX-512 VNNI panel kernels for Q4_K, Q5_K and Q6_K prefill against Q8_K activations, when a call
+//! AVX-512 VNNI panel kernels for Q2_K…Q6_K prefill against Q8_K activations, when a call
 //! brings [`MIN_ACTS`] or more of them (fewer go to `avx2_tile_k`).
 //!
 //! `avx2_tile_k` decodes each super-block again for every 4 activations and spends most of its
@@ -24,8 +24,9 @@
 use core::arch::x86_64::{
     __m128i, __m256i, __m512, __m512i, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_cvtepu8_epi16,
     _mm256_cvtepu16_epi32, _mm256_extracti128_si256, _mm256_mullo_epi16, _mm256_or_si256, _mm256_set1_epi16,
-    _mm256_setzero_si256, _mm256_slli_epi32, _mm512_add_ps, _mm512_castsi512_ps, _mm512_cvtepi32_ps, _mm512_fmadd_ps,
-    _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sub_ps,
+    _mm256_setzero_si256, _mm256_slli_epi32, _mm256_srli_epi16, _mm512_add_ps, _mm512_castsi512_ps, _mm512_cvtepi32_ps,
+    _mm512_fmadd_ps, _mm512_mul_ps, _mm512_mullo_epi32, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps,
+    _mm512_setzero_si512, _mm512_sub_ps,
 };
 use std::cell::RefCell;
 
@@ -33,9 +34,10 @@ use bytemuck::pod_read_unaligned;
 
 use super::avx2_dequant::q6_k_quarters;
 use super::avx2_dot::f16_at;
-use super::avx2_tile_k::{self as tile_k, k4_chunk, k4_scales_mins};
+use super::avx2_tile_k::{self as tile_k, k4_chunk, k4_scales_mins, q2_k_quants, q3_k_quants};
 use super::avx512_panel::across_rows;
 use crate::activation::Activation;
+use crate::ggml::k_quants::q3_k_scales;
 
 /// Fewest activations for which a call packs panels (as the 32-value formats' AVX-512 panels).
 pub(super) const MIN_ACTS: usize = 16;
@@ -63,8 +65,21 @@ type Decoded = ([__m256i; 16], __m256i, f32, f32);
 /// A K-quant as the panels read it.
 trait Format {
     const BLOCK_BYTES: usize;
-    /// Q6_K: the −32 every quant carries, taken off through the `bsums`; Q4_K: none (a minimum).
+    /// Q6_K / Q3_K: the −32 / −4 every quant carries, taken off through the `bsums`; Q2_K, Q4_K,
+    /// Q5_K: none (a minimum).
     const OFFSET: Option<i32>;
+}
+
+struct Q2K;
+impl Format for Q2K {
+    const BLOCK_BYTES: usize = 84;
+    const OFFSET: Option<i32> = None;
+}
+
+struct Q3K;
+impl Format for Q3K {
+    const BLOCK_BYTES: usize = 110;
+    const OFFSET: Option<i32> = Some(4);
 }
 
 struct Q4K;
@@ -134,6 +149,41 @@ fn decode_q6_k(w: &[u8]) -> Decoded {
     }
     let scales_wide = _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(&w[192..208]));
     (values, scales_wide, f16_at(&w[208..]), 0.0)
+}
+
+/// Q2_K: sub-blocks of 16 values, 4-bit scales (low nibble) and minimums (high nibble), the
+/// minimums against the 16 `bsums` as `avx2_tile_k` weighs them.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn decode_q2_k(w: &[u8]) -> Decoded {
+    let sc: [i16; 16] = std::array::from_fn(|i| i16::from(w[i] & 0x0F));
+    let mut values = [_mm256_setzero_si256(); 16];
+    for half in 0..2 {
+        for quarter in 0..4 {
+            let sub = 8 * half + 2 * quarter;
+            [values[sub], values[sub + 1]] = scaled(q2_k_quants(w, half, quarter), sc[sub], sc[sub + 1]);
+        }
+    }
+    let mins = _mm256_srli_epi16::<4>(_mm256_cvtepu8_epi16(pod_read_unaligned::<__m128i>(&w[..16])));
+    (values, mins, f16_at(&w[80..]), f16_at(&w[82..]))
+}
+
+/// Q3_K: unsigned quants `q` (0..=7) times their signed 6-bit scales; the −4 comes off through the
+/// `bsums`, weighted by the scales.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+fn decode_q3_k(w: &[u8]) -> Decoded {
+    let scales = q3_k_scales(w[96..108].try_into().expect("12 scale bytes"));
+    let sc: [i16; 16] = scales.map(i16::from);
+    let mut values = [_mm256_setzero_si256(); 16];
+    for half in 0..2 {
+        for quarter in 0..4 {
+            let sub = 8 * half + 2 * quarter;
+            [values[sub], values[sub + 1]] = scaled(q3_k_quants(w, half, quarter), sc[sub], sc[sub + 1]);
+        }
+    }
+    let scales_wide = _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&scales)));
+    (values, scales_wide, f16_at(&w[108..]), 0.0)
 }
 
 /// Decodes up to 16 rows (the missing ones as zeros) into `panel`, one entry per super-block.
@@ -235,8 +285,8 @@ fn step<F: Format>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
                 acc[j][l] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(sums[j][l]), acc[j][l]);
             }
             let term = match F::OFFSET {
-                // `scale · (k · offset) as f32`, with k = 32 a shift.
-                Some(_) => _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_slli_epi32::<5>(extra))),
+                // `scale · (k · offset) as f32`.
+                Some(k) => _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_mullo_epi32(extra, _mm512_set1_epi32(k)))),
                 // `dmin_w · d_a · min_sum as f32`.
                 None => _mm512_mul_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(a.d[j])), _mm512_cvtepi32_ps(extra)),
             };
@@ -305,6 +355,8 @@ macro_rules! format_kernel {
     };
 }
 
+format_kernel!(kernel_q2_k, Q2K, tiles_q2_k, |b| decode_q2_k(b));
+format_kernel!(kernel_q3_k, Q3K, tiles_q3_k, |b| decode_q3_k(b));
 format_kernel!(kernel_q4_k, Q4K, tiles_q4_k, |b| decode_k4::<false>(b));
 format_kernel!(kernel_q5_k, Q5K, tiles_q5_k, |b| decode_k4::<true>(b));
 format_kernel!(kernel_q6_k, Q6K, tiles_q6_k, |b| decode_q6_k(b));

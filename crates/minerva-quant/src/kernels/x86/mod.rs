@@ -7,7 +7,7 @@
 //!   `K_QUANT_ACTS` activations for Q2_K…Q6_K (`avx2_tile_k.rs`), per-row dot kernels for
 //!   the float formats (`avx2_dot.rs`);
 //! * [`AVX512_VNNI`] — from [`avx512_panel::MIN_ACTS`] activations on, the i16 panels 16 rows wide
-//!   with `vpdpwssd` (`avx512_panel.rs`), and for Q4_K/Q5_K/Q6_K panels of scaled i16 quants
+//!   with `vpdpwssd` (`avx512_panel.rs`), and for Q2_K…Q6_K panels of scaled i16 quants
 //!   (`avx512_panel_k.rs`); the AVX2 kernels below; bit for bit the AVX2 results.
 //!
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
@@ -123,8 +123,7 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
 };
 
 /// AVX-512 (F, BW) with VNNI on top of AVX2 + FMA + F16C: the i16 matmul of the 32-value block
-/// formats and the Q4_K / Q5_K / Q6_K matmul (Q2_K, Q3_K and the float formats keep the AVX2
-/// row's kernels).
+/// formats and the Q2_K…Q6_K matmul (the float formats keep the AVX2 row's kernels).
 pub(super) const AVX512_VNNI: Isa = Isa {
     name: "avx512+vnni",
     detected: || {
@@ -137,6 +136,8 @@ pub(super) const AVX512_VNNI: Isa = Isa {
         Kernels::new(Q5_0).tile_i16(tile!(avx512_panel::kernel_q5_0::<I16_ACT_GROUPS>)),
         Kernels::new(Q5_1).tile_i16(tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>)),
         Kernels::new(MXFP4).tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>)),
+        Kernels::new(Q2_K).tile(tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q3_K).tile(tile!(avx512_panel_k::kernel_q3_k::<K_QUANT_ACTS>)),
         Kernels::new(Q4_K).tile(tile!(avx512_panel_k::kernel_q4_k::<K_QUANT_ACTS>)),
         Kernels::new(Q5_K).tile(tile!(avx512_panel_k::kernel_q5_k::<K_QUANT_ACTS>)),
         Kernels::new(Q6_K).tile(tile!(avx512_panel_k::kernel_q6_k::<K_QUANT_ACTS>)),
