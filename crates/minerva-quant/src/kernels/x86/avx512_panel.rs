@@ -90,16 +90,16 @@ where
     }
 }
 
-/// `s + Σ` of the products of `w`'s i16 pairs with the activation pair `p` of `a` (values 2p,
-/// 2p + 1, broadcast to all 16 lanes): one `vpdpwssd` with its pair read from memory.
+/// `s + Σ` of the products of `w`'s i16 pairs with the pair `pair[..2]` broadcast to all 16
+/// lanes: one `vpdpwssd` with its pair read from memory.
 ///
 /// Written in `asm!` because LLVM splits the intrinsic into `vpmaddwd` + `vpaddd` unless it tunes
 /// for a CPU it knows to run `vpdpwssd` fast, which a run-time dispatched kernel cannot name.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 #[allow(unsafe_code)]
-fn add_pair_products(s: __m512i, w: __m512i, a: &[i16; 32], p: usize) -> __m512i {
-    let pair = &a[2 * p..2 * p + 2];
+pub(super) fn add_pair_products(s: __m512i, w: __m512i, pair: &[i16]) -> __m512i {
+    let pair = &pair[..2];
     let mut s = s;
     // SAFETY: the instruction reads the 4 bytes of `pair` (sliced above, so they exist) and
     // writes only `s`'s register; the caller promises AVX-512 VNNI (this function's features).
@@ -108,6 +108,16 @@ fn add_pair_products(s: __m512i, w: __m512i, a: &[i16; 32], p: usize) -> __m512i
             p = in(reg) pair.as_ptr(), options(pure, readonly, nostack, preserves_flags));
     }
     s
+}
+
+/// The rows of one group of up to 16 (`group` holds whole rows of `row_bytes`) and their count.
+pub(super) fn group_rows(group: &[u8], row_bytes: usize) -> ([&[u8]; ROWS], usize) {
+    let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
+    let mut count = 0;
+    for (row, bytes) in rows.iter_mut().zip(group.chunks_exact(row_bytes)) {
+        (*row, count) = (bytes, count + 1);
+    }
+    (rows, count)
 }
 
 /// `ACTS` activations' values at one block, side by side, so that a step reads them from one
@@ -159,7 +169,7 @@ fn part<L: Layout, const FIRST: bool>(panel: &[PanelBlock], acts: &[ActBlock], s
         for p in slots {
             let w = entry[p];
             for (s, q) in s.iter_mut().zip(&a.q) {
-                *s = add_pair_products(*s, w, q, p);
+                *s = add_pair_products(*s, w, &q[2 * p..]);
             }
         }
         let dw = _mm512_castsi512_ps(entry[16]);
@@ -203,11 +213,7 @@ where
         PANEL.with_borrow_mut(|panel| {
             panel.resize(blocks, bytemuck::Zeroable::zeroed());
             for (group, out) in w.chunks(ROWS * row_bytes).zip(out.chunks_mut(ROWS * n)) {
-                let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
-                let mut count = 0;
-                for (row, bytes) in rows.iter_mut().zip(group.chunks_exact(row_bytes)) {
-                    (*row, count) = (bytes, count + 1);
-                }
+                let (rows, count) = group_rows(group, row_bytes);
                 pack(&rows[..count], L::BLOCK_BYTES, panel, &decode);
                 for (g, group_acts) in act_blocks.chunks_exact(blocks).enumerate() {
                     let results = step::<L>(panel, group_acts);

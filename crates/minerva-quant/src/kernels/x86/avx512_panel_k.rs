@@ -35,7 +35,7 @@ use bytemuck::pod_read_unaligned;
 use super::avx2_dequant::q6_k_quarters;
 use super::avx2_dot::f16_at;
 use super::avx2_tile_k::{self as tile_k, k4_chunk, k4_scales_mins, q2_k_quants, q3_k_quants};
-use super::avx512_panel::across_rows;
+use super::avx512_panel::{across_rows, add_pair_products, group_rows};
 use crate::activation::Activation;
 use crate::ggml::k_quants::q3_k_scales;
 
@@ -236,23 +236,6 @@ fn lay_out(acts: &[Activation<'_>], blocks: usize, out: &mut Vec<ActBlock>) {
     }
 }
 
-/// `s + Σ` of the products of `w`'s i16 pairs with the pair at `pair` (broadcast to all 16
-/// lanes): one `vpdpwssd`, in `asm!` for the reason `avx512_panel::add_pair_products` gives.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-#[allow(unsafe_code)]
-fn add_products(s: __m512i, w: __m512i, pair: &[i16]) -> __m512i {
-    let pair = &pair[..2];
-    let mut s = s;
-    // SAFETY: the instruction reads the 4 bytes of `pair` (sliced above, so they exist) and
-    // writes only `s`'s register; the caller promises AVX-512 VNNI (this function's features).
-    unsafe {
-        core::arch::asm!("vpdpwssd {s}, {w}, dword ptr [{p}]{{1to16}}", s = inout(zmm_reg) s, w = in(zmm_reg) w,
-            p = in(reg) pair.as_ptr(), options(pure, readonly, nostack, preserves_flags));
-    }
-    s
-}
-
 /// One panel (16 rows) against one group of [`ACTS`] activations: 16 row results per activation,
 /// as `avx2_tile_k` computes each (row, activation) pair.
 #[inline]
@@ -269,7 +252,7 @@ fn step<F: Format>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
                     let s = 16 * c + 2 * l + h;
                     let w = entry[s];
                     for (sums, q) in sums.iter_mut().zip(&a.q) {
-                        sums[l] = add_products(sums[l], w, &q[2 * s..]);
+                        sums[l] = add_pair_products(sums[l], w, &q[2 * s..]);
                     }
                 }
             }
@@ -278,7 +261,7 @@ fn step<F: Format>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
         for j in 0..ACTS {
             let mut extra = _mm512_setzero_si512();
             for p in 0..8 {
-                extra = add_products(extra, entry[SLOTS + p], &a.bsums[j][2 * p..]);
+                extra = add_pair_products(extra, entry[SLOTS + p], &a.bsums[j][2 * p..]);
             }
             let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[j]));
             for l in 0..8 {
@@ -320,11 +303,7 @@ fn panels<F: Format>(
         PANEL.with_borrow_mut(|panel| {
             panel.resize(blocks, [_mm512_setzero_si512(); SLOTS + 10]);
             for (group, out) in w.chunks(ROWS * row_bytes).zip(out.chunks_mut(ROWS * n)) {
-                let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
-                let mut count = 0;
-                for (row, bytes) in rows.iter_mut().zip(group.chunks_exact(row_bytes)) {
-                    (*row, count) = (bytes, count + 1);
-                }
+                let (rows, count) = group_rows(group, row_bytes);
                 pack::<F>(&rows[..count], panel, decode);
                 for (g, group_acts) in act_blocks.chunks_exact(blocks).enumerate() {
                     for (j, v) in (ACTS * g..n).zip(step::<F>(panel, group_acts)) {
