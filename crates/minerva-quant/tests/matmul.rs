@@ -160,6 +160,50 @@ fn shape_for(dtype: DType, cols_units: usize) -> usize {
     }
 }
 
+/// Checks the i16 products `ys` (n × rows) of the dequantized weights `w` (rows × cols) with `xs`
+/// against f64 dot products: i16 activations keep a block's values to 1/30000 of its largest.
+fn check_i16(dtype: DType, isa: &str, w: &[f32], cols: usize, xs: &[f32], ys: &[f32]) -> Result<(), TestCaseError> {
+    let rows = w.len() / cols;
+    for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact(rows)) {
+        let amax: Vec<f32> = x.chunks_exact(32).map(|b| b.iter().fold(0.0f32, |m, v| m.max(v.abs()))).collect();
+        for (r, (row, &got)) in w.chunks_exact(cols).zip(y).enumerate() {
+            let exact: f64 = row.iter().zip(x).map(|(&w, &x)| f64::from(w) * f64::from(x)).sum();
+            let tol: f64 = row.iter().enumerate().map(|(i, w)| f64::from(w.abs() * amax[i / 32]) / 30000.0).sum();
+            prop_assert!(
+                (f64::from(got) - exact).abs() <= tol + 1e-30,
+                "{dtype} {isa} i16 row {r}: got {got}, exact {exact}, tol {tol}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// MXFP4 scales at the ends of the E8M0 range (2^-128 and 2^-127 are f32 subnormals, which the
+/// kernels that convert four exponents at once build differently from normal ones): each row's
+/// blocks share one exponent, so a wrong scale cannot hide behind a larger block.
+#[test]
+fn mxfp4_scales_at_every_exponent_class_match_exact_dot_products() {
+    let exponents = [0u8, 1, 2, 3, 100, 127, 128, 140, 0];
+    let (rows, cols) = (exponents.len(), 96);
+    let mut weights = random_weights(DType::MXFP4, rows, cols, 5);
+    for (row, &e) in weights.chunks_exact_mut(cols / 32 * 17).zip(&exponents) {
+        for block in row.chunks_exact_mut(17) {
+            block[0] = e;
+        }
+    }
+    let mut w = vec![0.0f32; rows * cols];
+    dequantize(DType::MXFP4, &weights, &mut w).expect("dequantize");
+    assert!(w[..cols].iter().any(|&v| v != 0.0 && v.abs() < f32::MIN_POSITIVE), "row 0 is subnormal");
+    for n in [1, 2, 3, 5] {
+        let xs = random_values(n * cols, 9 + n as u64);
+        for isa in detected_isas() {
+            let mut ys = vec![f32::NAN; n * rows];
+            matmul_with_isa(isa, true, DType::MXFP4, &weights, rows, cols, &xs, n, &mut ys).expect("i16");
+            check_i16(DType::MXFP4, isa, &w, cols, &xs, &ys).unwrap();
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
@@ -249,12 +293,13 @@ fn many_activations_equal_one_vector_at_a_time() {
     }
 }
 
-/// The AVX-512 panels run the AVX2 kernels' arithmetic lane for lane: the same results bit for
+/// The AVX-512 kernels run the AVX2 kernels' arithmetic lane for lane: the same results bit for
 /// bit (i16 activations for the 32-value formats, Q8_K for Q2_K…Q6_K), over panels of 16 rows
 /// with a partial last one and activation counts on either side of the panels' threshold (16) and
-/// of their steps (8 and 2 activations).
+/// of their steps (8 and 2 activations), and the decode tiles (1 to 3 activations, rows in
+/// groups of 4 and a last single one).
 #[test]
-fn avx512_panels_equal_the_avx2_kernels_bit_for_bit() {
+fn avx512_kernels_equal_the_avx2_kernels_bit_for_bit() {
     let isas = detected_isas();
     if !isas.contains(&"avx512+vnni") {
         eprintln!("no AVX-512 VNNI on this CPU: its kernels are not run here");
@@ -267,7 +312,7 @@ fn avx512_panels_equal_the_avx2_kernels_bit_for_bit() {
     for (dtype, i16) in cases {
         let (rows, cols) = (37, shape_for(dtype, 3));
         let weights = random_weights(dtype, rows, cols, 21);
-        for n in [7, 15, 16, 17, 19, 70] {
+        for n in [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 19, 70] {
             let xs = random_values(n * cols, 23 + n as u64);
             let [wide, narrow] = ["avx512+vnni", "avx2+fma+f16c"].map(|isa| {
                 let mut ys = vec![f32::NAN; n * rows];
@@ -443,18 +488,7 @@ proptest! {
                 continue;
             }
             matmul_with_isa(isa, true, dtype, &weights, rows, cols, &xs, n, &mut ys).expect("i16");
-            for (x, y) in xs.chunks_exact(cols).zip(ys.chunks_exact(rows)) {
-                let amax: Vec<f32> = x.chunks_exact(32).map(|b| b.iter().fold(0.0f32, |m, v| m.max(v.abs()))).collect();
-                for (r, (row, &got)) in w.chunks_exact(cols).zip(y).enumerate() {
-                    let exact: f64 = row.iter().zip(x).map(|(&w, &x)| f64::from(w) * f64::from(x)).sum();
-                    let tol: f64 =
-                        row.iter().enumerate().map(|(i, w)| f64::from(w.abs() * amax[i / 32]) / 30000.0).sum();
-                    prop_assert!(
-                        (f64::from(got) - exact).abs() <= tol + 1e-30,
-                        "{dtype} {isa} i16 row {r}: got {got}, exact {exact}, tol {tol}"
-                    );
-                }
-            }
+            check_i16(dtype, isa, &w, cols, &xs, &ys)?;
         }
     }
 }

@@ -17,32 +17,32 @@
 //! ```
 //!
 //! Which four pairs share a vector depends on the tile's shape: with 4 or more activations, one
-//! row against four activations ([`tile_acts`]); with fewer (decode), four rows against one
-//! activation ([`tile_rows`]). Every lane sees the same operations in the same order whatever
+//! row against four activations (`tiles::tile_acts`); with fewer (decode), four rows against one
+//! activation (`tiles::tile_rows`). Every lane sees the same operations in the same order whatever
 //! the grouping (an exact integer sum, one f32 product of the two scales, the same FMAs), so a
 //! (row, activation) result does not depend on the batch it came in, as the engine's prefix
 //! reuse and batch invariance require. Q4_0/Q5_0's offset `k` comes off the exact integer sum
 //! (`Σ(q − k)·a = Σq·a − k·Σa`) in lanes 0..4. Tiles are 4 rows × 8 activations (then 4, then the
-//! last 1..3 against 4 rows at a time).
+//! last 1..3 against 4 rows at a time). The tile functions are written once as `tile_kernels!`,
+//! compiled here for AVX2 and in `avx512_tile` with AVX-512's cheaper decoding and block dot.
 //!
 //! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
 //! promises AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, _MM_HINT_T0, _mm_prefetch, _mm_set1_epi64x, _mm_setr_epi32, _mm256_add_epi32,
-    _mm256_add_ps, _mm256_and_si256, _mm256_blend_ps, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi16,
-    _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_mul_ps,
-    _mm256_or_si256, _mm256_permute2f128_ps, _mm256_permutevar8x32_ps, _mm256_set1_epi16, _mm256_set1_ps,
-    _mm256_setr_epi16, _mm256_setr_epi32, _mm256_setr_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8,
-    _mm256_sign_epi16, _mm256_slli_epi16, _mm256_srli_epi16, _mm256_sub_epi32, _mm256_unpackhi_epi32,
-    _mm256_unpackhi_epi64, _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
+    __m128i, __m256, __m256i, _MM_HINT_T0, _mm_blendv_ps, _mm_castsi128_ps, _mm_cmpgt_epi32, _mm_cvtepu8_epi32,
+    _mm_cvtsi32_si128, _mm_prefetch, _mm_set1_epi32, _mm_slli_epi32, _mm_sllv_epi32, _mm_sub_epi32, _mm256_add_epi32,
+    _mm256_add_ps, _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi16, _mm256_cvtepi8_epi16,
+    _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_or_si256, _mm256_permute2f128_ps, _mm256_set_m128,
+    _mm256_set1_epi16, _mm256_setr_epi16, _mm256_setr_epi32, _mm256_setr_ps, _mm256_shuffle_epi8, _mm256_sign_epi16,
+    _mm256_slli_epi16, _mm256_srli_epi16, _mm256_sub_epi32, _mm256_unpackhi_epi32, _mm256_unpackhi_epi64,
+    _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
 };
 
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_dot::{f16_at, f16_pair_at};
 use super::avx2_panel;
-use super::avx2_tile::PREFETCH_AHEAD;
 use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::kernels::BlockKind as Kind;
@@ -52,13 +52,13 @@ use crate::kernels::BlockKind as Kind;
 pub(super) type Decoded = ((__m256i, __m256i), f32, f32);
 
 /// Rows per tile.
-const ROWS: usize = 4;
+pub(super) const ROWS: usize = 4;
 
 /// Asks the CPU to start loading the cache lines of `bytes[at..at + len]` (none past the end): the
 /// weights as one stream [`PREFETCH_AHEAD`] bytes ahead of the rows' progress, as `avx2_tile`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch(bytes: &[u8], at: usize, len: usize) {
+pub(super) fn prefetch(bytes: &[u8], at: usize, len: usize) {
     for line in 0..len.div_ceil(64) {
         if let Some(byte) = bytes.get(at + 64 * line) {
             _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast::<i8>());
@@ -68,28 +68,21 @@ fn prefetch(bytes: &[u8], at: usize, len: usize) {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load_i16(a: &[i16]) -> __m256i {
+pub(super) fn load_i16(a: &[i16]) -> __m256i {
     pod_read_unaligned::<__m256i>(bytemuck::cast_slice(&a[..16]))
-}
-
-/// Block `b` of one weight row · block `b` of `act`: 8 i32 lanes, exact.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn block_dot(q: (__m256i, __m256i), act: &Activation<'_>, b: usize) -> __m256i {
-    quants_dot(q, act.q16[32 * b..32 * b + 32].try_into().expect("a block of 32"))
 }
 
 /// A block's quants · 32 activation quants: 8 i32 lanes, exact.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn quants_dot(q: (__m256i, __m256i), a: &[i16; 32]) -> __m256i {
+pub(super) fn quants_dot(q: (__m256i, __m256i), a: &[i16; 32]) -> __m256i {
     _mm256_add_epi32(_mm256_madd_epi16(q.0, load_i16(a)), _mm256_madd_epi16(q.1, load_i16(&a[16..])))
 }
 
 /// Four block dots reduced to one vector: lanes `i` and `i + 4` hold the halves of dot `i`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn reduce4(s: [__m256i; 4]) -> __m256i {
+pub(super) fn reduce4(s: [__m256i; 4]) -> __m256i {
     // Unpacks and adds rather than `hadd`, which is several µops on the same shuffle units.
     let pair = |x, y| _mm256_add_epi32(_mm256_unpacklo_epi32(x, y), _mm256_unpackhi_epi32(x, y));
     let (t01, t23) = (pair(s[0], s[1]), pair(s[2], s[3]));
@@ -99,14 +92,14 @@ fn reduce4(s: [__m256i; 4]) -> __m256i {
 /// Four f32 in lanes 0..4 and again in 4..8.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn twice(v: [f32; 4]) -> __m256 {
+pub(super) fn twice(v: [f32; 4]) -> __m256 {
     _mm256_setr_ps(v[0], v[1], v[2], v[3], v[0], v[1], v[2], v[3])
 }
 
 /// Four f32 in lanes 0..4, zeros in 4..8.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn low_half(v: [f32; 4]) -> __m256 {
+pub(super) fn low_half(v: [f32; 4]) -> __m256 {
     _mm256_setr_ps(v[0], v[1], v[2], v[3], 0.0, 0.0, 0.0, 0.0)
 }
 
@@ -114,7 +107,7 @@ fn low_half(v: [f32; 4]) -> __m256 {
 /// so the two halves together lose it once).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn offsets(kind: Kind, sums: [i32; 4]) -> Option<__m256i> {
+pub(super) fn offsets(kind: Kind, sums: [i32; 4]) -> Option<__m256i> {
     match kind {
         Kind::Offset(k) => Some(_mm256_setr_epi32(k * sums[0], k * sums[1], k * sums[2], k * sums[3], 0, 0, 0, 0)),
         _ => None,
@@ -124,34 +117,49 @@ fn offsets(kind: Kind, sums: [i32; 4]) -> Option<__m256i> {
 /// A 32-value block format as the tiles read it: constants, so that every branch on them folds
 /// away in each format's kernel (as run-time values they did not, `tiles` being too large to
 /// inline).
-trait Format {
+pub(super) trait Format {
     const BLOCK_BYTES: usize;
     const KIND: Kind;
     const SCALES: Scales;
 }
 
-/// Every format here is read by the panels with its sums split in halves, as [`tile_acts`] and
-/// [`tile_rows`] split them.
+/// Every format here is read by the panels with its sums split in halves, as `tiles::tile_acts` and
+/// `tiles::tile_rows` split them.
 impl<F: Format> avx2_panel::Layout for F {
     const BLOCK_BYTES: usize = <F as Format>::BLOCK_BYTES;
     const KIND: Kind = <F as Format>::KIND;
 }
 
-/// Where [`tile_rows`] reads four blocks' scales.
+/// Where `tiles::tile_rows` reads four blocks' scales.
 #[derive(Clone, Copy)]
-enum Scales {
+pub(super) enum Scales {
     /// The f16 scale in bytes 0..2 (and with `Kind::Min` the f16 minimum in bytes 2..4): four
     /// blocks' at once, converted by one `vcvtph2ps`, rather than one by one and inserted.
     F16,
-    /// As `decode` returns them (MXFP4's E8M0 exponents).
-    Decoded,
+    /// MXFP4's E8M0 exponent in byte 0: four blocks' combined in a general register, then
+    /// converted in one vector ([`e8m0_halves`]), rather than each by `decode` and inserted.
+    E8m0,
+}
+
+/// Four E8M0 exponents (byte `i` of `exponents` for lane `i`) as the f32 halves of their powers of
+/// two in lanes 0..4 and again in 4..8: `e8m0_to_f32_half` lane by lane, bit for bit.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn e8m0_halves(exponents: u32) -> __m256 {
+    let e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(exponents as i32));
+    // 2^(e − 128) is a normal f32 with exponent field e − 1 from e = 2 on, a subnormal below.
+    let normal = _mm_sub_epi32(_mm_slli_epi32::<23>(e), _mm_set1_epi32(1 << 23));
+    let subnormal = _mm_sllv_epi32(_mm_set1_epi32(0x0020_0000), e);
+    let below_two = _mm_cmpgt_epi32(_mm_set1_epi32(2), e);
+    let halves = _mm_blendv_ps(_mm_castsi128_ps(normal), _mm_castsi128_ps(subnormal), _mm_castsi128_ps(below_two));
+    _mm256_set_m128(halves, halves)
 }
 
 /// One block's step for four pairs: `acc = fma(scales, f32(v − offset), acc)`, then the minimum's
 /// term `fma(mins, ds, acc)` (lanes 0..4; `mins` is zero in lanes 4..8).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn accumulate(
+pub(super) fn accumulate(
     acc: __m256,
     v: __m256i,
     offset: Option<__m256i>,
@@ -172,210 +180,253 @@ fn accumulate(
 /// The four results of an accumulator: lane `i` + lane `i + 4`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn results(acc: __m256) -> [f32; 4] {
+pub(super) fn results(acc: __m256) -> [f32; 4] {
     let both = _mm256_add_ps(acc, _mm256_permute2f128_ps::<0x01>(acc, acc));
     let lanes = bytemuck::cast::<__m256, [f32; 8]>(both);
     [lanes[0], lanes[1], lanes[2], lanes[3]]
 }
 
-/// `R` rows × `4·G` activations, each row against groups of four activations:
-/// `out[r][4g + i]` = row r · act 4g + i.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn tile_acts<F: Format, const R: usize, const G: usize>(
-    rows: [&[u8]; R],
-    stream: &[u8],
-    acts: &[Activation<'_>],
-    decode: &impl Fn(&[u8]) -> Decoded,
-) -> [[[f32; 4]; G]; R] {
-    let (block_bytes, kind) = (F::BLOCK_BYTES, F::KIND);
-    let mut acc = [[_mm256_setzero_ps(); G]; R];
-    let zero = _mm256_setzero_ps();
-    for b in 0..acts[0].d.len() {
-        // Closures do not inline the kernels' intrinsics: plain loops fill these.
-        let (mut da, mut ds, mut off) = ([zero; G], [zero; G], [None; G]);
-        for g in 0..G {
-            let group = &acts[4 * g..4 * g + 4];
-            da[g] = twice([group[0].d[b], group[1].d[b], group[2].d[b], group[3].d[b]]);
-            if kind == Kind::Min {
-                ds[g] = twice([group[0].ds[b], group[1].ds[b], group[2].ds[b], group[3].ds[b]]);
-            }
-            off[g] = offsets(kind, [group[0].sums[b], group[1].sums[b], group[2].sums[b], group[3].sums[b]]);
-        }
-        prefetch(stream, PREFETCH_AHEAD + R * block_bytes * b, R * block_bytes);
-        for r in 0..R {
-            let (q, d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)]);
-            let d = _mm256_set1_ps(d);
-            let mins = low_half([m; 4]);
-            for g in 0..G {
-                let group = &acts[4 * g..4 * g + 4];
-                let v = reduce4([
-                    block_dot(q, &group[0], b),
-                    block_dot(q, &group[1], b),
-                    block_dot(q, &group[2], b),
-                    block_dot(q, &group[3], b),
-                ]);
-                let min_terms = if kind == Kind::Min { Some((mins, ds[g])) } else { None };
-                acc[r][g] = accumulate(acc[r][g], v, off[g], _mm256_mul_ps(d, da[g]), min_terms);
-            }
-        }
-    }
-    let mut out = [[[0.0; 4]; G]; R];
-    for r in 0..R {
-        for g in 0..G {
-            out[r][g] = results(acc[r][g]);
-        }
-    }
-    out
-}
+/// Defines module `tiles` with `tiles::tiles`, the kernel walking all rows × activations in
+/// tiles (below `avx2_panel::MIN_ACTS` activations; the AVX2 panels from there), compiled with
+/// `$features` and with `$dot` (a path from inside the module) as the block dot product.
+///
+/// A macro so that an ISA with a cheaper block dot or decoders (`avx512_tile`) compiles the same
+/// steps with its own features: its decoders and dot then inline into the loops, which they would
+/// not into functions compiled for AVX2 alone. Any `$dot` gives the same exact integer sums, so
+/// every ISA's tiles give the same bits.
+macro_rules! tile_kernels {
+    ($features:literal, $dot:path) => {
+        pub(super) mod tiles {
+            use core::arch::x86_64::{
+                __m256i, _mm_set1_epi64x, _mm_setr_epi32, _mm256_blend_ps, _mm256_cvtph_ps, _mm256_mul_ps,
+                _mm256_permutevar8x32_ps, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256,
+            };
 
-/// `R` rows (1 or 4) × `C` activations (fewer than 4), each activation against the rows as a
-/// group of four (a single row fills all four lanes): `out[r][c]` = row r · act c.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-fn tile_rows<F: Format, const R: usize, const C: usize>(
-    rows: [&[u8]; R],
-    stream: &[u8],
-    acts: [&Activation<'_>; C],
-    decode: &impl Fn(&[u8]) -> Decoded,
-) -> [[f32; C]; R] {
-    let (block_bytes, kind, scales) = (F::BLOCK_BYTES, F::KIND, F::SCALES);
-    let mut acc = [_mm256_setzero_ps(); C];
-    let zero = _mm256_setzero_si256();
-    // Every per-block access below is an iterator step or an index below `blocks_per_row` into a
-    // slice of that length, so no bounds check is left in the loop.
-    let blocks_per_row = acts[0].d.len();
-    let mut row_blocks = rows.map(|row| row[..blocks_per_row * block_bytes].chunks_exact(block_bytes));
-    let act_quants = acts.map(|act| &act.q16.as_chunks::<32>().0[..blocks_per_row]);
-    let act_scales = acts.map(|act| &act.d[..blocks_per_row]);
-    let act_scaled_sums = acts.map(|act| if kind == Kind::Min { &act.ds[..blocks_per_row] } else { &[] });
-    let act_sums = acts.map(|act| if matches!(kind, Kind::Offset(_)) { &act.sums[..blocks_per_row] } else { &[] });
-    for b in 0..blocks_per_row {
-        prefetch(stream, PREFETCH_AHEAD + R * block_bytes * b, R * block_bytes);
-        // Closures do not inline the kernels' intrinsics: plain loops fill these.
-        let mut blocks: [Decoded; R] = [((zero, zero), 0.0, 0.0); R];
-        let mut bytes: [&[u8]; R] = [&[]; R];
-        for r in 0..R {
-            bytes[r] = row_blocks[r].next().unwrap_or_default();
-            blocks[r] = decode(bytes[r]);
-        }
-        let lane = |i: usize| i % R;
-        let four = [bytes[0], bytes[lane(1)], bytes[lane(2)], bytes[lane(3)]];
-        // Written out here: as a function LLVM did not inline it, which cost 2× in decode.
-        let (d, mins) = match scales {
-            Scales::F16 if kind == Kind::Min => {
-                let pair = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                // [d0 m0 d1 m1 d2 m2 d3 m3] as f32, then the scales twice and the minimums once.
-                let both = _mm256_cvtph_ps(_mm_setr_epi32(pair(four[0]), pair(four[1]), pair(four[2]), pair(four[3])));
-                let d = _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
-                let m = _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
-                (d, _mm256_blend_ps::<0b1111_0000>(m, _mm256_setzero_ps()))
-            }
-            Scales::F16 => {
-                // Combined in general registers, then one move into a vector: a chain of `vpinsrw`
-                // measured 1.13–1.2× slower in decode.
-                let scale = |i: usize| u64::from(u16::from_le_bytes([four[i][0], four[i][1]])) << (16 * i);
-                let packed = scale(0) | scale(1) | scale(2) | scale(3);
-                (_mm256_cvtph_ps(_mm_set1_epi64x(packed as i64)), _mm256_setzero_ps())
-            }
-            Scales::Decoded => {
-                let (d, m) = (blocks.map(|block| block.1), blocks.map(|block| block.2));
-                (
-                    twice([d[0], d[lane(1)], d[lane(2)], d[lane(3)]]),
-                    low_half([m[0], m[lane(1)], m[lane(2)], m[lane(3)]]),
-                )
-            }
-        };
-        for c in 0..C {
-            let mut dots = [zero; R];
-            for r in 0..R {
-                dots[r] = quants_dot(blocks[r].0, &act_quants[c][b]);
-            }
-            let v = reduce4([dots[0], dots[1 % R], dots[2 % R], dots[3 % R]]);
-            let min_terms = if kind == Kind::Min { Some((mins, _mm256_set1_ps(act_scaled_sums[c][b]))) } else { None };
-            let off = if matches!(kind, Kind::Offset(_)) { offsets(kind, [act_sums[c][b]; 4]) } else { None };
-            acc[c] = accumulate(acc[c], v, off, _mm256_mul_ps(d, _mm256_set1_ps(act_scales[c][b])), min_terms);
-        }
-    }
-    let mut out = [[0.0; C]; R];
-    for c in 0..C {
-        let per_row = results(acc[c]);
-        for r in 0..R {
-            out[r][c] = per_row[r];
-        }
-    }
-    out
-}
+            use super::super::avx2_tile::PREFETCH_AHEAD;
+            use super::super::avx2_tile_i16::{
+                Decoded, Format, ROWS, Scales, accumulate, e8m0_halves, low_half, offsets, prefetch, put, reduce4,
+                results, twice,
+            };
+            use crate::activation::Activation;
+            use crate::kernels::BlockKind as Kind;
 
-/// Walks all rows of `w` (whole rows of `row_bytes`) × all activations: rows in groups of
-/// [`ROWS`] (then one at a time), activations in groups of `4·G`, then 4, then the last 1..3
-/// together; `out` is row-major (rows × acts).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn tiles<F: Format, const G: usize>(
-    w: &[u8],
-    row_bytes: usize,
-    acts: &[Activation<'_>],
-    out: &mut [f32],
-    decode: impl Fn(&[u8]) -> Decoded,
-) {
-    let n = acts.len();
-    if n >= avx2_panel::MIN_ACTS {
-        avx2_panel::panels::<F, _>(w, row_bytes, acts, out, decode);
-        return;
-    }
-    let mut row_groups = w.chunks_exact(ROWS * row_bytes);
-    let mut out_groups = out.chunks_exact_mut(ROWS * n);
-    for (g, (rows, out)) in (&mut row_groups).zip(&mut out_groups).enumerate() {
-        let rows: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[r * row_bytes..(r + 1) * row_bytes]);
-        // Only the first tile over these rows prefetches: the later ones find them in cache.
-        let stream = &w[g * ROWS * row_bytes..];
-        row_group::<F, ROWS, G>(rows, stream, acts, out, &decode);
-    }
-    let rest = row_groups.remainder().chunks_exact(row_bytes).zip(out_groups.into_remainder().chunks_exact_mut(n));
-    for (row, out) in rest {
-        row_group::<F, 1, G>([row], row, acts, out, &decode);
-    }
-}
+            /// Block `b` of one weight row · block `b` of `act`: 8 i32 lanes, exact.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn block_dot(q: (__m256i, __m256i), act: &Activation<'_>, b: usize) -> __m256i {
+                $dot(q, act.q16[32 * b..32 * b + 32].try_into().expect("a block of 32"))
+            }
 
-/// [`tiles`] for one group of `R` rows; `out` is their `R × acts` results.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn row_group<F: Format, const R: usize, const G: usize>(
-    rows: [&[u8]; R],
-    mut stream: &[u8],
-    acts: &[Activation<'_>],
-    out: &mut [f32],
-    decode: &impl Fn(&[u8]) -> Decoded,
-) {
-    let n = acts.len();
-    let mut done = 0;
-    while G > 1 && n - done >= 4 * G {
-        let result = tile_acts::<F, R, G>(rows, stream, &acts[done..done + 4 * G], decode);
-        for g in 0..G {
-            put(out, n, done + 4 * g, result.map(|groups| groups[g]));
+            /// `R` rows × `4·G` activations, each row against groups of four activations:
+            /// `out[r][4g + i]` = row r · act 4g + i.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn tile_acts<F: Format, const R: usize, const G: usize>(
+                rows: [&[u8]; R],
+                stream: &[u8],
+                acts: &[Activation<'_>],
+                decode: &impl Fn(&[u8]) -> Decoded,
+            ) -> [[[f32; 4]; G]; R] {
+                let (block_bytes, kind) = (F::BLOCK_BYTES, F::KIND);
+                let mut acc = [[_mm256_setzero_ps(); G]; R];
+                let zero = _mm256_setzero_ps();
+                for b in 0..acts[0].d.len() {
+                    // Closures do not inline the kernels' intrinsics: plain loops fill these.
+                    let (mut da, mut ds, mut off) = ([zero; G], [zero; G], [None; G]);
+                    for g in 0..G {
+                        let group = &acts[4 * g..4 * g + 4];
+                        da[g] = twice([group[0].d[b], group[1].d[b], group[2].d[b], group[3].d[b]]);
+                        if kind == Kind::Min {
+                            ds[g] = twice([group[0].ds[b], group[1].ds[b], group[2].ds[b], group[3].ds[b]]);
+                        }
+                        off[g] =
+                            offsets(kind, [group[0].sums[b], group[1].sums[b], group[2].sums[b], group[3].sums[b]]);
+                    }
+                    prefetch(stream, PREFETCH_AHEAD + R * block_bytes * b, R * block_bytes);
+                    for r in 0..R {
+                        let (q, d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)]);
+                        let d = _mm256_set1_ps(d);
+                        let mins = low_half([m; 4]);
+                        for g in 0..G {
+                            let group = &acts[4 * g..4 * g + 4];
+                            let v = reduce4([
+                                block_dot(q, &group[0], b),
+                                block_dot(q, &group[1], b),
+                                block_dot(q, &group[2], b),
+                                block_dot(q, &group[3], b),
+                            ]);
+                            let min_terms = if kind == Kind::Min { Some((mins, ds[g])) } else { None };
+                            acc[r][g] = accumulate(acc[r][g], v, off[g], _mm256_mul_ps(d, da[g]), min_terms);
+                        }
+                    }
+                }
+                let mut out = [[[0.0; 4]; G]; R];
+                for r in 0..R {
+                    for g in 0..G {
+                        out[r][g] = results(acc[r][g]);
+                    }
+                }
+                out
+            }
+
+            /// `R` rows (1 or 4) × `C` activations (fewer than 4), each activation against the rows as a
+            /// group of four (a single row fills all four lanes): `out[r][c]` = row r · act c.
+            #[inline]
+            #[target_feature(enable = $features)]
+            #[allow(clippy::too_many_arguments)]
+            fn tile_rows<F: Format, const R: usize, const C: usize>(
+                rows: [&[u8]; R],
+                stream: &[u8],
+                acts: [&Activation<'_>; C],
+                decode: &impl Fn(&[u8]) -> Decoded,
+            ) -> [[f32; C]; R] {
+                let (block_bytes, kind, scales) = (F::BLOCK_BYTES, F::KIND, F::SCALES);
+                let mut acc = [_mm256_setzero_ps(); C];
+                let zero = _mm256_setzero_si256();
+                // Every per-block access below is an iterator step or an index below `blocks_per_row` into a
+                // slice of that length, so no bounds check is left in the loop.
+                let blocks_per_row = acts[0].d.len();
+                let mut row_blocks = rows.map(|row| row[..blocks_per_row * block_bytes].chunks_exact(block_bytes));
+                let act_quants = acts.map(|act| &act.q16.as_chunks::<32>().0[..blocks_per_row]);
+                let act_scales = acts.map(|act| &act.d[..blocks_per_row]);
+                let act_scaled_sums = acts.map(|act| if kind == Kind::Min { &act.ds[..blocks_per_row] } else { &[] });
+                let act_sums =
+                    acts.map(|act| if matches!(kind, Kind::Offset(_)) { &act.sums[..blocks_per_row] } else { &[] });
+                for b in 0..blocks_per_row {
+                    prefetch(stream, PREFETCH_AHEAD + R * block_bytes * b, R * block_bytes);
+                    // Closures do not inline the kernels' intrinsics: plain loops fill these.
+                    let mut blocks: [Decoded; R] = [((zero, zero), 0.0, 0.0); R];
+                    let mut bytes: [&[u8]; R] = [&[]; R];
+                    for r in 0..R {
+                        bytes[r] = row_blocks[r].next().unwrap_or_default();
+                        blocks[r] = decode(bytes[r]);
+                    }
+                    let lane = |i: usize| i % R;
+                    let four = [bytes[0], bytes[lane(1)], bytes[lane(2)], bytes[lane(3)]];
+                    // Written out here: as a function LLVM did not inline it, which cost 2× in decode.
+                    let (d, mins) = match scales {
+                        Scales::F16 if kind == Kind::Min => {
+                            let pair = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                            // [d0 m0 d1 m1 d2 m2 d3 m3] as f32, then the scales twice and the minimums once.
+                            let both = _mm256_cvtph_ps(_mm_setr_epi32(
+                                pair(four[0]),
+                                pair(four[1]),
+                                pair(four[2]),
+                                pair(four[3]),
+                            ));
+                            let d = _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+                            let m = _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
+                            (d, _mm256_blend_ps::<0b1111_0000>(m, _mm256_setzero_ps()))
+                        }
+                        Scales::F16 => {
+                            // Combined in general registers, then one move into a vector: a chain of `vpinsrw`
+                            // measured 1.13–1.2× slower in decode.
+                            let scale = |i: usize| u64::from(u16::from_le_bytes([four[i][0], four[i][1]])) << (16 * i);
+                            let packed = scale(0) | scale(1) | scale(2) | scale(3);
+                            (_mm256_cvtph_ps(_mm_set1_epi64x(packed as i64)), _mm256_setzero_ps())
+                        }
+                        Scales::E8m0 => {
+                            let exponents = u32::from_le_bytes([four[0][0], four[1][0], four[2][0], four[3][0]]);
+                            (e8m0_halves(exponents), _mm256_setzero_ps())
+                        }
+                    };
+                    for c in 0..C {
+                        let mut dots = [zero; R];
+                        for r in 0..R {
+                            dots[r] = $dot(blocks[r].0, &act_quants[c][b]);
+                        }
+                        let v = reduce4([dots[0], dots[1 % R], dots[2 % R], dots[3 % R]]);
+                        let min_terms =
+                            if kind == Kind::Min { Some((mins, _mm256_set1_ps(act_scaled_sums[c][b]))) } else { None };
+                        let off =
+                            if matches!(kind, Kind::Offset(_)) { offsets(kind, [act_sums[c][b]; 4]) } else { None };
+                        acc[c] =
+                            accumulate(acc[c], v, off, _mm256_mul_ps(d, _mm256_set1_ps(act_scales[c][b])), min_terms);
+                    }
+                }
+                let mut out = [[0.0; C]; R];
+                for c in 0..C {
+                    let per_row = results(acc[c]);
+                    for r in 0..R {
+                        out[r][c] = per_row[r];
+                    }
+                }
+                out
+            }
+
+            /// Walks all rows of `w` (whole rows of `row_bytes`) × all activations: rows in groups of
+            /// [`ROWS`] (then one at a time), activations in groups of `4·G`, then 4, then the last 1..3
+            /// together; `out` is row-major (rows × acts). The callers take the panels from
+            /// `avx2_panel::MIN_ACTS` activations on (one instance of the panels per format: with one
+            /// per ISA their inner step was no longer inlined, 0.7–0.9× at 8 and 12 activations).
+            #[inline]
+            #[target_feature(enable = $features)]
+            pub(in super::super) fn tiles<F: Format, const G: usize>(
+                w: &[u8],
+                row_bytes: usize,
+                acts: &[Activation<'_>],
+                out: &mut [f32],
+                decode: impl Fn(&[u8]) -> Decoded,
+            ) {
+                let n = acts.len();
+                let mut row_groups = w.chunks_exact(ROWS * row_bytes);
+                let mut out_groups = out.chunks_exact_mut(ROWS * n);
+                for (g, (rows, out)) in (&mut row_groups).zip(&mut out_groups).enumerate() {
+                    let rows: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[r * row_bytes..(r + 1) * row_bytes]);
+                    // Only the first tile over these rows prefetches: the later ones find them in cache.
+                    let stream = &w[g * ROWS * row_bytes..];
+                    row_group::<F, ROWS, G>(rows, stream, acts, out, &decode);
+                }
+                let rest =
+                    row_groups.remainder().chunks_exact(row_bytes).zip(out_groups.into_remainder().chunks_exact_mut(n));
+                for (row, out) in rest {
+                    row_group::<F, 1, G>([row], row, acts, out, &decode);
+                }
+            }
+
+            /// [`tiles`] for one group of `R` rows; `out` is their `R × acts` results.
+            #[allow(clippy::too_many_arguments)]
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn row_group<F: Format, const R: usize, const G: usize>(
+                rows: [&[u8]; R],
+                mut stream: &[u8],
+                acts: &[Activation<'_>],
+                out: &mut [f32],
+                decode: &impl Fn(&[u8]) -> Decoded,
+            ) {
+                let n = acts.len();
+                let mut done = 0;
+                while G > 1 && n - done >= 4 * G {
+                    let result = tile_acts::<F, R, G>(rows, stream, &acts[done..done + 4 * G], decode);
+                    for g in 0..G {
+                        put(out, n, done + 4 * g, result.map(|groups| groups[g]));
+                    }
+                    (stream, done) = (&[], done + 4 * G);
+                }
+                while n - done >= 4 {
+                    let result = tile_acts::<F, R, 1>(rows, stream, &acts[done..done + 4], decode);
+                    put(out, n, done, result.map(|[group]| group));
+                    (stream, done) = (&[], done + 4);
+                }
+                match &acts[done..] {
+                    [] => {}
+                    [a] => put(out, n, done, tile_rows::<F, R, 1>(rows, stream, [a], decode)),
+                    [a, b] => put(out, n, done, tile_rows::<F, R, 2>(rows, stream, [a, b], decode)),
+                    [a, b, c] => put(out, n, done, tile_rows::<F, R, 3>(rows, stream, [a, b, c], decode)),
+                    _ => unreachable!("fewer than 4 activations are left"),
+                }
+            }
         }
-        (stream, done) = (&[], done + 4 * G);
-    }
-    while n - done >= 4 {
-        let result = tile_acts::<F, R, 1>(rows, stream, &acts[done..done + 4], decode);
-        put(out, n, done, result.map(|[group]| group));
-        (stream, done) = (&[], done + 4);
-    }
-    match &acts[done..] {
-        [] => {}
-        [a] => put(out, n, done, tile_rows::<F, R, 1>(rows, stream, [a], decode)),
-        [a, b] => put(out, n, done, tile_rows::<F, R, 2>(rows, stream, [a, b], decode)),
-        [a, b, c] => put(out, n, done, tile_rows::<F, R, 3>(rows, stream, [a, b, c], decode)),
-        _ => unreachable!("fewer than 4 activations are left"),
-    }
+    };
 }
+pub(super) use tile_kernels;
+
+tile_kernels!("avx2,fma,f16c", super::quants_dot);
 
 /// Writes a tile's `R × C` results into `out` (rows of `n`) from column `first` on.
 #[inline]
-fn put<const R: usize, const C: usize>(out: &mut [f32], n: usize, first: usize, result: [[f32; C]; R]) {
+pub(super) fn put<const R: usize, const C: usize>(out: &mut [f32], n: usize, first: usize, result: [[f32; C]; R]) {
     for (r, values) in result.iter().enumerate() {
         out[r * n + first..r * n + first + C].copy_from_slice(values);
     }
@@ -394,14 +445,22 @@ fn bytes_wide_signed(qs: &[u8]) -> (__m256i, __m256i) {
 /// 16 bytes of packed nibbles (byte j: value j low, value j + 16 high) as two vectors of 16 i16,
 /// widened before they are split: one `vpmovzxbw`, an `and` and a shift, where unpacking to bytes
 /// first and widening after costs an insert, an extract and two widenings.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn nibbles_wide(qs: &[u8]) -> (__m256i, __m256i) {
+    let bytes = bytes_wide(qs);
+    (_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16::<4>(bytes))
+}
+
+/// The first 16 bytes of `qs`, zero-extended to 16 i16 lanes by one `vpmovzxbw` from memory.
 ///
-/// The widening is written in `asm!` because LLVM, seeing zero-extended bytes, rewrote the
-/// intrinsics' version back into byte-wide shifts and masks followed by two `vpmovzxbw` per block
+/// Written in `asm!` because LLVM, seeing zero-extended bytes, rewrote the intrinsics' version of
+/// [`nibbles_wide`] back into byte-wide shifts and masks followed by two `vpmovzxbw` per block
 /// (docs/benchmarks.md, "Widening once"): one shuffle and two other µops more per block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(unsafe_code)]
-fn nibbles_wide(qs: &[u8]) -> (__m256i, __m256i) {
+pub(super) fn bytes_wide(qs: &[u8]) -> __m256i {
     let qs = &qs[..16];
     let bytes: __m256i;
     // SAFETY: the instruction reads the 16 bytes of `qs` (sliced above, so they exist) and writes
@@ -410,7 +469,7 @@ fn nibbles_wide(qs: &[u8]) -> (__m256i, __m256i) {
         core::arch::asm!("vpmovzxbw {y}, xmmword ptr [{p}]", y = out(ymm_reg) bytes, p = in(reg) qs.as_ptr(),
             options(pure, readonly, nostack, preserves_flags));
     }
-    (_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16::<4>(bytes))
+    bytes
 }
 
 /// A Q5 block's 32 quants as two vectors of 16 i16 (values 0..16, 16..32): the nibbles as
@@ -489,7 +548,7 @@ pub(super) struct Mxfp4;
 impl Format for Mxfp4 {
     const BLOCK_BYTES: usize = 17;
     const KIND: Kind = Kind::Signed;
-    const SCALES: Scales = Scales::Decoded;
+    const SCALES: Scales = Scales::E8m0;
 }
 
 // Each format's block decoder, shared by these tiles and the AVX-512 panels.
@@ -545,13 +604,18 @@ pub(super) fn decode_mxfp4(b: &[u8]) -> Decoded {
     (e2m1_wide(table, low, high), e8m0_to_f32_half(b[0]), 0.0)
 }
 
-/// The tile kernel of one format: [`tiles`] with its decoder.
+/// The tile kernel of one format with its decoder: `tiles::tiles` below `avx2_panel::MIN_ACTS`
+/// activations, the panels from there.
 macro_rules! format_tiles {
     ($name:ident, $format:ty, $decode:ident) => {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn $name<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-            tiles::<$format, G>(w, row_bytes, acts, out, |b| $decode(b));
+            if acts.len() >= avx2_panel::MIN_ACTS {
+                avx2_panel::panels::<$format, _>(w, row_bytes, acts, out, |b| $decode(b));
+            } else {
+                tiles::tiles::<$format, G>(w, row_bytes, acts, out, |b| $decode(b));
+            }
         }
     };
 }

@@ -1,5 +1,6 @@
 //! AVX-512 VNNI panel kernels for prefill: the 32-value block formats against i16 activations
-//! when a call brings [`MIN_ACTS`] or more of them (fewer go to the AVX2 tiles and panels).
+//! when a call brings [`MIN_ACTS`] or more of them (fewer go to `avx512_tile` and the AVX2 tiles
+//! and panels).
 //!
 //! The layout and arithmetic of `avx2_panel`, twice as wide: a panel holds 16 rows, one per i32
 //! lane of a 512-bit vector, and each pair of activation quants meets all 16 rows in one
@@ -28,6 +29,7 @@ use std::cell::RefCell;
 
 use super::avx2_panel::{Layout, transpose8};
 use super::avx2_tile_i16::{self as tile_i16, Decoded, Mxfp4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use super::avx512_tile;
 use crate::activation::Activation;
 use crate::kernels::BlockKind as Kind;
 
@@ -54,14 +56,14 @@ thread_local! {
 
 /// Lanes 0..8 from `low`, 8..16 from `high`.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn join(low: __m256i, high: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(low), high)
 }
 
 /// 16 rows' vectors of 8 i32 each, transposed into 8 slots of 16 lanes (lane r = row r).
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) fn across_rows(v: &[__m256i; ROWS], slots: &mut [__m512i]) {
     let first = transpose8(std::array::from_fn(|r| v[r]));
     let second = transpose8(std::array::from_fn(|r| v[8 + r]));
@@ -72,7 +74,7 @@ pub(super) fn across_rows(v: &[__m256i; ROWS], slots: &mut [__m512i]) {
 
 /// Unpacks up to 16 rows (the missing ones as zeros) into `panel`, one entry per block.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn pack<D>(rows: &[&[u8]], block_bytes: usize, panel: &mut [PanelBlock], decode: &D)
 where
     D: Fn(&[u8]) -> Decoded,
@@ -96,7 +98,7 @@ where
 /// Written in `asm!` because LLVM splits the intrinsic into `vpmaddwd` + `vpaddd` unless it tunes
 /// for a CPU it knows to run `vpdpwssd` fast, which a run-time dispatched kernel cannot name.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(unsafe_code)]
 pub(super) fn add_pair_products(s: __m512i, w: __m512i, pair: &[i16]) -> __m512i {
     let pair = &pair[..2];
@@ -159,7 +161,7 @@ fn lay_out(acts: &[Activation<'_>], blocks: usize, out: &mut Vec<ActBlock>) {
 /// One half of every pair's sum (`slots`) over all blocks of a panel against `ACTS` activations,
 /// scaled and accumulated per block as `avx2_panel`'s `part` does.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn part<L: Layout, const FIRST: bool>(panel: &[PanelBlock], acts: &[ActBlock], slots: [usize; 8]) -> [__m512; ACTS] {
     let kind = L::KIND;
     let zero = _mm512_setzero_ps();
@@ -191,7 +193,7 @@ fn part<L: Layout, const FIRST: bool>(panel: &[PanelBlock], acts: &[ActBlock], s
 
 /// One panel (16 rows) against one group of `ACTS` activations: 16 row results per activation.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn step<L: Layout>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
     let lo = part::<L, true>(panel, acts, [0, 1, 2, 3, 8, 9, 10, 11]);
     let hi = part::<L, false>(panel, acts, [4, 5, 6, 7, 12, 13, 14, 15]);
@@ -201,7 +203,7 @@ fn step<L: Layout>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
 /// Every row of `w` (whole rows of `row_bytes`) against every activation, `out` row-major (rows ×
 /// acts), through panels of 16 rows: the AVX2 panels' and tiles' results, bit for bit.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn panels<L: Layout, D>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32], decode: D)
 where
     D: Fn(&[u8]) -> Decoded,
@@ -230,16 +232,16 @@ where
 }
 
 /// The `matmul_i16` kernel of one format for this ISA: panels from [`MIN_ACTS`] activations,
-/// the AVX2 kernels (`G` activation groups per tile) below.
+/// `avx512_tile`'s kernels (`G` activation groups per AVX2 tile) below.
 macro_rules! format_kernel {
     ($name:ident, $format:ty, $tiles:ident, $decode:ident) => {
         #[inline]
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         pub(super) fn $name<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
             if acts.len() >= MIN_ACTS {
                 panels::<$format, _>(w, row_bytes, acts, out, |b| tile_i16::$decode(b));
             } else {
-                tile_i16::$tiles::<G>(w, row_bytes, acts, out);
+                avx512_tile::$tiles::<G>(w, row_bytes, acts, out);
             }
         }
     };

@@ -109,7 +109,7 @@ thread_local! {
 
 /// 32 unsigned quants (bytes) times `scale_low` (values 0..16) and `scale_high` (16..32), as i16.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn scaled(q: __m256i, scale_low: i16, scale_high: i16) -> [__m256i; 2] {
     [
         _mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(q)), _mm256_set1_epi16(scale_low)),
@@ -120,7 +120,7 @@ fn scaled(q: __m256i, scale_low: i16, scale_high: i16) -> [__m256i; 2] {
 /// Q4_K, or with `FIFTH` Q5_K (bit `j` of `qh[i]` the high bit of value `32j + i`, as
 /// `avx2_tile_k` reads it: quants up to 31, times scales up to 63, still exact in i16).
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn decode_k4<const FIFTH: bool>(w: &[u8]) -> Decoded {
     let (scales, mins) = k4_scales_mins(w);
     let sc: [i16; 8] = bytemuck::cast(scales);
@@ -137,7 +137,7 @@ fn decode_k4<const FIFTH: bool>(w: &[u8]) -> Decoded {
 }
 
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn decode_q6_k(w: &[u8]) -> Decoded {
     let sc: [i16; 16] = std::array::from_fn(|i| i16::from(w[192 + i] as i8));
     let mut values = [_mm256_setzero_si256(); 16];
@@ -154,7 +154,7 @@ fn decode_q6_k(w: &[u8]) -> Decoded {
 /// Q2_K: sub-blocks of 16 values, 4-bit scales (low nibble) and minimums (high nibble), the
 /// minimums against the 16 `bsums` as `avx2_tile_k` weighs them.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn decode_q2_k(w: &[u8]) -> Decoded {
     let sc: [i16; 16] = std::array::from_fn(|i| i16::from(w[i] & 0x0F));
     let mut values = [_mm256_setzero_si256(); 16];
@@ -171,7 +171,7 @@ fn decode_q2_k(w: &[u8]) -> Decoded {
 /// Q3_K: unsigned quants `q` (0..=7) times their signed 6-bit scales; the −4 comes off through the
 /// `bsums`, weighted by the scales.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn decode_q3_k(w: &[u8]) -> Decoded {
     let scales = q3_k_scales(w[96..108].try_into().expect("12 scale bytes"));
     let sc: [i16; 16] = scales.map(i16::from);
@@ -188,7 +188,7 @@ fn decode_q3_k(w: &[u8]) -> Decoded {
 
 /// Decodes up to 16 rows (the missing ones as zeros) into `panel`, one entry per super-block.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn pack<F: Format>(rows: &[&[u8]], panel: &mut [PanelBlock], decode: fn(&[u8]) -> Decoded) {
     let zero = _mm256_setzero_si256();
     for (b, entry) in panel.iter_mut().enumerate() {
@@ -239,7 +239,7 @@ fn lay_out(acts: &[Activation<'_>], blocks: usize, out: &mut Vec<ActBlock>) {
 /// One panel (16 rows) against one group of [`ACTS`] activations: 16 row results per activation,
 /// as `avx2_tile_k` computes each (row, activation) pair.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn step<F: Format>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
     let mut acc = [[_mm512_setzero_ps(); 8]; ACTS];
     let mut off = [_mm512_setzero_ps(); ACTS];
@@ -288,7 +288,7 @@ fn step<F: Format>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
 /// Every row of `w` against every activation, `out` row-major (rows × acts), through panels of 16
 /// rows: `avx2_tile_k`'s results, bit for bit.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn panels<F: Format>(
     w: &[u8],
     row_bytes: usize,
@@ -323,7 +323,7 @@ fn panels<F: Format>(
 macro_rules! format_kernel {
     ($name:ident, $format:ty, $avx2:ident, $decode:expr) => {
         #[inline]
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         pub(super) fn $name<const A: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
             if acts.len() >= MIN_ACTS {
                 panels::<$format>(w, row_bytes, acts, out, $decode);

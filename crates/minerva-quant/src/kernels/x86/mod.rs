@@ -8,7 +8,9 @@
 //!   the float formats (`avx2_dot.rs`);
 //! * [`AVX512_VNNI`] — from [`avx512_panel::MIN_ACTS`] activations on, the i16 panels 16 rows wide
 //!   with `vpdpwssd` (`avx512_panel.rs`), and for Q2_K…Q6_K panels of scaled i16 quants
-//!   (`avx512_panel_k.rs`); the AVX2 kernels below; bit for bit the AVX2 results.
+//!   (`avx512_panel_k.rs`); below, the i16 tiles with a `vpdpwssd` block dot, MXFP4 decoded by
+//!   `vpermw` and Q5's fifth bits by a masked add (`avx512_tile.rs`; from 8 activations the AVX2
+//!   panels); bit for bit the AVX2 results.
 //!
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
 //! them, which the kernel table uses only after the ISA's `detected` check has passed.
@@ -25,6 +27,7 @@ mod avx2_tile_k;
 mod avx2_vector;
 mod avx512_panel;
 mod avx512_panel_k;
+mod avx512_tile;
 
 use std::arch::is_x86_feature_detected as has;
 
@@ -122,12 +125,18 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
     ],
 };
 
-/// AVX-512 (F, BW) with VNNI on top of AVX2 + FMA + F16C: the i16 matmul of the 32-value block
+/// AVX-512 (F, BW, VL) with VNNI on top of AVX2 + FMA + F16C: the i16 matmul of the 32-value block
 /// formats and the Q2_K…Q6_K matmul (the float formats keep the AVX2 row's kernels).
 pub(super) const AVX512_VNNI: Isa = Isa {
     name: "avx512+vnni",
     detected: || {
-        has!("avx2") && has!("fma") && has!("f16c") && has!("avx512f") && has!("avx512bw") && has!("avx512vnni")
+        has!("avx2")
+            && has!("fma")
+            && has!("f16c")
+            && has!("avx512f")
+            && has!("avx512bw")
+            && has!("avx512vl")
+            && has!("avx512vnni")
     },
     rows: &[
         Kernels::new(Q8_0).tile_i16(tile!(avx512_panel::kernel_q8_0::<I16_ACT_GROUPS>)),
