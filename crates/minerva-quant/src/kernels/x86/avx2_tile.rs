@@ -77,9 +77,17 @@ fn scale_min(b: &[u8], one_activation: bool) -> (__m256, f32) {
 /// reads its rows side by side, each a stream too short for the hardware prefetcher to follow;
 /// prefetching the weights as one stream a few KiB ahead keeps a matrix larger than L3 at memory
 /// bandwidth (docs/benchmarks.md, "Prefetching the weights as one stream").
-pub(super) const PREFETCH_AHEAD: usize = 3072;
+const PREFETCH_AHEAD: usize = 3072;
 
 /// Asks the CPU to start loading `bytes[at]` into cache (nothing if `at` is past the end).
+/// How far ahead of a tile's progress through `R` rows of `row_bytes` the weights are prefetched:
+/// the stream runs `R` blocks per step from the first row on, so it must start past the last
+/// row's first bytes to cover the rows after the first (and, by the group's end, the next group's
+/// first `R − 1` rows entirely); `PREFETCH_AHEAD` alone covered only rows shorter than it.
+pub(super) fn prefetch_lead(rows: usize, row_bytes: usize) -> usize {
+    (rows - 1) * row_bytes + PREFETCH_AHEAD
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn prefetch(bytes: &[u8], at: usize) {
@@ -89,7 +97,7 @@ fn prefetch(bytes: &[u8], at: usize) {
 }
 
 /// `R` rows × `C` activations of 32-value blocks of `block_bytes`: `out[r][c]` = row r · act c.
-/// `stream` holds the weights from the first of the rows on, prefetched [`PREFETCH_AHEAD`] bytes
+/// `stream` holds the weights from the first of the rows on, prefetched [`prefetch_lead`] bytes
 /// ahead of the rows' progress (empty: no prefetching).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -105,6 +113,7 @@ fn tile<const R: usize, const C: usize>(
     let mut offset = [[0.0f32; C]; R];
     let ones = _mm256_set1_epi16(1);
     let blocks = acts[0].d.len();
+    let lead = prefetch_lead(R, rows[0].len());
     for b in 0..blocks {
         let a: [__m256i; C] = std::array::from_fn(|c| load32(&acts[c].qs[32 * b..]));
         let da: [__m256; C] = std::array::from_fn(|c| _mm256_set1_ps(acts[c].d[b]));
@@ -114,7 +123,7 @@ fn tile<const R: usize, const C: usize>(
             Kind::Offset(k) => _mm256_zextsi128_si256(_mm_cvtsi32_si128(-k * acts[c].sums[b])),
             _ => _mm256_setzero_si256(),
         });
-        let ahead = PREFETCH_AHEAD + R * block_bytes * b;
+        let ahead = lead + R * block_bytes * b;
         for line in 0..(R * block_bytes).div_ceil(64) {
             prefetch(stream, ahead + 64 * line);
         }

@@ -55,7 +55,7 @@ pub(super) type Decoded = ((__m256i, __m256i), f32, f32);
 pub(super) const ROWS: usize = 4;
 
 /// Asks the CPU to start loading the cache lines of `bytes[at..at + len]` (none past the end): the
-/// weights as one stream [`PREFETCH_AHEAD`] bytes ahead of the rows' progress, as `avx2_tile`.
+/// weights as one stream ahead of the rows' progress (`avx2_tile::prefetch_lead`), as `avx2_tile`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn prefetch(bytes: &[u8], at: usize, len: usize) {
@@ -202,7 +202,7 @@ macro_rules! tile_kernels {
                 _mm256_permutevar8x32_ps, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256,
             };
 
-            use super::super::avx2_tile::PREFETCH_AHEAD;
+            use super::super::avx2_tile::prefetch_lead;
             use super::super::avx2_tile_i16::{
                 Decoded, Format, ROWS, Scales, accumulate, e8m0_halves, low_half, offsets, prefetch, put, reduce4,
                 results, twice,
@@ -228,6 +228,7 @@ macro_rules! tile_kernels {
                 decode: &impl Fn(&[u8]) -> Decoded,
             ) -> [[[f32; 4]; G]; R] {
                 let (block_bytes, kind) = (F::BLOCK_BYTES, F::KIND);
+                let lead = prefetch_lead(R, rows[0].len());
                 let mut acc = [[_mm256_setzero_ps(); G]; R];
                 let zero = _mm256_setzero_ps();
                 for b in 0..acts[0].d.len() {
@@ -242,7 +243,7 @@ macro_rules! tile_kernels {
                         off[g] =
                             offsets(kind, [group[0].sums[b], group[1].sums[b], group[2].sums[b], group[3].sums[b]]);
                     }
-                    prefetch(stream, PREFETCH_AHEAD + R * block_bytes * b, R * block_bytes);
+                    prefetch(stream, lead + R * block_bytes * b, R * block_bytes);
                     for r in 0..R {
                         let (q, d, m) = decode(&rows[r][block_bytes * b..block_bytes * (b + 1)]);
                         let d = _mm256_set1_ps(d);
@@ -286,6 +287,7 @@ macro_rules! tile_kernels {
                 // Every per-block access below is an iterator step or an index below `blocks_per_row` into a
                 // slice of that length, so no bounds check is left in the loop.
                 let blocks_per_row = acts[0].d.len();
+                let lead = prefetch_lead(R, rows[0].len());
                 let mut row_blocks = rows.map(|row| row[..blocks_per_row * block_bytes].chunks_exact(block_bytes));
                 let act_quants = acts.map(|act| &act.q16.as_chunks::<32>().0[..blocks_per_row]);
                 let act_scales = acts.map(|act| &act.d[..blocks_per_row]);
@@ -293,7 +295,7 @@ macro_rules! tile_kernels {
                 let act_sums =
                     acts.map(|act| if matches!(kind, Kind::Offset(_)) { &act.sums[..blocks_per_row] } else { &[] });
                 for b in 0..blocks_per_row {
-                    prefetch(stream, PREFETCH_AHEAD + R * block_bytes * b, R * block_bytes);
+                    prefetch(stream, lead + R * block_bytes * b, R * block_bytes);
                     // Closures do not inline the kernels' intrinsics: plain loops fill these.
                     let mut blocks: [Decoded; R] = [((zero, zero), 0.0, 0.0); R];
                     let mut bytes: [&[u8]; R] = [&[]; R];
