@@ -202,6 +202,8 @@ macro_rules! tile_kernels {
                 _mm256_permutevar8x32_ps, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256,
             };
 
+            use core::slice::ChunksExact;
+
             use super::super::avx2_tile::prefetch_lead;
             use super::super::avx2_tile_i16::{
                 Decoded, Format, ROWS, Scales, accumulate, e8m0_halves, low_half, offsets, prefetch, put, reduce4,
@@ -288,19 +290,35 @@ macro_rules! tile_kernels {
                 // slice of that length, so no bounds check is left in the loop.
                 let blocks_per_row = acts[0].d.len();
                 let lead = prefetch_lead(R, rows[0].len());
-                let mut row_blocks = rows.map(|row| row[..blocks_per_row * block_bytes].chunks_exact(block_bytes));
-                let act_quants = acts.map(|act| &act.q16.as_chunks::<32>().0[..blocks_per_row]);
-                let act_scales = acts.map(|act| &act.d[..blocks_per_row]);
-                let act_scaled_sums = acts.map(|act| if kind == Kind::Min { &act.ds[..blocks_per_row] } else { &[] });
-                let act_sums =
-                    acts.map(|act| if matches!(kind, Kind::Offset(_)) { &act.sums[..blocks_per_row] } else { &[] });
+                // Plain loops rather than `map`: a closure compiled with the kernel's features is
+                // not inlined into `map`, which cost calls per tile (8 % of a 576-column decode).
+                let mut row_blocks: [Option<ChunksExact<'_, u8>>; R] = [const { None }; R];
+                for (blocks, row) in row_blocks.iter_mut().zip(rows) {
+                    *blocks = Some(row[..blocks_per_row * block_bytes].chunks_exact(block_bytes));
+                }
+                let mut act_quants: [&[[i16; 32]]; C] = [&[]; C];
+                let (mut act_scales, mut act_scaled_sums, mut act_sums): ([&[f32]; C], [&[f32]; C], [&[i32]; C]) =
+                    ([&[]; C], [&[]; C], [&[]; C]);
+                for (c, act) in acts.iter().enumerate() {
+                    act_quants[c] = &act.q16.as_chunks::<32>().0[..blocks_per_row];
+                    act_scales[c] = &act.d[..blocks_per_row];
+                    if kind == Kind::Min {
+                        act_scaled_sums[c] = &act.ds[..blocks_per_row];
+                    }
+                    if matches!(kind, Kind::Offset(_)) {
+                        act_sums[c] = &act.sums[..blocks_per_row];
+                    }
+                }
                 for b in 0..blocks_per_row {
                     prefetch(stream, lead + R * block_bytes * b, R * block_bytes);
                     // Closures do not inline the kernels' intrinsics: plain loops fill these.
                     let mut blocks: [Decoded; R] = [((zero, zero), 0.0, 0.0); R];
                     let mut bytes: [&[u8]; R] = [&[]; R];
                     for r in 0..R {
-                        bytes[r] = row_blocks[r].next().unwrap_or_default();
+                        bytes[r] = match &mut row_blocks[r] {
+                            Some(blocks) => blocks.next().unwrap_or_default(),
+                            None => &[],
+                        };
                         blocks[r] = decode(bytes[r]);
                     }
                     let lane = |i: usize| i % R;
@@ -374,10 +392,13 @@ macro_rules! tile_kernels {
                 let mut row_groups = w.chunks_exact(ROWS * row_bytes);
                 let mut out_groups = out.chunks_exact_mut(ROWS * n);
                 for (g, (rows, out)) in (&mut row_groups).zip(&mut out_groups).enumerate() {
-                    let rows: [&[u8]; ROWS] = std::array::from_fn(|r| &rows[r * row_bytes..(r + 1) * row_bytes]);
+                    let mut group: [&[u8]; ROWS] = [&[]; ROWS];
+                    for (row, bytes) in group.iter_mut().zip(rows.chunks_exact(row_bytes)) {
+                        *row = bytes;
+                    }
                     // Only the first tile over these rows prefetches: the later ones find them in cache.
                     let stream = &w[g * ROWS * row_bytes..];
-                    row_group::<F, ROWS, G>(rows, stream, acts, out, &decode);
+                    row_group::<F, ROWS, G>(group, stream, acts, out, &decode);
                 }
                 let rest =
                     row_groups.remainder().chunks_exact(row_bytes).zip(out_groups.into_remainder().chunks_exact_mut(n));
