@@ -30,13 +30,11 @@
 //! promises AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, _MM_HINT_T0, _mm_blendv_ps, _mm_castsi128_ps, _mm_cmpgt_epi32, _mm_cvtepu8_epi32,
-    _mm_cvtsi32_si128, _mm_prefetch, _mm_set1_epi32, _mm_slli_epi32, _mm_sllv_epi32, _mm_sub_epi32, _mm256_add_epi32,
-    _mm256_add_ps, _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_cmpeq_epi16, _mm256_cvtepi8_epi16,
-    _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_or_si256, _mm256_permute2f128_ps, _mm256_set_m128,
-    _mm256_set1_epi16, _mm256_setr_epi16, _mm256_setr_epi32, _mm256_setr_ps, _mm256_shuffle_epi8, _mm256_sign_epi16,
-    _mm256_slli_epi16, _mm256_srli_epi16, _mm256_sub_epi32, _mm256_unpackhi_epi32, _mm256_unpackhi_epi64,
-    _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
+    __m128i, __m256, __m256i, _MM_HINT_T0, _mm_prefetch, _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256,
+    _mm256_broadcastsi128_si256, _mm256_cmpeq_epi16, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_fmadd_ps,
+    _mm256_madd_epi16, _mm256_or_si256, _mm256_permute2f128_ps, _mm256_set1_epi16, _mm256_setr_epi16,
+    _mm256_setr_epi32, _mm256_setr_ps, _mm256_shuffle_epi8, _mm256_sign_epi16, _mm256_slli_epi16, _mm256_srli_epi16,
+    _mm256_sub_epi32, _mm256_unpackhi_epi32, _mm256_unpackhi_epi64, _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
 };
 
 use bytemuck::pod_read_unaligned;
@@ -136,23 +134,8 @@ pub(super) enum Scales {
     /// The f16 scale in bytes 0..2 (and with `Kind::Min` the f16 minimum in bytes 2..4): four
     /// blocks' at once, converted by one `vcvtph2ps`, rather than one by one and inserted.
     F16,
-    /// MXFP4's E8M0 exponent in byte 0: four blocks' combined in a general register, then
-    /// converted in one vector ([`e8m0_halves`]), rather than each by `decode` and inserted.
-    E8m0,
-}
-
-/// Four E8M0 exponents (byte `i` of `exponents` for lane `i`) as the f32 halves of their powers of
-/// two in lanes 0..4 and again in 4..8: `e8m0_to_f32_half` lane by lane, bit for bit.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn e8m0_halves(exponents: u32) -> __m256 {
-    let e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(exponents as i32));
-    // 2^(e − 128) is a normal f32 with exponent field e − 1 from e = 2 on, a subnormal below.
-    let normal = _mm_sub_epi32(_mm_slli_epi32::<23>(e), _mm_set1_epi32(1 << 23));
-    let subnormal = _mm_sllv_epi32(_mm_set1_epi32(0x0020_0000), e);
-    let below_two = _mm_cmpgt_epi32(_mm_set1_epi32(2), e);
-    let halves = _mm_blendv_ps(_mm_castsi128_ps(normal), _mm_castsi128_ps(subnormal), _mm_castsi128_ps(below_two));
-    _mm256_set_m128(halves, halves)
+    /// As `decode` returns them (MXFP4's E8M0 exponents).
+    Decoded,
 }
 
 /// One block's step for four pairs: `acc = fma(scales, f32(v − offset), acc)`, then the minimum's
@@ -206,8 +189,7 @@ macro_rules! tile_kernels {
 
             use super::super::avx2_tile::prefetch_lead;
             use super::super::avx2_tile_i16::{
-                Decoded, Format, ROWS, Scales, accumulate, e8m0_halves, low_half, offsets, prefetch, put, reduce4,
-                results, twice,
+                Decoded, Format, ROWS, Scales, accumulate, low_half, offsets, prefetch, put, reduce4, results, twice,
             };
             use crate::activation::Activation;
             use crate::kernels::BlockKind as Kind;
@@ -345,10 +327,10 @@ macro_rules! tile_kernels {
                             let packed = scale(0) | scale(1) | scale(2) | scale(3);
                             (_mm256_cvtph_ps(_mm_set1_epi64x(packed as i64)), _mm256_setzero_ps())
                         }
-                        Scales::E8m0 => {
-                            let exponents = u32::from_le_bytes([four[0][0], four[1][0], four[2][0], four[3][0]]);
-                            (e8m0_halves(exponents), _mm256_setzero_ps())
-                        }
+                        Scales::Decoded => (
+                            twice([blocks[0].1, blocks[lane(1)].1, blocks[lane(2)].1, blocks[lane(3)].1]),
+                            low_half([blocks[0].2, blocks[lane(1)].2, blocks[lane(2)].2, blocks[lane(3)].2]),
+                        ),
                     };
                     for c in 0..C {
                         let mut dots = [zero; R];
@@ -571,7 +553,7 @@ pub(super) struct Mxfp4;
 impl Format for Mxfp4 {
     const BLOCK_BYTES: usize = 17;
     const KIND: Kind = Kind::Signed;
-    const SCALES: Scales = Scales::E8m0;
+    const SCALES: Scales = Scales::Decoded;
 }
 
 // Each format's block decoder, shared by these tiles and the AVX-512 panels.
