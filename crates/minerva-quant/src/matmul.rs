@@ -268,10 +268,10 @@ fn run(
         // Split by activations (rows of `ys`), so the threads share the transpose too.
         let acts_per_task = n.div_ceil(threads);
         if threads == 1 {
-            transpose(&transposed, rows, n, 0, ys);
+            (kernels::vector_kernels().transpose)(&transposed, rows, n, 0, ys);
         } else {
             pool::for_each_chunk_mut(ys, acts_per_task * rows, |t, part| {
-                transpose(&transposed, rows, n, t * acts_per_task, part);
+                (kernels::vector_kernels().transpose)(&transposed, rows, n, t * acts_per_task, part);
             });
         }
     }
@@ -295,77 +295,33 @@ fn chunks_into_columns(
     acts: &[Activation<'_>],
     mut block: pool::ColumnBlock<'_, f32>,
 ) {
-    // Rows of the result per transposed strip: 16 floats, one cache line of each `ys` row.
-    const STRIP: usize = 16;
     let width = block.width();
-    CHUNK_OUT.with_borrow_mut(|buf| {
+    CHUNK_OUT.with_borrow_mut(|(buf, columns)| {
         for c0 in (0..acts.len()).step_by(ACT_CHUNK) {
             let acts = &acts[c0..(c0 + ACT_CHUNK).min(acts.len())];
             // Not cleared: the kernel writes every value.
             buf.resize(width * acts.len(), 0.0);
             kernel.apply(weights, row_bytes, acts, buf);
-            for r0 in (0..width).step_by(STRIP) {
-                let r1 = (r0 + STRIP).min(width);
-                for j in 0..acts.len() {
-                    let y = &mut block.row_mut(c0 + j)[r0..r1];
-                    for (r, y) in (r0..r1).zip(y) {
-                        *y = buf[r * acts.len() + j];
-                    }
-                }
+            // Transposed whole (8 × 8 blocks in SIMD), then each activation's row copied out.
+            let (n, transposed) = (acts.len(), &mut *columns);
+            transposed.resize(width * n, 0.0);
+            (kernels::vector_kernels().transpose)(buf, width, n, 0, transposed);
+            for (j, values) in transposed.chunks_exact(width).enumerate() {
+                block.row_mut(c0 + j).copy_from_slice(values);
             }
         }
     });
 }
 
 thread_local! {
-    /// One chunk's results (a task's rows × `ACT_CHUNK`), kept per thread: at prefill sizes a
-    /// fresh buffer per call would be a `mmap` and `munmap` each time.
-    static CHUNK_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Columns `first_col..` of `src` (`rows × cols`) transposed into `dst` (one row of `rows` values
-/// per column, as many as `dst` holds), in square tiles so that both sides stay in cache (a
-/// prefill's output is megabytes; a plain loop misses on every strided access).
-fn transpose(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [f32]) {
-    const TILE: usize = 16;
-    let last_col = first_col + dst.len() / rows;
-    for r0 in (0..rows).step_by(TILE) {
-        let r1 = (r0 + TILE).min(rows);
-        for c0 in (first_col..last_col).step_by(TILE) {
-            let c1 = (c0 + TILE).min(last_col);
-            // Writes run along `dst` (strided writes cost more than strided reads here).
-            for c in c0..c1 {
-                let column = (c - first_col) * rows;
-                for (r, d) in (r0..r1).zip(&mut dst[column + r0..column + r1]) {
-                    *d = src[r * cols + c];
-                }
-            }
-        }
-    }
+    /// One chunk's results (a task's rows × `ACT_CHUNK`) and their transpose, kept per thread: at
+    /// prefill sizes a fresh buffer per call would be a `mmap` and `munmap` each time.
+    static CHUNK_OUT: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn transpose_in_tiles_matches_the_definition() {
-        for (rows, cols) in [(1, 1), (3, 17), (16, 16), (33, 5), (40, 70)] {
-            let src: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
-            let mut dst = vec![0.0; rows * cols];
-            transpose(&src, rows, cols, 0, &mut dst);
-            for r in 0..rows {
-                for c in 0..cols {
-                    assert_eq!(dst[c * rows + r], src[r * cols + c], "{rows}x{cols} at ({r}, {c})");
-                }
-            }
-            // A range of columns, as one task of a threaded transpose writes it.
-            let (first, count) = (cols / 3, cols - cols / 3);
-            let mut part = vec![0.0; count * rows];
-            transpose(&src, rows, cols, first, &mut part);
-            assert_eq!(part, dst[first * rows..], "{rows}x{cols} from column {first}");
-        }
-    }
 
     #[test]
     fn shape_errors_name_the_operand() {

@@ -63,6 +63,24 @@ pub fn softmax(xs: &mut [f32], scale: f32, sink: Option<f32>) {
     (kernels::vector_kernels().softmax)(xs, scale, sink)
 }
 
+/// Columns `first_col..` of `src` (`rows × cols`, row-major) transposed into `dst`: one row of
+/// `rows` values per column, as many columns as `dst` holds (`dst.len() / rows`).
+///
+/// ```
+/// let src = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]; // 2 × 3
+/// let mut dst = [0.0f32; 6];
+/// minerva_quant::vector::transpose(&src, 2, 3, 0, &mut dst);
+/// assert_eq!(dst, [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+/// ```
+pub fn transpose(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [f32]) {
+    (kernels::vector_kernels().transpose)(src, rows, cols, first_col, dst)
+}
+
+/// [`transpose`] one value at a time (in square tiles).
+pub fn transpose_ref(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [f32]) {
+    (kernels::SCALAR_VECTOR.transpose)(src, rows, cols, first_col, dst)
+}
+
 /// [`softmax`] with the scalar loops and libm's `exp`.
 pub fn softmax_ref(xs: &mut [f32], scale: f32, sink: Option<f32>) {
     (kernels::SCALAR_VECTOR.softmax)(xs, scale, sink)

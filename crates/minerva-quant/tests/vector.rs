@@ -1,7 +1,8 @@
 //! The f32 vector kernels against their scalar loops, at every length around the SIMD widths.
 
 use minerva_quant::vector::{
-    axpy, axpy_ref, dot, dot_ref, dots, exp, exp_ref, softmax, softmax_ref, vector_isa, weighted_sum, weighted_sum_ref,
+    axpy, axpy_ref, dot, dot_ref, dots, exp, exp_ref, softmax, softmax_ref, transpose, transpose_ref, vector_isa,
+    weighted_sum, weighted_sum_ref,
 };
 use proptest::prelude::*;
 
@@ -197,5 +198,28 @@ fn a_nan_logit_makes_every_probability_nan() {
         softmax(&mut fast, 1.0, Some(0.5));
         softmax_ref(&mut reference, 1.0, Some(0.5));
         assert!(fast.iter().chain(&reference).all(|p| p.is_nan()), "{len}: {fast:?} {reference:?}");
+    }
+}
+
+/// The transpose (SIMD where the CPU has it, in 8 × 8 blocks) and its scalar reference move every
+/// value to its place: whole blocks, ragged edges on both sides, and column ranges starting off a
+/// block boundary, as a task of a threaded transpose asks for.
+#[test]
+fn transpose_moves_each_value_to_its_column_row() {
+    for (rows, cols) in [(1, 1), (3, 17), (8, 8), (16, 16), (33, 5), (40, 70), (64, 72), (9, 64)] {
+        let src: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+        for first in [0, cols / 3, cols - 1] {
+            let count = cols - first;
+            let (mut fast, mut reference) = (vec![f32::NAN; count * rows], vec![f32::NAN; count * rows]);
+            transpose(&src, rows, cols, first, &mut fast);
+            transpose_ref(&src, rows, cols, first, &mut reference);
+            for c in first..cols {
+                for r in 0..rows {
+                    let at = (c - first) * rows + r;
+                    assert_eq!(fast[at], src[r * cols + c], "{rows}x{cols} from {first}: ({r}, {c})");
+                    assert_eq!(reference[at], src[r * cols + c], "reference {rows}x{cols} from {first}: ({r}, {c})");
+                }
+            }
+        }
     }
 }

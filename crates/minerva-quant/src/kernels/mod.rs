@@ -169,6 +169,8 @@ pub(crate) struct VectorKernels {
     pub(crate) softmax: fn(&mut [f32], f32, Option<f32>),
     /// `reference::quantize_i16_blocks`, bit for bit.
     pub(crate) quantize_i16: QuantizeI16Fn,
+    /// `(src, rows, cols, first_col, dst)`: `crate::vector::transpose`.
+    pub(crate) transpose: fn(&[f32], usize, usize, usize, &mut [f32]),
 }
 
 /// Quantizes whole 32-value blocks of f32 (`x`) to i16 quants, one scale and one quant sum per
@@ -185,6 +187,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     weighted_sum: reference::vector_weighted_sum_f32,
     softmax: reference::vector_softmax_f32,
     quantize_i16: reference::quantize_i16_blocks,
+    transpose: reference::vector_transpose_f32,
 };
 
 /// The vector kernels this CPU runs, detected once.

@@ -57,5 +57,6 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         // As `exp`: the scalar loops.
         softmax: super::reference::vector_softmax_f32,
         quantize_i16: super::reference::quantize_i16_blocks,
+        transpose: super::reference::vector_transpose_f32,
     })
 }

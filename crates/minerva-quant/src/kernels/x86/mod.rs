@@ -171,5 +171,9 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         softmax: |xs, scale, sink| unsafe { avx2_vector::softmax_f32(xs, scale, sink) },
         // SAFETY: as above.
         quantize_i16: |x, q, d, sums| unsafe { avx2_vector::quantize_i16_blocks(x, q, d, sums) },
+        // SAFETY: as above.
+        transpose: |src, rows, cols, first_col, dst| unsafe {
+            avx2_vector::transpose_f32(src, rows, cols, first_col, dst)
+        },
     })
 }
