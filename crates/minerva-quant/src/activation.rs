@@ -16,6 +16,9 @@ use crate::{quantize_row_q8_0_ref, quantize_row_q8_k_ref};
 /// `d · sum` per block (what a weight block's minimum multiplies, as in llama.cpp's Q8_1). For
 /// i16, `q16` holds the quants instead of `qs`.
 pub(crate) struct Activation<'a> {
+    /// Unique for the process's lifetime (never reused), so that a kernel may keep something it
+    /// derived from these values per thread and know it still matches (`avx512_panel`'s layout).
+    pub(crate) id: u64,
     pub(crate) x: &'a [f32],
     pub(crate) d: Vec<f32>,
     pub(crate) qs: Vec<u8>,
@@ -24,6 +27,9 @@ pub(crate) struct Activation<'a> {
     pub(crate) q16: Vec<i16>,
     pub(crate) bsums: Vec<i16>,
 }
+
+/// The next [`Activation::id`].
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// `x.round()` (halves away from zero) for |x| < 2²³, without the libm call `round` is on
 /// x86-64's baseline (no SSE4.1): `x - trunc(x)` is exact in that range.
@@ -49,6 +55,7 @@ impl<'a> Activation<'a> {
     /// then Q8_0's 32-value blocks, `d = amax / 32767` kept in f32).
     pub(crate) fn quantize(format: DType, i16: bool, x: &'a [f32]) -> Self {
         let mut act = Activation {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             x,
             d: Vec::new(),
             qs: Vec::new(),

@@ -243,13 +243,19 @@ fn run(
     let tasks = (4 * threads).min((rows * row_bytes) >> 14).max(1);
     let rows_per_task = rows.div_ceil(tasks).next_multiple_of(4);
     if n > ACT_CHUNK {
-        // A prefill: each task's chunks go straight into their columns of `ys` (one task per
-        // thread count of 1: splitting its rows measured no faster).
+        // A prefill: one chunk of activations at a time, the tasks' results going straight into
+        // their columns of `ys` (one task per thread count of 1: splitting its rows measured no
+        // faster). Chunk by chunk rather than each task over every chunk, so that a thread's
+        // tasks meet the same chunk in turn and a kernel can keep its layout of it
+        // (`avx512_panel::LayoutKey`).
         let block_rows = if threads == 1 { rows } else { rows_per_task };
-        pool::for_each_column_block_mut(ys, rows, block_rows, |_, block| {
-            let w = &weights[block.first_column() * row_bytes..][..block.width() * row_bytes];
-            chunks_into_columns(kernel, w, row_bytes, &acts, block);
-        });
+        for first in (0..n).step_by(ACT_CHUNK) {
+            let chunk = &acts[first..(first + ACT_CHUNK).min(n)];
+            pool::for_each_column_block_mut(ys, rows, block_rows, |_, block| {
+                let w = &weights[block.first_column() * row_bytes..][..block.width() * row_bytes];
+                chunk_into_columns(kernel, w, row_bytes, chunk, first, block);
+            });
+        }
         return Ok(());
     }
     // Results come out row-major (rows × n); n = 1 writes `ys` directly, otherwise transpose.
@@ -282,33 +288,31 @@ fn run(
 /// 32 and 128 measured a little slower (docs/benchmarks.md).
 const ACT_CHUNK: usize = 64;
 
-/// `kernel` over `weights` (`block.width()` rows) and `acts`, `ACT_CHUNK` activations at a time,
-/// each chunk's results transposed into `block` (its columns of `ys`, one row per activation): a
-/// kernel walks every activation for each group of rows, so with a prefill's hundreds of
-/// activations (megabytes once quantized) each group would stream them all from L3 again; a chunk
-/// stays in L2 while the task's rows pass over it. Each (row, activation) pair's arithmetic is the
-/// same in any chunk, so results do not depend on the chunking.
-fn chunks_into_columns(
+/// `kernel` over `weights` (`block.width()` rows) and one chunk of at most `ACT_CHUNK`
+/// activations (`acts`, activations `first..` of the call), the results transposed into `block`
+/// (its columns of `ys`, one row per activation): a kernel walks every activation for each group
+/// of rows, so with a prefill's hundreds of activations (megabytes once quantized) each group
+/// would stream them all from L3 again; a chunk stays in L2 while the task's rows pass over it.
+/// Each (row, activation) pair's arithmetic is the same in any chunk, so results do not depend
+/// on the chunking.
+fn chunk_into_columns(
     kernel: MatKernel,
     weights: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
+    first: usize,
     mut block: pool::ColumnBlock<'_, f32>,
 ) {
-    let width = block.width();
-    CHUNK_OUT.with_borrow_mut(|(buf, columns)| {
-        for c0 in (0..acts.len()).step_by(ACT_CHUNK) {
-            let acts = &acts[c0..(c0 + ACT_CHUNK).min(acts.len())];
-            // Not cleared: the kernel writes every value.
-            buf.resize(width * acts.len(), 0.0);
-            kernel.apply(weights, row_bytes, acts, buf);
-            // Transposed whole (8 × 8 blocks in SIMD), then each activation's row copied out.
-            let (n, transposed) = (acts.len(), &mut *columns);
-            transposed.resize(width * n, 0.0);
-            (kernels::vector_kernels().transpose)(buf, width, n, 0, transposed);
-            for (j, values) in transposed.chunks_exact(width).enumerate() {
-                block.row_mut(c0 + j).copy_from_slice(values);
-            }
+    let (width, n) = (block.width(), acts.len());
+    CHUNK_OUT.with_borrow_mut(|(buf, transposed)| {
+        // Not cleared: the kernel writes every value.
+        buf.resize(width * n, 0.0);
+        kernel.apply(weights, row_bytes, acts, buf);
+        // Transposed whole (8 × 8 blocks in SIMD), then each activation's row copied out.
+        transposed.resize(width * n, 0.0);
+        (kernels::vector_kernels().transpose)(buf, width, n, 0, transposed);
+        for (j, values) in transposed.chunks_exact(width).enumerate() {
+            block.row_mut(first + j).copy_from_slice(values);
         }
     });
 }

@@ -136,8 +136,42 @@ const EMPTY: ActBlock = ActBlock { q: [[0; 32]; ACTS], d: [0.0; ACTS], sums: [0;
 
 thread_local! {
     /// The call's activations as [`ActBlock`]s: group `g` (activations `ACTS·g..`) at block `b` is
-    /// entry `g·blocks + b`; a last group short of `ACTS` is filled with zeros.
-    static ACT_BLOCKS: RefCell<Vec<ActBlock>> = const { RefCell::new(Vec::new()) };
+    /// entry `g·blocks + b`; a last group short of `ACTS` is filled with zeros. With the key of
+    /// the activations they hold.
+    static ACT_BLOCKS: RefCell<(Option<LayoutKey>, Vec<ActBlock>)> = const { RefCell::new((None, Vec::new())) };
+}
+
+/// Which activations a thread's laid-out blocks hold: a prefill's matmul calls a kernel once per
+/// task and chunk, every task with the same chunks, so each thread lays a chunk out once rather
+/// than once per task. Activations do not change after quantizing and their ids are never reused,
+/// so an equal key means the same values.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct LayoutKey {
+    first: u64,
+    count: usize,
+    blocks: usize,
+}
+
+impl LayoutKey {
+    pub(super) fn of(acts: &[Activation<'_>], blocks: usize) -> Option<Self> {
+        acts.first().map(|first| Self { first: first.id, count: acts.len(), blocks })
+    }
+}
+
+/// `out` laid out for `acts` by `lay_out`, unless `key` says it already is.
+pub(super) fn laid_out<B>(
+    acts: &[Activation<'_>],
+    blocks: usize,
+    (key, out): &mut (Option<LayoutKey>, Vec<B>),
+    lay_out: impl Fn(&[Activation<'_>], usize, &mut Vec<B>),
+) {
+    let wanted = LayoutKey::of(acts, blocks);
+    if wanted.is_none() || *key != wanted {
+        // Cleared first, so that a panic while laying out leaves no stale key behind.
+        *key = None;
+        lay_out(acts, blocks, out);
+        *key = wanted;
+    }
 }
 
 /// Lays `acts` out as [`ActBlock`]s (see [`ACT_BLOCKS`]).
@@ -210,8 +244,9 @@ where
 {
     let n = acts.len();
     let blocks = row_bytes / L::BLOCK_BYTES;
-    ACT_BLOCKS.with_borrow_mut(|act_blocks| {
-        lay_out(acts, blocks, act_blocks);
+    ACT_BLOCKS.with_borrow_mut(|cached| {
+        laid_out(acts, blocks, cached, lay_out);
+        let act_blocks = &cached.1;
         PANEL.with_borrow_mut(|panel| {
             panel.resize(blocks, bytemuck::Zeroable::zeroed());
             for (group, out) in w.chunks(ROWS * row_bytes).zip(out.chunks_mut(ROWS * n)) {

@@ -35,7 +35,7 @@ use bytemuck::pod_read_unaligned;
 use super::avx2_dequant::q6_k_quarters;
 use super::avx2_dot::f16_at;
 use super::avx2_tile_k::{self as tile_k, k4_chunk, k4_scales_mins, q2_k_quants, q3_k_quants};
-use super::avx512_panel::{across_rows, add_pair_products, group_rows};
+use super::avx512_panel::{LayoutKey, across_rows, add_pair_products, group_rows, laid_out};
 use crate::activation::Activation;
 use crate::ggml::k_quants::q3_k_scales;
 
@@ -103,8 +103,9 @@ impl Format for Q6K {
 thread_local! {
     /// The current row group's panel, kept per thread (about 9 KiB per super-block).
     static PANEL: RefCell<Vec<PanelBlock>> = const { RefCell::new(Vec::new()) };
-    /// The call's activations, widened (see [`ActBlock`]).
-    static ACT_BLOCKS: RefCell<Vec<ActBlock>> = const { RefCell::new(Vec::new()) };
+    /// The call's activations, widened (see [`ActBlock`]), with the key of the activations they
+    /// hold (see `avx512_panel::LayoutKey`).
+    static ACT_BLOCKS: RefCell<(Option<LayoutKey>, Vec<ActBlock>)> = const { RefCell::new((None, Vec::new())) };
 }
 
 /// 32 unsigned quants (bytes) times `scale_low` (values 0..16) and `scale_high` (16..32), as i16.
@@ -298,8 +299,9 @@ fn panels<F: Format>(
 ) {
     let n = acts.len();
     let blocks = row_bytes / F::BLOCK_BYTES;
-    ACT_BLOCKS.with_borrow_mut(|act_blocks| {
-        lay_out(acts, blocks, act_blocks);
+    ACT_BLOCKS.with_borrow_mut(|cached| {
+        laid_out(acts, blocks, cached, lay_out);
+        let act_blocks = &cached.1;
         PANEL.with_borrow_mut(|panel| {
             panel.resize(blocks, [_mm512_setzero_si512(); SLOTS + 10]);
             for (group, out) in w.chunks(ROWS * row_bytes).zip(out.chunks_mut(ROWS * n)) {
