@@ -62,9 +62,10 @@ thread_local! {
     static PANEL: RefCell<Vec<PanelBlock>> = const { RefCell::new(Vec::new()) };
 }
 
-/// 8 × 8 i32 transpose: lane r of output p = lane p of input r.
+/// 8 × 8 i32 transpose: lane r of output p = lane p of input r (AVX2 alone, so that the f32
+/// vector kernels, which do not ask for F16C, inline it too).
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[target_feature(enable = "avx2")]
 pub(super) fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
     let t = [
         _mm256_unpacklo_epi32(v[0], v[1]),

@@ -241,7 +241,7 @@ pub(super) fn quantize_i16_blocks(x: &[f32], q: &mut [i16], d: &mut [f32], sums:
 
 /// Columns `first_col..` of `src` (`rows × cols`) transposed into `dst` (one row of `rows` values
 /// per column, as many as `dst` holds): `reference::vector_transpose_f32`, value for value, in
-/// 8 × 8 blocks of two rounds of unpacks and a 128-bit permute; the edges one value at a time.
+/// 8 × 8 blocks (`avx2_panel::transpose8`); the edges one value at a time.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn transpose_f32(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [f32]) {
@@ -250,10 +250,11 @@ pub(super) fn transpose_f32(src: &[f32], rows: usize, cols: usize, first_col: us
     }
     let last_col = first_col + dst.len() / rows;
     let (full_rows, full_cols) = (rows / 8 * 8, first_col + (last_col - first_col) / 8 * 8);
-    let load = |s: &[f32]| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&s[..8]));
+    // Each value's bits, moved as i32 lanes.
+    let load = |s: &[f32]| pod_read_unaligned::<__m256i>(bytemuck::cast_slice(&s[..8]));
     for r0 in (0..full_rows).step_by(8) {
         for c0 in (first_col..full_cols).step_by(8) {
-            let v: [__m256; 8] = [
+            let v: [__m256i; 8] = [
                 load(&src[r0 * cols + c0..]),
                 load(&src[(r0 + 1) * cols + c0..]),
                 load(&src[(r0 + 2) * cols + c0..]),
@@ -263,41 +264,10 @@ pub(super) fn transpose_f32(src: &[f32], rows: usize, cols: usize, first_col: us
                 load(&src[(r0 + 6) * cols + c0..]),
                 load(&src[(r0 + 7) * cols + c0..]),
             ];
-            let t = [
-                _mm256_unpacklo_ps(v[0], v[1]),
-                _mm256_unpackhi_ps(v[0], v[1]),
-                _mm256_unpacklo_ps(v[2], v[3]),
-                _mm256_unpackhi_ps(v[2], v[3]),
-                _mm256_unpacklo_ps(v[4], v[5]),
-                _mm256_unpackhi_ps(v[4], v[5]),
-                _mm256_unpacklo_ps(v[6], v[7]),
-                _mm256_unpackhi_ps(v[6], v[7]),
-            ];
-            let u = [
-                _mm256_shuffle_ps::<0x44>(t[0], t[2]),
-                _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
-                _mm256_shuffle_ps::<0x44>(t[1], t[3]),
-                _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
-                _mm256_shuffle_ps::<0x44>(t[4], t[6]),
-                _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
-                _mm256_shuffle_ps::<0x44>(t[5], t[7]),
-                _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
-            ];
-            // Column c0 + k: lanes 0..4 from rows r0..r0+4 (u[k % 4], low half for k < 4), 4..8
-            // from rows r0+4..r0+8.
-            let columns = [
-                _mm256_permute2f128_ps::<0x20>(u[0], u[4]),
-                _mm256_permute2f128_ps::<0x20>(u[1], u[5]),
-                _mm256_permute2f128_ps::<0x20>(u[2], u[6]),
-                _mm256_permute2f128_ps::<0x20>(u[3], u[7]),
-                _mm256_permute2f128_ps::<0x31>(u[0], u[4]),
-                _mm256_permute2f128_ps::<0x31>(u[1], u[5]),
-                _mm256_permute2f128_ps::<0x31>(u[2], u[6]),
-                _mm256_permute2f128_ps::<0x31>(u[3], u[7]),
-            ];
+            let columns = super::avx2_panel::transpose8(v);
             for (k, column) in columns.iter().enumerate() {
                 let at = (c0 + k - first_col) * rows + r0;
-                dst[at..at + 8].copy_from_slice(&bytemuck::cast::<__m256, [f32; 8]>(*column));
+                dst[at..at + 8].copy_from_slice(&bytemuck::cast::<__m256i, [f32; 8]>(*column));
             }
         }
     }
