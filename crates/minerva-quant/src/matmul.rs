@@ -38,6 +38,7 @@ use crate::QuantError;
 use crate::activation::Activation;
 use crate::kernels::{self, MatKernel};
 use crate::pool;
+use crate::vector;
 use minerva_core::DType;
 
 /// The format activations are converted to for weights of `dtype`: `F32` (used as given) for
@@ -274,10 +275,10 @@ fn run(
         // Split by activations (rows of `ys`), so the threads share the transpose too.
         let acts_per_task = n.div_ceil(threads);
         if threads == 1 {
-            (kernels::vector_kernels().transpose)(&transposed, rows, n, 0, ys);
+            vector::transpose(&transposed, rows, n, 0, ys);
         } else {
             pool::for_each_chunk_mut(ys, acts_per_task * rows, |t, part| {
-                (kernels::vector_kernels().transpose)(&transposed, rows, n, t * acts_per_task, part);
+                vector::transpose(&transposed, rows, n, t * acts_per_task, part);
             });
         }
     }
@@ -310,7 +311,7 @@ fn chunk_into_columns(
         kernel.apply(weights, row_bytes, acts, buf);
         // Transposed whole (8 × 8 blocks in SIMD), then each activation's row copied out.
         transposed.resize(width * n, 0.0);
-        (kernels::vector_kernels().transpose)(buf, width, n, 0, transposed);
+        vector::transpose(buf, width, n, 0, transposed);
         for (j, values) in transposed.chunks_exact(width).enumerate() {
             block.row_mut(first + j).copy_from_slice(values);
         }

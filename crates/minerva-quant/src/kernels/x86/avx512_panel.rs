@@ -253,17 +253,24 @@ where
                 let (rows, count) = group_rows(group, row_bytes);
                 pack(&rows[..count], L::BLOCK_BYTES, panel, &decode);
                 for (g, group_acts) in act_blocks.chunks_exact(blocks).enumerate() {
-                    let results = step::<L>(panel, group_acts);
-                    for (j, v) in (ACTS * g..n).zip(results) {
-                        let v: [f32; ROWS] = bytemuck::cast(v);
-                        for (r, &value) in v.iter().enumerate().take(count) {
-                            out[r * n + j] = value;
-                        }
-                    }
+                    put_results(out, n, ACTS * g, step::<L>(panel, group_acts), count);
                 }
             }
         });
     });
+}
+
+/// A step's results (`results[k]`: 16 rows' values for activation `first + k`) into `out`
+/// (row-major, rows of `n`), the first `count` rows only (a last panel may be short).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) fn put_results<const A: usize>(out: &mut [f32], n: usize, first: usize, results: [__m512; A], count: usize) {
+    for (j, v) in (first..n).zip(results) {
+        let v: [f32; ROWS] = bytemuck::cast(v);
+        for (r, &value) in v.iter().enumerate().take(count) {
+            out[r * n + j] = value;
+        }
+    }
 }
 
 /// The `matmul_i16` kernel of one format for this ISA: panels from [`MIN_ACTS`] activations,

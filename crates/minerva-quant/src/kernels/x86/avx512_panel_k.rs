@@ -35,7 +35,7 @@ use bytemuck::pod_read_unaligned;
 use super::avx2_dequant::q6_k_quarters;
 use super::avx2_dot::f16_at;
 use super::avx2_tile_k::{self as tile_k, k4_chunk, k4_scales_mins, q2_k_quants, q3_k_quants};
-use super::avx512_panel::{LayoutKey, across_rows, add_pair_products, group_rows, laid_out};
+use super::avx512_panel::{LayoutKey, across_rows, add_pair_products, group_rows, laid_out, put_results};
 use crate::activation::Activation;
 use crate::ggml::k_quants::q3_k_scales;
 
@@ -308,12 +308,7 @@ fn panels<F: Format>(
                 let (rows, count) = group_rows(group, row_bytes);
                 pack::<F>(&rows[..count], panel, decode);
                 for (g, group_acts) in act_blocks.chunks_exact(blocks).enumerate() {
-                    for (j, v) in (ACTS * g..n).zip(step::<F>(panel, group_acts)) {
-                        let v: [f32; ROWS] = bytemuck::cast(v);
-                        for (r, &value) in v.iter().enumerate().take(count) {
-                            out[r * n + j] = value;
-                        }
-                    }
+                    put_results(out, n, ACTS * g, step::<F>(panel, group_acts), count);
                 }
             }
         });
