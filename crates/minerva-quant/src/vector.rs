@@ -47,7 +47,15 @@ pub fn exp(xs: &mut [f32]) {
 /// `rows` holds for `weights`: bit for bit [`axpy`] of each row in turn onto zeros (attention's
 /// probability-weighted sum of values), faster, as the outputs stay in registers.
 pub fn weighted_sum(out: &mut [f32], weights: &[f32], rows: &[f32]) {
-    (kernels::vector_kernels().weighted_sum)(out, weights, rows)
+    out.fill(0.0);
+    weighted_sum_add(out, weights, rows)
+}
+
+/// [`weighted_sum`] added onto `out`: bit for bit [`axpy`] of each row in turn onto `out`, so a
+/// sum over many rows may be taken a block of rows at a time (attention over a block of keys
+/// that stays in cache while several queries meet it) with the roundings of one pass.
+pub fn weighted_sum_add(out: &mut [f32], weights: &[f32], rows: &[f32]) {
+    (kernels::vector_kernels().weighted_sum_add)(out, weights, rows)
 }
 
 /// Softmax of `scale · xs[i]` in place; `sink`, if any, is one more logit in the total whose
@@ -88,7 +96,13 @@ pub fn softmax_ref(xs: &mut [f32], scale: f32, sink: Option<f32>) {
 
 /// [`weighted_sum`] with the scalar loops.
 pub fn weighted_sum_ref(out: &mut [f32], weights: &[f32], rows: &[f32]) {
-    (kernels::SCALAR_VECTOR.weighted_sum)(out, weights, rows)
+    out.fill(0.0);
+    weighted_sum_add_ref(out, weights, rows)
+}
+
+/// [`weighted_sum_add`] with the scalar loops.
+pub fn weighted_sum_add_ref(out: &mut [f32], weights: &[f32], rows: &[f32]) {
+    (kernels::SCALAR_VECTOR.weighted_sum_add)(out, weights, rows)
 }
 
 /// [`exp`] with libm, one value at a time.

@@ -2,7 +2,7 @@
 
 use minerva_quant::vector::{
     axpy, axpy_ref, dot, dot_ref, dots, exp, exp_ref, softmax, softmax_ref, transpose, transpose_ref, vector_isa,
-    weighted_sum, weighted_sum_ref,
+    weighted_sum, weighted_sum_add, weighted_sum_add_ref, weighted_sum_ref,
 };
 use proptest::prelude::*;
 
@@ -50,24 +50,70 @@ proptest! {
         prop_assert_eq!(&fast, &expected, "{}", vector_isa());
         prop_assert_eq!(&reference, &expected);
     }
+
+    /// `weighted_sum_add` is `axpy` of each row in turn onto what `out` held, bit for bit, so that
+    /// a sum taken over two blocks of rows equals the sum over all of them in one call.
+    #[test]
+    fn weighted_sum_add_equals_axpy_onto_the_start_and_splits_by_rows(
+        len in 1usize..150,
+        weights in prop::collection::vec(-2.0f32..2.0, 0..12),
+        split in 0usize..12,
+        seed in -4.0f32..4.0,
+        start in -3.0f32..3.0,
+    ) {
+        let rows: Vec<f32> = (0..weights.len() * len).map(|i| seed * ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let begin: Vec<f32> = (0..len).map(|i| start * ((i * 29 % 13) as f32 - 6.0)).collect();
+        let mut expected = begin.clone();
+        for (&w, row) in weights.iter().zip(rows.chunks_exact(len)) {
+            axpy_ref(&mut expected, w, row);
+        }
+        let (mut whole, mut reference, mut split_sum) = (begin.clone(), begin.clone(), begin);
+        weighted_sum_add(&mut whole, &weights, &rows);
+        weighted_sum_add_ref(&mut reference, &weights, &rows);
+        let split = split.min(weights.len());
+        weighted_sum_add(&mut split_sum, &weights[..split], &rows[..split * len]);
+        weighted_sum_add(&mut split_sum, &weights[split..], &rows[split * len..]);
+        prop_assert_eq!(&whole, &expected, "{}", vector_isa());
+        prop_assert_eq!(&reference, &expected);
+        prop_assert_eq!(&split_sum, &expected, "{} split at {}", vector_isa(), split);
+    }
 }
 
 proptest! {
-    /// `dots` is `dot` of each whole row, bit for bit; outputs past the rows are zero.
+    /// `dots` gives each whole row the same value wherever it sits (alone, or after any number
+    /// of other rows: attention's scores do not depend on how keys were grouped), within
+    /// `len·ε·Σ|x·r|` of the exact sum; outputs past the rows are zero.
     #[test]
-    fn dots_equal_dot_row_by_row(
+    fn dots_give_each_row_one_value_wherever_it_sits(
         len in 0usize..150,
-        n in 0usize..12,
+        n in 0usize..20,
         short in 0usize..2,
+        skip in 0usize..20,
         seed in -4.0f32..4.0,
     ) {
         let x: Vec<f32> = (0..len).map(|i| ((i * 53 % 97) as f32 - 48.0) / 11.0).collect();
-        let rows: Vec<f32> = (0..n.saturating_sub(short) * len).map(|i| seed * ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let whole = n.saturating_sub(short);
+        let rows: Vec<f32> = (0..whole * len).map(|i| seed * ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
         let mut out = vec![f32::NAN; n];
         dots(&mut out, &x, &rows);
+        let skip = skip.min(whole);
+        let mut later = vec![f32::NAN; n - skip];
+        dots(&mut later, &x, &rows[skip * len..]);
         for (j, &got) in out.iter().enumerate() {
-            let want = if len == 0 { 0.0 } else { rows.get(j * len..(j + 1) * len).map_or(0.0, |row| dot(row, &x)) };
-            prop_assert_eq!(got.to_bits(), want.to_bits(), "{} row {} of {} (len {})", vector_isa(), j, n, len);
+            let Some(row) = rows.get(j * len..(j + 1) * len).filter(|_| j < whole && len > 0) else {
+                prop_assert_eq!(got.to_bits(), 0.0f32.to_bits(), "{} row {} past the rows", vector_isa(), j);
+                continue;
+            };
+            let mut alone = [f32::NAN];
+            dots(&mut alone, &x, row);
+            prop_assert_eq!(got.to_bits(), alone[0].to_bits(), "{} row {} of {} (len {}) alone", vector_isa(), j, n, len);
+            if j >= skip {
+                prop_assert_eq!(got.to_bits(), later[j - skip].to_bits(), "{} row {} after {} skipped", vector_isa(), j, skip);
+            }
+            let exact: f64 = x.iter().zip(row).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            let magnitude: f64 = x.iter().zip(row).map(|(a, b)| f64::from((a * b).abs())).sum();
+            let bound = len as f64 * f64::from(f32::EPSILON) * magnitude + 1e-30;
+            prop_assert!((f64::from(got) - exact).abs() <= bound, "{} row {}: {} vs {}", vector_isa(), j, got, exact);
         }
     }
 }

@@ -164,7 +164,8 @@ pub(crate) struct VectorKernels {
     pub(crate) dots: fn(&mut [f32], &[f32], &[f32]),
     pub(crate) axpy: fn(&mut [f32], f32, &[f32]),
     pub(crate) exp: fn(&mut [f32]),
-    pub(crate) weighted_sum: fn(&mut [f32], &[f32], &[f32]),
+    /// `(out, weights, rows)`: `crate::vector::weighted_sum_add`.
+    pub(crate) weighted_sum_add: fn(&mut [f32], &[f32], &[f32]),
     /// `(xs, scale, sink)`: `crate::vector::softmax`.
     pub(crate) softmax: fn(&mut [f32], f32, Option<f32>),
     /// `reference::quantize_i16_blocks`, bit for bit.
@@ -184,7 +185,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     dots: reference::vector_dots_f32,
     axpy: reference::vector_axpy_f32,
     exp: reference::vector_exp_f32,
-    weighted_sum: reference::vector_weighted_sum_f32,
+    weighted_sum_add: reference::vector_weighted_sum_add_f32,
     softmax: reference::vector_softmax_f32,
     quantize_i16: reference::quantize_i16_blocks,
     transpose: reference::vector_transpose_f32,

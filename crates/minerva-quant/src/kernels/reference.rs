@@ -256,9 +256,8 @@ pub(crate) fn vector_axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     y.iter_mut().zip(x).for_each(|(y, x)| *y += a * x);
 }
 
-/// `out[i] = Σ_j weights[j]·rows[j·len + i]`: zeros, then [`vector_axpy_f32`] row by row.
-pub(crate) fn vector_weighted_sum_f32(out: &mut [f32], weights: &[f32], rows: &[f32]) {
-    out.fill(0.0);
+/// `out[i] += Σ_j weights[j]·rows[j·len + i]`: [`vector_axpy_f32`] row by row.
+pub(crate) fn vector_weighted_sum_add_f32(out: &mut [f32], weights: &[f32], rows: &[f32]) {
     for (&w, row) in weights.iter().zip(rows.chunks_exact(out.len().max(1))) {
         vector_axpy_f32(out, w, row);
     }

@@ -37,10 +37,79 @@ pub(super) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     sum_lanes(total) + a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum::<f32>()
 }
 
-/// [`dot_f32`] of `x` with each row of `rows` (inlined: one call for all of attention's keys).
+/// `x · row` for each row of `rows` (`rows.len() / x.len()` whole rows, `out` zero past them),
+/// eight rows at a time: each row's 8 lanes take the 8-value chunks in order by FMA, the rows'
+/// lanes are then summed side by side (`((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`), and
+/// the products of a tail of `len % 8` values, summed in order, are added last (when there is
+/// one). Every row goes through the same operations wherever it sits (a last group short of eight
+/// is filled with copies of `x`), so a row's result depends on `x` and that row alone. One key at
+/// a time, the horizontal sum of `dot_f32` made a chain of dependent shuffles and adds per key
+/// that cost more than its FMAs.
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
-    crate::kernels::reference::dots_with(out, x, rows, |x, row| dot_f32(row, x));
+    let len = x.len();
+    let written = rows.len().checked_div(len).map_or(0, |whole| out.len().min(whole));
+    let (x8, x_tail) = x.as_chunks::<8>();
+    let chunks = x8.len();
+    let mut first = 0;
+    if x_tail.is_empty() && len > 0 {
+        // Whole groups of rows of whole chunks: row k's chunk c at `group[k * chunks + c]`.
+        let (groups, _) = rows[..written * len].as_chunks::<8>();
+        for (group, out) in groups.chunks_exact(8 * chunks).zip(out.as_chunks_mut::<8>().0) {
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (c, x) in x8.iter().enumerate() {
+                let x = load8(x);
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_fmadd_ps(x, load8(&group[k * chunks + c]), *acc);
+                }
+            }
+            *out = bytemuck::cast(sum_rows(acc));
+            first += 8;
+        }
+    }
+    for (group, out) in out[first..written].chunks_mut(8).enumerate() {
+        let mut eight = [x; 8];
+        for (k, row) in eight.iter_mut().zip(rows[(first + group * 8) * len..].chunks_exact(len)).take(out.len()) {
+            *k = row;
+        }
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (c, x) in x8.iter().enumerate() {
+            let x = load8(x);
+            for (acc, row) in acc.iter_mut().zip(eight) {
+                *acc = _mm256_fmadd_ps(x, load8(&row.as_chunks::<8>().0[c]), *acc);
+            }
+        }
+        let mut sums: [f32; 8] = bytemuck::cast(sum_rows(acc));
+        if !x_tail.is_empty() {
+            for (sum, row) in sums.iter_mut().zip(eight) {
+                *sum += row[8 * chunks..].iter().zip(x_tail).map(|(r, x)| r * x).sum::<f32>();
+            }
+        }
+        out.copy_from_slice(&sums[..out.len()]);
+    }
+    out[written..].fill(0.0);
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn load8(values: &[f32; 8]) -> __m256 {
+    pod_read_unaligned::<__m256>(bytemuck::cast_slice(values))
+}
+
+/// Lane `k` of the result: the 8 lanes of `acc[k]` summed as [`dots_f32`] says.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn sum_rows(acc: [__m256; 8]) -> __m256 {
+    // hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7].
+    let pairs: [__m256; 4] = [
+        _mm256_hadd_ps(acc[0], acc[1]),
+        _mm256_hadd_ps(acc[2], acc[3]),
+        _mm256_hadd_ps(acc[4], acc[5]),
+        _mm256_hadd_ps(acc[6], acc[7]),
+    ];
+    // Rows 0..4 (and 4..8): lanes 0..4 their sums of lanes 0..4, lanes 4..8 of lanes 4..8.
+    let (first, second) = (_mm256_hadd_ps(pairs[0], pairs[1]), _mm256_hadd_ps(pairs[2], pairs[3]));
+    _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(first, second), _mm256_permute2f128_ps::<0x31>(first, second))
 }
 
 /// `y[i] += a·x[i]` over the common length, rounded as the scalar loop rounds (a product, then a
@@ -161,15 +230,14 @@ pub(super) fn softmax_f32(xs: &mut [f32], scale: f32, sink: Option<f32>) {
     }
 }
 
-/// `out[i] = Σ_j weights[j]·rows[j·len + i]` (`len = out.len()`, over the whole rows `rows` holds
-/// for `weights`): [`axpy_f32`] of each row onto zeros, with the same roundings in the same order,
-/// but 64 outputs at a time kept in registers while the rows pass, rather than loaded and stored
-/// for every row (attention's probability-weighted sum of values).
+/// `out[i] += Σ_j weights[j]·rows[j·len + i]` (`len = out.len()`, over the whole rows `rows`
+/// holds for `weights`): [`axpy_f32`] of each row onto `out`, with the same roundings in the same
+/// order, but 64 outputs at a time kept in registers while the rows pass, rather than loaded and
+/// stored for every row (attention's probability-weighted sum of values).
 #[target_feature(enable = "avx2,fma")]
-pub(super) fn weighted_sum_f32(out: &mut [f32], weights: &[f32], rows: &[f32]) {
+pub(super) fn weighted_sum_add_f32(out: &mut [f32], weights: &[f32], rows: &[f32]) {
     const WIDE: usize = 64;
     let len = out.len();
-    out.fill(0.0);
     if len == 0 {
         return;
     }
@@ -177,7 +245,7 @@ pub(super) fn weighted_sum_f32(out: &mut [f32], weights: &[f32], rows: &[f32]) {
     let load = |s: &[f32]| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&s[..8]));
     let (wide, rest) = out.as_chunks_mut::<WIDE>();
     for (c, out) in wide.iter_mut().enumerate() {
-        let mut acc = [_mm256_setzero_ps(); WIDE / 8];
+        let mut acc: [__m256; WIDE / 8] = std::array::from_fn(|k| load(&out[8 * k..]));
         for (j, &w) in weights.iter().enumerate() {
             let row = &rows[j * len + c * WIDE..][..WIDE];
             let scale = _mm256_set1_ps(w);

@@ -166,7 +166,7 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         // SAFETY: as above.
         exp: |xs| unsafe { avx2_vector::exp_f32(xs) },
         // SAFETY: as above.
-        weighted_sum: |out, weights, rows| unsafe { avx2_vector::weighted_sum_f32(out, weights, rows) },
+        weighted_sum_add: |out, weights, rows| unsafe { avx2_vector::weighted_sum_add_f32(out, weights, rows) },
         // SAFETY: as above.
         softmax: |xs, scale, sink| unsafe { avx2_vector::softmax_f32(xs, scale, sink) },
         // SAFETY: as above.
