@@ -1,17 +1,34 @@
-//! Attention over the KV cache (f32 or f16): one task per (query row, head).
+//! Attention over the KV cache (f32 or f16).
 //!
-//! An f16 cache is widened to f32 per task (the head's window of keys and values) before the dot
-//! products, so both caches share one f32 inner loop.
+//! A task takes a few rows of the batch and the query heads that share one KV head, and goes
+//! through that head's keys, then its values, a block at a time: a block is read from the cache
+//! (widened from f16 if need be) once per task and stays in L1 while every query of the task
+//! meets it, instead of once per query from L2. Each query's scores and weighted sum come out as
+//! they would for that query alone (the same `dot` per key, the values added key by key in
+//! order), so results do not depend on how rows and heads were grouped into tasks: decode and
+//! prefill agree bit for bit.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use half::slice::HalfFloatSliceExt;
 use minerva_quant::{pool, vector};
 
-use super::{CpuCache, CpuTensor, KvData};
+use super::{CpuCache, CpuTensor, KvData, LineAligned};
 use crate::backend::{Batch, Mask};
 use crate::checks;
 use crate::error::Result;
+
+/// Most rows per task: a task's keys and values are read from the cache once for all of its
+/// rows (times the query heads sharing their KV head).
+const MAX_ROWS_PER_TASK: usize = 16;
+
+/// Scores a task may hold at once (its queries times their windows), so that long contexts
+/// take fewer rows per task rather than a scratch of hundreds of MiB.
+const MAX_TASK_SCORES: usize = 1 << 20;
+
+/// Bytes of keys (or values) per block: one block stays in a 32 KiB L1 beside the queries.
+const BLOCK_BYTES: usize = 16 * 1024;
 
 /// See [`crate::Backend::attention`]; with `sinks` (one logit per query head),
 /// [`crate::Backend::attention_with_sinks`].
@@ -32,7 +49,6 @@ pub(super) fn attention(
     let rows = batch.n_tokens();
     let shape = |t: &CpuTensor| (t.rows, t.cols);
     let n_head = checks::attention(shape(q), shape(k), shape(v), &s, layer, batch, sinks.map(<[f32]>::len))?;
-    let group = n_head / s.n_head_kv;
     // The slot of every row; then store this step's keys and values.
     let mut slot_of = vec![0usize; rows];
     for seq in &batch.seqs {
@@ -46,40 +62,189 @@ pub(super) fn attention(
             }
         }
     }
-    let scale = 1.0 / (hd as f32).sqrt();
-    // Each (row, head) is one weighted sum, which writes all its values.
-    let mut out = CpuTensor::for_output(rows, q.cols);
-    let cache = &*cache;
-    let attend = |scratch: &mut Scratch, i: usize, out: &mut [f32]| {
-        let (r, h) = (i / n_head, i % n_head);
+    let window = |r: usize| {
         let pos = batch.positions[r] as usize;
         let lo = match mask {
             Mask::Causal => 0,
             Mask::SlidingWindow(w) => (pos + 1).saturating_sub(w),
         };
-        let base = cache.index(slot_of[r], layer, h / group, 0);
-        let window = base + lo * hd..base + (pos + 1) * hd;
-        let Scratch { keys, values, scores } = scratch;
-        let (keys, values) = (cache.k.load(window.clone(), keys), cache.v.load(window, values));
-        let query = &q.data[i * hd..(i + 1) * hd];
-        // Not cleared: `dots` writes every score.
-        scores.resize(keys.len() / hd, 0.0);
-        vector::dots(scores, query, keys);
-        // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
-        vector::softmax(scores, scale, sinks.map(|sinks| sinks[h]));
-        vector::weighted_sum(out, scores, values);
+        lo..pos + 1
     };
-    pool::for_each_chunk_mut(&mut out.data, hd, |i, out| SCRATCH.with_borrow_mut(|scratch| attend(scratch, i, out)));
+    let longest = (0..rows).map(|r| window(r).len()).max().unwrap_or(0);
+    let plan = Plan::new(rows, n_head, s.n_head_kv, longest, pool::current_threads());
+    let task_len = plan.task_queries() * hd;
+    let job = Job { q, cache: &*cache, layer, hd, scale: 1.0 / (hd as f32).sqrt(), sinks, window: &window };
+    // Each task writes all its queries' outputs (zeros for rows past the batch) into its own part.
+    let mut staged = vec![0.0f32; plan.tasks() * task_len];
+    pool::for_each_chunk_mut(&mut staged, task_len, |t, out| {
+        let (task_rows, heads) = plan.task(t);
+        let kv_head = heads.start / plan.group;
+        // A task's rows may cross from one sequence into the next: one run per sequence.
+        let mut first = task_rows.start;
+        while first < task_rows.end {
+            let slot = slot_of[first];
+            let end = (first..task_rows.end).find(|&r| slot_of[r] != slot).unwrap_or(task_rows.end);
+            let part = (first - task_rows.start) * heads.len() * hd..(end - task_rows.start) * heads.len() * hd;
+            let run = Run { slot, kv_head, rows: first..end, heads: heads.clone() };
+            SCRATCH.with_borrow_mut(|scratch| job.attend(scratch, &run, &mut out[part]));
+            first = end;
+        }
+    });
+    let mut out = CpuTensor::for_output(rows, q.cols);
+    for (t, staged) in staged.chunks_exact(task_len.max(1)).enumerate() {
+        let (task_rows, heads) = plan.task(t);
+        let queries = task_rows.flat_map(|r| heads.clone().map(move |h| (r, h)));
+        for ((r, h), values) in queries.zip(staged.chunks_exact(hd)) {
+            out.data[r * q.cols + h * hd..][..hd].copy_from_slice(values);
+        }
+    }
     Ok(out)
+}
+
+/// How a call's queries are split into tasks: `rows_per_task` rows by `heads_per_task` query
+/// heads of one KV head's group, tasks numbered row block by row block, then by head.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    rows: usize,
+    n_head_kv: usize,
+    group: usize,
+    rows_per_task: usize,
+    heads_per_task: usize,
+}
+
+impl Plan {
+    /// As many rows per task as keep four tasks per thread (so that the causal mask's uneven
+    /// tasks still spread), the whole group of heads unless that leaves too few tasks (decode).
+    fn new(rows: usize, n_head: usize, n_head_kv: usize, longest: usize, threads: usize) -> Self {
+        let group = n_head / n_head_kv.max(1);
+        let wanted = 4 * threads;
+        let mut plan = Plan { rows, n_head_kv, group, rows_per_task: MAX_ROWS_PER_TASK, heads_per_task: group };
+        while plan.rows_per_task > 1 && (plan.tasks() < wanted || plan.task_queries() * longest > MAX_TASK_SCORES) {
+            plan.rows_per_task /= 2;
+        }
+        if plan.tasks() < wanted || plan.task_queries() * longest > MAX_TASK_SCORES {
+            plan.heads_per_task = 1;
+        }
+        plan
+    }
+
+    fn tasks(&self) -> usize {
+        self.rows.div_ceil(self.rows_per_task) * self.n_head_kv * (self.group / self.heads_per_task)
+    }
+
+    fn task_queries(&self) -> usize {
+        self.rows_per_task * self.heads_per_task
+    }
+
+    /// Task `t`'s rows and query heads.
+    fn task(&self, t: usize) -> (Range<usize>, Range<usize>) {
+        let per_row_block = self.n_head_kv * (self.group / self.heads_per_task);
+        let first_row = t / per_row_block * self.rows_per_task;
+        let first_head = t % per_row_block * self.heads_per_task;
+        (first_row..(first_row + self.rows_per_task).min(self.rows), first_head..first_head + self.heads_per_task)
+    }
+}
+
+/// What every task of one attention call shares.
+struct Job<'a, W> {
+    q: &'a CpuTensor,
+    cache: &'a CpuCache,
+    layer: usize,
+    hd: usize,
+    scale: f32,
+    sinks: Option<&'a [f32]>,
+    /// The positions row `r` attends to.
+    window: &'a W,
+}
+
+/// Rows of one sequence and the query heads (of one KV head) a task attends for.
+struct Run {
+    slot: usize,
+    kv_head: usize,
+    rows: Range<usize>,
+    heads: Range<usize>,
+}
+
+impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
+    /// The run's outputs into `out` (query by query: row-major, heads within a row).
+    fn attend(&self, scratch: &mut Scratch, run: &Run, out: &mut [f32]) {
+        let hd = self.hd;
+        let Scratch { keys, values, scores, starts } = scratch;
+        // Query `i` (row `i / heads`, head `i % heads`) keeps its scores at `starts[i]..`.
+        starts.clear();
+        let mut total = 0;
+        for r in run.rows.clone() {
+            for _ in run.heads.clone() {
+                starts.push(total);
+                total += (self.window)(r).len();
+            }
+        }
+        // Not cleared: every score of a window is written before it is read.
+        scores.resize(total, 0.0);
+        let span = run.rows.clone().map(self.window).reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
+        let Some(span) = span else { return };
+        let block = (BLOCK_BYTES / (4 * hd.max(1))).max(1);
+        let base = self.cache.index(run.slot, self.layer, run.kv_head, 0);
+        // `f(query, its row, its head, its window's part in the block as (in window, in block))`
+        // for each query that attends to some position of the block.
+        let each_query = |from: usize, to: usize, f: &mut dyn FnMut(usize, usize, Range<usize>, Range<usize>)| {
+            for (ri, r) in run.rows.clone().enumerate() {
+                let w = (self.window)(r);
+                let (a, e) = (w.start.max(from), w.end.min(to));
+                if a < e {
+                    for (hi, h) in run.heads.clone().enumerate() {
+                        f(ri * run.heads.len() + hi, h, a - w.start..e - w.start, a - from..e - from);
+                    }
+                }
+            }
+        };
+        for from in span.clone().step_by(block) {
+            let to = (from + block).min(span.end);
+            let keys = self.cache.k.load(base + from * hd..base + to * hd, keys);
+            let mut dots = |i: usize, h: usize, in_window: Range<usize>, in_block: Range<usize>| {
+                let r = run.rows.start + i / run.heads.len();
+                let query = &self.q.data[r * self.q.cols + h * hd..][..hd];
+                let at = starts[i];
+                vector::dots(
+                    &mut scores[at + in_window.start..at + in_window.end],
+                    query,
+                    &keys[in_block.start * hd..in_block.end * hd],
+                );
+            };
+            each_query(from, to, &mut dots);
+        }
+        for (i, &at) in starts.iter().enumerate() {
+            let end = starts.get(i + 1).copied().unwrap_or(total);
+            let h = run.heads.start + i % run.heads.len();
+            // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
+            vector::softmax(&mut scores[at..end], self.scale, self.sinks.map(|sinks| sinks[h]));
+        }
+        out.fill(0.0);
+        for from in span.clone().step_by(block) {
+            let to = (from + block).min(span.end);
+            let values = self.cache.v.load(base + from * hd..base + to * hd, values);
+            let mut weighted_sums = |i: usize, _: usize, in_window: Range<usize>, in_block: Range<usize>| {
+                let at = starts[i];
+                vector::weighted_sum_add(
+                    &mut out[i * hd..(i + 1) * hd],
+                    &scores[at + in_window.start..at + in_window.end],
+                    &values[in_block.start * hd..in_block.end * hd],
+                );
+            };
+            each_query(from, to, &mut weighted_sums);
+        }
+    }
 }
 
 /// Per-thread buffers for the scores and for widening an f16 cache: allocating them per task
 /// cost ~20 % of decode time at 512 positions (each is above malloc's mmap threshold).
 #[derive(Default)]
 struct Scratch {
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    keys: LineAligned<f32>,
+    values: LineAligned<f32>,
     scores: Vec<f32>,
+    /// Where each query's scores start in `scores`.
+    starts: Vec<usize>,
 }
 
 thread_local! {
@@ -96,13 +261,107 @@ impl KvData {
     }
 
     /// Elements `range` as f32: borrowed from an f32 cache, widened into `buf` from an f16 one.
-    fn load<'a>(&'a self, range: std::ops::Range<usize>, buf: &'a mut Vec<f32>) -> &'a [f32] {
+    fn load<'a>(&'a self, range: Range<usize>, buf: &'a mut LineAligned<f32>) -> &'a [f32] {
         match self {
             KvData::F32(data) => &data[range],
             KvData::F16(data) => {
-                buf.resize(range.len(), 0.0);
+                buf.resize(range.len());
                 data[range].convert_to_f32_slice(buf);
                 buf
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use minerva_core::DType;
+    use minerva_quant::{ComputePool, vector};
+
+    use super::super::{CpuCache, CpuTensor, KvData, LineAligned};
+    use super::attention;
+    use crate::backend::{Batch, CacheShape, Mask, SeqSpan};
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 37 + seed * 11) % 101) as f32 / 25.0 - 2.0).collect()
+    }
+
+    fn tensor(rows: usize, cols: usize, seed: usize) -> CpuTensor {
+        CpuTensor { data: values(rows * cols, seed), rows, cols }
+    }
+
+    /// Each (row, head) alone: its whole window's scores, softmax, weighted sum.
+    fn one_query_at_a_time(
+        q: &CpuTensor,
+        cache: &CpuCache,
+        batch: &Batch,
+        mask: Mask,
+        sinks: Option<&[f32]>,
+    ) -> Vec<f32> {
+        let s = cache.shape;
+        let (hd, n_head) = (s.head_dim, q.cols / s.head_dim);
+        let mut out = vec![0.0f32; q.data.len()];
+        for seq in &batch.seqs {
+            for r in seq.rows.clone() {
+                let pos = batch.positions[r] as usize;
+                let lo = match mask {
+                    Mask::Causal => 0,
+                    Mask::SlidingWindow(w) => (pos + 1).saturating_sub(w),
+                };
+                for h in 0..n_head {
+                    let base = cache.index(seq.slot, 0, h / (n_head / s.n_head_kv), 0);
+                    let window = base + lo * hd..base + (pos + 1) * hd;
+                    let (mut kb, mut vb) = (LineAligned::default(), LineAligned::default());
+                    let (keys, vals) = (cache.k.load(window.clone(), &mut kb), cache.v.load(window, &mut vb));
+                    let mut scores = vec![0.0f32; pos + 1 - lo];
+                    vector::dots(&mut scores, &q.data[(r * n_head + h) * hd..][..hd], keys);
+                    vector::softmax(&mut scores, 1.0 / (hd as f32).sqrt(), sinks.map(|s| s[h]));
+                    vector::weighted_sum(&mut out[(r * n_head + h) * hd..][..hd], &scores, vals);
+                }
+            }
+        }
+        out
+    }
+
+    /// Two sequences (the second resuming at position 5) in one batch, with every grouping of
+    /// rows and heads into tasks that 1, 3 and 16 threads lead to, an f32 and an f16 cache, head
+    /// sizes with and without a tail past whole 8-value chunks, causal and sliding masks, with
+    /// and without sinks: every query's output equals its attention computed alone, bit for bit.
+    #[test]
+    fn tasks_of_any_shape_give_each_query_its_own_attention_bit_for_bit() {
+        for (hd, dtype, threads) in
+            [(64, DType::F32, 1), (12, DType::F32, 3), (64, DType::F16, 16), (12, DType::F16, 1)]
+        {
+            for (mask, with_sinks) in [(Mask::Causal, false), (Mask::SlidingWindow(7), true), (Mask::Causal, true)] {
+                let (n_head, n_head_kv) = (6, 2);
+                let shape = CacheShape { slots: 2, n_layer: 1, n_head_kv, head_dim: hd, capacity: 40 };
+                let zeros = || KvData::zeros(dtype, 2 * n_head_kv * 40 * hd).unwrap();
+                let mut cache = CpuCache { shape, k: zeros(), v: zeros() };
+                let sinks: Vec<f32> = (0..n_head).map(|h| h as f32 * 0.3 - 1.0).collect();
+                let sinks = with_sinks.then_some(&sinks[..]);
+                let pool = ComputePool::new(threads).unwrap();
+                let step = |cache: &mut CpuCache, batch: &Batch, seed: usize| {
+                    let rows = batch.n_tokens();
+                    let q = tensor(rows, n_head * hd, seed);
+                    let (k, v) = (tensor(rows, n_head_kv * hd, seed + 1), tensor(rows, n_head_kv * hd, seed + 2));
+                    let got = pool.install(|| attention(&q, &k, &v, cache, 0, batch, mask, sinks)).unwrap();
+                    assert_eq!(
+                        got.data,
+                        one_query_at_a_time(&q, cache, batch, mask, sinks),
+                        "{hd} {dtype:?} {threads} {mask:?}"
+                    );
+                };
+                let first =
+                    Batch { seqs: vec![SeqSpan { rows: 0..5, start_pos: 0, slot: 1 }], positions: (0..5).collect() };
+                step(&mut cache, &first, 1);
+                let seqs = vec![
+                    SeqSpan { rows: 0..21, start_pos: 0, slot: 0 },
+                    SeqSpan { rows: 21..34, start_pos: 5, slot: 1 },
+                ];
+                let both = Batch { seqs, positions: (0..21).chain(5..18).collect() };
+                step(&mut cache, &both, 4);
+                let decode = Batch { seqs: vec![SeqSpan { rows: 0..1, start_pos: 21, slot: 0 }], positions: vec![21] };
+                step(&mut cache, &decode, 7);
             }
         }
     }

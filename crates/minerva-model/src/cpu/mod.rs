@@ -1,6 +1,7 @@
 //! The CPU backend: minerva-quant's kernels run straight on the memory-mapped weights, activations
 //! in f32, work spread over a [`ComputePool`].
 
+mod aligned;
 mod attention;
 mod buffers;
 mod gated;
@@ -15,6 +16,7 @@ use crate::backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, M
 use crate::checks::{self, MatrixShape};
 use crate::error::{ModelError, Result};
 use crate::rope::{RopeConfig, RopeStyle};
+use aligned::LineAligned;
 
 /// An activation: `rows × cols` f32, row-major. Its buffer is recycled when it is dropped (see
 /// `buffers.rs`).
@@ -75,15 +77,16 @@ impl CpuWeight {
 
 /// Cached keys or values, in the cache's dtype.
 enum KvData {
-    F32(Vec<f32>),
-    F16(Vec<half::f16>),
+    F32(LineAligned<f32>),
+    F16(LineAligned<half::f16>),
 }
 
 impl KvData {
-    fn zeros(dtype: DType, len: usize) -> KvData {
+    /// `len` zeros, or `None` if their bytes overflow `usize`.
+    fn zeros(dtype: DType, len: usize) -> Option<KvData> {
         match dtype {
-            DType::F16 => KvData::F16(vec![half::f16::ZERO; len]),
-            _ => KvData::F32(vec![0.0; len]),
+            DType::F16 => LineAligned::zeroed(len).map(KvData::F16),
+            _ => LineAligned::zeroed(len).map(KvData::F32),
         }
     }
 }
@@ -204,11 +207,13 @@ impl Backend for CpuBackend {
     }
 
     fn new_cache(&self, shape: CacheShape) -> Result<CpuCache> {
+        let too_large = || ModelError::Resource { message: format!("KV cache {shape:?} is too large") };
         let len = [shape.slots, shape.n_layer, shape.n_head_kv, shape.capacity, shape.head_dim]
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| ModelError::Resource { message: format!("KV cache {shape:?} is too large") })?;
-        Ok(CpuCache { shape, k: KvData::zeros(self.kv_dtype, len), v: KvData::zeros(self.kv_dtype, len) })
+            .ok_or_else(too_large)?;
+        let zeros = || KvData::zeros(self.kv_dtype, len).ok_or_else(too_large);
+        Ok(CpuCache { shape, k: zeros()?, v: zeros()? })
     }
 
     fn copy_slot(&self, cache: &mut CpuCache, from: usize, to: usize, positions: usize) -> Result<()> {
