@@ -114,11 +114,13 @@ struct Plan {
 
 impl Plan {
     /// As many rows per task as keep four tasks per thread (so that the causal mask's uneven
-    /// tasks still spread), the whole group of heads unless that leaves too few tasks (decode).
+    /// tasks still spread; one thread needs no spreading), the whole group of heads unless that
+    /// leaves too few tasks (decode on several threads).
     fn new(rows: usize, n_head: usize, n_head_kv: usize, longest: usize, threads: usize) -> Self {
         let group = n_head / n_head_kv.max(1);
-        let wanted = 4 * threads;
-        let mut plan = Plan { rows, n_head_kv, group, rows_per_task: MAX_ROWS_PER_TASK, heads_per_task: group };
+        let wanted = if threads > 1 { 4 * threads } else { 1 };
+        let rows_per_task = MAX_ROWS_PER_TASK.min(rows.next_power_of_two());
+        let mut plan = Plan { rows, n_head_kv, group, rows_per_task, heads_per_task: group };
         while plan.rows_per_task > 1 && (plan.tasks() < wanted || plan.task_queries() * longest > MAX_TASK_SCORES) {
             plan.rows_per_task /= 2;
         }
