@@ -309,7 +309,12 @@ fn chunk_into_columns(
         // Not cleared: the kernel writes every value.
         buf.resize(width * n, 0.0);
         kernel.apply(weights, row_bytes, acts, buf);
-        // Transposed whole (8 × 8 blocks in SIMD), then each activation's row copied out.
+        // Transposed whole (8 × 8 blocks in SIMD): straight into `ys` when the block is all its
+        // columns, else into a buffer whose rows are then copied out.
+        if let Some(rows) = block.whole_rows_mut(first..first + n) {
+            vector::transpose(buf, width, n, 0, rows);
+            return;
+        }
         transposed.resize(width * n, 0.0);
         vector::transpose(buf, width, n, 0, transposed);
         for (j, values) in transposed.chunks_exact(width).enumerate() {

@@ -283,6 +283,20 @@ impl<T> ColumnBlock<'_, T> {
         // tasks cover disjoint columns, and `&mut self` hands out one row of this block at a time.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(r * self.row_len + self.start), self.width) }
     }
+
+    /// Rows `rows` whole, as one slice, when the block spans every column (one task); `None`
+    /// otherwise. Panics if `rows` does not lie within the matrix.
+    pub fn whole_rows_mut(&mut self, rows: std::ops::Range<usize>) -> Option<&mut [T]> {
+        assert!(rows.start <= rows.end && rows.end <= self.rows, "rows {rows:?} of {}", self.rows);
+        if self.start != 0 || self.width != self.row_len {
+            return None;
+        }
+        // SAFETY: the block is every column of the matrix, so no other task holds a part of it,
+        // and rows `start..end <= rows` lie within the slice `for_each_column_block_mut` borrowed
+        // mutably for the whole loop; `&mut self` hands out one such slice at a time.
+        let offset = rows.start * self.row_len;
+        Some(unsafe { std::slice::from_raw_parts_mut(self.base.add(offset), rows.len() * self.row_len) })
+    }
 }
 
 /// The base pointer of a slice whose disjoint chunks go to different tasks.
@@ -483,6 +497,27 @@ mod tests {
             });
             let expected: Vec<u32> = (1..=rows * row_len).map(|v| v as u32).collect();
             assert_eq!(data, expected, "{rows} x {row_len} in blocks of {block_cols}");
+        }
+    }
+
+    #[test]
+    fn whole_rows_are_lent_only_to_a_block_of_every_column() {
+        let pool = ComputePool::new(2).unwrap();
+        for (rows, row_len, block_cols) in [(5, 6, 6), (5, 6, 100), (5, 6, 3), (4, 1, 1)] {
+            let mut data = vec![0u32; rows * row_len];
+            pool.install(|| {
+                for_each_column_block_mut(&mut data, row_len, block_cols, |_, mut block| {
+                    let whole = block.whole_rows_mut(1..rows - 1).map(|part| {
+                        part.iter_mut().enumerate().for_each(|(i, v)| *v = (row_len + i) as u32 + 1);
+                    });
+                    assert_eq!(whole.is_some(), block.width() == row_len, "{rows} x {row_len} by {block_cols}");
+                });
+            });
+            let lent = block_cols >= row_len;
+            let expected: Vec<u32> = (0..rows * row_len)
+                .map(|i| if lent && i >= row_len && i < (rows - 1) * row_len { i as u32 + 1 } else { 0 })
+                .collect();
+            assert_eq!(data, expected, "{rows} x {row_len} by {block_cols}");
         }
     }
 
