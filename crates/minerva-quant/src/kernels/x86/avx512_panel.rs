@@ -23,7 +23,7 @@
 use core::arch::x86_64::{
     __m256i, __m512, __m512i, _mm512_add_ps, _mm512_castsi256_si512, _mm512_castsi512_ps, _mm512_cvtepi32_ps,
     _mm512_fmadd_ps, _mm512_inserti64x4, _mm512_mul_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps,
-    _mm512_setzero_si512, _mm512_sub_epi32,
+    _mm512_setzero_si512, _mm512_sub_epi32, _mm256_setzero_si256,
 };
 use std::cell::RefCell;
 
@@ -265,6 +265,22 @@ where
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) fn put_results<const A: usize>(out: &mut [f32], n: usize, first: usize, results: [__m512; A], count: usize) {
+    if A == 8 && first + 8 <= n {
+        // Eight whole activations: two 8 × 8 transposes (rows 0..8 and 8..16) give each row its
+        // eight values side by side, one store per row instead of eight.
+        for half in 0..2 {
+            let mut eight = [_mm256_setzero_si256(); 8];
+            for (e, v) in eight.iter_mut().zip(results) {
+                let v: [__m256i; 2] = bytemuck::cast(v);
+                *e = v[half];
+            }
+            for (r, row) in transpose8(eight).into_iter().enumerate().take(count.saturating_sub(8 * half)) {
+                let values: [f32; 8] = bytemuck::cast(row);
+                out[(8 * half + r) * n + first..][..8].copy_from_slice(&values);
+            }
+        }
+        return;
+    }
     for (j, v) in (first..n).zip(results) {
         let v: [f32; ROWS] = bytemuck::cast(v);
         for (r, &value) in v.iter().enumerate().take(count) {
