@@ -21,9 +21,9 @@
 //! promises AVX2, FMA, F16C, AVX-512F/BW and AVX-512 VNNI (see `super::AVX512_VNNI`).
 
 use core::arch::x86_64::{
-    __m256i, __m512, __m512i, _mm512_add_ps, _mm512_castsi256_si512, _mm512_castsi512_ps, _mm512_cvtepi32_ps,
-    _mm512_fmadd_ps, _mm512_inserti64x4, _mm512_mul_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps,
-    _mm512_setzero_si512, _mm512_sub_epi32, _mm256_setzero_si256,
+    __m256i, __m512, __m512i, _mm256_setzero_si256, _mm512_add_ps, _mm512_castsi256_si512, _mm512_castsi512_ps,
+    _mm512_cvtepi32_ps, _mm512_fmadd_ps, _mm512_inserti64x4, _mm512_mul_ps, _mm512_set1_epi32, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_sub_epi32,
 };
 use std::cell::RefCell;
 
@@ -192,45 +192,55 @@ fn lay_out(acts: &[Activation<'_>], blocks: usize, out: &mut Vec<ActBlock>) {
     }
 }
 
-/// One half of every pair's sum (`slots`) over all blocks of a panel against `ACTS` activations,
-/// scaled and accumulated per block as `avx2_panel`'s `part` does.
+/// One panel (16 rows) against one group of `ACTS` activations: 16 row results per activation.
+///
+/// Each block's two halves of every pair's sum (`avx2_panel`'s `part`: slots 0..4 and 8..12,
+/// then 4..8 and 12..16) are scaled and accumulated into two accumulators per activation, which
+/// are added last. Both halves in one pass over the blocks, so that the scale product
+/// `d_w · d_a` is made once per block and the panel is read once.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn part<L: Layout, const FIRST: bool>(panel: &[PanelBlock], acts: &[ActBlock], slots: [usize; 8]) -> [__m512; ACTS] {
+fn step<L: Layout>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
     let kind = L::KIND;
     let zero = _mm512_setzero_ps();
-    let mut acc = [zero; ACTS];
+    let (mut lo, mut hi) = ([zero; ACTS], [zero; ACTS]);
     for (entry, a) in panel.iter().zip(acts) {
+        let dw = _mm512_castsi512_ps(entry[16]);
+        let mut dd = [zero; ACTS];
         let mut s = [_mm512_setzero_si512(); ACTS];
-        for p in slots {
+        for p in [0, 1, 2, 3, 8, 9, 10, 11] {
             let w = entry[p];
             for (s, q) in s.iter_mut().zip(&a.q) {
                 *s = add_pair_products(*s, w, &q[2 * p..]);
             }
         }
-        let dw = _mm512_castsi512_ps(entry[16]);
         for j in 0..ACTS {
             let v = match kind {
-                Kind::Offset(k) if FIRST => _mm512_sub_epi32(s[j], _mm512_set1_epi32(k * a.sums[j])),
+                Kind::Offset(k) => _mm512_sub_epi32(s[j], _mm512_set1_epi32(k * a.sums[j])),
                 _ => s[j],
             };
-            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[j]));
-            acc[j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), acc[j]);
+            dd[j] = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[j]));
+            lo[j] = _mm512_fmadd_ps(dd[j], _mm512_cvtepi32_ps(v), lo[j]);
             if kind == Kind::Min {
-                let m = if FIRST { _mm512_castsi512_ps(entry[17]) } else { zero };
-                acc[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.ds[j]), acc[j]);
+                lo[j] = _mm512_fmadd_ps(_mm512_castsi512_ps(entry[17]), _mm512_set1_ps(a.ds[j]), lo[j]);
+            }
+        }
+        let mut s = [_mm512_setzero_si512(); ACTS];
+        for p in [4, 5, 6, 7, 12, 13, 14, 15] {
+            let w = entry[p];
+            for (s, q) in s.iter_mut().zip(&a.q) {
+                *s = add_pair_products(*s, w, &q[2 * p..]);
+            }
+        }
+        for j in 0..ACTS {
+            hi[j] = _mm512_fmadd_ps(dd[j], _mm512_cvtepi32_ps(s[j]), hi[j]);
+            if kind == Kind::Min {
+                // The second half's minimum term is zero; the FMA stays so that results equal
+                // `avx2_panel`'s bit for bit (it turns a −0 sum into +0, as there).
+                hi[j] = _mm512_fmadd_ps(zero, _mm512_set1_ps(a.ds[j]), hi[j]);
             }
         }
     }
-    acc
-}
-
-/// One panel (16 rows) against one group of `ACTS` activations: 16 row results per activation.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn step<L: Layout>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
-    let lo = part::<L, true>(panel, acts, [0, 1, 2, 3, 8, 9, 10, 11]);
-    let hi = part::<L, false>(panel, acts, [4, 5, 6, 7, 12, 13, 14, 15]);
     std::array::from_fn(|j| _mm512_add_ps(lo[j], hi[j]))
 }
 
