@@ -291,10 +291,10 @@ impl<T> ColumnBlock<'_, T> {
         if self.start != 0 || self.width != self.row_len {
             return None;
         }
+        let offset = rows.start * self.row_len;
         // SAFETY: the block is every column of the matrix, so no other task holds a part of it,
         // and rows `start..end <= rows` lie within the slice `for_each_column_block_mut` borrowed
         // mutably for the whole loop; `&mut self` hands out one such slice at a time.
-        let offset = rows.start * self.row_len;
         Some(unsafe { std::slice::from_raw_parts_mut(self.base.add(offset), rows.len() * self.row_len) })
     }
 }
