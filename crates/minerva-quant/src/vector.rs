@@ -2,9 +2,9 @@
 //! attention's query · key dot products and its probability-weighted sums of values, and `e^x` for
 //! softmax and the gated activations.
 //!
-//! [`dot`], [`axpy`], [`weighted_sum`] and [`exp`] use the best instruction set this CPU has
-//! (AVX2 + FMA on x86-64, detected once; [`vector_isa`] names it), [`dot_ref`] and [`axpy_ref`] the
-//! scalar loops. Both work over the common length of their operands. The fast [`dot`] sums in a
+//! [`dot`], [`dots`], [`axpy`], [`weighted_sum`] and [`exp`] use the best instruction set this
+//! CPU has (AVX2 + FMA on x86-64, detected once; [`vector_isa`] names it), [`dot_ref`] and
+//! [`axpy_ref`] the scalar loops. Both work over the common length of their operands. The fast [`dot`] sums in a
 //! different order than [`dot_ref`], so the two agree to f32 rounding, not bit for bit; [`axpy`]
 //! equals [`axpy_ref`] bit for bit (no fused multiply-add: it moved a near tie of SmolLM2's top-1
 //! against transformers).
@@ -25,8 +25,10 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `out[j] = x · rows[j·len..(j + 1)·len]` with `len = x.len()`, over as many whole rows as
-/// `rows` holds for `out`: bit for bit [`dot`] of each row (attention's query against every key),
-/// without a call through the kernel table per row.
+/// `rows` holds for `out` (zeros past them): attention's query against its keys, several keys at
+/// a time. Within the same bound of the exact sum as [`dot`], but in an order of its own; a row's
+/// value depends only on `x` and that row (not on where it sits or on its neighbours), so
+/// attention over keys split into blocks gives each key the score it gets in one call.
 pub fn dots(out: &mut [f32], x: &[f32], rows: &[f32]) {
     (kernels::vector_kernels().dots)(out, x, rows)
 }

@@ -241,7 +241,7 @@ pub(crate) fn vector_dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
 }
 
 /// `out[j] = dot(x, row j)` for each whole `x.len()`-row of `rows` (zeros past them, and all
-/// zeros for an empty `x`): the loop the per-ISA `dots` kernels share.
+/// zeros for an empty `x`): the scalar `dots`, and NEON's over its `dot`.
 #[inline]
 pub(crate) fn dots_with(out: &mut [f32], x: &[f32], rows: &[f32], dot: impl Fn(&[f32], &[f32]) -> f32) {
     let written = if x.is_empty() { 0 } else { out.len().min(rows.len() / x.len()) };
