@@ -74,9 +74,10 @@ pub(super) fn attention(
     let plan = Plan::new(rows, n_head, s.n_head_kv, longest, pool::current_threads());
     let task_len = plan.task_queries() * hd;
     let job = Job { q, cache: &*cache, layer, hd, scale: 1.0 / (hd as f32).sqrt(), sinks, window: &window };
-    // Each task writes all its queries' outputs (zeros for rows past the batch) into its own part.
-    let mut staged = vec![0.0f32; plan.tasks() * task_len];
-    pool::for_each_chunk_mut(&mut staged, task_len, |t, out| {
+    // Each task writes its queries' outputs into its own part (a recycled buffer: rows past the
+    // batch, in the last row block, are neither written nor read).
+    let mut staged = CpuTensor::for_output(plan.tasks(), task_len);
+    pool::for_each_chunk_mut(&mut staged.data, task_len, |t, out| {
         let (task_rows, heads) = plan.task(t);
         let kv_head = heads.start / plan.group;
         // A task's rows may cross from one sequence into the next: one run per sequence.
@@ -91,7 +92,7 @@ pub(super) fn attention(
         }
     });
     let mut out = CpuTensor::for_output(rows, q.cols);
-    for (t, staged) in staged.chunks_exact(task_len.max(1)).enumerate() {
+    for (t, staged) in staged.data.chunks_exact(task_len.max(1)).enumerate() {
         let (task_rows, heads) = plan.task(t);
         let queries = task_rows.flat_map(|r| heads.clone().map(move |h| (r, h)));
         for ((r, h), values) in queries.zip(staged.chunks_exact(hd)) {
@@ -171,6 +172,7 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
     /// The run's outputs into `out` (query by query: row-major, heads within a row).
     fn attend(&self, scratch: &mut Scratch, run: &Run, out: &mut [f32]) {
         let hd = self.hd;
+        out.fill(0.0);
         let Scratch { keys, values, scores, starts } = scratch;
         // Query `i` (row `i / heads`, head `i % heads`) keeps its scores at `starts[i]..`.
         starts.clear();
@@ -221,7 +223,6 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
             // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
             vector::softmax(&mut scores[at..end], self.scale, self.sinks.map(|sinks| sinks[h]));
         }
-        out.fill(0.0);
         for from in span.clone().step_by(block) {
             let to = (from + block).min(span.end);
             let values = self.cache.v.load(base + from * hd..base + to * hd, values);
