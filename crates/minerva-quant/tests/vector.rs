@@ -29,6 +29,19 @@ proptest! {
     }
 }
 
+/// `count` rows of `len` values in −4·|seed|..4·|seed|, spread over a hundred levels.
+fn sample_rows(count: usize, len: usize, seed: f32) -> Vec<f32> {
+    (0..count * len).map(|i| seed * ((i * 37 % 101) as f32 - 50.0) / 7.0).collect()
+}
+
+/// `start` plus `weights[j]·row j` for each whole row, by the scalar `axpy` in row order.
+fn axpy_row_by_row(mut start: Vec<f32>, weights: &[f32], rows: &[f32]) -> Vec<f32> {
+    for (&w, row) in weights.iter().zip(rows.chunks_exact(start.len().max(1))) {
+        axpy_ref(&mut start, w, row);
+    }
+    start
+}
+
 proptest! {
     /// `weighted_sum` is `axpy` of each row in turn onto zeros, bit for bit, with outputs past the
     /// 64-wide passes, and rows cut short by the length of `rows`.
@@ -39,11 +52,8 @@ proptest! {
         short in 0usize..2,
         seed in -4.0f32..4.0,
     ) {
-        let rows: Vec<f32> = (0..(weights.len().saturating_sub(short)) * len).map(|i| seed * ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
-        let mut expected = vec![0.0f32; len];
-        for (&w, row) in weights.iter().zip(rows.chunks_exact(len.max(1))) {
-            axpy_ref(&mut expected, w, row);
-        }
+        let rows = sample_rows(weights.len().saturating_sub(short), len, seed);
+        let expected = axpy_row_by_row(vec![0.0f32; len], &weights, &rows);
         let (mut fast, mut reference) = (vec![f32::NAN; len], vec![f32::NAN; len]);
         weighted_sum(&mut fast, &weights, &rows);
         weighted_sum_ref(&mut reference, &weights, &rows);
@@ -61,12 +71,9 @@ proptest! {
         seed in -4.0f32..4.0,
         start in -3.0f32..3.0,
     ) {
-        let rows: Vec<f32> = (0..weights.len() * len).map(|i| seed * ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let rows = sample_rows(weights.len(), len, seed);
         let begin: Vec<f32> = (0..len).map(|i| start * ((i * 29 % 13) as f32 - 6.0)).collect();
-        let mut expected = begin.clone();
-        for (&w, row) in weights.iter().zip(rows.chunks_exact(len)) {
-            axpy_ref(&mut expected, w, row);
-        }
+        let expected = axpy_row_by_row(begin.clone(), &weights, &rows);
         let (mut whole, mut reference, mut split_sum) = (begin.clone(), begin.clone(), begin);
         weighted_sum_add(&mut whole, &weights, &rows);
         weighted_sum_add_ref(&mut reference, &weights, &rows);
@@ -93,7 +100,7 @@ proptest! {
     ) {
         let x: Vec<f32> = (0..len).map(|i| ((i * 53 % 97) as f32 - 48.0) / 11.0).collect();
         let whole = n.saturating_sub(short);
-        let rows: Vec<f32> = (0..whole * len).map(|i| seed * ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let rows = sample_rows(whole, len, seed);
         let mut out = vec![f32::NAN; n];
         dots(&mut out, &x, &rows);
         let skip = skip.min(whole);
