@@ -62,6 +62,10 @@ pub(super) fn attention(
             }
         }
     }
+    if n_head == 0 {
+        // No heads (no query columns): nothing to attend, and no group to split into tasks.
+        return Ok(CpuTensor::for_output(rows, q.cols));
+    }
     let window = |r: usize| {
         let pos = batch.positions[r] as usize;
         let lo = match mask {
@@ -324,6 +328,19 @@ mod tests {
             }
         }
         out
+    }
+
+    /// A cache of no KV heads passes the shape checks with zero-column operands; attention then
+    /// has nothing to do and returns zero columns rather than dividing by the empty head group.
+    #[test]
+    fn no_heads_attend_to_nothing() {
+        let shape = CacheShape { slots: 1, n_layer: 1, n_head_kv: 0, head_dim: 8, capacity: 4 };
+        let mut cache =
+            CpuCache { shape, k: KvData::zeros(DType::F32, 0).unwrap(), v: KvData::zeros(DType::F32, 0).unwrap() };
+        let batch = Batch { seqs: vec![SeqSpan { rows: 0..2, start_pos: 0, slot: 0 }], positions: vec![0, 1] };
+        let empty = tensor(2, 0, 0);
+        let out = attention(&empty, &empty, &empty, &mut cache, 0, &batch, Mask::Causal, None).unwrap();
+        assert_eq!((out.rows, out.cols, out.data.len()), (2, 0, 0));
     }
 
     /// Two sequences (the second resuming at position 5) in one batch, with every grouping of
