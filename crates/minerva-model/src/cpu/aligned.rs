@@ -18,10 +18,13 @@ pub(super) struct LineAligned<T> {
 }
 
 impl<T: bytemuck::Pod> LineAligned<T> {
-    /// `len` zero values, or `None` if their bytes overflow `usize`.
+    /// `len` zero values, or `None` if their bytes overflow `usize` or cannot be allocated.
+    /// Allocated zeroed (`calloc`: untouched pages of a large cache cost no memory until used),
+    /// as `vec![0.0f32; len]` was.
     pub(super) fn zeroed(len: usize) -> Option<Self> {
         let bytes = len.checked_mul(size_of::<T>())?;
-        Some(LineAligned { lines: vec![Line([0; 64]); bytes.div_ceil(64)], len, values: PhantomData })
+        let lines = bytemuck::allocation::try_zeroed_vec(bytes.div_ceil(64)).ok()?;
+        Some(LineAligned { lines, len, values: PhantomData })
     }
 
     /// Resized to `len` values (new ones zero; the first `len` kept).

@@ -126,10 +126,11 @@ impl Plan {
         let wanted = if threads > 1 { 4 * threads } else { 1 };
         let rows_per_task = MAX_ROWS_PER_TASK.min(rows.next_power_of_two());
         let mut plan = Plan { rows, n_head_kv, group, rows_per_task, heads_per_task: group };
-        while plan.rows_per_task > 1 && (plan.tasks() < wanted || plan.task_queries() * longest > MAX_TASK_SCORES) {
+        let unfit = |plan: &Plan| plan.tasks() < wanted || plan.task_queries() * longest > MAX_TASK_SCORES;
+        while plan.rows_per_task > 1 && unfit(&plan) {
             plan.rows_per_task /= 2;
         }
-        if plan.tasks() < wanted || plan.task_queries() * longest > MAX_TASK_SCORES {
+        if unfit(&plan) {
             plan.heads_per_task = 1;
         }
         plan
