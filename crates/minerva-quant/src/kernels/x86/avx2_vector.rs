@@ -56,14 +56,7 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
         // Whole groups of rows of whole chunks: row k's chunk c at `group[k * chunks + c]`.
         let (groups, _) = rows[..written * len].as_chunks::<8>();
         for (group, out) in groups.chunks_exact(8 * chunks).zip(out.as_chunks_mut::<8>().0) {
-            let mut acc = [_mm256_setzero_ps(); 8];
-            for (c, x) in x8.iter().enumerate() {
-                let x = load8(x);
-                for (k, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm256_fmadd_ps(x, load8(&group[k * chunks + c]), *acc);
-                }
-            }
-            *out = bytemuck::cast(sum_rows(acc));
+            *out = bytemuck::cast(dots8(x8, |k, c| &group[k * chunks + c]));
             first += 8;
         }
     }
@@ -72,14 +65,7 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
         for (k, row) in eight.iter_mut().zip(rows[(first + group * 8) * len..].chunks_exact(len)).take(out.len()) {
             *k = row;
         }
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for (c, x) in x8.iter().enumerate() {
-            let x = load8(x);
-            for (acc, row) in acc.iter_mut().zip(eight) {
-                *acc = _mm256_fmadd_ps(x, load8(&row.as_chunks::<8>().0[c]), *acc);
-            }
-        }
-        let mut sums: [f32; 8] = bytemuck::cast(sum_rows(acc));
+        let mut sums: [f32; 8] = bytemuck::cast(dots8(x8, |k, c| &eight[k].as_chunks::<8>().0[c]));
         if !x_tail.is_empty() {
             for (sum, row) in sums.iter_mut().zip(eight) {
                 *sum += row[8 * chunks..].iter().zip(x_tail).map(|(r, x)| r * x).sum::<f32>();
@@ -88,6 +74,21 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
         out.copy_from_slice(&sums[..out.len()]);
     }
     out[written..].fill(0.0);
+}
+
+/// Lane `k`: row `k`'s chunks (`chunk(k, c)`, one per chunk of `x8`) against `x8`, by FMA in
+/// chunk order, then its lanes summed (see [`dots_f32`]).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn dots8<'a>(x8: &[[f32; 8]], chunk: impl Fn(usize, usize) -> &'a [f32; 8]) -> __m256 {
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for (c, x) in x8.iter().enumerate() {
+        let x = load8(x);
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(x, load8(chunk(k, c)), *acc);
+        }
+    }
+    sum_rows(acc)
 }
 
 #[inline]
