@@ -18,6 +18,7 @@ use crate::device::{self, DeviceInfo};
 use crate::error::WgpuError;
 use crate::gpu::{Gpu, RecordStats};
 use crate::kernels::{self, KvElem, attention::AttentionShape, rope::RopeShape};
+use crate::profile::KernelTime;
 use crate::tensor::WgpuTensor;
 use crate::weight::{self, UploadProgress, WgpuWeight};
 
@@ -45,6 +46,9 @@ pub struct WgpuOptions {
     /// Draw sampled tokens on the GPU (`Backend::sample`: one id read back per sequence); `false`
     /// reads back the logits for the host sampler instead (for comparisons).
     pub device_sampling: bool,
+    /// Open the device with timestamp queries where the adapter offers them, so that
+    /// [`WgpuBackend::set_profiling`] can time every kernel.
+    pub profile: bool,
 }
 
 impl Default for WgpuOptions {
@@ -57,6 +61,7 @@ impl Default for WgpuOptions {
             on_upload: None,
             kv_dtype: DType::F16,
             device_sampling: true,
+            profile: false,
         }
     }
 }
@@ -124,7 +129,7 @@ impl WgpuBackend {
     pub fn new(options: WgpuOptions) -> std::result::Result<WgpuBackend, WgpuError> {
         let (_instance, adapters, backends) = device::list_adapters();
         let adapter = device::select(adapters, backends, options.adapter.as_deref())?;
-        let (dev, queue, info) = device::open(&adapter)?;
+        let (dev, queue, info) = device::open(&adapter, options.profile)?;
         // Kernels address a weight chunk's bytes with u32: keep chunks under 2 GiB.
         let device_limit = info.max_storage_binding.min(1 << 31);
         let max_binding = options.max_binding.map_or(device_limit, |m| m.min(device_limit));
@@ -152,6 +157,19 @@ impl WgpuBackend {
     /// The device's description.
     pub fn info(&self) -> &DeviceInfo {
         &self.gpu.info
+    }
+
+    /// Times every kernel dispatched from now on (`true`, each dispatch in a timed pass of its
+    /// own: slower) or stops (`false`). Fails when the device was not opened with
+    /// [`WgpuOptions::profile`] or the adapter offers no timestamp queries.
+    pub fn set_profiling(&self, on: bool) -> std::result::Result<(), WgpuError> {
+        if self.gpu.set_profiling(on) { Ok(()) } else { Err(WgpuError::NoTimestamps) }
+    }
+
+    /// GPU time per kernel kind of the profiled dispatches submitted since the last call (then
+    /// reset), longest first.
+    pub fn take_kernel_times(&self) -> Vec<KernelTime> {
+        self.gpu.take_kernel_times()
     }
 
     /// The host-side cost of the dispatches recorded since the last call (then reset): divide by

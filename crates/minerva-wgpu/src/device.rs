@@ -16,6 +16,8 @@ pub struct DeviceInfo {
     /// Whether `SHADER_F16` was requested (the kernels do not need it: f16 is unpacked with
     /// `unpack2x16float`).
     pub shader_f16: bool,
+    /// Whether `TIMESTAMP_QUERY` was requested (only to profile: [`crate::WgpuOptions::profile`]).
+    pub timestamps: bool,
     /// Whether `SUBGROUP` was requested.
     pub subgroups: bool,
     /// The smallest subgroup the adapter may use (subgroup kernels need at least 8).
@@ -34,6 +36,9 @@ impl std::fmt::Display for DeviceInfo {
         writeln!(f, "backend:               {} ({})", self.backend, self.device_type)?;
         writeln!(f, "driver:                {}", self.driver)?;
         writeln!(f, "shader f16:            {}", if self.shader_f16 { "yes" } else { "no" })?;
+        if self.timestamps {
+            writeln!(f, "timestamps:            yes (profiling)")?;
+        }
         if self.subgroups {
             writeln!(f, "subgroups:             yes (size ≥ {})", self.subgroup_min_size)?;
         } else {
@@ -105,10 +110,17 @@ pub(crate) fn select(
     }
 }
 
-/// Opens a device with the adapter's own limits and whichever of SHADER_F16 / SUBGROUP it offers.
-pub(crate) fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu::Queue, DeviceInfo), WgpuError> {
+/// Opens a device with the adapter's own limits and whichever of SHADER_F16 / SUBGROUP (and,
+/// with `profile`, TIMESTAMP_QUERY) it offers.
+pub(crate) fn open(
+    adapter: &wgpu::Adapter,
+    profile: bool,
+) -> Result<(wgpu::Device, wgpu::Queue, DeviceInfo), WgpuError> {
     let info = adapter.get_info();
-    let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+    let mut wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+    if profile {
+        wanted |= wgpu::Features::TIMESTAMP_QUERY;
+    }
     let features = adapter.features() & wanted;
     let limits = adapter.limits();
     let desc = wgpu::DeviceDescriptor {
@@ -125,6 +137,7 @@ pub(crate) fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu::Queue
         device_type: format!("{:?}", info.device_type),
         driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
+        timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
         subgroups: features.contains(wgpu::Features::SUBGROUP),
         subgroup_min_size: info.subgroup_min_size,
         max_storage_binding: limits.max_storage_buffer_binding_size,

@@ -35,6 +35,11 @@ pub enum WgpuError {
     /// A KV cache element type other than F16 and F32 was asked for.
     #[error("the GPU KV cache holds F16 or F32, not {0}")]
     KvDtype(minerva_core::DType),
+    /// Profiling was asked of a device opened without timestamp queries.
+    #[error(
+        "no kernel timestamps: open the backend with WgpuOptions::profile on an adapter that offers TIMESTAMP_QUERY"
+    )]
+    NoTimestamps,
 }
 
 impl From<WgpuError> for minerva_model::ModelError {

@@ -9,6 +9,7 @@ use wgpu::util::DeviceExt;
 
 use crate::device::DeviceInfo;
 use crate::error::WgpuError;
+use crate::profile::{KernelTime, MAX_PROFILED_DISPATCHES, Profiler};
 
 /// Buffers of activations, by exact byte size, waiting to be reused. Shapes repeat from one
 /// step to the next, so after the first step a forward pass allocates nothing.
@@ -94,6 +95,12 @@ struct Step {
     /// holds.
     bind_groups: HashMap<BindKey, wgpu::BindGroup>,
     previous_bind_groups: HashMap<BindKey, wgpu::BindGroup>,
+    /// The timestamp queries, when the device was opened for profiling.
+    profiler: Option<Profiler>,
+    /// Whether dispatches are timed now (each in a pass of its own).
+    profiling: bool,
+    /// The keys of the dispatches timed in this submission, in order.
+    profiled: Vec<String>,
 }
 
 /// What a dispatch binds: its pipeline (compared by identity), its buffers in binding order, and
@@ -123,11 +130,12 @@ impl Gpu {
             mapped_at_creation: false,
         });
         let param_align = device.limits().min_uniform_buffer_offset_alignment.max(16) as usize;
+        let profiler = info.timestamps.then(|| Profiler::new(&device, &queue));
         Gpu {
             errors,
             ring,
             param_align,
-            step: Mutex::new(Step::default()),
+            step: Mutex::new(Step { profiler, ..Step::default() }),
             device,
             queue,
             info,
@@ -140,6 +148,21 @@ impl Gpu {
     /// The recording cost since the last call, and resets it.
     pub(crate) fn take_record_stats(&self) -> RecordStats {
         std::mem::take(&mut *lock(&self.recorded))
+    }
+
+    /// Times every dispatch from now on (`true`) or none (`false`); `false` when the device was
+    /// not opened with timestamp queries. Ends the open pass.
+    pub(crate) fn set_profiling(&self, on: bool) -> bool {
+        let mut step = lock(&self.step);
+        step.pass = None;
+        step.profiling = on && step.profiler.is_some();
+        step.profiler.is_some()
+    }
+
+    /// The GPU time per kernel gathered since the last call (submitted dispatches only), longest
+    /// first; resets it.
+    pub(crate) fn take_kernel_times(&self) -> Vec<KernelTime> {
+        lock(&self.step).profiler.as_mut().map(Profiler::take).unwrap_or_default()
     }
 
     /// An activation buffer of `bytes` (at least 4), from the pool when one of that size is free.
@@ -229,7 +252,10 @@ impl Gpu {
         let pipeline = self.pipeline(key, source);
         let bytes: &[u8] = bytemuck::cast_slice(params);
         let mut step = lock(&self.step);
-        if step.params.len() + bytes.len() > RING_BYTES {
+        // Before this dispatch's parameters join the ring: a submission writes the whole ring.
+        if step.params.len() + bytes.len() > RING_BYTES
+            || (step.profiling && step.profiled.len() == MAX_PROFILED_DISPATCHES)
+        {
             self.submit_locked(&mut step);
         }
         let offset = step.params.len();
@@ -253,6 +279,24 @@ impl Gpu {
                 group
             }
         };
+        if step.profiling {
+            // A pass of its own, timed at its beginning and end.
+            step.pass = None;
+            let i = step.profiled.len();
+            let Step { encoder, profiler, profiled, .. } = &mut *step;
+            let encoder = encoder.get_or_insert_with(|| self.new_encoder());
+            let writes = profiler.as_ref().expect("profiling only with a profiler").writes(i);
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(label),
+                timestamp_writes: Some(writes),
+            });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+            drop(pass);
+            profiled.push(label.to_string());
+            return;
+        }
         if step.pass.is_none() {
             let pass = self
                 .encoder(&mut step)
@@ -290,9 +334,11 @@ impl Gpu {
     }
 
     fn encoder<'s>(&self, step: &'s mut Step) -> &'s mut wgpu::CommandEncoder {
-        step.encoder.get_or_insert_with(|| {
-            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") })
-        })
+        step.encoder.get_or_insert_with(|| self.new_encoder())
+    }
+
+    fn new_encoder(&self) -> wgpu::CommandEncoder {
+        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") })
     }
 
     /// Runs `f` on the pending encoder (made on first use).
@@ -317,8 +363,18 @@ impl Gpu {
             self.queue.write_buffer(&self.ring, 0, &step.params);
             step.params.clear();
         }
-        if let Some(encoder) = step.encoder.take() {
+        let profiled = std::mem::take(&mut step.profiled);
+        if let Some(mut encoder) = step.encoder.take() {
+            let profiler = step.profiler.as_mut().filter(|_| !profiled.is_empty());
+            if let Some(profiler) = &profiler {
+                profiler.resolve(&mut encoder, profiled.len());
+            }
             self.queue.submit([encoder.finish()]);
+            if let Some(profiler) = profiler
+                && let Err(e) = profiler.collect(&self.device, &profiled)
+            {
+                lock(&self.errors).push(format!("reading kernel timestamps: {e}"));
+            }
         }
     }
 

@@ -20,6 +20,7 @@ mod error;
 mod gpu;
 mod kernels;
 mod moe;
+mod profile;
 mod tensor;
 mod weight;
 
@@ -28,6 +29,7 @@ pub use device::{DeviceInfo, list_adapters};
 pub use error::WgpuError;
 pub use gpu::RecordStats;
 pub use kernels::{WEIGHT_DTYPES, supports};
+pub use profile::KernelTime;
 pub use tensor::WgpuTensor;
 pub use weight::{UploadProgress, WgpuWeight};
 

@@ -1,0 +1,116 @@
+//! GPU time per kernel from timestamp queries ([`crate::WgpuOptions::profile`]).
+//!
+//! While profiling is on, every dispatch is recorded in a compute pass of its own whose beginning
+//! and end write a timestamp; at each submission the timestamps are resolved, read back (the
+//! submission is waited for) and summed per pipeline key (`mul_mat/Q4_0/8/subgroup`, `rope`, …).
+//! A pass per dispatch and a wait per submission slow the step down: profiled runs say where the
+//! GPU's time goes, unprofiled runs how fast a step is.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Timestamps per submission: two per dispatch, at most wgpu's limit for one query set. A longer
+/// submission is split.
+pub(crate) const MAX_PROFILED_DISPATCHES: usize = wgpu::QUERY_SET_MAX_QUERIES as usize / 2;
+
+/// The GPU time of one kernel kind, summed over its dispatches.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelTime {
+    /// The pipeline's key: the kernel, and for weight-reading kernels the weight type and variant.
+    pub kernel: String,
+    /// Dispatches timed.
+    pub dispatches: u64,
+    /// Their summed GPU time (from each dispatch's first to its last timestamp).
+    pub gpu: Duration,
+}
+
+/// The query set and buffers the timestamps go through, and the times gathered so far.
+pub(crate) struct Profiler {
+    pub queries: wgpu::QuerySet,
+    /// Where the query set is resolved (GPU-only).
+    resolve: wgpu::Buffer,
+    /// Its copy the host maps.
+    read: wgpu::Buffer,
+    /// Nanoseconds per timestamp tick.
+    period_ns: f64,
+    times: HashMap<String, KernelTime>,
+}
+
+impl Profiler {
+    pub(crate) fn new(device: &wgpu::Device, queue: &wgpu::Queue) -> Profiler {
+        let count = 2 * MAX_PROFILED_DISPATCHES as u32;
+        let bytes = u64::from(count) * 8;
+        let queries = device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("kernel timestamps"),
+            ty: wgpu::QueryType::Timestamp,
+            count,
+        });
+        let buffer = |label, usage| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        Profiler {
+            queries,
+            resolve: buffer("timestamps", wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC),
+            read: buffer("timestamps read back", wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST),
+            period_ns: f64::from(queue.get_timestamp_period()),
+            times: HashMap::new(),
+        }
+    }
+
+    /// The timestamp indices of dispatch `i` of a submission: its pass's beginning and end.
+    pub(crate) fn writes(&self, i: usize) -> wgpu::ComputePassTimestampWrites<'_> {
+        wgpu::ComputePassTimestampWrites {
+            query_set: &self.queries,
+            beginning_of_pass_write_index: Some(2 * i as u32),
+            end_of_pass_write_index: Some(2 * i as u32 + 1),
+        }
+    }
+
+    /// Records the copy of `n` dispatches' timestamps to the host-readable buffer (before the
+    /// encoder is finished).
+    pub(crate) fn resolve(&self, encoder: &mut wgpu::CommandEncoder, n: usize) {
+        let queries = 2 * n as u32;
+        encoder.resolve_query_set(&self.queries, 0..queries, &self.resolve, 0);
+        encoder.copy_buffer_to_buffer(&self.resolve, 0, &self.read, 0, u64::from(queries) * 8);
+    }
+
+    /// After the submission that resolved them: waits for it and adds the dispatches' times to
+    /// their kernels' sums (`kernels[i]` is dispatch `i`'s key).
+    pub(crate) fn collect(&mut self, device: &wgpu::Device, kernels: &[String]) -> Result<(), String> {
+        let bytes = kernels.len() as u64 * 16;
+        let slice = self.read.slice(..bytes);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| e.to_string())?;
+        rx.recv().map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        {
+            let data = slice.get_mapped_range().map_err(|e| e.to_string())?;
+            let ticks: &[u64] = bytemuck::cast_slice(&data);
+            for (kernel, pair) in kernels.iter().zip(ticks.chunks_exact(2)) {
+                let ns = pair[1].saturating_sub(pair[0]) as f64 * self.period_ns;
+                let entry = self
+                    .times
+                    .entry(kernel.clone())
+                    .or_insert_with(|| KernelTime { kernel: kernel.clone(), ..KernelTime::default() });
+                entry.dispatches += 1;
+                entry.gpu += Duration::from_nanos(ns as u64);
+            }
+        }
+        self.read.unmap();
+        Ok(())
+    }
+
+    /// The times gathered since the last call, longest first; resets them.
+    pub(crate) fn take(&mut self) -> Vec<KernelTime> {
+        let mut times: Vec<KernelTime> = self.times.drain().map(|(_, t)| t).collect();
+        times.sort_by(|a, b| b.gpu.cmp(&a.gpu).then_with(|| a.kernel.cmp(&b.kernel)));
+        times
+    }
+}
