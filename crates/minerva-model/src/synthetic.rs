@@ -32,11 +32,14 @@ impl LlamaShape {
     }
 }
 
-/// A LLaMA preset by name: `8b` (Llama-3.1-8B), `1b` (Llama-3.2-1B), `tiny` (tests).
+/// A LLaMA preset by name: `8b` (Llama-3.1-8B), `1b` (Llama-3.2-1B), `135m` (SmolLM2-135M), `tiny`
+/// (tests).
 pub fn llama_preset(name: &str) -> Option<LlamaShape> {
     Some(match name {
         "8b" => LlamaShape { layers: 32, hidden: 4096, ff: 14336, heads: 32, kv_heads: 8, vocab: 128_256, tied: false },
         "1b" => LlamaShape { layers: 16, hidden: 2048, ff: 8192, heads: 32, kv_heads: 8, vocab: 128_256, tied: true },
+        // SmolLM2-135M's shapes (head_dim 64): the real model's speed on a machine it can't reach.
+        "135m" => LlamaShape { layers: 30, hidden: 576, ff: 1536, heads: 9, kv_heads: 3, vocab: 49_152, tied: true },
         "tiny" => LlamaShape { layers: 2, hidden: 128, ff: 256, heads: 4, kv_heads: 2, vocab: 512, tied: false },
         _ => return None,
     })

@@ -216,7 +216,7 @@ pub fn run(args: &BenchArgs, root: &Path) -> Result<()> {
         ),
         "llama" => Arch::Llama(
             synth::llama_preset(&args.preset)
-                .with_context(|| format!("--preset {}: llama has 8b, 1b, tiny", args.preset))?,
+                .with_context(|| format!("--preset {}: llama has 8b, 1b, 135m, tiny", args.preset))?,
         ),
         a => bail!("--arch {a}: gpt-oss or llama"),
     };

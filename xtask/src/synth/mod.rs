@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo xtask synth --arch gpt-oss --preset 20b|tiny --format gguf|safetensors|mlx [--seed S] OUT
-//! cargo xtask synth --arch llama --preset 8b|1b|tiny --format gguf|safetensors [--quant q4_0|q8_0] [--seed S] OUT
+//! cargo xtask synth --arch llama --preset 8b|1b|135m|tiny --format gguf|safetensors [--quant q4_0|q8_0] [--seed S] OUT
 //! ```
 //!
 //! GGUF writes one file `OUT`; SafeTensors (Hugging Face layout) and MLX write a directory `OUT`
@@ -125,9 +125,9 @@ impl SynthArgs {
             "gpt-oss" | "gpt_oss" => Arch::GptOss(
                 gpt_oss_preset(preset).with_context(|| format!("--preset {preset}: gpt-oss has 20b, tiny"))?,
             ),
-            "llama" => {
-                Arch::Llama(llama_preset(preset).with_context(|| format!("--preset {preset}: llama has 8b, 1b, tiny"))?)
-            }
+            "llama" => Arch::Llama(
+                llama_preset(preset).with_context(|| format!("--preset {preset}: llama has 8b, 1b, 135m, tiny"))?,
+            ),
             a => bail!("--arch {a}: gpt-oss or llama"),
         };
         let quant = match (quant.as_deref(), arch, format) {
