@@ -31,7 +31,9 @@ pub struct WgpuOptions {
     /// Use at most this many bytes per storage binding (default: the device's limit). Tests
     /// lower it to exercise weights split across bindings.
     pub max_binding: Option<u64>,
-    /// Keys per attention workgroup (flash-decoding split length).
+    /// Keys per attention workgroup (flash-decoding split length); 0 (the default) picks by
+    /// device: 64 on a GPU, so that a decode step's few (head, query) pairs still fill its many
+    /// compute units, 256 on a CPU adapter (lavapipe), where each workgroup has a fixed cost.
     pub attention_split: usize,
     /// Use subgroup operations where the device offers them (`false`: the workgroup-memory
     /// fallbacks everywhere, as on a device without subgroups).
@@ -56,7 +58,7 @@ impl Default for WgpuOptions {
         WgpuOptions {
             adapter: std::env::var("MINERVA_ADAPTER").ok().filter(|s| !s.is_empty()),
             max_binding: None,
-            attention_split: 256,
+            attention_split: 0,
             subgroups: true,
             on_upload: None,
             kv_dtype: DType::F16,
@@ -129,6 +131,7 @@ impl WgpuBackend {
     pub fn new(options: WgpuOptions) -> std::result::Result<WgpuBackend, WgpuError> {
         let (_instance, adapters, backends) = device::list_adapters();
         let adapter = device::select(adapters, backends, options.adapter.as_deref())?;
+        let on_cpu = adapter.get_info().device_type == wgpu::DeviceType::Cpu;
         let (dev, queue, info) = device::open(&adapter, options.profile)?;
         // Kernels address a weight chunk's bytes with u32: keep chunks under 2 GiB.
         let device_limit = info.max_storage_binding.min(1 << 31);
@@ -145,7 +148,11 @@ impl WgpuBackend {
             gpu,
             no_sinks,
             max_binding,
-            attention_split: options.attention_split.max(1),
+            attention_split: match options.attention_split {
+                0 if on_cpu => 256,
+                0 => 64,
+                split => split,
+            },
             subgroups,
             tables: Mutex::new(StepTables::default()),
             on_upload: options.on_upload,

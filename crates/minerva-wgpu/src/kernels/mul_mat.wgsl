@@ -1,12 +1,13 @@
 // y[t, off + r] = Σ_k W[r, k] · x[t, k] for a weight chunk of `rows` rows in its stored dtype
 // (load8/load1 from the dequant snippet), `n_tok` activation rows of `cols` f32.
 //
-// One workgroup per (8 weight rows, tile of TILE_T tokens), 8 threads per row: each thread
-// dequantizes strided chunks of 8 weights once and multiplies them into TILE_T token rows
-// (decode: TILE_T = 1, a fused dequantize × vector; prefill: TILE_T = 8, a weight read serves 8
-// tokens), then each row's 8 partial sums per token are reduced in workgroup memory. Eight rows
-// per workgroup keep the workgroup count (and the per-workgroup cost of software Vulkan) low.
-// The 8-lane reduction, `reduce_and_store`, comes from mul_mat_reduce_{workgroup,subgroup}.wgsl.
+// One workgroup of 64 threads per (64 / TPR weight rows, tile of TILE_T tokens), TPR threads per
+// row: each thread dequantizes strided chunks of 8 weights once and multiplies them into TILE_T
+// token rows, then each row's TPR partial sums per token are reduced. Decode (TILE_T = 1, a
+// fused dequantize × vector) runs 32 threads per row, so a row's threads read 256 consecutive
+// values at a time (coalesced) and a matrix has enough threads in flight to cover the memory's
+// latency; prefill (TILE_T = 8, a weight read serves 8 tokens) runs 8 per row. The reduction,
+// `reduce_and_store`, comes from mul_mat_reduce_{workgroup,subgroup}.wgsl.
 
 struct Params {
     cols: u32,
@@ -25,8 +26,8 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 const WG: u32 = 64u;
-const TPR: u32 = 8u;  // threads per row
-const RPW: u32 = 8u;  // rows per workgroup
+const TPR: u32 = {{TPR}}u;  // threads per row
+const RPW: u32 = WG / TPR;  // rows per workgroup
 const TILE_T: u32 = {{TILE_T}}u;
 
 

@@ -1,10 +1,8 @@
 //! `mul_mat_id.wgsl`: each (token, slot) pair's row times its picked expert's matrix.
 
+use super::mul_mat::{DECODE_LANES, WORKGROUP};
 use crate::gpu::{Gpu, groups_1d};
 use crate::weight::WgpuWeight;
-
-/// Weight rows per workgroup (`RPW` in the shader).
-const ROWS_PER_WORKGROUP: usize = 8;
 
 /// Records `y[i] = x[i / x_div] · W[ids[i]]ᵀ` for `pairs` pairs, `W` a stacked weight of
 /// `expert_rows` rows per expert whose chunks hold whole experts (checked by the caller).
@@ -26,7 +24,7 @@ pub(crate) fn mul_mat_id(
         include_str!("mul_mat_reduce_workgroup.wgsl")
     };
     let key = format!("mul_mat_id/{}/{}", w.dtype.name(), if subgroups { "subgroup" } else { "workgroup" });
-    let [gx, gy, _] = groups_1d(expert_rows.div_ceil(ROWS_PER_WORKGROUP) as u32);
+    let [gx, gy, _] = groups_1d(expert_rows.div_ceil(WORKGROUP / DECODE_LANES) as u32);
     for chunk in &w.chunks {
         let params = [
             w.cols as u32,
@@ -42,7 +40,11 @@ pub(crate) fn mul_mat_id(
             0,
             0,
         ];
-        let source = || super::with_dequant(w.dtype, &format!("{}\n{reduce}", include_str!("mul_mat_id.wgsl")));
+        let source = || {
+            let kernel = format!("{}\n{reduce}", include_str!("mul_mat_id.wgsl"));
+            let kernel = kernel.replace("{{TPR}}", &DECODE_LANES.to_string());
+            super::with_dequant(w.dtype, &kernel)
+        };
         gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, pairs as u32]);
     }
 }

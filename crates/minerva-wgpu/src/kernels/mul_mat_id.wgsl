@@ -5,8 +5,8 @@
 //   stacked weight:  | expert 0: rows × cols | expert 1 | ... |   (chunks hold whole experts)
 //   x:  gate/up: one row per token (x_div = k); down: one row per pair (x_div = 1)
 //
-// One workgroup per (8 weight rows, pair), 8 threads per row, as mul_mat's decode path; the
-// 8-lane reduction `reduce_and_store` is mul_mat's (workgroup memory or subgroup shuffles).
+// One workgroup per (64 / TPR weight rows, pair), TPR threads per row, as mul_mat's decode path;
+// the reduction `reduce_and_store` is mul_mat's (workgroup memory or subgroup shuffles).
 
 struct Params {
     cols: u32,
@@ -30,8 +30,8 @@ struct Params {
 @group(0) @binding(4) var<uniform> p: Params;
 
 const WG: u32 = 64u;
-const TPR: u32 = 8u;  // threads per row
-const RPW: u32 = 8u;  // rows per workgroup
+const TPR: u32 = {{TPR}}u;  // threads per row
+const RPW: u32 = WG / TPR;  // rows per workgroup
 const TILE_T: u32 = 1u;
 
 @compute @workgroup_size(64)
