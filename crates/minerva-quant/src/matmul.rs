@@ -244,19 +244,19 @@ fn run(
     let tasks = (4 * threads).min((rows * row_bytes) >> 14).max(1);
     let rows_per_task = rows.div_ceil(tasks).next_multiple_of(4);
     if n > ACT_CHUNK {
-        // A prefill: one chunk of activations at a time, the tasks' results going straight into
-        // their columns of `ys` (one task per thread count of 1: splitting its rows measured no
-        // faster). Chunk by chunk rather than each task over every chunk, so that a thread's
-        // tasks meet the same chunk in turn and a kernel can keep its layout of it
-        // (`avx512_panel::LayoutKey`).
+        // A prefill: tasks are (chunk of activations, block of weight rows), their results going
+        // straight into their tile of `ys` (one block per thread count of 1: splitting its rows
+        // measured no faster). Claimed chunk by chunk rather than each task over every chunk, so
+        // that a thread's tasks meet the same chunk in turn and a kernel can keep its layout of
+        // it (`avx512_panel::LayoutKey`); in one loop, so that a thread done with a chunk goes
+        // on to the next instead of waiting for the other threads at the end of each.
         let block_rows = if threads == 1 { rows } else { rows_per_task };
-        for first in (0..n).step_by(ACT_CHUNK) {
+        pool::for_each_tile_mut(ys, rows, ACT_CHUNK, block_rows, |c, _, block| {
+            let first = c * ACT_CHUNK;
             let chunk = &acts[first..(first + ACT_CHUNK).min(n)];
-            pool::for_each_column_block_mut(ys, rows, block_rows, |_, block| {
-                let w = &weights[block.first_column() * row_bytes..][..block.width() * row_bytes];
-                chunk_into_columns(kernel, w, row_bytes, chunk, first, block);
-            });
-        }
+            let w = &weights[block.first_column() * row_bytes..][..block.width() * row_bytes];
+            chunk_into_columns(kernel, w, row_bytes, chunk, first, block);
+        });
         return Ok(());
     }
     // Results come out row-major (rows × n); n = 1 writes `ys` directly, otherwise transpose.

@@ -238,31 +238,57 @@ pub fn for_each_column_block_mut<T: Send>(
     block_cols: usize,
     f: impl Fn(usize, ColumnBlock<'_, T>) + Sync,
 ) {
-    let (row_len, block_cols) = (row_len.max(1), block_cols.max(1));
+    let rows = data.len() / row_len.max(1);
+    for_each_tile_mut(data, row_len, rows.max(1), block_cols, |_, i, block| f(i, block));
+}
+
+/// [`for_each_task`] over tiles of a row-major matrix (`data`, rows of `row_len`): the rows in
+/// groups of `group_rows` (the last may be shorter), the columns in blocks of `block_cols`; task
+/// `(g, i)` may write columns `i * block_cols..` (at most `block_cols`) of the rows of group `g`.
+/// Tasks run group by group (every block of group 0 is claimed before any of group 1), in one
+/// loop: a thread done with its last block of one group goes on to the next group instead of
+/// waiting for the others at the end of each.
+pub fn for_each_tile_mut<T: Send>(
+    data: &mut [T],
+    row_len: usize,
+    group_rows: usize,
+    block_cols: usize,
+    f: impl Fn(usize, usize, ColumnBlock<'_, T>) + Sync,
+) {
+    let (row_len, group_rows, block_cols) = (row_len.max(1), group_rows.max(1), block_cols.max(1));
     let rows = data.len() / row_len;
+    let blocks = row_len.div_ceil(block_cols);
     let base = SharedSlice(data.as_mut_ptr());
-    for_each_task(row_len.div_ceil(block_cols), |i| {
+    for_each_task(rows.div_ceil(group_rows) * blocks, |task| {
+        let (group, i) = (task / blocks, task % blocks);
         let start = i * block_cols;
         let width = block_cols.min(row_len - start);
-        f(i, ColumnBlock { base: base.at(0), row_len, rows, start, width, data: std::marker::PhantomData });
+        let first_row = group * group_rows;
+        let end_row = (first_row + group_rows).min(rows);
+        f(
+            group,
+            i,
+            ColumnBlock { base: base.at(0), row_len, first_row, end_row, start, width, data: std::marker::PhantomData },
+        );
     });
 }
 
-/// Columns `start..start + width` of every row of a row-major matrix: one task's part in
-/// [`for_each_column_block_mut`].
+/// Columns `start..start + width` of rows `first_row..end_row` of a row-major matrix: one task's
+/// part in [`for_each_tile_mut`] (every row in [`for_each_column_block_mut`]).
 pub struct ColumnBlock<'a, T> {
     base: *mut T,
     row_len: usize,
-    rows: usize,
+    first_row: usize,
+    end_row: usize,
     start: usize,
     width: usize,
     data: std::marker::PhantomData<&'a mut [T]>,
 }
 
 impl<T> ColumnBlock<'_, T> {
-    /// The matrix's row count.
-    pub fn rows(&self) -> usize {
-        self.rows
+    /// The rows the block may write (row indices of the whole matrix).
+    pub fn rows(&self) -> std::ops::Range<usize> {
+        self.first_row..self.end_row
     }
 
     /// The first column of the block.
@@ -275,26 +301,31 @@ impl<T> ColumnBlock<'_, T> {
         self.width
     }
 
-    /// The block's part of row `r` (`width` values). Panics if `r` is not a row of the matrix.
+    /// The block's part of row `r` (`width` values). Panics if `r` is not one of its rows.
     pub fn row_mut(&mut self, r: usize) -> &mut [T] {
-        assert!(r < self.rows, "row {r} of {}", self.rows);
-        // SAFETY: `r < rows` and `start + width <= row_len`, so the range lies within the slice
-        // `for_each_column_block_mut` borrowed mutably for the whole loop; blocks of different
-        // tasks cover disjoint columns, and `&mut self` hands out one row of this block at a time.
+        assert!(self.rows().contains(&r), "row {r} outside {:?}", self.rows());
+        // SAFETY: `r` is below the matrix's row count and `start + width <= row_len`, so the range
+        // lies within the slice `for_each_tile_mut` borrowed mutably for the whole loop; blocks of
+        // different tasks cover disjoint columns or disjoint rows, and `&mut self` hands out one
+        // row of this block at a time.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(r * self.row_len + self.start), self.width) }
     }
 
-    /// Rows `rows` whole, as one slice, when the block spans every column (one task); `None`
-    /// otherwise. Panics if `rows` does not lie within the matrix.
+    /// Rows `rows` whole, as one slice, when the block spans every column (one task per row
+    /// group); `None` otherwise. Panics if `rows` does not lie within the block's rows.
     pub fn whole_rows_mut(&mut self, rows: std::ops::Range<usize>) -> Option<&mut [T]> {
-        assert!(rows.start <= rows.end && rows.end <= self.rows, "rows {rows:?} of {}", self.rows);
+        let own = self.rows();
+        assert!(
+            own.start <= rows.start && rows.start <= rows.end && rows.end <= own.end,
+            "rows {rows:?} outside {own:?}"
+        );
         if self.start != 0 || self.width != self.row_len {
             return None;
         }
         let offset = rows.start * self.row_len;
-        // SAFETY: the block is every column of the matrix, so no other task holds a part of it,
-        // and rows `start..end <= rows` lie within the slice `for_each_column_block_mut` borrowed
-        // mutably for the whole loop; `&mut self` hands out one such slice at a time.
+        // SAFETY: the block is every column of its rows, so no other task holds a part of them,
+        // and the rows lie within the slice `for_each_tile_mut` borrowed mutably for the whole
+        // loop; `&mut self` hands out one such slice at a time.
         Some(unsafe { std::slice::from_raw_parts_mut(self.base.add(offset), rows.len() * self.row_len) })
     }
 }
@@ -487,7 +518,7 @@ mod tests {
             pool.install(|| {
                 for_each_column_block_mut(&mut data, row_len, block_cols, |i, mut block| {
                     assert_eq!(block.first_column(), i * block_cols);
-                    for r in 0..block.rows() {
+                    for r in block.rows() {
                         let first = block.first_column();
                         for (c, v) in block.row_mut(r).iter_mut().enumerate() {
                             *v += (r * row_len + first + c) as u32 + 1;
@@ -497,6 +528,39 @@ mod tests {
             });
             let expected: Vec<u32> = (1..=rows * row_len).map(|v| v as u32).collect();
             assert_eq!(data, expected, "{rows} x {row_len} in blocks of {block_cols}");
+        }
+    }
+
+    #[test]
+    fn tiles_cover_every_value_once_and_lend_only_their_rows() {
+        let pool = ComputePool::new(3).unwrap();
+        for (rows, row_len, group_rows, block_cols) in [(7, 10, 3, 4), (8, 6, 4, 6), (5, 9, 100, 2), (1, 4, 1, 1)] {
+            let mut data = vec![0u32; rows * row_len];
+            pool.install(|| {
+                for_each_tile_mut(&mut data, row_len, group_rows, block_cols, |g, i, mut block| {
+                    assert_eq!(block.first_column(), i * block_cols);
+                    assert_eq!(block.rows(), g * group_rows..((g + 1) * group_rows).min(rows));
+                    let whole = block.whole_rows_mut(block.rows()).is_some();
+                    assert_eq!(whole, block.width() == row_len, "a whole row only to a block of every column");
+                    for r in block.rows() {
+                        let first = block.first_column();
+                        for (c, v) in block.row_mut(r).iter_mut().enumerate() {
+                            *v += (r * row_len + first + c) as u32 + 1;
+                        }
+                    }
+                    // Rows of other groups are not lent.
+                    let outside = block.rows().end;
+                    if outside < rows {
+                        assert!(panic::catch_unwind(AssertUnwindSafe(|| block.row_mut(outside).len())).is_err());
+                    }
+                    if block.rows().start > 0 {
+                        let before = block.rows().start - 1;
+                        assert!(panic::catch_unwind(AssertUnwindSafe(|| block.row_mut(before).len())).is_err());
+                    }
+                });
+            });
+            let expected: Vec<u32> = (1..=rows * row_len).map(|v| v as u32).collect();
+            assert_eq!(data, expected, "{rows} x {row_len} in tiles of {group_rows} x {block_cols}");
         }
     }
 
