@@ -14,29 +14,31 @@ const STRIP: usize = 256;
 /// √(2/π), as in [`crate::backend::gelu_tanh`].
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 
-/// `gate[i] = silu(gate[i]) * up[i]` (SwiGLU): `silu(g) = g / (1 + e^{-g})`.
-pub(super) fn swiglu_in_place(gate: &mut [f32], up: &[f32]) {
-    gated_in_place(gate, up, |g| -g);
+/// `out[i] = silu(gate[i]) * up[i]` (SwiGLU): `silu(g) = g / (1 + e^{-g})`.
+pub(super) fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    gated(gate, up, out, |g| -g);
 }
 
-/// `gate[i] = gelu_tanh(gate[i]) * up[i]` (GeGLU): `0.5·g·(1 + tanh(y)) = g / (1 + e^{-2y})` with
+/// `out[i] = gelu_tanh(gate[i]) * up[i]` (GeGLU): `0.5·g·(1 + tanh(y)) = g / (1 + e^{-2y})` with
 /// `y = √(2/π)·(g + 0.044715·g³)`, [`crate::backend::gelu_tanh`] written through `exp`.
-pub(super) fn geglu_in_place(gate: &mut [f32], up: &[f32]) {
-    gated_in_place(gate, up, |g| -2.0 * SQRT_2_OVER_PI * (g + 0.044_715 * g * g * g));
+pub(super) fn geglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    gated(gate, up, out, |g| -2.0 * SQRT_2_OVER_PI * (g + 0.044_715 * g * g * g));
 }
 
-/// `gate[i] = gate[i] / (1 + e^{neg_z(gate[i])}) * up[i]`; `gate` and `up` have the same length.
-fn gated_in_place(gate: &mut [f32], up: &[f32], neg_z: impl Fn(f32) -> f32 + Sync) {
-    debug_assert_eq!(gate.len(), up.len());
-    pool::for_each_chunk_mut(gate, CHUNK, |i, gate| {
-        let up = &up[i * CHUNK..][..gate.len()];
+/// `out[i] = gate[i] / (1 + e^{neg_z(gate[i])}) * up[i]`; all three have the same length. Written
+/// into a separate output by the pool's tasks, so that no thread first copies the whole gate.
+fn gated(gate: &[f32], up: &[f32], out: &mut [f32], neg_z: impl Fn(f32) -> f32 + Sync) {
+    debug_assert!(gate.len() == out.len() && up.len() == out.len());
+    pool::for_each_chunk_mut(out, CHUNK, |i, out| {
+        let gate = &gate[i * CHUNK..][..out.len()];
+        let up = &up[i * CHUNK..][..out.len()];
         let mut e = [0.0f32; STRIP];
-        for (gate, up) in gate.chunks_mut(STRIP).zip(up.chunks(STRIP)) {
-            let e = &mut e[..gate.len()];
-            e.iter_mut().zip(gate.iter()).for_each(|(e, &g)| *e = neg_z(g));
+        for ((out, gate), up) in out.chunks_mut(STRIP).zip(gate.chunks(STRIP)).zip(up.chunks(STRIP)) {
+            let e = &mut e[..out.len()];
+            e.iter_mut().zip(gate).for_each(|(e, &g)| *e = neg_z(g));
             vector::exp(e);
-            for ((g, &u), &e) in gate.iter_mut().zip(up).zip(e.iter()) {
-                *g = *g / (1.0 + e) * u;
+            for (((o, &g), &u), &e) in out.iter_mut().zip(gate).zip(up).zip(e.iter()) {
+                *o = g / (1.0 + e) * u;
             }
         }
     });
@@ -61,23 +63,23 @@ mod tests {
 
     #[test]
     fn swiglu_equals_the_scalar_definition() {
-        let mut gate = gates();
+        let gate = gates();
         let up: Vec<f32> = (0..gate.len()).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
         let want: Vec<f32> = gate.iter().zip(&up).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
-        let original = gate.clone();
-        swiglu_in_place(&mut gate, &up);
-        for ((&got, &want), &g) in gate.iter().zip(&want).zip(&original) {
+        let mut out = vec![f32::NAN; gate.len()];
+        swiglu(&gate, &up, &mut out);
+        for ((&got, &want), &g) in out.iter().zip(&want).zip(&gate) {
             assert_close(got, want, g);
         }
     }
 
     #[test]
     fn geglu_equals_the_tanh_definition() {
-        let mut gate = gates();
+        let gate = gates();
         let up: Vec<f32> = (0..gate.len()).map(|i| 1.0 - (i % 5) as f32 * 0.3).collect();
-        let original = gate.clone();
-        geglu_in_place(&mut gate, &up);
-        for ((&got, &g), &u) in gate.iter().zip(&original).zip(&up) {
+        let mut out = vec![f32::NAN; gate.len()];
+        geglu(&gate, &up, &mut out);
+        for ((&got, &g), &u) in out.iter().zip(&gate).zip(&up) {
             // The tanh form in f32 loses digits where 1 + tanh(y) nears 0 (g below about -3):
             // against it, an absolute bound at the scale of g·u; against f64, a relative one.
             let tanh_form = gelu_tanh(g) * u;

@@ -369,8 +369,9 @@ impl Backend for CpuBackend {
 
     fn swiglu(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
         checks::same_shape("swiglu", (gate.rows, gate.cols), (up.rows, up.cols))?;
-        let mut out = gate.clone();
-        self.install(|| gated::swiglu_in_place(&mut out.data, &up.data));
+        // The gated activation writes every value.
+        let mut out = CpuTensor::for_output(gate.rows, gate.cols);
+        self.install(|| gated::swiglu(&gate.data, &up.data, &mut out.data));
         Ok(out)
     }
 
@@ -381,8 +382,8 @@ impl Backend for CpuBackend {
 
     fn geglu(&self, gate: &CpuTensor, up: &CpuTensor) -> Result<CpuTensor> {
         checks::same_shape("geglu", (gate.rows, gate.cols), (up.rows, up.cols))?;
-        let mut out = gate.clone();
-        self.install(|| gated::geglu_in_place(&mut out.data, &up.data));
+        let mut out = CpuTensor::for_output(gate.rows, gate.cols);
+        self.install(|| gated::geglu(&gate.data, &up.data, &mut out.data));
         Ok(out)
     }
 
