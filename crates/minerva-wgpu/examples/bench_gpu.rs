@@ -88,8 +88,13 @@ fn tokens(n: usize, vocab: u32, seed: u32) -> Vec<u32> {
     (0..n as u32).map(|i| (i.wrapping_mul(7919).wrapping_add(seed.wrapping_mul(104_729)) + 1) % vocab).collect()
 }
 
-/// (prefill tokens/s, decode tokens/s) of one run.
-fn run<B: Backend>(model: &Model<B>, prompt: usize, decode: usize) -> Result<(f64, f64), minerva_model::ModelError> {
+/// (prefill tokens/s, decode tokens/s) of one run; `after_prefill` runs between the two, untimed.
+fn run<B: Backend>(
+    model: &Model<B>,
+    prompt: usize,
+    decode: usize,
+    after_prefill: impl FnOnce(),
+) -> Result<(f64, f64), minerva_model::ModelError> {
     let prompt_ids = tokens(prompt, model.config.vocab as u32, 0);
     let mut cache = model.new_cache(1, prompt + decode + 1)?;
     // Greedy as generation runs it: `forward_greedy` reads back one token id per step.
@@ -97,6 +102,7 @@ fn run<B: Backend>(model: &Model<B>, prompt: usize, decode: usize) -> Result<(f6
     let mut next =
         model.forward_greedy(&mut cache, &[SequenceInput { tokens: &prompt_ids, start_pos: 0, slot: 0 }])?[0];
     let prefill = prompt as f64 / t.elapsed().as_secs_f64();
+    after_prefill();
     let t = Instant::now();
     for step in 0..decode {
         let tokens = [next];
@@ -179,35 +185,14 @@ fn print_kernels(title: &str, times: &[KernelTime], units: f64, per: &str, wall:
 
 fn profile(gpu: &Model<WgpuBackend>, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     gpu.backend.set_profiling(true)?;
-    let steps = args.decode.min(32);
-    let prompt_ids = tokens(args.prompt, gpu.config.vocab as u32, 0);
-    let mut cache = gpu.new_cache(1, args.prompt + steps + 1)?;
     gpu.backend.take_kernel_times();
-    let t = Instant::now();
-    let mut next = gpu.forward_greedy(&mut cache, &[SequenceInput { tokens: &prompt_ids, start_pos: 0, slot: 0 }])?[0];
-    let wall = t.elapsed().as_secs_f64();
-    print_kernels(
-        &format!("profile, prefill of {}", args.prompt),
-        &gpu.backend.take_kernel_times(),
-        1.0,
-        "prefill",
-        wall,
-    );
-    let t = Instant::now();
-    for step in 0..steps {
-        let tokens = [next];
-        next = gpu
-            .forward_greedy(&mut cache, &[SequenceInput { tokens: &tokens, start_pos: args.prompt + step, slot: 0 }])?
-            [0];
-    }
-    let wall = t.elapsed().as_secs_f64();
-    print_kernels(
-        &format!("profile, decode ({steps} steps)"),
-        &gpu.backend.take_kernel_times(),
-        steps as f64,
-        "token",
-        wall,
-    );
+    let steps = args.decode.min(32);
+    let mut prefill_times = Vec::new();
+    let (prefill, decode) = run(gpu, args.prompt, steps, || prefill_times = gpu.backend.take_kernel_times())?;
+    let title = format!("profile, prefill of {}", args.prompt);
+    print_kernels(&title, &prefill_times, 1.0, "prefill", args.prompt as f64 / prefill);
+    let title = format!("profile, decode ({steps} steps)");
+    print_kernels(&title, &gpu.backend.take_kernel_times(), steps as f64, "token", steps as f64 / decode);
     gpu.backend.set_profiling(false)?;
     Ok(())
 }
@@ -237,9 +222,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         kv_bytes / 1048576.0
     );
     // Warm-up (pipelines compile on first use), then the measured run.
-    run(&gpu, 8, 2)?;
+    run(&gpu, 8, 2, || ())?;
     gpu.backend.take_record_stats();
-    let (prefill, decode) = run(&gpu, args.prompt, args.decode)?;
+    let (prefill, decode) = run(&gpu, args.prompt, args.decode, || ())?;
     let recorded = gpu.backend.take_record_stats();
     println!(
         "wgpu:   prefill {prefill:.1} tok/s ({} tokens), decode {decode:.2} tok/s ({} steps)",
@@ -270,7 +255,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if args.cpu {
         let cpu = Model::load(&args.model, CpuBackend::new(None)?)?;
-        let (prefill, decode) = run(&cpu, args.prompt, args.decode)?;
+        let (prefill, decode) = run(&cpu, args.prompt, args.decode, || ())?;
         println!("cpu:    prefill {prefill:.1} tok/s, decode {decode:.2} tok/s (same run, reference)");
     }
     Ok(())

@@ -170,7 +170,11 @@ impl WgpuBackend {
     /// own: slower) or stops (`false`, always possible). Turning it on fails when the device was
     /// not opened with [`WgpuOptions::profile`] or the adapter offers no timestamp queries.
     pub fn set_profiling(&self, on: bool) -> std::result::Result<(), WgpuError> {
-        if self.gpu.set_profiling(on) || !on { Ok(()) } else { Err(WgpuError::NoTimestamps) }
+        if on && !self.gpu.info.timestamps {
+            return Err(WgpuError::NoTimestamps);
+        }
+        self.gpu.set_profiling(on);
+        Ok(())
     }
 
     /// GPU time per kernel kind of the profiled dispatches submitted since the last call (then

@@ -150,13 +150,12 @@ impl Gpu {
         std::mem::take(&mut *lock(&self.recorded))
     }
 
-    /// Times every dispatch from now on (`true`) or none (`false`); `false` when the device was
-    /// not opened with timestamp queries. Ends the open pass.
-    pub(crate) fn set_profiling(&self, on: bool) -> bool {
+    /// Times every dispatch from now on (`true`) or none (`false`); ends the open pass. Only a
+    /// device with timestamp queries (`info.timestamps`, which made the profiler) is timed.
+    pub(crate) fn set_profiling(&self, on: bool) {
         let mut step = lock(&self.step);
         step.pass = None;
         step.profiling = on && step.profiler.is_some();
-        step.profiler.is_some()
     }
 
     /// The GPU time per kernel gathered since the last call (submitted dispatches only), longest

@@ -95,10 +95,10 @@ impl Profiler {
             let ticks: &[u64] = bytemuck::cast_slice(&data);
             for (kernel, pair) in kernels.iter().zip(ticks.chunks_exact(2)) {
                 let ns = pair[1].saturating_sub(pair[0]) as f64 * self.period_ns;
-                let entry = self
-                    .times
-                    .entry(kernel.clone())
-                    .or_insert_with(|| KernelTime { kernel: kernel.clone(), ..KernelTime::default() });
+                if !self.times.contains_key(kernel) {
+                    self.times.insert(kernel.clone(), KernelTime { kernel: kernel.clone(), ..KernelTime::default() });
+                }
+                let entry = self.times.get_mut(kernel).expect("inserted above");
                 entry.dispatches += 1;
                 entry.gpu += Duration::from_nanos(ns as u64);
             }
