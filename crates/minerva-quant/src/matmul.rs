@@ -305,6 +305,13 @@ fn chunk_into_columns(
     mut block: pool::ColumnBlock<'_, f32>,
 ) {
     let (width, n) = (block.width(), acts.len());
+    if let MatKernel::Panel(_, columns) = kernel {
+        // Each activation's results straight into its row of `ys`.
+        let mut rows = block.rows_mut(first..first + n);
+        let mut out: [&mut [f32]; ACT_CHUNK] = std::array::from_fn(|_| rows.next().unwrap_or_default());
+        columns(weights, row_bytes, acts, &mut out[..n]);
+        return;
+    }
     CHUNK_OUT.with_borrow_mut(|(buf, transposed)| {
         // Not cleared: the kernel writes every value.
         buf.resize(width * n, 0.0);

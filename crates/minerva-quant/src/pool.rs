@@ -311,6 +311,23 @@ impl<T> ColumnBlock<'_, T> {
         unsafe { std::slice::from_raw_parts_mut(self.base.add(r * self.row_len + self.start), self.width) }
     }
 
+    /// The block's parts of rows `rows`, each `width` values, all at once (disjoint: one per
+    /// row). Panics if `rows` does not lie within the block's rows.
+    pub fn rows_mut(&mut self, rows: std::ops::Range<usize>) -> impl Iterator<Item = &mut [T]> + '_ {
+        let own = self.rows();
+        assert!(
+            own.start <= rows.start && rows.start <= rows.end && rows.end <= own.end,
+            "rows {rows:?} outside {own:?}"
+        );
+        let (base, row_len, start, width) = (self.base, self.row_len, self.start, self.width);
+        rows.map(move |r| {
+            // SAFETY: as in `row_mut`, each row's part lies within the borrowed slice and no other
+            // task's block covers it; distinct rows give disjoint parts, and the iterator borrows
+            // `self` mutably for as long as any of them lives.
+            unsafe { std::slice::from_raw_parts_mut(base.add(r * row_len + start), width) }
+        })
+    }
+
     /// Rows `rows` whole, as one slice, when the block spans every column (one task per row
     /// group); `None` otherwise. Panics if `rows` does not lie within the block's rows.
     pub fn whole_rows_mut(&mut self, rows: std::ops::Range<usize>) -> Option<&mut [T]> {

@@ -263,14 +263,17 @@ fn awkward_row_counts_and_threads_agree_bit_for_bit() {
 
 /// A prefill's activations go through the kernels in chunks (`ACT_CHUNK` in matmul.rs): past a
 /// chunk, with a remainder that is not a whole tile, on one and on several threads, every output
-/// still equals that vector's own matvec bit for bit.
+/// still equals that vector's own matvec bit for bit. With 300 rows of 8 blocks the weights are
+/// split into blocks of rows that are not whole panels, whose results go into their columns of
+/// the output (the panels' activation-major stores).
 #[test]
 fn many_activations_equal_one_vector_at_a_time() {
     // 150: a last chunk of 22; 69: of 5, fewer than the panel kernels take.
-    for (n, (dtype, i16)) in [150, 69].into_iter().flat_map(|n| {
-        DTYPES.iter().map(|&d| (d, false)).chain(I16_DTYPES.iter().map(|&d| (d, true))).map(move |k| (n, k))
+    let shapes = [(150, 37, 2), (69, 37, 2), (150, 300, 8)];
+    for ((n, rows, units), (dtype, i16)) in shapes.into_iter().flat_map(|shape| {
+        DTYPES.iter().map(|&d| (d, false)).chain(I16_DTYPES.iter().map(|&d| (d, true))).map(move |k| (shape, k))
     }) {
-        let (rows, cols) = (37, shape_for(dtype, 2));
+        let cols = shape_for(dtype, units);
         let weights = random_weights(dtype, rows, cols, 11);
         let xs = random_values(n * cols, 5);
         let run = |xs: &[f32], n: usize, ys: &mut [f32]| {

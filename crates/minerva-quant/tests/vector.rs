@@ -204,7 +204,10 @@ fn aarch64_machines_use_the_neon_kernels() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn avx2_machines_use_the_simd_kernels() {
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    let avx2 = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    if avx2 && std::arch::is_x86_feature_detected!("avx512f") {
+        assert_eq!(vector_isa(), "avx512f+avx2+fma");
+    } else if avx2 {
         assert_eq!(vector_isa(), "avx2+fma");
     } else {
         assert_eq!(vector_isa(), "scalar");

@@ -43,18 +43,26 @@ pub(crate) type DotKernel = fn(&[u8], &Activation<'_>) -> f32;
 /// activations and each activation block once for several rows.
 pub(crate) type TileKernel = fn(&[u8], usize, &[Activation<'_>], &mut [f32]);
 
-/// A matmul kernel: a tile kernel, or a dot kernel applied per (row, activation).
+/// A tile kernel that writes activation-major: `out[j]` (one slice per activation, each as long
+/// as `weights` has rows) gets activation `j`'s result for every row. A prefill's results go
+/// straight into their rows of the output this way, without the transpose and copy a row-major
+/// tile needs.
+pub(crate) type ColumnKernel = fn(&[u8], usize, &[Activation<'_>], &mut [&mut [f32]]);
+
+/// A matmul kernel: a tile kernel, or a dot kernel applied per (row, activation), or a panel
+/// kernel that also writes activation-major (the same results either way).
 #[derive(Clone, Copy)]
 pub(crate) enum MatKernel {
     Dot(DotKernel),
     Tile(TileKernel),
+    Panel(TileKernel, ColumnKernel),
 }
 
 impl MatKernel {
     /// Every row of `weights` against every activation into `out` (rows × activations).
     pub(crate) fn apply(self, weights: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
         match self {
-            MatKernel::Tile(tile) => tile(weights, row_bytes, acts, out),
+            MatKernel::Tile(tile) | MatKernel::Panel(tile, _) => tile(weights, row_bytes, acts, out),
             MatKernel::Dot(dot) => {
                 for (y_row, w_row) in out.chunks_exact_mut(acts.len()).zip(weights.chunks_exact(row_bytes)) {
                     for (y, act) in y_row.iter_mut().zip(acts) {
@@ -142,6 +150,20 @@ impl Kernels {
         self.matmul_i16 = Some(MatKernel::Tile(f));
         self
     }
+
+    /// [`Kernels::tile`] with its activation-major twin.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn panel(mut self, f: TileKernel, columns: ColumnKernel) -> Self {
+        self.matmul = Some(MatKernel::Panel(f, columns));
+        self
+    }
+
+    /// [`Kernels::tile_i16`] with its activation-major twin.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn panel_i16(mut self, f: TileKernel, columns: ColumnKernel) -> Self {
+        self.matmul_i16 = Some(MatKernel::Panel(f, columns));
+        self
+    }
 }
 
 /// An instruction set: the CPU features its kernels need, checked at run time, and its rows.
@@ -166,6 +188,8 @@ pub(crate) struct VectorKernels {
     pub(crate) exp: fn(&mut [f32]),
     /// `(out, weights, rows)`: `crate::vector::weighted_sum_add`.
     pub(crate) weighted_sum_add: fn(&mut [f32], &[f32], &[f32]),
+    /// `(outs, weights, rows)`: `crate::vector::weighted_sums_add`.
+    pub(crate) weighted_sums_add: WeightedSumsFn,
     /// `(xs, scale, sink)`: `crate::vector::softmax`.
     pub(crate) softmax: fn(&mut [f32], f32, Option<f32>),
     /// `reference::quantize_i16_blocks`, bit for bit.
@@ -173,6 +197,9 @@ pub(crate) struct VectorKernels {
     /// `(src, rows, cols, first_col, dst)`: `crate::vector::transpose`.
     pub(crate) transpose: fn(&[f32], usize, usize, usize, &mut [f32]),
 }
+
+/// Several queries' weighted sums over the same rows: `(outs, weights, rows)`.
+pub(crate) type WeightedSumsFn = fn(&mut [&mut [f32]], &[&[f32]], &[f32]);
 
 /// Quantizes whole 32-value blocks of f32 (`x`) to i16 quants, one scale and one quant sum per
 /// block: `(x, quants, scales, sums)`.
@@ -186,6 +213,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     axpy: reference::vector_axpy_f32,
     exp: reference::vector_exp_f32,
     weighted_sum_add: reference::vector_weighted_sum_add_f32,
+    weighted_sums_add: reference::vector_weighted_sums_add_f32,
     softmax: reference::vector_softmax_f32,
     quantize_i16: reference::quantize_i16_blocks,
     transpose: reference::vector_transpose_f32,
@@ -196,7 +224,7 @@ pub(crate) fn vector_kernels() -> &'static VectorKernels {
     static SELECTED: OnceLock<VectorKernels> = OnceLock::new();
     SELECTED.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
-        if let Some(kernels) = x86::avx2_fma_vector() {
+        if let Some(kernels) = x86::avx512_vector().or_else(x86::avx2_fma_vector) {
             return kernels;
         }
         #[cfg(target_arch = "aarch64")]

@@ -263,6 +263,13 @@ pub(crate) fn vector_weighted_sum_add_f32(out: &mut [f32], weights: &[f32], rows
     }
 }
 
+/// [`vector_weighted_sum_add_f32`] for each query (`outs[q]` with `weights[q]`) over the same rows.
+pub(crate) fn vector_weighted_sums_add_f32(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32]) {
+    for (out, weights) in outs.iter_mut().zip(weights) {
+        vector_weighted_sum_add_f32(out, weights, rows);
+    }
+}
+
 /// Whole 32-value blocks of `x` as i16: per block `d = amax / 32767` (0, with zero quants, when
 /// `1/d` would overflow: an all-zero block, or one below about 1e-34), `q = round(x / d)` (halves
 /// away from zero, as `x · (1/d)`), and the quants' sum. NaN quantizes to 0.

@@ -54,6 +54,7 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         exp: super::reference::vector_exp_f32,
         // Scalar `axpy` row by row, which NEON's `axpy` equals bit for bit.
         weighted_sum_add: super::reference::vector_weighted_sum_add_f32,
+        weighted_sums_add: super::reference::vector_weighted_sums_add_f32,
         // As `exp`: the scalar loops.
         softmax: super::reference::vector_softmax_f32,
         quantize_i16: super::reference::quantize_i16_blocks,

@@ -28,6 +28,7 @@ mod avx2_vector;
 mod avx512_panel;
 mod avx512_panel_k;
 mod avx512_tile;
+mod avx512_vector;
 
 use std::arch::is_x86_feature_detected as has;
 
@@ -60,7 +61,8 @@ macro_rules! dot {
     };
 }
 
-/// A [`super::TileKernel`] calling the `#[target_feature]` tile kernel `$kernel`.
+/// A [`super::TileKernel`] (or [`super::ColumnKernel`]) calling the `#[target_feature]` kernel
+/// `$kernel`.
 macro_rules! tile {
     ($kernel:expr) => {
         |weights, row_bytes, acts, out| {
@@ -139,17 +141,50 @@ pub(super) const AVX512_VNNI: Isa = Isa {
             && has!("avx512vnni")
     },
     rows: &[
-        Kernels::new(Q8_0).tile_i16(tile!(avx512_panel::kernel_q8_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q4_0).tile_i16(tile!(avx512_panel::kernel_q4_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q4_1).tile_i16(tile!(avx512_panel::kernel_q4_1::<I16_ACT_GROUPS>)),
-        Kernels::new(Q5_0).tile_i16(tile!(avx512_panel::kernel_q5_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q5_1).tile_i16(tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>)),
-        Kernels::new(MXFP4).tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>)),
-        Kernels::new(Q2_K).tile(tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>)),
-        Kernels::new(Q3_K).tile(tile!(avx512_panel_k::kernel_q3_k::<K_QUANT_ACTS>)),
-        Kernels::new(Q4_K).tile(tile!(avx512_panel_k::kernel_q4_k::<K_QUANT_ACTS>)),
-        Kernels::new(Q5_K).tile(tile!(avx512_panel_k::kernel_q5_k::<K_QUANT_ACTS>)),
-        Kernels::new(Q6_K).tile(tile!(avx512_panel_k::kernel_q6_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q8_0).panel_i16(
+            tile!(avx512_panel::kernel_q8_0::<I16_ACT_GROUPS>),
+            tile!(avx512_panel::columns_q8_0::<I16_ACT_GROUPS>),
+        ),
+        Kernels::new(Q4_0).panel_i16(
+            tile!(avx512_panel::kernel_q4_0::<I16_ACT_GROUPS>),
+            tile!(avx512_panel::columns_q4_0::<I16_ACT_GROUPS>),
+        ),
+        Kernels::new(Q4_1).panel_i16(
+            tile!(avx512_panel::kernel_q4_1::<I16_ACT_GROUPS>),
+            tile!(avx512_panel::columns_q4_1::<I16_ACT_GROUPS>),
+        ),
+        Kernels::new(Q5_0).panel_i16(
+            tile!(avx512_panel::kernel_q5_0::<I16_ACT_GROUPS>),
+            tile!(avx512_panel::columns_q5_0::<I16_ACT_GROUPS>),
+        ),
+        Kernels::new(Q5_1).panel_i16(
+            tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>),
+            tile!(avx512_panel::columns_q5_1::<I16_ACT_GROUPS>),
+        ),
+        Kernels::new(MXFP4).panel_i16(
+            tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>),
+            tile!(avx512_panel::columns_mxfp4::<I16_ACT_GROUPS>),
+        ),
+        Kernels::new(Q2_K).panel(
+            tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>),
+            tile!(avx512_panel_k::columns_q2_k::<K_QUANT_ACTS>),
+        ),
+        Kernels::new(Q3_K).panel(
+            tile!(avx512_panel_k::kernel_q3_k::<K_QUANT_ACTS>),
+            tile!(avx512_panel_k::columns_q3_k::<K_QUANT_ACTS>),
+        ),
+        Kernels::new(Q4_K).panel(
+            tile!(avx512_panel_k::kernel_q4_k::<K_QUANT_ACTS>),
+            tile!(avx512_panel_k::columns_q4_k::<K_QUANT_ACTS>),
+        ),
+        Kernels::new(Q5_K).panel(
+            tile!(avx512_panel_k::kernel_q5_k::<K_QUANT_ACTS>),
+            tile!(avx512_panel_k::columns_q5_k::<K_QUANT_ACTS>),
+        ),
+        Kernels::new(Q6_K).panel(
+            tile!(avx512_panel_k::kernel_q6_k::<K_QUANT_ACTS>),
+            tile!(avx512_panel_k::columns_q6_k::<K_QUANT_ACTS>),
+        ),
     ],
 };
 
@@ -167,6 +202,12 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         exp: |xs| unsafe { avx2_vector::exp_f32(xs) },
         // SAFETY: as above.
         weighted_sum_add: |out, weights, rows| unsafe { avx2_vector::weighted_sum_add_f32(out, weights, rows) },
+        weighted_sums_add: |outs, weights, rows| {
+            for (out, weights) in outs.iter_mut().zip(weights) {
+                // SAFETY: as above.
+                unsafe { avx2_vector::weighted_sum_add_f32(out, weights, rows) }
+            }
+        },
         // SAFETY: as above.
         softmax: |xs, scale, sink| unsafe { avx2_vector::softmax_f32(xs, scale, sink) },
         // SAFETY: as above.
@@ -176,4 +217,101 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
             avx2_vector::transpose_f32(src, rows, cols, first_col, dst)
         },
     })
+}
+
+/// The AVX2 + FMA vector kernels with AVX-512F's attention kernels in place of theirs (the dot
+/// products of a query with many keys, and the weighted sums of several queries at once), if
+/// this CPU has all three.
+pub(super) fn avx512_vector() -> Option<VectorKernels> {
+    let avx2 = avx2_fma_vector()?;
+    has!("avx512f").then_some(VectorKernels {
+        isa: "avx512f+avx2+fma",
+        // SAFETY: returned only after the checks above found AVX2, FMA and AVX-512F.
+        dots: |out, x, rows| unsafe { avx512_vector::dots_f32(out, x, rows) },
+        // SAFETY: as above.
+        weighted_sums_add: |outs, weights, rows| unsafe { avx512_vector::weighted_sums_add_f32(outs, weights, rows) },
+        ..avx2
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{avx2_fma_vector, avx512_vector};
+    use crate::kernels::{SCALAR_VECTOR, VectorKernels};
+
+    /// Every x86 vector set this CPU runs (the selected one is also tested through `crate::vector`).
+    fn sets() -> Vec<VectorKernels> {
+        [avx2_fma_vector(), avx512_vector()].into_iter().flatten().collect()
+    }
+
+    fn values(len: usize, seed: usize) -> Vec<f32> {
+        (0..len).map(|i| ((i * 37 + seed * 101) % 211) as f32 / 53.0 - 2.0).collect()
+    }
+
+    /// Each set's `dots` gives a row the value it gets alone, within `len·ε·Σ|x·r|` of the exact
+    /// sum, at the head sizes attention meets (the AVX-512 kernel's 4, 8 and 16 chunks, any other
+    /// multiple of 16, and lengths it leaves to AVX2), with groups of sixteen rows and a last
+    /// short one.
+    #[test]
+    fn every_sets_dots_give_each_row_one_value_near_the_exact_sum() {
+        for set in sets() {
+            for len in [16, 48, 64, 72, 128, 200, 256] {
+                for n in [1, 5, 16, 17, 40] {
+                    let x = values(len, n);
+                    let rows = values(n * len, len);
+                    let mut out = vec![f32::NAN; n + 3];
+                    (set.dots)(&mut out, &x, &rows);
+                    for (j, row) in rows.chunks_exact(len).enumerate() {
+                        let mut alone = [f32::NAN];
+                        (set.dots)(&mut alone, &x, row);
+                        assert_eq!(out[j].to_bits(), alone[0].to_bits(), "{} len {len} row {j} of {n}", set.isa);
+                        let exact: f64 = x.iter().zip(row).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+                        let magnitude: f64 = x.iter().zip(row).map(|(a, b)| f64::from((a * b).abs())).sum();
+                        let bound = len as f64 * f64::from(f32::EPSILON) * magnitude;
+                        assert!((f64::from(out[j]) - exact).abs() <= bound, "{} len {len} row {j}", set.isa);
+                    }
+                    assert_eq!(&out[n..], &[0.0; 3], "{} len {len}: past the rows", set.isa);
+                }
+            }
+        }
+    }
+
+    /// Each set's `weighted_sums_add` equals the scalar loops bit for bit, for any number of
+    /// queries (groups of four and a rest), head sizes with and without a tail past the 64-wide
+    /// steps, and queries whose weights or outputs differ in length (one at a time).
+    #[test]
+    fn every_sets_weighted_sums_equal_the_scalar_loops() {
+        for set in sets() {
+            for len in [8, 64, 100, 128, 256] {
+                for (queries, count) in [(1, 7), (3, 40), (4, 1), (6, 33), (9, 12), (0, 3)] {
+                    let rows = values(count * len, len + queries);
+                    let weights: Vec<Vec<f32>> = (0..queries).map(|q| values(count, q + 7)).collect();
+                    let starts: Vec<Vec<f32>> = (0..queries).map(|q| values(len, q)).collect();
+                    let run = |f: crate::kernels::WeightedSumsFn, weights: &[Vec<f32>]| {
+                        let mut outs = starts.clone();
+                        let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+                        let weight_refs: Vec<&[f32]> = weights.iter().map(|w| &w[..]).collect();
+                        f(&mut out_refs, &weight_refs, &rows);
+                        outs
+                    };
+                    assert_eq!(
+                        run(set.weighted_sums_add, &weights),
+                        run(SCALAR_VECTOR.weighted_sums_add, &weights),
+                        "{} len {len} queries {queries} rows {count}",
+                        set.isa
+                    );
+                    let mut uneven = weights.clone();
+                    if let Some(last) = uneven.last_mut() {
+                        last.truncate(count / 2);
+                    }
+                    assert_eq!(
+                        run(set.weighted_sums_add, &uneven),
+                        run(SCALAR_VECTOR.weighted_sums_add, &uneven),
+                        "{} len {len} queries {queries} rows {count}, uneven weights",
+                        set.isa
+                    );
+                }
+            }
+        }
+    }
 }

@@ -1,0 +1,188 @@
+//! f32 vector kernels on 16 lanes (AVX-512F) for attention: the dot products of one query with
+//! many keys, and the weighted sums of value rows for the query heads that share them.
+//!
+//! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
+//! promises AVX2, FMA and AVX-512F (see `super::avx512_vector_kernels`).
+
+use std::arch::x86_64::{
+    __m512, __m512d, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_unpackhi_pd, _mm512_unpackhi_ps, _mm512_unpacklo_pd,
+    _mm512_unpacklo_ps,
+};
+
+use bytemuck::pod_read_unaligned;
+
+use super::avx2_vector;
+
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn load16(values: &[f32]) -> __m512 {
+    pod_read_unaligned::<__m512>(bytemuck::cast_slice(&values[..16]))
+}
+
+/// `x · row` for each row of `rows` (`rows.len() / x.len()` whole rows, `out` zero past them),
+/// sixteen rows at a time: each row's 16 lanes take the 16-value chunks in order by FMA, then the
+/// rows' lanes are summed side by side ([`sum_rows`]). Every row goes through the same operations
+/// wherever it sits (a last group short of sixteen is filled with copies of `x`), so a row's
+/// result depends on `x` and that row alone. Lengths that are not a multiple of 16 take
+/// `avx2_vector::dots_f32` (the choice depends on the length only).
+#[target_feature(enable = "avx2,fma,avx512f")]
+pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
+    let len = x.len();
+    if len == 0 || !len.is_multiple_of(16) {
+        return avx2_vector::dots_f32(out, x, rows);
+    }
+    let written = out.len().min(rows.len() / len);
+    let (x16, _) = x.as_chunks::<16>();
+    let (rows16, _) = rows[..written * len].as_chunks::<16>();
+    // Head sizes of 64, 128 and 256 with the chunk count known to the compiler (no bounds check
+    // per load); the same operations either way.
+    match x16.len() {
+        4 => dots_in::<4>(&mut out[..written], x16, rows16),
+        8 => dots_in::<8>(&mut out[..written], x16, rows16),
+        16 => dots_in::<16>(&mut out[..written], x16, rows16),
+        chunks => {
+            let mut first = 0;
+            for (group, out) in rows16.chunks_exact(16 * chunks).zip(out.as_chunks_mut::<16>().0) {
+                let keys: [&[[f32; 16]]; 16] = std::array::from_fn(|k| &group[k * chunks..(k + 1) * chunks]);
+                *out = bytemuck::cast(dots16(x16, &keys));
+                first += 16;
+            }
+            if first < written {
+                let mut keys: [&[[f32; 16]]; 16] = [x16; 16];
+                for (k, row) in keys.iter_mut().zip(rows16[first * chunks..].chunks_exact(chunks)) {
+                    *k = row;
+                }
+                let sums: [f32; 16] = bytemuck::cast(dots16(x16, &keys));
+                out[first..written].copy_from_slice(&sums[..written - first]);
+            }
+        }
+    }
+    out[written..].fill(0.0);
+}
+
+/// [`dots_f32`] over whole rows of `C` chunks (`out` one value per row of `rows16`).
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn dots_in<const C: usize>(out: &mut [f32], x16: &[[f32; 16]], rows16: &[[f32; 16]]) {
+    let x: &[[f32; 16]; C] = x16.try_into().expect("C chunks");
+    let (rows, _) = rows16.as_chunks::<C>();
+    let (groups, last) = rows.as_chunks::<16>();
+    let (outs, last_out) = out.as_chunks_mut::<16>();
+    for (group, out) in groups.iter().zip(outs) {
+        *out = bytemuck::cast(dots16(x, &group.each_ref()));
+    }
+    if !last.is_empty() {
+        let mut keys: [&[[f32; 16]; C]; 16] = [x; 16];
+        for (k, row) in keys.iter_mut().zip(last) {
+            *k = row;
+        }
+        let sums: [f32; 16] = bytemuck::cast(dots16(x, &keys));
+        last_out.copy_from_slice(&sums[..last_out.len()]);
+    }
+}
+
+/// Lane `k`: row `keys[k]`'s chunks against `x`'s, by FMA in chunk order, then its lanes summed
+/// ([`sum_rows`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn dots16<R: AsRef<[[f32; 16]]>>(x: &[[f32; 16]], keys: &[R; 16]) -> __m512 {
+    let mut acc = [_mm512_setzero_ps(); 16];
+    for (c, x) in x.iter().enumerate() {
+        let x = load16(x);
+        for (acc, key) in acc.iter_mut().zip(keys) {
+            *acc = _mm512_fmadd_ps(x, load16(&key.as_ref()[c]), *acc);
+        }
+    }
+    sum_rows(acc)
+}
+
+/// Lane `k` of the result: the 16 lanes of `acc[k]` summed, the same way for every `k`: within
+/// each 128-bit quarter `(l0 + l2) + (l1 + l3)`, then the quarters as `(q0 + q1) + (q2 + q3)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn sum_rows(acc: [__m512; 16]) -> __m512 {
+    // Per quarter: unpacklo(a, b) = [a0, b0, a1, b1], unpackhi = [a2, b2, a3, b3]; their sum holds
+    // a's and b's (l0 + l2) and (l1 + l3).
+    let pairs: [__m512; 8] = std::array::from_fn(|i| {
+        let (a, b) = (acc[2 * i], acc[2 * i + 1]);
+        _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
+    });
+    // As 64-bit pairs: per quarter, rows 4i..4i + 4 each with its quarter's sum.
+    let quads: [__m512; 4] = std::array::from_fn(|i| {
+        let (a, b): (__m512d, __m512d) = (_mm512_castps_pd(pairs[2 * i]), _mm512_castps_pd(pairs[2 * i + 1]));
+        _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)))
+    });
+    // [x.q0, x.q2, y.q0, y.q2] + [x.q1, x.q3, y.q1, y.q3], then the same across the two results.
+    let halves = |x: __m512, y: __m512| {
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(x, y), _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y))
+    };
+    let (low, high) = (halves(quads[0], quads[1]), halves(quads[2], quads[3]));
+    halves(low, high)
+}
+
+/// For each query `q`: `outs[q][i] += Σ_j weights[q][j]·rows[j·len + i]` (`len = outs[q].len()`,
+/// over the whole rows `rows` holds for the weights): `axpy` of each row onto each output, with
+/// the same roundings in the same order (a product, then a sum), so it equals the scalar loops
+/// bit for bit. Up to four queries' 64 outputs stay in registers while the rows pass, so that
+/// the sums of several queries overlap instead of each waiting on its own adds. Queries whose
+/// outputs or weights differ in length from the first's go one at a time.
+#[target_feature(enable = "avx2,fma,avx512f")]
+pub(super) fn weighted_sums_add_f32(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32]) {
+    let Some((len, count)) = outs.first().zip(weights.first()).map(|(out, w)| (out.len(), w.len())) else { return };
+    let uniform = outs.iter().all(|out| out.len() == len) && weights.iter().all(|w| w.len() == count);
+    if len < 64 || !uniform || weights.len() < outs.len() {
+        for (out, weights) in outs.iter_mut().zip(weights) {
+            avx2_vector::weighted_sum_add_f32(out, weights, rows);
+        }
+        return;
+    }
+    let count = count.min(rows.len() / len);
+    let rows = &rows[..count * len];
+    let mut outs = &mut outs[..];
+    let mut weights = &weights[..outs.len()];
+    while !outs.is_empty() {
+        let taken = match outs.len() {
+            1 => sums::<1>(outs, weights, rows, len),
+            2 => sums::<2>(outs, weights, rows, len),
+            3 => sums::<3>(outs, weights, rows, len),
+            _ => sums::<4>(outs, weights, rows, len),
+        };
+        (outs, weights) = (&mut outs[taken..], &weights[taken..]);
+    }
+}
+
+/// [`weighted_sums_add_f32`] for the first `Q` queries (every weight slice at least as long as
+/// `rows` has rows of `len`); returns `Q`.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn sums<const Q: usize>(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32], len: usize) -> usize {
+    let count = rows.len() / len;
+    let weights: [&[f32]; Q] = std::array::from_fn(|q| &weights[q][..count]);
+    let wide = len / 64 * 64;
+    for start in (0..wide).step_by(64) {
+        let mut acc: [[__m512; 4]; Q] =
+            std::array::from_fn(|q| std::array::from_fn(|k| load16(&outs[q][start + 16 * k..])));
+        for (j, row) in rows.chunks_exact(len).enumerate() {
+            let values: [__m512; 4] = std::array::from_fn(|k| load16(&row[start + 16 * k..]));
+            for (acc, weights) in acc.iter_mut().zip(&weights) {
+                let scale = _mm512_set1_ps(weights[j]);
+                for (acc, v) in acc.iter_mut().zip(values) {
+                    *acc = _mm512_add_ps(*acc, _mm512_mul_ps(scale, v));
+                }
+            }
+        }
+        for (acc, out) in acc.iter().zip(outs.iter_mut()) {
+            let values: [f32; 64] = bytemuck::cast(*acc);
+            out[start..start + 64].copy_from_slice(&values);
+        }
+    }
+    if wide < len {
+        for (out, weights) in outs.iter_mut().zip(weights) {
+            for (&w, row) in weights.iter().zip(rows.chunks_exact(len)) {
+                avx2_vector::axpy_f32(&mut out[wide..], w, &row[wide..]);
+            }
+        }
+    }
+    Q
+}
