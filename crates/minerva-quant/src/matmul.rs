@@ -134,6 +134,59 @@ pub fn matmul_with_isa(
     }
 }
 
+/// One weight matrix of [`matmul_i16_each`]: `rows × cols` of `dtype` (row-major, whole blocks per
+/// row) and where its products go (`n × rows`).
+pub struct Product<'a> {
+    /// The weights' dtype.
+    pub dtype: DType,
+    /// `rows` rows of `cols` values of `dtype`.
+    pub weights: &'a [u8],
+    /// Rows of `weights`: values per activation in `ys`.
+    pub rows: usize,
+    /// `n × rows` results, row `j` for activation `j`.
+    pub ys: &'a mut [f32],
+}
+
+/// [`matmul_i16`] of each of `products` with the same `n` activation vectors `xs` (`n × cols`),
+/// each vector quantized once per activation format rather than once per matrix (a layer's
+/// query, key and value projections; its gate and up projections). Every product's values are
+/// [`matmul_i16`]'s. Checks every shape before it computes anything.
+pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n: usize) -> Result<(), QuantError> {
+    let mut plans = Vec::with_capacity(products.len());
+    for p in products.iter() {
+        let (kernel, i16) = if has_i16_matmul(p.dtype) {
+            (kernels::selected(p.dtype).kernels.matmul_i16, true)
+        } else {
+            (kernels::selected(p.dtype).kernels.matmul, false)
+        };
+        let (kernel, format) = kernel_and_format(p.dtype, kernel)?;
+        let row_bytes = check_shape(p.dtype, p.weights.len(), p.rows, cols, xs.len(), n, p.ys.len())?;
+        plans.push((kernel, (format, i16), row_bytes));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let mut quantized: Vec<((DType, bool), Vec<Activation<'_>>)> = Vec::new();
+    for (p, &(kernel, key, row_bytes)) in products.iter_mut().zip(&plans) {
+        if p.rows == 0 {
+            continue;
+        }
+        if cols == 0 {
+            p.ys.fill(0.0);
+            continue;
+        }
+        let at = match quantized.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                quantized.push((key, quantize_all(key.0, key.1, xs, cols, n)));
+                quantized.len() - 1
+            }
+        };
+        multiply(kernel, p.weights, p.rows, row_bytes, &quantized[at].1, p.ys);
+    }
+    Ok(())
+}
+
 /// [`matmul_i16`] with the scalar kernels only.
 pub fn matmul_i16_ref(
     dtype: DType,
@@ -217,9 +270,7 @@ fn run(
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
-    let (Some(kernel), Some(act_dtype)) = (kernel, activation_dtype(dtype)) else {
-        return Err(QuantError::Unsupported { dtype, operation: "matmul" });
-    };
+    let (kernel, act_dtype) = kernel_and_format(dtype, kernel)?;
     let row_bytes = check_shape(dtype, weights.len(), rows, cols, xs.len(), n, ys.len())?;
     if rows == 0 || n == 0 {
         return Ok(());
@@ -228,16 +279,36 @@ fn run(
         ys.fill(0.0);
         return Ok(());
     }
-    let threads = pool::current_threads();
-    let acts: Vec<Activation<'_>> = if threads > 1 && n > 1 {
+    let acts = quantize_all(act_dtype, i16, xs, cols, n);
+    multiply(kernel, weights, rows, row_bytes, &acts, ys);
+    Ok(())
+}
+
+/// `kernel` and the format its activations are quantized to, or [`QuantError::Unsupported`].
+fn kernel_and_format(dtype: DType, kernel: Option<MatKernel>) -> Result<(MatKernel, DType), QuantError> {
+    match (kernel, activation_dtype(dtype)) {
+        (Some(kernel), Some(format)) => Ok((kernel, format)),
+        _ => Err(QuantError::Unsupported { dtype, operation: "matmul" }),
+    }
+}
+
+/// The `n` vectors of `xs` (rows of `cols`) quantized to `format` (or i16), shared out over the
+/// current pool's threads when there are several vectors.
+fn quantize_all<'a>(format: DType, i16: bool, xs: &'a [f32], cols: usize, n: usize) -> Vec<Activation<'a>> {
+    if pool::current_threads() > 1 && n > 1 {
         let mut slots: Vec<Option<Activation<'_>>> = (0..n).map(|_| None).collect();
         pool::for_each_chunk_mut(&mut slots, 1, |j, slot| {
-            slot[0] = Some(Activation::quantize(act_dtype, i16, &xs[j * cols..][..cols]));
+            slot[0] = Some(Activation::quantize(format, i16, &xs[j * cols..][..cols]));
         });
         slots.into_iter().map(|a| a.expect("every task ran")).collect()
     } else {
-        xs.chunks_exact(cols).map(|x| Activation::quantize(act_dtype, i16, x)).collect()
-    };
+        xs.chunks_exact(cols).map(|x| Activation::quantize(format, i16, x)).collect()
+    }
+}
+
+/// `ys = acts · Wᵀ` (`ys` is `acts.len() × rows`) for non-empty shapes checked by the caller.
+fn multiply(kernel: MatKernel, weights: &[u8], rows: usize, row_bytes: usize, acts: &[Activation<'_>], ys: &mut [f32]) {
+    let (threads, n) = (pool::current_threads(), acts.len());
     // Several tasks per thread so that a slow (shared) core does not hold the others up, each at
     // least 16 KiB of weights so that claiming one costs little next to the streaming, and of
     // equal size (a multiple of the 4-row tiles) so that the threads finish together.
@@ -257,18 +328,18 @@ fn run(
             let w = &weights[block.first_column() * row_bytes..][..block.width() * row_bytes];
             chunk_into_columns(kernel, w, row_bytes, chunk, first, block);
         });
-        return Ok(());
+        return;
     }
     // Results come out row-major (rows × n); n = 1 writes `ys` directly, otherwise transpose.
     let mut transposed = if n == 1 { Vec::new() } else { vec![0.0f32; rows * n] };
     let out: &mut [f32] = if n == 1 { &mut *ys } else { &mut transposed };
     if threads == 1 || rows_per_task >= rows {
-        kernel.apply(weights, row_bytes, &acts, out);
+        kernel.apply(weights, row_bytes, acts, out);
     } else {
         pool::for_each_chunk_mut(out, rows_per_task * n, |t, y| {
             let first = t * rows_per_task;
             let w = &weights[first * row_bytes..][..y.len() / n * row_bytes];
-            kernel.apply(w, row_bytes, &acts, y);
+            kernel.apply(w, row_bytes, acts, y);
         });
     }
     if n > 1 {
@@ -282,7 +353,6 @@ fn run(
             });
         }
     }
-    Ok(())
 }
 
 /// Activations per pass over a task's weight rows: a multiple of every tile's activation count;

@@ -3,8 +3,8 @@
 
 use minerva_core::DType;
 use minerva_quant::{
-    QuantError, activation_dtype, dequantize, detected_isas, has_i16_matmul, matmul, matmul_i16, matmul_i16_ref,
-    matmul_ref, matmul_with_isa, matvec, matvec_ref, quantize,
+    Product, QuantError, activation_dtype, dequantize, detected_isas, has_i16_matmul, matmul, matmul_i16,
+    matmul_i16_each, matmul_i16_ref, matmul_ref, matmul_with_isa, matvec, matvec_ref, quantize,
 };
 use proptest::prelude::*;
 
@@ -532,4 +532,50 @@ fn i16_falls_back_to_q8_for_other_dtypes() {
     matvec(DType::Q4_K, &weights, rows, cols, &x, &mut b).expect("q8");
     assert!(!has_i16_matmul(DType::Q4_K));
     assert_eq!(a, b);
+}
+
+/// Several matrices against the same activations, each activation format quantized once: every
+/// product equals its own `matmul_i16` bit for bit, with i16, Q8_K and f32 activations mixed,
+/// past a prefill chunk and on one or two threads; a wrong shape anywhere is an error before
+/// anything is written.
+#[test]
+fn products_of_the_same_activations_equal_their_own_matmuls() {
+    let cols = 512;
+    let dtypes = [DType::Q8_0, DType::Q4_K, DType::Q4_0, DType::F32, DType::Q6_K];
+    let weights: Vec<(DType, usize, Vec<u8>)> = dtypes
+        .iter()
+        .enumerate()
+        .map(|(i, &dtype)| {
+            let rows = 40 + 7 * i;
+            (dtype, rows, random_weights(dtype, rows, cols, 31 + i as u64))
+        })
+        .collect();
+    for n in [1, 3, 70] {
+        let xs = random_values(n * cols, 17 + n as u64);
+        for threads in [1, 2] {
+            let mut outs: Vec<Vec<f32>> = weights.iter().map(|(_, rows, _)| vec![f32::NAN; n * rows]).collect();
+            let mut products: Vec<Product<'_>> = weights
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|((dtype, rows, w), ys)| Product { dtype: *dtype, weights: w, rows: *rows, ys })
+                .collect();
+            pool(threads).install(|| matmul_i16_each(&mut products, cols, &xs, n)).expect("products");
+            for ((dtype, rows, w), got) in weights.iter().zip(&outs) {
+                let mut alone = vec![f32::NAN; n * rows];
+                pool(threads).install(|| matmul_i16(*dtype, w, *rows, cols, &xs, n, &mut alone)).expect("alone");
+                assert!(got == &alone, "{dtype} n {n} threads {threads}");
+            }
+        }
+    }
+    let xs = random_values(2 * cols, 3);
+    let (mut first, mut second) = (vec![f32::NAN; 2 * 40], vec![0.0f32; 2 * 47]);
+    let mut products = [
+        Product { dtype: DType::Q8_0, weights: &weights[0].2, rows: 40, ys: &mut first },
+        Product { dtype: DType::Q4_K, weights: &weights[1].2, rows: 47, ys: &mut second[..2 * 47 - 1] },
+    ];
+    assert!(matches!(
+        matmul_i16_each(&mut products, cols, &xs, 2),
+        Err(QuantError::MatmulOperand { operand: "y", .. })
+    ));
+    assert!(first.iter().all(|v| v.is_nan()), "nothing computed before the shapes were checked");
 }
