@@ -184,6 +184,15 @@ pub trait Backend: Send + Sync {
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor>;
     /// `x · wᵀ` for a weight of `out × in`: `rows × out`.
     fn matmul_q(&self, w: &Self::Weight, x: &Self::Tensor) -> Result<Self::Tensor>;
+    /// [`Backend::matmul_q`] of each of `ws` with the same `x`, in order (a layer's query, key
+    /// and value projections; its gate and up projections). The CPU quantizes `x` once for all.
+    fn matmul_q_each<const N: usize>(&self, ws: [&Self::Weight; N], x: &Self::Tensor) -> Result<[Self::Tensor; N]> {
+        let mut out = Vec::with_capacity(N);
+        for w in ws {
+            out.push(self.matmul_q(w, x)?);
+        }
+        Ok(out.try_into().unwrap_or_else(|_| unreachable!("one product per weight")))
+    }
     /// Rotates each of the `n_heads` heads of every row by its position in place.
     fn rope(&self, x: &mut Self::Tensor, n_heads: usize, positions: &[u32], rope: &RopeConfig) -> Result<()>;
     /// Writes `k`, `v` (`rows × n_head_kv·head_dim`) into `cache` at layer `layer` (each row at

@@ -73,17 +73,12 @@ pub(crate) fn self_attention<B: Backend>(
     batch: &Batch,
     mask: Mask,
 ) -> Result<B::Tensor> {
-    let linear = |weight: &B::Weight, bias: Option<&B::Weight>, x: &B::Tensor| -> Result<B::Tensor> {
-        let mut y = backend.matmul_q(weight, x)?;
+    let [mut q, mut k, mut v] = backend.matmul_q_each([w.wq, w.wk, w.wv], h)?;
+    for (y, bias) in [&mut q, &mut k, &mut v].into_iter().zip(w.biases) {
         if let Some(bias) = bias {
-            backend.add_bias(&mut y, bias)?;
+            backend.add_bias(y, bias)?;
         }
-        Ok(y)
-    };
-    let bias = |i: usize| w.biases[i];
-    let mut q = linear(w.wq, bias(0), h)?;
-    let mut k = linear(w.wk, bias(1), h)?;
-    let v = linear(w.wv, bias(2), h)?;
+    }
     if let Some([q_norm, k_norm]) = w.qk_norm {
         backend.rms_norm_heads(&mut q, cfg.n_head, q_norm, cfg.rms_eps)?;
         backend.rms_norm_heads(&mut k, cfg.n_head_kv, k_norm, cfg.rms_eps)?;
@@ -94,5 +89,9 @@ pub(crate) fn self_attention<B: Backend>(
         None => backend.attention(&q, &k, &v, cache, il, batch, mask)?,
         Some(sinks) => backend.attention_with_sinks(&q, &k, &v, cache, il, batch, mask, sinks)?,
     };
-    linear(w.wo, bias(3), &out)
+    let mut y = backend.matmul_q(w.wo, &out)?;
+    if let Some(bias) = w.biases[3] {
+        backend.add_bias(&mut y, bias)?;
+    }
+    Ok(y)
 }

@@ -285,6 +285,33 @@ impl Backend for CpuBackend {
         Ok(out)
     }
 
+    fn matmul_q_each<const N: usize>(&self, ws: [&CpuWeight; N], x: &CpuTensor) -> Result<[CpuTensor; N]> {
+        if self.f32_activations {
+            let mut out = Vec::with_capacity(N);
+            for w in ws {
+                out.push(self.matmul_q(w, x)?);
+            }
+            return Ok(out.try_into().unwrap_or_else(|_| unreachable!("one product per weight")));
+        }
+        for w in ws {
+            checks::matmul(&w.name, w.shape(), x.cols)?;
+        }
+        // Every product writes every value of its output.
+        let mut outs = ws.map(|w| CpuTensor::for_output(x.rows, w.rows));
+        let mut products: Vec<minerva_quant::Product<'_>> = ws
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(w, out)| minerva_quant::Product {
+                dtype: w.dtype,
+                weights: w.bytes(),
+                rows: w.rows,
+                ys: &mut out.data,
+            })
+            .collect();
+        self.install(|| minerva_quant::matmul_i16_each(&mut products, x.cols, &x.data, x.rows))?;
+        Ok(outs)
+    }
+
     fn rope(&self, x: &mut CpuTensor, n_heads: usize, positions: &[u32], rope: &RopeConfig) -> Result<()> {
         checks::rope(x.rows, x.cols, n_heads, positions, rope)?;
         let head_dim = x.cols / n_heads;

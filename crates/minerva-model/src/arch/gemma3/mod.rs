@@ -48,8 +48,7 @@ pub fn forward<B: Backend>(
         let attn = backend.rms_norm(&attn, &layer.post_attn_norm, eps)?;
         backend.add(&mut x, &attn)?;
         let h = backend.rms_norm(&x, &layer.ffn_norm, eps)?;
-        let gate = backend.matmul_q(&layer.w_gate, &h)?;
-        let up = backend.matmul_q(&layer.w_up, &h)?;
+        let [gate, up] = backend.matmul_q_each([&layer.w_gate, &layer.w_up], &h)?;
         let ffn = backend.matmul_q(&layer.w_down, &backend.geglu(&gate, &up)?)?;
         let ffn = backend.rms_norm(&ffn, &layer.post_ffn_norm, eps)?;
         backend.add(&mut x, &ffn)?;
@@ -69,9 +68,7 @@ fn attention<B: Backend>(
     batch: &Batch,
 ) -> Result<B::Tensor> {
     let c = &cfg.base;
-    let mut q = backend.matmul_q(&layer.wq, h)?;
-    let mut k = backend.matmul_q(&layer.wk, h)?;
-    let v = backend.matmul_q(&layer.wv, h)?;
+    let [mut q, mut k, v] = backend.matmul_q_each([&layer.wq, &layer.wk, &layer.wv], h)?;
     backend.rms_norm_heads(&mut q, c.n_head, &layer.q_norm, c.rms_eps)?;
     backend.rms_norm_heads(&mut k, c.n_head_kv, &layer.k_norm, c.rms_eps)?;
     let rope = cfg.rope(il);

@@ -58,8 +58,7 @@ pub fn forward<B: Backend>(
 }
 
 fn mlp<B: Backend>(backend: &B, layer: &LayerWeights<B::Weight>, h: &B::Tensor) -> Result<B::Tensor> {
-    let gate = backend.matmul_q(&layer.w_gate, h)?;
-    let up = backend.matmul_q(&layer.w_up, h)?;
+    let [gate, up] = backend.matmul_q_each([&layer.w_gate, &layer.w_up], h)?;
     let act = backend.swiglu(&gate, &up)?;
     backend.matmul_q(&layer.w_down, &act)
 }

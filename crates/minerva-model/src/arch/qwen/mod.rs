@@ -63,8 +63,7 @@ pub fn forward<B: Backend>(
             block::self_attention(backend, cfg, &w, h, cache, il, batch, Mask::Causal)
         },
         |layer, h| {
-            let gate = backend.matmul_q(&layer.w_gate, h)?;
-            let up = backend.matmul_q(&layer.w_up, h)?;
+            let [gate, up] = backend.matmul_q_each([&layer.w_gate, &layer.w_up], h)?;
             backend.matmul_q(&layer.w_down, &backend.swiglu(&gate, &up)?)
         },
     )
