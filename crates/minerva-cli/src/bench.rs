@@ -123,6 +123,8 @@ fn measure_on<B: Backend>(
         Device::Wgpu => Vec::new(),
     };
     let (cpu, features) = (cpu_info::cpu_model(), cpu_info::cpu_features());
+    // Attention's dot products, weighted sums and softmax, and `e^x`.
+    let vectors = matches!(device, Device::Cpu).then(minerva_quant::vector::vector_isa);
     Ok(if opts.json {
         let object = serde_json::json!({
             "model": name,
@@ -138,6 +140,7 @@ fn measure_on<B: Backend>(
             "cpu": cpu,
             "cpu_features": features,
             "kernels": kernels,
+            "vector_kernels": vectors,
         });
         format!("{object}\n")
     } else {
@@ -145,7 +148,8 @@ fn measure_on<B: Backend>(
         let mut text = format!("{name}  device {device}  threads {threads}  reps {}\n", opts.reps);
         text += &format!("cpu      {cpu} ({})\n", features.join(" "));
         if !kernels.is_empty() {
-            text += &format!("kernels  {}\n", kernels.join(" | "));
+            text += &format!("kernels  {}", kernels.join(" | "));
+            text += &vectors.map(|isa| format!(" | f32 vectors: {isa}\n")).unwrap_or_else(|| "\n".into());
         }
         if let Some(v) = prefill_med {
             text += &format!("prefill  pp{:<6} {v:>10.2} tok/s  (median; {})\n", opts.prompt, spread(&prefill));

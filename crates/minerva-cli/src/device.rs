@@ -88,6 +88,7 @@ pub fn inspect(as_json: bool, out: &mut dyn Write) -> Result<(), CliError> {
             "cpu": cpu,
             "cpu_features": features,
             "cpu_kernels": kernels,
+            "cpu_vector_kernels": minerva_quant::vector::vector_isa(),
             "name": info.name,
             "backend": info.backend,
             "device_type": info.device_type,
@@ -100,7 +101,13 @@ pub fn inspect(as_json: bool, out: &mut dyn Write) -> Result<(), CliError> {
         });
         writeln!(out, "{value}")
     } else {
-        writeln!(out, "cpu: {cpu} ({})\ncpu kernels: {}\ngpu: {info}", features.join(" "), kernels.join(" | "))
+        let vectors = minerva_quant::vector::vector_isa();
+        writeln!(
+            out,
+            "cpu: {cpu} ({})\ncpu kernels: {} | f32 vectors: {vectors}\ngpu: {info}",
+            features.join(" "),
+            kernels.join(" | ")
+        )
     };
     written.map_err(|source| CliError::Output { path: "<stdout>".into(), source })
 }

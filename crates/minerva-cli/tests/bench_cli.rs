@@ -35,6 +35,7 @@ fn json_reports_both_rates_and_every_run() {
     let kernels: Vec<&str> = json["kernels"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
     assert_eq!(kernels.len(), 2, "{json}");
     assert!(kernels[0].starts_with("Q4_1: matmul ") && kernels[1].starts_with("Q8_0: matmul "), "{kernels:?}");
+    assert_eq!(json["vector_kernels"].as_str(), Some(minerva_quant::vector::vector_isa()), "{json}");
 }
 
 #[test]
