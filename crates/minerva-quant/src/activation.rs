@@ -18,6 +18,7 @@ use crate::{quantize_row_q8_0_ref, quantize_row_q8_k_ref};
 pub(crate) struct Activation<'a> {
     /// Unique for the process's lifetime (never reused), so that a kernel may keep something it
     /// derived from these values per thread and know it still matches (`avx512_panel`'s layout).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) id: u64,
     pub(crate) x: &'a [f32],
     pub(crate) d: Vec<f32>,
