@@ -62,3 +62,49 @@ fn bad_requests_are_one_line_errors() {
         assert_one_line_error(&minerva(&args), what);
     }
 }
+
+/// `MINERVA_CPU_ISAS` limits every kernel, the f32 vector kernels included: empty, the scalar
+/// reference runs throughout (and still gives figures); limited to AVX2 on an x86 CPU that has
+/// it, AVX2 throughout.
+#[test]
+fn the_isa_limit_reaches_every_kernel() {
+    let model = real_model();
+    let run = |isas: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_minerva"))
+            .args([
+                os("bench"),
+                model.as_os_str(),
+                os("-p"),
+                os("4"),
+                os("-n"),
+                os("2"),
+                os("-r"),
+                os("1"),
+                os("--json"),
+            ])
+            .env(minerva_quant::ISAS_VAR, isas)
+            .output()
+            .expect("run minerva");
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("one JSON object")
+    };
+    let scalar = run("");
+    assert_eq!(scalar["vector_kernels"].as_str(), Some("scalar"), "{scalar}");
+    for kernel in scalar["kernels"].as_array().unwrap() {
+        let kernel = kernel.as_str().unwrap();
+        assert!(kernel.contains("matmul scalar") && !kernel.contains("avx") && !kernel.contains("neon"), "{kernel}");
+    }
+    assert!(scalar["prefill_tok_s"].as_f64().is_some_and(|v| v > 0.0), "{scalar}");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("f16c")
+    {
+        let avx2 = run("avx2+fma+f16c,avx2");
+        assert_eq!(avx2["vector_kernels"].as_str(), Some("avx2+fma"), "{avx2}");
+        for kernel in avx2["kernels"].as_array().unwrap() {
+            let kernel = kernel.as_str().unwrap();
+            assert!(kernel.contains("matmul avx2+fma+f16c") && !kernel.contains("avx512"), "{kernel}");
+        }
+    }
+}

@@ -223,14 +223,24 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
 pub(crate) fn vector_kernels() -> &'static VectorKernels {
     static SELECTED: OnceLock<VectorKernels> = OnceLock::new();
     SELECTED.get_or_init(|| {
+        // `MINERVA_CPU_ISAS` limits these too: the AVX-512 set with the AVX-512 matmul ISA, the
+        // AVX2 set with the AVX2 one, so that a run limited to AVX2 is AVX2 throughout.
+        let allowed = std::env::var(ISAS_VAR).ok();
+        let permits = |isa: &Isa| is_allowed(isa.name, allowed.as_deref());
         #[cfg(target_arch = "x86_64")]
-        if let Some(kernels) = x86::avx512_vector().or_else(x86::avx2_fma_vector) {
+        if let Some(kernels) = permits(&x86::AVX512_VNNI).then(x86::avx512_vector).flatten() {
+            return kernels;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(kernels) = permits(&x86::AVX2_FMA_F16C).then(x86::avx2_fma_vector).flatten() {
             return kernels;
         }
         #[cfg(target_arch = "aarch64")]
-        if let Some(kernels) = aarch64::neon_vector() {
+        if let Some(kernels) = permits(&aarch64::NEON).then(aarch64::neon_vector).flatten() {
             return kernels;
         }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        let _ = permits;
         SCALAR_VECTOR
     })
 }
@@ -317,7 +327,9 @@ pub(crate) fn selected(dtype: DType) -> &'static Selected {
 
 /// The environment variable that limits the instruction sets [`selected`] may use to those it
 /// names, comma-separated (e.g. `MINERVA_CPU_ISAS=avx2+fma+f16c,avx2`; empty: the reference
-/// only), to compare kernels on one machine; unset, every detected one.
+/// only), to compare kernels on one machine; unset, every detected one. The f32 vector kernels
+/// follow it: AVX-512's only where `avx512+vnni` is allowed, AVX2's where `avx2+fma+f16c` is,
+/// NEON's where `neon` is.
 pub const ISAS_VAR: &str = "MINERVA_CPU_ISAS";
 
 /// Whether `name` is in the comma-separated `allowed` list (`None`: every ISA is).
