@@ -187,11 +187,7 @@ pub trait Backend: Send + Sync {
     /// [`Backend::matmul_q`] of each of `ws` with the same `x`, in order (a layer's query, key
     /// and value projections; its gate and up projections). The CPU quantizes `x` once for all.
     fn matmul_q_each<const N: usize>(&self, ws: [&Self::Weight; N], x: &Self::Tensor) -> Result<[Self::Tensor; N]> {
-        let mut out = Vec::with_capacity(N);
-        for w in ws {
-            out.push(self.matmul_q(w, x)?);
-        }
-        Ok(out.try_into().unwrap_or_else(|_| unreachable!("one product per weight")))
+        matmul_q_one_by_one(self, ws, x)
     }
     /// Rotates each of the `n_heads` heads of every row by its position in place.
     fn rope(&self, x: &mut Self::Tensor, n_heads: usize, positions: &[u32], rope: &RopeConfig) -> Result<()>;
@@ -327,4 +323,18 @@ pub fn argmax(row: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// [`Backend::matmul_q`] of each of `ws` in turn: [`Backend::matmul_q_each`] where a backend
+/// shares nothing between the products.
+pub(crate) fn matmul_q_one_by_one<B: Backend + ?Sized, const N: usize>(
+    backend: &B,
+    ws: [&B::Weight; N],
+    x: &B::Tensor,
+) -> Result<[B::Tensor; N]> {
+    let mut out = Vec::with_capacity(N);
+    for w in ws {
+        out.push(backend.matmul_q(w, x)?);
+    }
+    Ok(out.try_into().unwrap_or_else(|_| unreachable!("one product per weight")))
 }

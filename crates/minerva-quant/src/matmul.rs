@@ -104,10 +104,14 @@ pub fn matmul_i16(
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
-    if !has_i16_matmul(dtype) {
-        return matmul(dtype, weights, rows, cols, xs, n, ys);
-    }
-    run(dtype, kernels::selected(dtype).kernels.matmul_i16, true, weights, rows, cols, xs, n, ys)
+    let (kernel, i16) = i16_kernel(&kernels::selected(dtype).kernels);
+    run(dtype, kernel, i16, weights, rows, cols, xs, n, ys)
+}
+
+/// A row's kernel for [`matmul_i16`] and whether it takes i16 activations: its i16 kernel where
+/// the format has one ([`has_i16_matmul`]), else its [`matmul`] kernel.
+fn i16_kernel(row: &kernels::Kernels) -> (Option<MatKernel>, bool) {
+    if has_i16_matmul(row.dtype) { (row.matmul_i16, true) } else { (row.matmul, false) }
 }
 
 /// [`matmul`] (or, with `i16`, [`matmul_i16`]) with the kernels of one instruction set only:
@@ -127,11 +131,8 @@ pub fn matmul_with_isa(
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
     let row = kernels::isa_only(isa, dtype).ok_or_else(|| QuantError::UnknownIsa { isa: isa.to_string() })?;
-    if i16 && has_i16_matmul(dtype) {
-        run(dtype, row.matmul_i16, true, weights, rows, cols, xs, n, ys)
-    } else {
-        run(dtype, row.matmul, false, weights, rows, cols, xs, n, ys)
-    }
+    let (kernel, i16) = if i16 { i16_kernel(&row) } else { (row.matmul, false) };
+    run(dtype, kernel, i16, weights, rows, cols, xs, n, ys)
 }
 
 /// One weight matrix of [`matmul_i16_each`]: `rows × cols` of `dtype` (row-major, whole blocks per
@@ -154,11 +155,7 @@ pub struct Product<'a> {
 pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n: usize) -> Result<(), QuantError> {
     let mut plans = Vec::with_capacity(products.len());
     for p in products.iter() {
-        let (kernel, i16) = if has_i16_matmul(p.dtype) {
-            (kernels::selected(p.dtype).kernels.matmul_i16, true)
-        } else {
-            (kernels::selected(p.dtype).kernels.matmul, false)
-        };
+        let (kernel, i16) = i16_kernel(&kernels::selected(p.dtype).kernels);
         let (kernel, format) = kernel_and_format(p.dtype, kernel)?;
         let row_bytes = check_shape(p.dtype, p.weights.len(), p.rows, cols, xs.len(), n, p.ys.len())?;
         plans.push((kernel, (format, i16), row_bytes));
@@ -197,10 +194,8 @@ pub fn matmul_i16_ref(
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
-    if !has_i16_matmul(dtype) {
-        return matmul_ref(dtype, weights, rows, cols, xs, n, ys);
-    }
-    run(dtype, kernels::reference(dtype).matmul_i16, true, weights, rows, cols, xs, n, ys)
+    let (kernel, i16) = i16_kernel(kernels::reference(dtype));
+    run(dtype, kernel, i16, weights, rows, cols, xs, n, ys)
 }
 
 /// [`matvec`] with the scalar kernels only.

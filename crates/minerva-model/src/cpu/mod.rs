@@ -287,11 +287,7 @@ impl Backend for CpuBackend {
 
     fn matmul_q_each<const N: usize>(&self, ws: [&CpuWeight; N], x: &CpuTensor) -> Result<[CpuTensor; N]> {
         if self.f32_activations {
-            let mut out = Vec::with_capacity(N);
-            for w in ws {
-                out.push(self.matmul_q(w, x)?);
-            }
-            return Ok(out.try_into().unwrap_or_else(|_| unreachable!("one product per weight")));
+            return crate::backend::matmul_q_one_by_one(self, ws, x);
         }
         for w in ws {
             checks::matmul(&w.name, w.shape(), x.cols)?;
