@@ -33,7 +33,13 @@ fn cpu_kernels_name_the_instruction_set_of_each_entry() {
         if has!("avx2") && has!("fma") && has!("f16c") {
             let (avx2, fma) = (Some("avx2"), Some("avx2+fma+f16c"));
             let vnni = has!("avx512f") && has!("avx512bw") && has!("avx512vnni");
-            let i16 = if vnni { Some("avx512+vnni") } else { fma };
+            let i16 = if vnni {
+                Some("avx512+vnni")
+            } else if has!("avxvnni") {
+                Some("avx2+avxvnni")
+            } else {
+                fma
+            };
             let want = CpuKernels { dequantize: avx2, matmul: fma, matmul_i16: i16 };
             assert_eq!(cpu_kernels(DType::Q4_0), want);
             assert_eq!(cpu_kernels(DType::Q5_0), CpuKernels { dequantize: scalar, ..want });

@@ -296,33 +296,37 @@ fn many_activations_equal_one_vector_at_a_time() {
     }
 }
 
-/// The AVX-512 kernels run the AVX2 kernels' arithmetic lane for lane: the same results bit for
-/// bit (i16 activations for the 32-value formats, Q8_K for Q2_K…Q6_K), over panels of 16 rows
-/// with a partial last one and activation counts on either side of the panels' threshold (16) and
-/// of their steps (8 and 2 activations), and the decode tiles (1 to 3 activations, rows in
-/// groups of 4 and a last single one).
+/// The AVX-512 and AVX-VNNI kernels run the AVX2 kernels' arithmetic lane for lane: the same
+/// results bit for bit (i16 activations for the 32-value formats; on AVX-512 also Q8_K for
+/// Q2_K…Q6_K), over panels of 16 and of 8 rows with a partial last one and activation counts on
+/// either side of the panels' thresholds (8 and 16), of their steps (8, 4 and 2 activations) and
+/// of the chunks written activation-major (64), and the decode tiles (1 to 3 activations, rows
+/// in groups of 4 and a last single one).
 #[test]
-fn avx512_kernels_equal_the_avx2_kernels_bit_for_bit() {
+fn wider_kernels_equal_the_avx2_kernels_bit_for_bit() {
     let isas = detected_isas();
-    if !isas.contains(&"avx512+vnni") {
-        eprintln!("no AVX-512 VNNI on this CPU: its kernels are not run here");
-        return;
-    }
-    let cases = I16_DTYPES
-        .iter()
-        .map(|&d| (d, true))
-        .chain([DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K].map(|d| (d, false)));
-    for (dtype, i16) in cases {
-        let (rows, cols) = (37, shape_for(dtype, 3));
-        let weights = random_weights(dtype, rows, cols, 21);
-        for n in [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 19, 70] {
-            let xs = random_values(n * cols, 23 + n as u64);
-            let [wide, narrow] = ["avx512+vnni", "avx2+fma+f16c"].map(|isa| {
-                let mut ys = vec![f32::NAN; n * rows];
-                matmul_with_isa(isa, i16, dtype, &weights, rows, cols, &xs, n, &mut ys).expect(isa);
-                ys
-            });
-            assert!(wide == narrow, "{dtype} n {n}");
+    for wide in ["avx512+vnni", "avx2+avxvnni"] {
+        if !isas.contains(&wide) {
+            eprintln!("no {wide} on this CPU: its kernels are not run here");
+            continue;
+        }
+        let k_quants = [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K];
+        let cases = I16_DTYPES
+            .iter()
+            .map(|&d| (d, true))
+            .chain(k_quants.into_iter().filter(|_| wide == "avx512+vnni").map(|d| (d, false)));
+        for (dtype, i16) in cases {
+            let (rows, cols) = (37, shape_for(dtype, 3));
+            let weights = random_weights(dtype, rows, cols, 21);
+            for n in [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 19, 70] {
+                let xs = random_values(n * cols, 23 + n as u64);
+                let [wide_ys, narrow] = [wide, "avx2+fma+f16c"].map(|isa| {
+                    let mut ys = vec![f32::NAN; n * rows];
+                    matmul_with_isa(isa, i16, dtype, &weights, rows, cols, &xs, n, &mut ys).expect(isa);
+                    ys
+                });
+                assert!(wide_ys == narrow, "{wide} {dtype} n {n}");
+            }
         }
     }
 }

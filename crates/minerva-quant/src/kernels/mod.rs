@@ -254,6 +254,8 @@ const ISAS: &[Isa] = &[
     #[cfg(target_arch = "x86_64")]
     x86::AVX512_VNNI,
     #[cfg(target_arch = "x86_64")]
+    x86::AVX2_VNNI,
+    #[cfg(target_arch = "x86_64")]
     x86::AVX2_FMA_F16C,
     #[cfg(target_arch = "x86_64")]
     x86::AVX2,

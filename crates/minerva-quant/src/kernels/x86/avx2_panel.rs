@@ -126,11 +126,34 @@ fn pair(a: &[i16; 32], p: usize) -> __m256i {
     _mm256_set1_epi32(pod_read_unaligned::<i32>(bytemuck::cast_slice(&a[2 * p..2 * p + 2])))
 }
 
+/// `s + madd(w, x)` (8 i32 lanes, exact), with `VNNI` in one VEX `vpdpwssd` (AVX-VNNI): the same
+/// integers as `vpmaddwd` + `vpaddd`, in one instruction instead of two.
+///
+/// Written in `asm!` for the reason `avx512_tile::quants_dot` gives (LLVM splits the intrinsic
+/// again when it does not tune for such a CPU); the `{vex}` prefix keeps the AVX-VNNI encoding
+/// where an assembler would pick AVX-512's.
+#[inline]
+#[target_feature(enable = "avx2")]
+#[allow(unsafe_code)]
+fn madd_add<const VNNI: bool>(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
+    if !VNNI {
+        return _mm256_add_epi32(s, _mm256_madd_epi16(w, x));
+    }
+    let mut s = s;
+    // SAFETY: the instruction reads and writes registers only. Kernels with `VNNI` are reached
+    // only from the `avx2+avxvnni` ISA's rows, which run after its check found AVX-VNNI.
+    unsafe {
+        core::arch::asm!("{{vex}} vpdpwssd {s}, {w}, {x}", s = inout(ymm_reg) s, w = in(ymm_reg) w, x = in(ymm_reg) x,
+            options(pure, nomem, nostack, preserves_flags));
+    }
+    s
+}
+
 /// The integer sums over `slots` of `P` panels' blocks (8 rows each) against `A` activations'
 /// blocks: each activation pair is broadcast once for the `P` panels.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn partial<const A: usize, const S: usize, const P: usize>(
+fn partial<const A: usize, const S: usize, const P: usize, const VNNI: bool>(
     entries: [&PanelBlock; P],
     a: &[&[i16; 32]; A],
     slots: [usize; S],
@@ -141,7 +164,7 @@ fn partial<const A: usize, const S: usize, const P: usize>(
         for j in 0..A {
             let x = pair(a[j], p);
             for i in 0..P {
-                s[i][j] = _mm256_add_epi32(s[i][j], _mm256_madd_epi16(w[i], x));
+                s[i][j] = madd_add::<VNNI>(s[i][j], w[i], x);
             }
         }
     }
@@ -168,7 +191,7 @@ impl<'a> ActBlocks<'a> {
 /// term `fma(m, d_a·Σa, acc)` (`m` = 0 unless `FIRST`, as in the tiles' upper lanes).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn part<L: Layout, const A: usize, const P: usize, const FIRST: bool>(
+fn part<L: Layout, const A: usize, const P: usize, const FIRST: bool, const VNNI: bool>(
     panels: [&[PanelBlock]; P],
     acts: &[ActBlocks<'_>; A],
     slots: [usize; 8],
@@ -181,7 +204,7 @@ fn part<L: Layout, const A: usize, const P: usize, const FIRST: bool>(
     for b in 0..panels[0].len() {
         let entries: [&PanelBlock; P] = std::array::from_fn(|i| &panels[i][b]);
         let a: [&[i16; 32]; A] = std::array::from_fn(|j| acts[j].q[32 * b..32 * b + 32].try_into().expect("32 quants"));
-        let s = partial::<A, 8, P>(entries, &a, slots);
+        let s = partial::<A, 8, P, VNNI>(entries, &a, slots);
         for i in 0..P {
             let dw = _mm256_castsi256_ps(entries[i][16]);
             for j in 0..A {
@@ -208,34 +231,40 @@ fn part<L: Layout, const A: usize, const P: usize, const FIRST: bool>(
 /// activation.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn step<L: Layout, const A: usize, const P: usize>(
+fn step<L: Layout, const A: usize, const P: usize, const VNNI: bool>(
     panels: [&[PanelBlock]; P],
     acts: [&Activation<'_>; A],
 ) -> [[__m256; A]; P] {
     let blocks = panels[0].len();
     let acts: [ActBlocks<'_>; A] = std::array::from_fn(|j| ActBlocks::new(acts[j], blocks));
     let add = _mm256_add_ps;
-    let lo = part::<L, A, P, true>(panels, &acts, [0, 1, 2, 3, 8, 9, 10, 11]);
-    let hi = part::<L, A, P, false>(panels, &acts, [4, 5, 6, 7, 12, 13, 14, 15]);
+    let lo = part::<L, A, P, true, VNNI>(panels, &acts, [0, 1, 2, 3, 8, 9, 10, 11]);
+    let hi = part::<L, A, P, false, VNNI>(panels, &acts, [4, 5, 6, 7, 12, 13, 14, 15]);
     std::array::from_fn(|i| std::array::from_fn(|j| add(lo[i][j], hi[i][j])))
 }
 
 /// Every row of `w` (whole rows of `row_bytes`) against every activation, `out` row-major (rows ×
 /// acts), through panels of 8 rows. The tile kernels' results, bit for bit, for any number of
-/// activations (worth it from [`MIN_ACTS`] on).
+/// activations (worth it from [`MIN_ACTS`] on). With `VNNI` the integer sums take AVX-VNNI's
+/// `vpdpwssd` (the caller promises the CPU has it): the same bits.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn panels<L: Layout, D>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32], decode: D)
-where
+pub(super) fn panels<L: Layout, D, const VNNI: bool>(
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    out: &mut [f32],
+    decode: D,
+) where
     D: Fn(&[u8]) -> ((__m256i, __m256i), f32, f32),
 {
-    groups::<L, D, 4, 2>(w, row_bytes, acts, out, &decode);
+    groups::<L, D, 4, 2, VNNI>(w, row_bytes, acts, out, &decode);
 }
 
 /// [`panels`] in groups of `8·P` rows × `A` activations (then 8 rows, then single activations).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn groups<L: Layout, D, const A: usize, const P: usize>(
+fn groups<L: Layout, D, const A: usize, const P: usize, const VNNI: bool>(
     w: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
@@ -271,10 +300,10 @@ fn groups<L: Layout, D, const A: usize, const P: usize>(
             let mut j = 0;
             for tile in &mut tiles {
                 let result = if count > (P - 1) * ROWS {
-                    step::<L, A, P>(subs, std::array::from_fn(|k| &tile[k]))
+                    step::<L, A, P, VNNI>(subs, std::array::from_fn(|k| &tile[k]))
                 } else {
                     // Too few rows for all P panels: the first one alone.
-                    let [first] = step::<L, A, 1>([subs[0]], std::array::from_fn(|k| &tile[k]));
+                    let [first] = step::<L, A, 1, VNNI>([subs[0]], std::array::from_fn(|k| &tile[k]));
                     std::array::from_fn(|_| first)
                 };
                 for (i, values) in result.iter().enumerate() {
@@ -287,7 +316,7 @@ fn groups<L: Layout, D, const A: usize, const P: usize>(
             for act in tiles.remainder() {
                 // Only the panels this group filled.
                 for (i, sub) in subs.iter().enumerate().take(count.div_ceil(ROWS)) {
-                    let [result] = step::<L, 1, 1>([sub], [act]);
+                    let [result] = step::<L, 1, 1, VNNI>([sub], [act]);
                     put(i, j, result[0]);
                 }
                 j += 1;

@@ -617,7 +617,7 @@ macro_rules! format_tiles {
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn $name<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
             if acts.len() >= avx2_panel::MIN_ACTS {
-                avx2_panel::panels::<$format, _>(w, row_bytes, acts, out, |b| $decode(b));
+                avx2_panel::panels::<$format, _, false>(w, row_bytes, acts, out, |b| $decode(b));
             } else {
                 tiles::tiles::<$format, G>(w, row_bytes, acts, out, |b| $decode(b));
             }

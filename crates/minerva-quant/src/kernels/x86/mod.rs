@@ -6,6 +6,9 @@
 //!   activations on, panels of 8 rows unpacked once per call, `avx2_panel.rs`), one row ×
 //!   `K_QUANT_ACTS` activations for Q2_K…Q6_K (`avx2_tile_k.rs`), per-row dot kernels for
 //!   the float formats (`avx2_dot.rs`);
+//! * [`AVX2_VNNI`] — AVX-VNNI without AVX-512 (Intel client CPUs since Alder Lake): the i16
+//!   tiles and panels of `avx2_tile_i16` / `avx2_panel` with each `vpmaddwd` + `vpaddd` into an
+//!   accumulator done by one VEX `vpdpwssd` (`avx_vnni.rs`); bit for bit the AVX2 results;
 //! * [`AVX512_VNNI`] — from [`avx512_panel::MIN_ACTS`] activations on, the i16 panels 16 rows wide
 //!   with `vpdpwssd` (`avx512_panel.rs`), and for Q2_K…Q6_K panels of scaled i16 quants
 //!   (`avx512_panel_k.rs`); below, the i16 tiles with a `vpdpwssd` block dot, MXFP4 decoded by
@@ -29,6 +32,7 @@ mod avx512_panel;
 mod avx512_panel_k;
 mod avx512_tile;
 mod avx512_vector;
+mod avx_vnni;
 
 use std::arch::is_x86_feature_detected as has;
 
@@ -124,6 +128,21 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(Q4_K).tile(tile!(avx2_tile_k::tiles_q4_k::<K_QUANT_ACTS>)),
         Kernels::new(Q5_K).tile(tile!(avx2_tile_k::tiles_q5_k::<K_QUANT_ACTS>)),
         Kernels::new(Q6_K).tile(tile!(avx2_tile_k::tiles_q6_k::<K_QUANT_ACTS>)),
+    ],
+};
+
+/// AVX-VNNI (VEX `vpdpwssd`, without AVX-512) on top of AVX2 + FMA + F16C: the i16 matmul of the
+/// 32-value block formats, bit for bit the AVX2 kernels' results (the other entries are AVX2's).
+pub(super) const AVX2_VNNI: Isa = Isa {
+    name: "avx2+avxvnni",
+    detected: || has!("avx2") && has!("fma") && has!("f16c") && has!("avxvnni"),
+    rows: &[
+        Kernels::new(Q8_0).tile_i16(tile!(avx_vnni::kernel_q8_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q4_0).tile_i16(tile!(avx_vnni::kernel_q4_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q4_1).tile_i16(tile!(avx_vnni::kernel_q4_1::<I16_ACT_GROUPS>)),
+        Kernels::new(Q5_0).tile_i16(tile!(avx_vnni::kernel_q5_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q5_1).tile_i16(tile!(avx_vnni::kernel_q5_1::<I16_ACT_GROUPS>)),
+        Kernels::new(MXFP4).tile_i16(tile!(avx_vnni::kernel_mxfp4::<I16_ACT_GROUPS>)),
     ],
 };
 

@@ -1,0 +1,57 @@
+//! AVX2 (+FMA, F16C) with AVX-VNNI (the VEX-encoded `vpdpwssd` of Intel's client CPUs since Alder
+//! Lake, which have no AVX-512): the i16 matmul of the 32-value block formats.
+//!
+//! These are `avx2_tile_i16`'s tiles (`tile_kernels!`) and `avx2_panel`'s panels with each
+//! `vpmaddwd` + `vpaddd` pair that sums into an accumulator done by one `vpdpwssd`. The
+//! instruction adds the same exact integers, so every result equals the AVX2 kernels' bit for bit.
+//!
+//! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads; the `asm!`
+//! reads registers only); the caller promises AVX2, FMA, F16C and AVX-VNNI (see
+//! `super::AVX2_VNNI`).
+
+use core::arch::x86_64::{__m256i, _mm256_madd_epi16};
+
+use super::avx2_panel;
+use super::avx2_tile_i16::{self as tile_i16, Mxfp4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, load_i16, tile_kernels};
+use crate::activation::Activation;
+
+/// A block's quants · 32 activation quants: 8 i32 lanes, exact (`tile_i16::quants_dot`'s lanes),
+/// the second half added by `vpdpwssd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(unsafe_code)]
+fn quants_dot(q: (__m256i, __m256i), a: &[i16; 32]) -> __m256i {
+    let mut s = _mm256_madd_epi16(q.0, load_i16(a));
+    let second = load_i16(&a[16..]);
+    // SAFETY: the instruction reads and writes registers only; the caller promises AVX-VNNI.
+    unsafe {
+        core::arch::asm!("{{vex}} vpdpwssd {s}, {w}, {x}", s = inout(ymm_reg) s, w = in(ymm_reg) q.1, x = in(ymm_reg) second,
+            options(pure, nomem, nostack, preserves_flags));
+    }
+    s
+}
+
+tile_kernels!("avx2,fma,f16c", super::quants_dot);
+
+/// The `matmul_i16` kernel of one format: these tiles below `avx2_panel::MIN_ACTS` activations,
+/// the panels with `vpdpwssd` from there.
+macro_rules! format_kernel {
+    ($name:ident, $format:ty, $decode:ident) => {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) fn $name<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+            if acts.len() >= avx2_panel::MIN_ACTS {
+                avx2_panel::panels::<$format, _, true>(w, row_bytes, acts, out, |b| tile_i16::$decode(b));
+            } else {
+                tiles::tiles::<$format, G>(w, row_bytes, acts, out, |b| tile_i16::$decode(b));
+            }
+        }
+    };
+}
+
+format_kernel!(kernel_q8_0, Q8_0, decode_q8_0);
+format_kernel!(kernel_q4_0, Q4_0, decode_q4_0);
+format_kernel!(kernel_q4_1, Q4_1, decode_q4_1);
+format_kernel!(kernel_q5_0, Q5_0, decode_q5_0);
+format_kernel!(kernel_q5_1, Q5_1, decode_q5_1);
+format_kernel!(kernel_mxfp4, Mxfp4, decode_mxfp4);
