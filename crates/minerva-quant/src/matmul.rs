@@ -370,35 +370,27 @@ fn chunk_into_columns(
     mut block: pool::ColumnBlock<'_, f32>,
 ) {
     let (width, n) = (block.width(), acts.len());
+    let mut rows = block.rows_mut(first..first + n);
+    let mut out: [&mut [f32]; ACT_CHUNK] = std::array::from_fn(|_| rows.next().unwrap_or_default());
+    let out = &mut out[..n];
     if let MatKernel::Panel(_, columns) = kernel {
         // Each activation's results straight into its row of `ys`.
-        let mut rows = block.rows_mut(first..first + n);
-        let mut out: [&mut [f32]; ACT_CHUNK] = std::array::from_fn(|_| rows.next().unwrap_or_default());
-        columns(weights, row_bytes, acts, &mut out[..n]);
+        columns(weights, row_bytes, acts, out);
         return;
     }
-    CHUNK_OUT.with_borrow_mut(|(buf, transposed)| {
+    CHUNK_OUT.with_borrow_mut(|buf| {
         // Not cleared: the kernel writes every value.
         buf.resize(width * n, 0.0);
         kernel.apply(weights, row_bytes, acts, buf);
-        // Transposed whole (8 × 8 blocks in SIMD): straight into `ys` when the block is all its
-        // columns, else into a buffer whose rows are then copied out.
-        if let Some(rows) = block.whole_rows_mut(first..first + n) {
-            vector::transpose(buf, width, n, 0, rows);
-            return;
-        }
-        transposed.resize(width * n, 0.0);
-        vector::transpose(buf, width, n, 0, transposed);
-        for (j, values) in transposed.chunks_exact(width).enumerate() {
-            block.row_mut(first + j).copy_from_slice(values);
-        }
+        // Transposed in 8 × 8 blocks (in SIMD) straight into each activation's row of `ys`.
+        vector::transpose_into_rows(buf, width, n, 0, out);
     });
 }
 
 thread_local! {
-    /// One chunk's results (a task's rows × `ACT_CHUNK`) and their transpose, kept per thread: at
-    /// prefill sizes a fresh buffer per call would be a `mmap` and `munmap` each time.
-    static CHUNK_OUT: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// One chunk's row-major results (a task's rows × `ACT_CHUNK`), kept per thread: at prefill
+    /// sizes a fresh buffer per call would be a `mmap` and `munmap` each time.
+    static CHUNK_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[cfg(test)]

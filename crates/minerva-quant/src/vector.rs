@@ -95,12 +95,57 @@ pub fn softmax(xs: &mut [f32], scale: f32, sink: Option<f32>) {
 /// assert_eq!(dst, [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
 /// ```
 pub fn transpose(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [f32]) {
+    contiguous(kernels::vector_kernels().transpose, src, rows, cols, first_col, dst)
+}
+
+/// [`transpose`] into rows that need not be contiguous: `dst[k]` (at least `rows` long; only its
+/// first `rows` values are written) gets column `first_col + k` of `src`. Each activation's row
+/// of a block of a matmul's output, for example, lies in its own part of the output.
+///
+/// ```
+/// let src = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]; // 2 × 3
+/// let (mut a, mut b) = ([0.0f32; 3], [0.0f32; 2]);
+/// minerva_quant::vector::transpose_into_rows(&src, 2, 3, 1, &mut [&mut a, &mut b]);
+/// assert_eq!((a, b), ([2.0, 5.0, 0.0], [3.0, 6.0]));
+/// ```
+///
+/// # Panics
+///
+/// If `dst` has more rows than `src` has columns from `first_col`, or a row shorter than `rows`.
+pub fn transpose_into_rows(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [&mut [f32]]) {
     (kernels::vector_kernels().transpose)(src, rows, cols, first_col, dst)
 }
 
 /// [`transpose`] one value at a time (in square tiles).
 pub fn transpose_ref(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [f32]) {
+    contiguous(kernels::SCALAR_VECTOR.transpose, src, rows, cols, first_col, dst)
+}
+
+/// [`transpose_into_rows`] one value at a time (in square tiles).
+pub fn transpose_into_rows_ref(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [&mut [f32]]) {
     (kernels::SCALAR_VECTOR.transpose)(src, rows, cols, first_col, dst)
+}
+
+/// A transpose kernel into contiguous `dst`, handed its rows 16 at a time (no allocation).
+fn contiguous(
+    kernel: fn(&[f32], usize, usize, usize, &mut [&mut [f32]]),
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+    first_col: usize,
+    dst: &mut [f32],
+) {
+    const GROUP: usize = 16;
+    if rows == 0 {
+        return;
+    }
+    let whole = dst.len() / rows * rows;
+    for (g, group) in dst[..whole].chunks_mut(GROUP * rows).enumerate() {
+        let count = group.len() / rows;
+        let mut parts = group.chunks_exact_mut(rows);
+        let mut slices: [&mut [f32]; GROUP] = std::array::from_fn(|_| parts.next().unwrap_or_default());
+        kernel(src, rows, cols, first_col + GROUP * g, &mut slices[..count]);
+    }
 }
 
 /// [`softmax`] with the scalar loops and libm's `exp`.

@@ -1,8 +1,9 @@
 //! The f32 vector kernels against their scalar loops, at every length around the SIMD widths.
 
 use minerva_quant::vector::{
-    axpy, axpy_ref, dot, dot_ref, dots, exp, exp_ref, softmax, softmax_ref, transpose, transpose_ref, vector_isa,
-    weighted_sum, weighted_sum_add, weighted_sum_add_ref, weighted_sum_ref,
+    axpy, axpy_ref, dot, dot_ref, dots, exp, exp_ref, softmax, softmax_ref, transpose, transpose_into_rows,
+    transpose_into_rows_ref, transpose_ref, vector_isa, weighted_sum, weighted_sum_add, weighted_sum_add_ref,
+    weighted_sum_ref,
 };
 use proptest::prelude::*;
 
@@ -274,6 +275,17 @@ fn transpose_moves_each_value_to_its_column_row() {
                     let at = (c - first) * rows + r;
                     assert_eq!(fast[at], src[r * cols + c], "{rows}x{cols} from {first}: ({r}, {c})");
                     assert_eq!(reference[at], src[r * cols + c], "reference {rows}x{cols} from {first}: ({r}, {c})");
+                }
+            }
+            // Into separate rows, each longer than `rows`: the values past `rows` stay as they were.
+            for into_rows in [transpose_into_rows, transpose_into_rows_ref] {
+                let mut rows_out: Vec<Vec<f32>> = (0..count).map(|k| vec![-1.0 - k as f32; rows + 3]).collect();
+                let mut slices: Vec<&mut [f32]> = rows_out.iter_mut().map(|r| &mut r[..]).collect();
+                into_rows(&src, rows, cols, first, &mut slices);
+                for (k, row) in rows_out.iter().enumerate() {
+                    let want: Vec<f32> = (0..rows).map(|r| src[r * cols + first + k]).collect();
+                    assert_eq!(row[..rows], want[..], "{rows}x{cols} from {first}: row {k}");
+                    assert_eq!(row[rows..], [-1.0 - k as f32; 3], "{rows}x{cols} from {first}: past row {k}");
                 }
             }
         }

@@ -194,8 +194,8 @@ pub(crate) struct VectorKernels {
     pub(crate) softmax: fn(&mut [f32], f32, Option<f32>),
     /// `reference::quantize_i16_blocks`, bit for bit.
     pub(crate) quantize_i16: QuantizeI16Fn,
-    /// `(src, rows, cols, first_col, dst)`: `crate::vector::transpose`.
-    pub(crate) transpose: fn(&[f32], usize, usize, usize, &mut [f32]),
+    /// `(src, rows, cols, first_col, dst)`: `crate::vector::transpose_into_rows`.
+    pub(crate) transpose: fn(&[f32], usize, usize, usize, &mut [&mut [f32]]),
 }
 
 /// Several queries' weighted sums over the same rows: `(outs, weights, rows)`.

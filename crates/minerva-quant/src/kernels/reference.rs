@@ -307,20 +307,18 @@ pub(crate) fn vector_softmax_f32(xs: &mut [f32], scale: f32, sink: Option<f32>) 
     xs.iter_mut().for_each(|x| *x /= total);
 }
 
-/// Columns `first_col..` of `src` (`rows × cols`) transposed into `dst` (one row of `rows` values
-/// per column, as many as `dst` holds), in square tiles so that both sides stay in cache (a
+/// Columns `first_col..` of `src` (`rows × cols`) transposed into `dst` (`dst[k]`, at least `rows`
+/// long, gets column `first_col + k`), in square tiles so that both sides stay in cache (a
 /// prefill's output is megabytes; a plain loop misses on every strided access).
-pub(crate) fn vector_transpose_f32(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [f32]) {
+pub(crate) fn vector_transpose_f32(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [&mut [f32]]) {
     const TILE: usize = 16;
-    let last_col = first_col + dst.len() / rows;
     for r0 in (0..rows).step_by(TILE) {
         let r1 = (r0 + TILE).min(rows);
-        for c0 in (first_col..last_col).step_by(TILE) {
-            let c1 = (c0 + TILE).min(last_col);
+        for (t, tile) in dst.chunks_mut(TILE).enumerate() {
             // Writes run along `dst` (strided writes cost more than strided reads here).
-            for c in c0..c1 {
-                let column = (c - first_col) * rows;
-                for (r, d) in (r0..r1).zip(&mut dst[column + r0..column + r1]) {
+            for (k, row) in tile.iter_mut().enumerate() {
+                let c = first_col + TILE * t + k;
+                for (r, d) in (r0..r1).zip(&mut row[r0..r1]) {
                     *d = src[r * cols + c];
                 }
             }

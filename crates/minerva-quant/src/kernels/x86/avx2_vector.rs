@@ -308,47 +308,38 @@ pub(super) fn quantize_i16_blocks(x: &[f32], q: &mut [i16], d: &mut [f32], sums:
     }
 }
 
-/// Columns `first_col..` of `src` (`rows × cols`) transposed into `dst` (one row of `rows` values
-/// per column, as many as `dst` holds): `reference::vector_transpose_f32`, value for value, in
-/// 8 × 8 blocks (`avx2_panel::transpose8`); the edges one value at a time.
+/// Columns `first_col..` of `src` (`rows × cols`) transposed into `dst` (`dst[k]`, at least
+/// `rows` long, gets column `first_col + k`): `reference::vector_transpose_f32`, value for value,
+/// in 8 × 8 blocks (`avx2_panel::transpose8`) down strips of 8 columns; the edges one value at a
+/// time.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(super) fn transpose_f32(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [f32]) {
-    if rows == 0 {
-        return;
-    }
-    let last_col = first_col + dst.len() / rows;
-    let (full_rows, full_cols) = (rows / 8 * 8, first_col + (last_col - first_col) / 8 * 8);
+pub(super) fn transpose_f32(src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [&mut [f32]]) {
+    let full_rows = rows / 8 * 8;
     // Each value's bits, moved as i32 lanes.
     let load = |s: &[f32]| pod_read_unaligned::<__m256i>(bytemuck::cast_slice(&s[..8]));
-    for r0 in (0..full_rows).step_by(8) {
-        for c0 in (first_col..full_cols).step_by(8) {
-            let v: [__m256i; 8] = [
-                load(&src[r0 * cols + c0..]),
-                load(&src[(r0 + 1) * cols + c0..]),
-                load(&src[(r0 + 2) * cols + c0..]),
-                load(&src[(r0 + 3) * cols + c0..]),
-                load(&src[(r0 + 4) * cols + c0..]),
-                load(&src[(r0 + 5) * cols + c0..]),
-                load(&src[(r0 + 6) * cols + c0..]),
-                load(&src[(r0 + 7) * cols + c0..]),
-            ];
-            let columns = super::avx2_panel::transpose8(v);
-            for (k, column) in columns.iter().enumerate() {
-                let at = (c0 + k - first_col) * rows + r0;
-                dst[at..at + 8].copy_from_slice(&bytemuck::cast::<__m256i, [f32; 8]>(*column));
+    for (s, strip) in dst.chunks_mut(8).enumerate() {
+        let c0 = first_col + 8 * s;
+        if strip.len() < 8 {
+            // Fewer than 8 columns left.
+            for (k, row) in strip.iter_mut().enumerate() {
+                for (r, d) in row[..rows].iter_mut().enumerate() {
+                    *d = src[r * cols + c0 + k];
+                }
+            }
+            continue;
+        }
+        for r0 in (0..full_rows).step_by(8) {
+            let v: [__m256i; 8] = std::array::from_fn(|i| load(&src[(r0 + i) * cols + c0..]));
+            for (row, column) in strip.iter_mut().zip(super::avx2_panel::transpose8(v)) {
+                let whole: &mut [f32; 8] = (&mut row[r0..r0 + 8]).try_into().expect("8 values");
+                *whole = bytemuck::cast(column);
             }
         }
-    }
-    // The columns past the last block of 8, then the rows past the last block of 8.
-    for c in full_cols..last_col {
-        for r in 0..full_rows {
-            dst[(c - first_col) * rows + r] = src[r * cols + c];
-        }
-    }
-    for c in first_col..last_col {
         for r in full_rows..rows {
-            dst[(c - first_col) * rows + r] = src[r * cols + c];
+            for (k, row) in strip.iter_mut().enumerate() {
+                row[r] = src[r * cols + c0 + k];
+            }
         }
     }
 }
