@@ -373,11 +373,6 @@ fn chunk_into_columns(
     let mut rows = block.rows_mut(first..first + n);
     let mut out: [&mut [f32]; ACT_CHUNK] = std::array::from_fn(|_| rows.next().unwrap_or_default());
     let out = &mut out[..n];
-    if let MatKernel::Panel(_, columns) = kernel {
-        // Each activation's results straight into its row of `ys`.
-        columns(weights, row_bytes, acts, out);
-        return;
-    }
     CHUNK_OUT.with_borrow_mut(|buf| {
         // Not cleared: the kernel writes every value.
         buf.resize(width * n, 0.0);

@@ -128,7 +128,7 @@ pub fn transpose_into_rows_ref(src: &[f32], rows: usize, cols: usize, first_col:
 
 /// A transpose kernel into contiguous `dst`, handed its rows 16 at a time (no allocation).
 fn contiguous(
-    kernel: fn(&[f32], usize, usize, usize, &mut [&mut [f32]]),
+    kernel: kernels::TransposeFn,
     src: &[f32],
     rows: usize,
     cols: usize,

@@ -264,8 +264,8 @@ fn awkward_row_counts_and_threads_agree_bit_for_bit() {
 /// A prefill's activations go through the kernels in chunks (`ACT_CHUNK` in matmul.rs): past a
 /// chunk, with a remainder that is not a whole tile, on one and on several threads, every output
 /// still equals that vector's own matvec bit for bit. With 300 rows of 8 blocks the weights are
-/// split into blocks of rows that are not whole panels, whose results go into their columns of
-/// the output (the panels' activation-major stores).
+/// split into blocks of rows that are not whole panels, whose results are transposed into their
+/// columns of the output (`transpose_into_rows`, one slice per activation).
 #[test]
 fn many_activations_equal_one_vector_at_a_time() {
     // 150: a last chunk of 22; 69: of 5, fewer than the panel kernels take.
@@ -300,7 +300,7 @@ fn many_activations_equal_one_vector_at_a_time() {
 /// results bit for bit (i16 activations for the 32-value formats; on AVX-512 also Q8_K for
 /// Q2_K…Q6_K), over panels of 16 and of 8 rows with a partial last one and activation counts on
 /// either side of the panels' thresholds (8 and 16), of their steps (8, 4 and 2 activations) and
-/// of the chunks written activation-major (64), and the decode tiles (1 to 3 activations, rows
+/// of the chunks (64), and the decode tiles (1 to 3 activations, rows
 /// in groups of 4 and a last single one).
 #[test]
 fn wider_kernels_equal_the_avx2_kernels_bit_for_bit() {

@@ -43,26 +43,18 @@ pub(crate) type DotKernel = fn(&[u8], &Activation<'_>) -> f32;
 /// activations and each activation block once for several rows.
 pub(crate) type TileKernel = fn(&[u8], usize, &[Activation<'_>], &mut [f32]);
 
-/// A tile kernel that writes activation-major: `out[j]` (one slice per activation, each as long
-/// as `weights` has rows) gets activation `j`'s result for every row. A prefill's results go
-/// straight into their rows of the output this way, without the transpose and copy a row-major
-/// tile needs.
-pub(crate) type ColumnKernel = fn(&[u8], usize, &[Activation<'_>], &mut [&mut [f32]]);
-
-/// A matmul kernel: a tile kernel, or a dot kernel applied per (row, activation), or a panel
-/// kernel that also writes activation-major (the same results either way).
+/// A matmul kernel: a tile kernel, or a dot kernel applied per (row, activation).
 #[derive(Clone, Copy)]
 pub(crate) enum MatKernel {
     Dot(DotKernel),
     Tile(TileKernel),
-    Panel(TileKernel, ColumnKernel),
 }
 
 impl MatKernel {
     /// Every row of `weights` against every activation into `out` (rows × activations).
     pub(crate) fn apply(self, weights: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
         match self {
-            MatKernel::Tile(tile) | MatKernel::Panel(tile, _) => tile(weights, row_bytes, acts, out),
+            MatKernel::Tile(tile) => tile(weights, row_bytes, acts, out),
             MatKernel::Dot(dot) => {
                 for (y_row, w_row) in out.chunks_exact_mut(acts.len()).zip(weights.chunks_exact(row_bytes)) {
                     for (y, act) in y_row.iter_mut().zip(acts) {
@@ -150,20 +142,6 @@ impl Kernels {
         self.matmul_i16 = Some(MatKernel::Tile(f));
         self
     }
-
-    /// [`Kernels::tile`] with its activation-major twin.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn panel(mut self, f: TileKernel, columns: ColumnKernel) -> Self {
-        self.matmul = Some(MatKernel::Panel(f, columns));
-        self
-    }
-
-    /// [`Kernels::tile_i16`] with its activation-major twin.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn panel_i16(mut self, f: TileKernel, columns: ColumnKernel) -> Self {
-        self.matmul_i16 = Some(MatKernel::Panel(f, columns));
-        self
-    }
 }
 
 /// An instruction set: the CPU features its kernels need, checked at run time, and its rows.
@@ -195,8 +173,12 @@ pub(crate) struct VectorKernels {
     /// `reference::quantize_i16_blocks`, bit for bit.
     pub(crate) quantize_i16: QuantizeI16Fn,
     /// `(src, rows, cols, first_col, dst)`: `crate::vector::transpose_into_rows`.
-    pub(crate) transpose: fn(&[f32], usize, usize, usize, &mut [&mut [f32]]),
+    pub(crate) transpose: TransposeFn,
 }
+
+/// Columns `first_col..` of a row-major matrix into one slice per column: `(src, rows, cols,
+/// first_col, dst)`.
+pub(crate) type TransposeFn = fn(&[f32], usize, usize, usize, &mut [&mut [f32]]);
 
 /// Several queries' weighted sums over the same rows: `(outs, weights, rows)`.
 pub(crate) type WeightedSumsFn = fn(&mut [&mut [f32]], &[&[f32]], &[f32]);

@@ -248,7 +248,7 @@ fn step<L: Layout>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
 /// panels of 16 rows: the AVX2 panels' and tiles' results, bit for bit.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn panels<L: Layout, D>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut Out<'_, '_>, decode: D)
+fn panels<L: Layout, D>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32], decode: D)
 where
     D: Fn(&[u8]) -> Decoded,
 {
@@ -262,50 +262,26 @@ where
                 let (rows, count) = group_rows(group, row_bytes);
                 pack(&rows[..count], L::BLOCK_BYTES, panel, &decode);
                 for (g, group_acts) in act_blocks.chunks_exact(blocks).enumerate() {
-                    put_results(out, first_row, count, ACTS * g, step::<L>(panel, group_acts));
+                    put_results(out, acts.len(), first_row, count, ACTS * g, step::<L>(panel, group_acts));
                 }
             }
         });
     });
 }
 
-/// Where a panel kernel writes its results.
-pub(super) enum Out<'a, 'b> {
-    /// Row-major: rows × `n` activations (a `TileKernel`'s `out`).
-    Rows { out: &'a mut [f32], n: usize },
-    /// Activation-major: one slice per activation, one value per row (a `ColumnKernel`'s `out`).
-    Columns(&'a mut [&'b mut [f32]]),
-}
-
 /// A step's results (`results[k]`: the values of rows `first_row..first_row + count`, one per
-/// lane, for activation `first + k`) into `out`; activations past the call's are dropped (a last
-/// step may be short).
+/// lane, for activation `first + k`) into `out` (rows × `n` activations); activations past the
+/// call's are dropped (a last step may be short).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) fn put_results<const A: usize>(
-    out: &mut Out<'_, '_>,
+    out: &mut [f32],
+    n: usize,
     first_row: usize,
     count: usize,
     first: usize,
     results: [__m512; A],
 ) {
-    let (out, n) = match out {
-        Out::Rows { out, n } => (&mut **out, *n),
-        Out::Columns(columns) => {
-            for (column, v) in columns.iter_mut().skip(first).zip(results) {
-                let v: [f32; ROWS] = bytemuck::cast(v);
-                if count == ROWS {
-                    // One whole-vector store.
-                    let whole: &mut [f32; ROWS] =
-                        (&mut column[first_row..first_row + ROWS]).try_into().expect("16 rows");
-                    *whole = v;
-                } else {
-                    column[first_row..first_row + count].copy_from_slice(&v[..count]);
-                }
-            }
-            return;
-        }
-    };
     let out = &mut out[first_row * n..];
     if A == 8 && first + 8 <= n {
         // Eight whole activations: two 8 × 8 transposes (rows 0..8 and 8..16) give each row its
@@ -331,79 +307,25 @@ pub(super) fn put_results<const A: usize>(
     }
 }
 
-thread_local! {
-    /// A call's row-major results before [`scatter_columns`] spreads them, kept per thread.
-    static ROW_MAJOR: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A row-major kernel's results spread into activation-major `out` (`out[j][r]` = row `r`,
-/// activation `j`): the column kernels below the panels' threshold, where the tiles write
-/// row-major.
-pub(super) fn scatter_columns(
-    w: &[u8],
-    row_bytes: usize,
-    acts: &[Activation<'_>],
-    out: &mut [&mut [f32]],
-    tile: impl FnOnce(&[u8], usize, &[Activation<'_>], &mut [f32]),
-) {
-    let n = acts.len();
-    ROW_MAJOR.with_borrow_mut(|buf| {
-        // Not cleared: the kernel writes every value.
-        buf.resize(w.len() / row_bytes.max(1) * n, 0.0);
-        tile(w, row_bytes, acts, buf);
-        for (r, values) in buf.chunks_exact(n.max(1)).enumerate() {
-            for (column, &value) in out.iter_mut().zip(values) {
-                column[r] = value;
-            }
-        }
-    });
-}
-
-/// The `matmul_i16` kernels of one format for this ISA, row-major and activation-major: panels
-/// from [`MIN_ACTS`] activations, `avx512_tile`'s kernels (`G` activation groups per AVX2 tile)
-/// below.
+/// The `matmul_i16` kernel of one format for this ISA: panels from [`MIN_ACTS`] activations,
+/// `avx512_tile`'s kernels (`G` activation groups per AVX2 tile) below.
 macro_rules! format_kernel {
-    ($name:ident, $columns:ident, $panels:ident, $format:ty, $tiles:ident, $decode:ident) => {
-        /// The panels of this format: one instance for both output layouts, so that its step
-        /// has one caller and is inlined there.
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        fn $panels(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut Out<'_, '_>) {
-            panels::<$format, _>(w, row_bytes, acts, out, |b| tile_i16::$decode(b));
-        }
-
+    ($name:ident, $format:ty, $tiles:ident, $decode:ident) => {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         pub(super) fn $name<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
             if acts.len() >= MIN_ACTS {
-                $panels(w, row_bytes, acts, &mut Out::Rows { out, n: acts.len() });
+                panels::<$format, _>(w, row_bytes, acts, out, |b| tile_i16::$decode(b));
             } else {
                 avx512_tile::$tiles::<G>(w, row_bytes, acts, out);
-            }
-        }
-
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        pub(super) fn $columns<const G: usize>(
-            w: &[u8],
-            row_bytes: usize,
-            acts: &[Activation<'_>],
-            out: &mut [&mut [f32]],
-        ) {
-            if acts.len() >= MIN_ACTS {
-                $panels(w, row_bytes, acts, &mut Out::Columns(out));
-            } else {
-                scatter_columns(w, row_bytes, acts, out, |w, row_bytes, acts, out| {
-                    avx512_tile::$tiles::<G>(w, row_bytes, acts, out)
-                });
             }
         }
     };
 }
 
-format_kernel!(kernel_q8_0, columns_q8_0, panels_q8_0, Q8_0, tiles_q8_0, decode_q8_0);
-format_kernel!(kernel_q4_0, columns_q4_0, panels_q4_0, Q4_0, tiles_q4_0, decode_q4_0);
-format_kernel!(kernel_q4_1, columns_q4_1, panels_q4_1, Q4_1, tiles_q4_1, decode_q4_1);
-format_kernel!(kernel_q5_0, columns_q5_0, panels_q5_0, Q5_0, tiles_q5_0, decode_q5_0);
-format_kernel!(kernel_q5_1, columns_q5_1, panels_q5_1, Q5_1, tiles_q5_1, decode_q5_1);
-format_kernel!(kernel_mxfp4, columns_mxfp4, panels_mxfp4, Mxfp4, tiles_mxfp4, decode_mxfp4);
+format_kernel!(kernel_q8_0, Q8_0, tiles_q8_0, decode_q8_0);
+format_kernel!(kernel_q4_0, Q4_0, tiles_q4_0, decode_q4_0);
+format_kernel!(kernel_q4_1, Q4_1, tiles_q4_1, decode_q4_1);
+format_kernel!(kernel_q5_0, Q5_0, tiles_q5_0, decode_q5_0);
+format_kernel!(kernel_q5_1, Q5_1, tiles_q5_1, decode_q5_1);
+format_kernel!(kernel_mxfp4, Mxfp4, tiles_mxfp4, decode_mxfp4);

@@ -35,9 +35,7 @@ use bytemuck::pod_read_unaligned;
 use super::avx2_dequant::q6_k_quarters;
 use super::avx2_dot::f16_at;
 use super::avx2_tile_k::{self as tile_k, k4_chunk, k4_scales_mins, q2_k_quants, q3_k_quants};
-use super::avx512_panel::{
-    LayoutKey, Out, across_rows, add_pair_products, group_rows, laid_out, put_results, scatter_columns,
-};
+use super::avx512_panel::{LayoutKey, across_rows, add_pair_products, group_rows, laid_out, put_results};
 use crate::activation::Activation;
 use crate::ggml::k_quants::q3_k_scales;
 
@@ -288,15 +286,15 @@ fn step<F: Format>(panel: &[PanelBlock], acts: &[ActBlock]) -> [__m512; ACTS] {
     })
 }
 
-/// Every row of `w` against every activation into `out`, through panels of 16 rows:
-/// `avx2_tile_k`'s results, bit for bit.
+/// Every row of `w` against every activation into `out` (rows × activations), through panels of
+/// 16 rows: `avx2_tile_k`'s results, bit for bit.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn panels<F: Format>(
     w: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
-    out: &mut Out<'_, '_>,
+    out: &mut [f32],
     decode: fn(&[u8]) -> Decoded,
 ) {
     let blocks = row_bytes / F::BLOCK_BYTES;
@@ -309,48 +307,31 @@ fn panels<F: Format>(
                 let (rows, count) = group_rows(group, row_bytes);
                 pack::<F>(&rows[..count], panel, decode);
                 for (g, group_acts) in act_blocks.chunks_exact(blocks).enumerate() {
-                    put_results(out, first_row, count, ACTS * g, step::<F>(panel, group_acts));
+                    put_results(out, acts.len(), first_row, count, ACTS * g, step::<F>(panel, group_acts));
                 }
             }
         });
     });
 }
 
-/// The matmul kernels of one K-quant for this ISA, row-major and activation-major: panels from
-/// [`MIN_ACTS`] activations on, `avx2_tile_k` (`A` activations per pass) below.
+/// The matmul kernel of one K-quant for this ISA: panels from [`MIN_ACTS`] activations on,
+/// `avx2_tile_k` (`A` activations per pass) below.
 macro_rules! format_kernel {
-    ($name:ident, $columns:ident, $format:ty, $avx2:ident, $decode:expr) => {
+    ($name:ident, $format:ty, $avx2:ident, $decode:expr) => {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         pub(super) fn $name<const A: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
             if acts.len() >= MIN_ACTS {
-                panels::<$format>(w, row_bytes, acts, &mut Out::Rows { out, n: acts.len() }, $decode);
+                panels::<$format>(w, row_bytes, acts, out, $decode);
             } else {
                 tile_k::$avx2::<A>(w, row_bytes, acts, out);
-            }
-        }
-
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        pub(super) fn $columns<const A: usize>(
-            w: &[u8],
-            row_bytes: usize,
-            acts: &[Activation<'_>],
-            out: &mut [&mut [f32]],
-        ) {
-            if acts.len() >= MIN_ACTS {
-                panels::<$format>(w, row_bytes, acts, &mut Out::Columns(out), $decode);
-            } else {
-                scatter_columns(w, row_bytes, acts, out, |w, row_bytes, acts, out| {
-                    tile_k::$avx2::<A>(w, row_bytes, acts, out)
-                });
             }
         }
     };
 }
 
-format_kernel!(kernel_q2_k, columns_q2_k, Q2K, tiles_q2_k, |b| decode_q2_k(b));
-format_kernel!(kernel_q3_k, columns_q3_k, Q3K, tiles_q3_k, |b| decode_q3_k(b));
-format_kernel!(kernel_q4_k, columns_q4_k, Q4K, tiles_q4_k, |b| decode_k4::<false>(b));
-format_kernel!(kernel_q5_k, columns_q5_k, Q5K, tiles_q5_k, |b| decode_k4::<true>(b));
-format_kernel!(kernel_q6_k, columns_q6_k, Q6K, tiles_q6_k, |b| decode_q6_k(b));
+format_kernel!(kernel_q2_k, Q2K, tiles_q2_k, |b| decode_q2_k(b));
+format_kernel!(kernel_q3_k, Q3K, tiles_q3_k, |b| decode_q3_k(b));
+format_kernel!(kernel_q4_k, Q4K, tiles_q4_k, |b| decode_k4::<false>(b));
+format_kernel!(kernel_q5_k, Q5K, tiles_q5_k, |b| decode_k4::<true>(b));
+format_kernel!(kernel_q6_k, Q6K, tiles_q6_k, |b| decode_q6_k(b));

@@ -65,7 +65,7 @@ macro_rules! dot {
     };
 }
 
-/// A [`super::TileKernel`] (or [`super::ColumnKernel`]) calling the `#[target_feature]` kernel
+/// A [`super::TileKernel`] calling the `#[target_feature]` kernel
 /// `$kernel`.
 macro_rules! tile {
     ($kernel:expr) => {
@@ -160,50 +160,17 @@ pub(super) const AVX512_VNNI: Isa = Isa {
             && has!("avx512vnni")
     },
     rows: &[
-        Kernels::new(Q8_0).panel_i16(
-            tile!(avx512_panel::kernel_q8_0::<I16_ACT_GROUPS>),
-            tile!(avx512_panel::columns_q8_0::<I16_ACT_GROUPS>),
-        ),
-        Kernels::new(Q4_0).panel_i16(
-            tile!(avx512_panel::kernel_q4_0::<I16_ACT_GROUPS>),
-            tile!(avx512_panel::columns_q4_0::<I16_ACT_GROUPS>),
-        ),
-        Kernels::new(Q4_1).panel_i16(
-            tile!(avx512_panel::kernel_q4_1::<I16_ACT_GROUPS>),
-            tile!(avx512_panel::columns_q4_1::<I16_ACT_GROUPS>),
-        ),
-        Kernels::new(Q5_0).panel_i16(
-            tile!(avx512_panel::kernel_q5_0::<I16_ACT_GROUPS>),
-            tile!(avx512_panel::columns_q5_0::<I16_ACT_GROUPS>),
-        ),
-        Kernels::new(Q5_1).panel_i16(
-            tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>),
-            tile!(avx512_panel::columns_q5_1::<I16_ACT_GROUPS>),
-        ),
-        Kernels::new(MXFP4).panel_i16(
-            tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>),
-            tile!(avx512_panel::columns_mxfp4::<I16_ACT_GROUPS>),
-        ),
-        Kernels::new(Q2_K).panel(
-            tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>),
-            tile!(avx512_panel_k::columns_q2_k::<K_QUANT_ACTS>),
-        ),
-        Kernels::new(Q3_K).panel(
-            tile!(avx512_panel_k::kernel_q3_k::<K_QUANT_ACTS>),
-            tile!(avx512_panel_k::columns_q3_k::<K_QUANT_ACTS>),
-        ),
-        Kernels::new(Q4_K).panel(
-            tile!(avx512_panel_k::kernel_q4_k::<K_QUANT_ACTS>),
-            tile!(avx512_panel_k::columns_q4_k::<K_QUANT_ACTS>),
-        ),
-        Kernels::new(Q5_K).panel(
-            tile!(avx512_panel_k::kernel_q5_k::<K_QUANT_ACTS>),
-            tile!(avx512_panel_k::columns_q5_k::<K_QUANT_ACTS>),
-        ),
-        Kernels::new(Q6_K).panel(
-            tile!(avx512_panel_k::kernel_q6_k::<K_QUANT_ACTS>),
-            tile!(avx512_panel_k::columns_q6_k::<K_QUANT_ACTS>),
-        ),
+        Kernels::new(Q8_0).tile_i16(tile!(avx512_panel::kernel_q8_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q4_0).tile_i16(tile!(avx512_panel::kernel_q4_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q4_1).tile_i16(tile!(avx512_panel::kernel_q4_1::<I16_ACT_GROUPS>)),
+        Kernels::new(Q5_0).tile_i16(tile!(avx512_panel::kernel_q5_0::<I16_ACT_GROUPS>)),
+        Kernels::new(Q5_1).tile_i16(tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>)),
+        Kernels::new(MXFP4).tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>)),
+        Kernels::new(Q2_K).tile(tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q3_K).tile(tile!(avx512_panel_k::kernel_q3_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q4_K).tile(tile!(avx512_panel_k::kernel_q4_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q5_K).tile(tile!(avx512_panel_k::kernel_q5_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q6_K).tile(tile!(avx512_panel_k::kernel_q6_k::<K_QUANT_ACTS>)),
     ],
 };
 
