@@ -127,14 +127,7 @@ pub fn transpose_into_rows_ref(src: &[f32], rows: usize, cols: usize, first_col:
 }
 
 /// A transpose kernel into contiguous `dst`, handed its rows 16 at a time (no allocation).
-fn contiguous(
-    kernel: kernels::TransposeFn,
-    src: &[f32],
-    rows: usize,
-    cols: usize,
-    first_col: usize,
-    dst: &mut [f32],
-) {
+fn contiguous(kernel: kernels::TransposeFn, src: &[f32], rows: usize, cols: usize, first_col: usize, dst: &mut [f32]) {
     const GROUP: usize = 16;
     if rows == 0 {
         return;
