@@ -609,25 +609,27 @@ pub(super) fn decode_mxfp4(b: &[u8]) -> Decoded {
     (e2m1_wide(table, low, high), e8m0_to_f32_half(b[0]), 0.0)
 }
 
-/// The tile kernel of one format with its decoder: `tiles::tiles` below `avx2_panel::MIN_ACTS`
-/// activations, the panels from there.
+/// The `matmul_i16` kernel of one format with its decoder: `tiles::tiles` (of the module that
+/// invokes this) below `avx2_panel::MIN_ACTS` activations, the panels from there, with `$vnni`
+/// their sums by AVX-VNNI's `vpdpwssd` (`avx_vnni`, which also invokes it).
 macro_rules! format_tiles {
-    ($name:ident, $format:ty, $decode:ident) => {
+    ($name:ident, $format:ty, $decode:path, $vnni:literal) => {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) fn $name<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
             if acts.len() >= avx2_panel::MIN_ACTS {
-                avx2_panel::panels::<$format, _, false>(w, row_bytes, acts, out, |b| $decode(b));
+                avx2_panel::panels::<$format, _, $vnni>(w, row_bytes, acts, out, |b| $decode(b));
             } else {
                 tiles::tiles::<$format, G>(w, row_bytes, acts, out, |b| $decode(b));
             }
         }
     };
 }
+pub(super) use format_tiles;
 
-format_tiles!(tiles_q8_0, Q8_0, decode_q8_0);
-format_tiles!(tiles_q4_0, Q4_0, decode_q4_0);
-format_tiles!(tiles_q4_1, Q4_1, decode_q4_1);
-format_tiles!(tiles_q5_0, Q5_0, decode_q5_0);
-format_tiles!(tiles_q5_1, Q5_1, decode_q5_1);
-format_tiles!(tiles_mxfp4, Mxfp4, decode_mxfp4);
+format_tiles!(tiles_q8_0, Q8_0, decode_q8_0, false);
+format_tiles!(tiles_q4_0, Q4_0, decode_q4_0, false);
+format_tiles!(tiles_q4_1, Q4_1, decode_q4_1, false);
+format_tiles!(tiles_q5_0, Q5_0, decode_q5_0, false);
+format_tiles!(tiles_q5_1, Q5_1, decode_q5_1, false);
+format_tiles!(tiles_mxfp4, Mxfp4, decode_mxfp4, false);

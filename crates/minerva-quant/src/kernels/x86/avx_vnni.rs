@@ -12,7 +12,9 @@
 use core::arch::x86_64::{__m256i, _mm256_madd_epi16};
 
 use super::avx2_panel;
-use super::avx2_tile_i16::{self as tile_i16, Mxfp4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, load_i16, tile_kernels};
+use super::avx2_tile_i16::{
+    self as tile_i16, Mxfp4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, format_tiles, load_i16, tile_kernels,
+};
 use crate::activation::Activation;
 
 /// A block's quants · 32 activation quants: 8 i32 lanes, exact (`tile_i16::quants_dot`'s lanes),
@@ -33,25 +35,11 @@ fn quants_dot(q: (__m256i, __m256i), a: &[i16; 32]) -> __m256i {
 
 tile_kernels!("avx2,fma,f16c", super::quants_dot);
 
-/// The `matmul_i16` kernel of one format: these tiles below `avx2_panel::MIN_ACTS` activations,
-/// the panels with `vpdpwssd` from there.
-macro_rules! format_kernel {
-    ($name:ident, $format:ty, $decode:ident) => {
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) fn $name<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-            if acts.len() >= avx2_panel::MIN_ACTS {
-                avx2_panel::panels::<$format, _, true>(w, row_bytes, acts, out, |b| tile_i16::$decode(b));
-            } else {
-                tiles::tiles::<$format, G>(w, row_bytes, acts, out, |b| tile_i16::$decode(b));
-            }
-        }
-    };
-}
-
-format_kernel!(kernel_q8_0, Q8_0, decode_q8_0);
-format_kernel!(kernel_q4_0, Q4_0, decode_q4_0);
-format_kernel!(kernel_q4_1, Q4_1, decode_q4_1);
-format_kernel!(kernel_q5_0, Q5_0, decode_q5_0);
-format_kernel!(kernel_q5_1, Q5_1, decode_q5_1);
-format_kernel!(kernel_mxfp4, Mxfp4, decode_mxfp4);
+// The `matmul_i16` kernel of each format: these tiles below `avx2_panel::MIN_ACTS` activations,
+// the panels with `vpdpwssd` from there.
+format_tiles!(kernel_q8_0, Q8_0, tile_i16::decode_q8_0, true);
+format_tiles!(kernel_q4_0, Q4_0, tile_i16::decode_q4_0, true);
+format_tiles!(kernel_q4_1, Q4_1, tile_i16::decode_q4_1, true);
+format_tiles!(kernel_q5_0, Q5_0, tile_i16::decode_q5_0, true);
+format_tiles!(kernel_q5_1, Q5_1, tile_i16::decode_q5_1, true);
+format_tiles!(kernel_mxfp4, Mxfp4, tile_i16::decode_mxfp4, true);
