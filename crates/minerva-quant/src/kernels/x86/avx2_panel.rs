@@ -126,25 +126,39 @@ fn pair(a: &[i16; 32], p: usize) -> __m256i {
     _mm256_set1_epi32(pod_read_unaligned::<i32>(bytemuck::cast_slice(&a[2 * p..2 * p + 2])))
 }
 
-/// `s + madd(w, x)` (8 i32 lanes, exact), with `VNNI` in one VEX `vpdpwssd` (AVX-VNNI): the same
+/// How the panels add each product pair into their integer sums (their `SUMS` parameter):
+/// `vpmaddwd` + `vpaddd` (AVX2).
+pub(super) const MADD: u8 = 0;
+/// [`MADD`] as one VEX `vpdpwssd` (AVX-VNNI).
+pub(super) const VEX_DPWSSD: u8 = 1;
+/// [`MADD`] as one EVEX `vpdpwssd` on 256 bits (AVX-512 VL + VNNI).
+pub(super) const EVEX_DPWSSD: u8 = 2;
+
+/// `s + madd(w, x)` (8 i32 lanes, exact) as `SUMS` says: the `vpdpwssd` forms add the same
 /// integers as `vpmaddwd` + `vpaddd`, in one instruction instead of two.
 ///
 /// Written in `asm!` for the reason `avx512_tile::quants_dot` gives (LLVM splits the intrinsic
-/// again when it does not tune for such a CPU); the `{vex}` prefix keeps the AVX-VNNI encoding
-/// where an assembler would pick AVX-512's.
+/// again when it does not tune for such a CPU); the `{vex}` / `{evex}` prefix picks the encoding
+/// the CPU has.
 #[inline]
 #[target_feature(enable = "avx2")]
 #[allow(unsafe_code)]
-fn madd_add<const VNNI: bool>(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
-    if !VNNI {
-        return _mm256_add_epi32(s, _mm256_madd_epi16(w, x));
-    }
+fn madd_add<const SUMS: u8>(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
     let mut s = s;
-    // SAFETY: the instruction reads and writes registers only. Kernels with `VNNI` are reached
-    // only from the `avx2+avxvnni` ISA's rows, which run after its check found AVX-VNNI.
-    unsafe {
-        core::arch::asm!("{{vex}} vpdpwssd {s}, {w}, {x}", s = inout(ymm_reg) s, w = in(ymm_reg) w, x = in(ymm_reg) x,
-            options(pure, nomem, nostack, preserves_flags));
+    match SUMS {
+        // SAFETY: the instruction reads and writes registers only; kernels with `VEX_DPWSSD` are
+        // reached only from the `avx2+avxvnni` ISA's rows, which run after its check found AVX-VNNI.
+        VEX_DPWSSD => unsafe {
+            core::arch::asm!("{{vex}} vpdpwssd {s}, {w}, {x}", s = inout(ymm_reg) s, w = in(ymm_reg) w,
+                x = in(ymm_reg) x, options(pure, nomem, nostack, preserves_flags));
+        },
+        // SAFETY: as above; kernels with `EVEX_DPWSSD` are reached only from the `avx512+vnni`
+        // ISA's rows, which run after its check found AVX-512 VL and VNNI.
+        EVEX_DPWSSD => unsafe {
+            core::arch::asm!("{{evex}} vpdpwssd {s}, {w}, {x}", s = inout(ymm_reg) s, w = in(ymm_reg) w,
+                x = in(ymm_reg) x, options(pure, nomem, nostack, preserves_flags));
+        },
+        _ => s = _mm256_add_epi32(s, _mm256_madd_epi16(w, x)),
     }
     s
 }
@@ -153,7 +167,7 @@ fn madd_add<const VNNI: bool>(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
 /// blocks: each activation pair is broadcast once for the `P` panels.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn partial<const A: usize, const S: usize, const P: usize, const VNNI: bool>(
+fn partial<const A: usize, const S: usize, const P: usize, const SUMS: u8>(
     entries: [&PanelBlock; P],
     a: &[&[i16; 32]; A],
     slots: [usize; S],
@@ -164,7 +178,7 @@ fn partial<const A: usize, const S: usize, const P: usize, const VNNI: bool>(
         for j in 0..A {
             let x = pair(a[j], p);
             for i in 0..P {
-                s[i][j] = madd_add::<VNNI>(s[i][j], w[i], x);
+                s[i][j] = madd_add::<SUMS>(s[i][j], w[i], x);
             }
         }
     }
@@ -191,7 +205,7 @@ impl<'a> ActBlocks<'a> {
 /// term `fma(m, d_a·Σa, acc)` (`m` = 0 unless `FIRST`, as in the tiles' upper lanes).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn part<L: Layout, const A: usize, const P: usize, const FIRST: bool, const VNNI: bool>(
+fn part<L: Layout, const A: usize, const P: usize, const FIRST: bool, const SUMS: u8>(
     panels: [&[PanelBlock]; P],
     acts: &[ActBlocks<'_>; A],
     slots: [usize; 8],
@@ -204,7 +218,7 @@ fn part<L: Layout, const A: usize, const P: usize, const FIRST: bool, const VNNI
     for b in 0..panels[0].len() {
         let entries: [&PanelBlock; P] = std::array::from_fn(|i| &panels[i][b]);
         let a: [&[i16; 32]; A] = std::array::from_fn(|j| acts[j].q[32 * b..32 * b + 32].try_into().expect("32 quants"));
-        let s = partial::<A, 8, P, VNNI>(entries, &a, slots);
+        let s = partial::<A, 8, P, SUMS>(entries, &a, slots);
         for i in 0..P {
             let dw = _mm256_castsi256_ps(entries[i][16]);
             for j in 0..A {
@@ -231,25 +245,25 @@ fn part<L: Layout, const A: usize, const P: usize, const FIRST: bool, const VNNI
 /// activation.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn step<L: Layout, const A: usize, const P: usize, const VNNI: bool>(
+fn step<L: Layout, const A: usize, const P: usize, const SUMS: u8>(
     panels: [&[PanelBlock]; P],
     acts: [&Activation<'_>; A],
 ) -> [[__m256; A]; P] {
     let blocks = panels[0].len();
     let acts: [ActBlocks<'_>; A] = std::array::from_fn(|j| ActBlocks::new(acts[j], blocks));
     let add = _mm256_add_ps;
-    let lo = part::<L, A, P, true, VNNI>(panels, &acts, [0, 1, 2, 3, 8, 9, 10, 11]);
-    let hi = part::<L, A, P, false, VNNI>(panels, &acts, [4, 5, 6, 7, 12, 13, 14, 15]);
+    let lo = part::<L, A, P, true, SUMS>(panels, &acts, [0, 1, 2, 3, 8, 9, 10, 11]);
+    let hi = part::<L, A, P, false, SUMS>(panels, &acts, [4, 5, 6, 7, 12, 13, 14, 15]);
     std::array::from_fn(|i| std::array::from_fn(|j| add(lo[i][j], hi[i][j])))
 }
 
 /// Every row of `w` (whole rows of `row_bytes`) against every activation, `out` row-major (rows ×
 /// acts), through panels of 8 rows. The tile kernels' results, bit for bit, for any number of
-/// activations (worth it from [`MIN_ACTS`] on). With `VNNI` the integer sums take AVX-VNNI's
-/// `vpdpwssd` (the caller promises the CPU has it): the same bits.
+/// activations (worth it from [`MIN_ACTS`] on). `SUMS` picks how the integer sums are added
+/// ([`MADD`], or a `vpdpwssd` the caller promises the CPU has): the same bits.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn panels<L: Layout, D, const VNNI: bool>(
+pub(super) fn panels<L: Layout, D, const SUMS: u8>(
     w: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
@@ -258,13 +272,13 @@ pub(super) fn panels<L: Layout, D, const VNNI: bool>(
 ) where
     D: Fn(&[u8]) -> ((__m256i, __m256i), f32, f32),
 {
-    groups::<L, D, 4, 2, VNNI>(w, row_bytes, acts, out, &decode);
+    groups::<L, D, 4, 2, SUMS>(w, row_bytes, acts, out, &decode);
 }
 
 /// [`panels`] in groups of `8·P` rows × `A` activations (then 8 rows, then single activations).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn groups<L: Layout, D, const A: usize, const P: usize, const VNNI: bool>(
+fn groups<L: Layout, D, const A: usize, const P: usize, const SUMS: u8>(
     w: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
@@ -300,10 +314,10 @@ fn groups<L: Layout, D, const A: usize, const P: usize, const VNNI: bool>(
             let mut j = 0;
             for tile in &mut tiles {
                 let result = if count > (P - 1) * ROWS {
-                    step::<L, A, P, VNNI>(subs, std::array::from_fn(|k| &tile[k]))
+                    step::<L, A, P, SUMS>(subs, std::array::from_fn(|k| &tile[k]))
                 } else {
                     // Too few rows for all P panels: the first one alone.
-                    let [first] = step::<L, A, 1, VNNI>([subs[0]], std::array::from_fn(|k| &tile[k]));
+                    let [first] = step::<L, A, 1, SUMS>([subs[0]], std::array::from_fn(|k| &tile[k]));
                     std::array::from_fn(|_| first)
                 };
                 for (i, values) in result.iter().enumerate() {
@@ -316,7 +330,7 @@ fn groups<L: Layout, D, const A: usize, const P: usize, const VNNI: bool>(
             for act in tiles.remainder() {
                 // Only the panels this group filled.
                 for (i, sub) in subs.iter().enumerate().take(count.div_ceil(ROWS)) {
-                    let [result] = step::<L, 1, 1, VNNI>([sub], [act]);
+                    let [result] = step::<L, 1, 1, SUMS>([sub], [act]);
                     put(i, j, result[0]);
                 }
                 j += 1;

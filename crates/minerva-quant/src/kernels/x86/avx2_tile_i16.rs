@@ -609,27 +609,36 @@ pub(super) fn decode_mxfp4(b: &[u8]) -> Decoded {
     (e2m1_wide(table, low, high), e8m0_to_f32_half(b[0]), 0.0)
 }
 
-/// The `matmul_i16` kernel of one format with its decoder: `tiles::tiles` (of the module that
-/// invokes this) below `avx2_panel::MIN_ACTS` activations, the panels from there, with `$vnni`
-/// their sums by AVX-VNNI's `vpdpwssd` (`avx_vnni`, which also invokes it).
+/// The `matmul_i16` kernel of one format, compiled with `$features`: `tiles::tiles` (of the module
+/// that invokes this) with `$tile_decode` below `avx2_panel::MIN_ACTS` activations, the panels
+/// from there, adding their sums as `$sums` says (`avx2_panel::MADD` here; `avx_vnni` and
+/// `avx512_tile` invoke it too, with their `vpdpwssd`).
+///
+/// The panels run in a function of their own compiled for AVX2, with AVX2's `$panel_decode`
+/// (the same integers): a decoder or closure compiled with more features than the panels' loop
+/// is not inlined into it, which cost 0.7–0.9× at 8 to 15 activations.
 macro_rules! format_tiles {
-    ($name:ident, $format:ty, $decode:path, $vnni:literal) => {
+    ($name:ident, $format:ty, $tile_decode:path, $panel_decode:path, $sums:path, $features:literal) => {
         #[inline]
-        #[target_feature(enable = "avx2,fma,f16c")]
+        #[target_feature(enable = $features)]
         pub(super) fn $name<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn panels(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+                avx2_panel::panels::<$format, _, { $sums }>(w, row_bytes, acts, out, |b| $panel_decode(b));
+            }
             if acts.len() >= avx2_panel::MIN_ACTS {
-                avx2_panel::panels::<$format, _, $vnni>(w, row_bytes, acts, out, |b| $decode(b));
+                panels(w, row_bytes, acts, out);
             } else {
-                tiles::tiles::<$format, G>(w, row_bytes, acts, out, |b| $decode(b));
+                tiles::tiles::<$format, G>(w, row_bytes, acts, out, |b| $tile_decode(b));
             }
         }
     };
 }
 pub(super) use format_tiles;
 
-format_tiles!(tiles_q8_0, Q8_0, decode_q8_0, false);
-format_tiles!(tiles_q4_0, Q4_0, decode_q4_0, false);
-format_tiles!(tiles_q4_1, Q4_1, decode_q4_1, false);
-format_tiles!(tiles_q5_0, Q5_0, decode_q5_0, false);
-format_tiles!(tiles_q5_1, Q5_1, decode_q5_1, false);
-format_tiles!(tiles_mxfp4, Mxfp4, decode_mxfp4, false);
+format_tiles!(tiles_q8_0, Q8_0, decode_q8_0, decode_q8_0, avx2_panel::MADD, "avx2,fma,f16c");
+format_tiles!(tiles_q4_0, Q4_0, decode_q4_0, decode_q4_0, avx2_panel::MADD, "avx2,fma,f16c");
+format_tiles!(tiles_q4_1, Q4_1, decode_q4_1, decode_q4_1, avx2_panel::MADD, "avx2,fma,f16c");
+format_tiles!(tiles_q5_0, Q5_0, decode_q5_0, decode_q5_0, avx2_panel::MADD, "avx2,fma,f16c");
+format_tiles!(tiles_q5_1, Q5_1, decode_q5_1, decode_q5_1, avx2_panel::MADD, "avx2,fma,f16c");
+format_tiles!(tiles_mxfp4, Mxfp4, decode_mxfp4, decode_mxfp4, avx2_panel::MADD, "avx2,fma,f16c");

@@ -26,7 +26,8 @@ use bytemuck::pod_read_unaligned;
 use super::avx2_dot::{f16_at, f16_pair_at};
 use super::avx2_panel;
 use super::avx2_tile_i16::{
-    self as tile_i16, Decoded, Mxfp4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, bytes_wide, load_i16, nibbles_wide, tile_kernels,
+    self as tile_i16, Decoded, Mxfp4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, bytes_wide, format_tiles, load_i16, nibbles_wide,
+    tile_kernels,
 };
 use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
@@ -100,26 +101,54 @@ fn decode_q5_1(b: &[u8]) -> Decoded {
     (q5_quants(&b[4..8], &b[8..]), d, m)
 }
 
-/// The `matmul_i16` kernel of one format below the AVX-512 panels' `MIN_ACTS`: these tiles
-/// (`G` activation groups per tile) below `avx2_panel::MIN_ACTS` activations, the AVX2 format
-/// kernel (its panels) from there.
-macro_rules! format_tiles {
-    ($name:ident, $format:ty, $decode:expr) => {
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        pub(super) fn $name<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-            if acts.len() >= avx2_panel::MIN_ACTS {
-                tile_i16::$name::<G>(w, row_bytes, acts, out);
-            } else {
-                tiles::tiles::<$format, G>(w, row_bytes, acts, out, |b| $decode(b));
-            }
-        }
-    };
-}
-
-format_tiles!(tiles_q8_0, Q8_0, tile_i16::decode_q8_0);
-format_tiles!(tiles_q4_0, Q4_0, tile_i16::decode_q4_0);
-format_tiles!(tiles_q4_1, Q4_1, tile_i16::decode_q4_1);
-format_tiles!(tiles_q5_0, Q5_0, decode_q5_0);
-format_tiles!(tiles_q5_1, Q5_1, decode_q5_1);
-format_tiles!(tiles_mxfp4, Mxfp4, decode_mxfp4);
+// The `matmul_i16` kernel of each format below the AVX-512 panels' `MIN_ACTS`: these tiles (`G`
+// activation groups per tile) below `avx2_panel::MIN_ACTS` activations, the AVX2 panels from
+// there with their sums by EVEX `vpdpwssd`.
+format_tiles!(
+    tiles_q8_0,
+    Q8_0,
+    tile_i16::decode_q8_0,
+    tile_i16::decode_q8_0,
+    avx2_panel::EVEX_DPWSSD,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+);
+format_tiles!(
+    tiles_q4_0,
+    Q4_0,
+    tile_i16::decode_q4_0,
+    tile_i16::decode_q4_0,
+    avx2_panel::EVEX_DPWSSD,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+);
+format_tiles!(
+    tiles_q4_1,
+    Q4_1,
+    tile_i16::decode_q4_1,
+    tile_i16::decode_q4_1,
+    avx2_panel::EVEX_DPWSSD,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+);
+format_tiles!(
+    tiles_q5_0,
+    Q5_0,
+    decode_q5_0,
+    tile_i16::decode_q5_0,
+    avx2_panel::EVEX_DPWSSD,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+);
+format_tiles!(
+    tiles_q5_1,
+    Q5_1,
+    decode_q5_1,
+    tile_i16::decode_q5_1,
+    avx2_panel::EVEX_DPWSSD,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+);
+format_tiles!(
+    tiles_mxfp4,
+    Mxfp4,
+    decode_mxfp4,
+    tile_i16::decode_mxfp4,
+    avx2_panel::EVEX_DPWSSD,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+);

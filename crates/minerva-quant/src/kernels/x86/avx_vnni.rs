@@ -37,9 +37,16 @@ tile_kernels!("avx2,fma,f16c", super::quants_dot);
 
 // The `matmul_i16` kernel of each format: these tiles below `avx2_panel::MIN_ACTS` activations,
 // the panels with `vpdpwssd` from there.
-format_tiles!(kernel_q8_0, Q8_0, tile_i16::decode_q8_0, true);
-format_tiles!(kernel_q4_0, Q4_0, tile_i16::decode_q4_0, true);
-format_tiles!(kernel_q4_1, Q4_1, tile_i16::decode_q4_1, true);
-format_tiles!(kernel_q5_0, Q5_0, tile_i16::decode_q5_0, true);
-format_tiles!(kernel_q5_1, Q5_1, tile_i16::decode_q5_1, true);
-format_tiles!(kernel_mxfp4, Mxfp4, tile_i16::decode_mxfp4, true);
+format_tiles!(kernel_q8_0, Q8_0, tile_i16::decode_q8_0, tile_i16::decode_q8_0, avx2_panel::VEX_DPWSSD, "avx2,fma,f16c");
+format_tiles!(kernel_q4_0, Q4_0, tile_i16::decode_q4_0, tile_i16::decode_q4_0, avx2_panel::VEX_DPWSSD, "avx2,fma,f16c");
+format_tiles!(kernel_q4_1, Q4_1, tile_i16::decode_q4_1, tile_i16::decode_q4_1, avx2_panel::VEX_DPWSSD, "avx2,fma,f16c");
+format_tiles!(kernel_q5_0, Q5_0, tile_i16::decode_q5_0, tile_i16::decode_q5_0, avx2_panel::VEX_DPWSSD, "avx2,fma,f16c");
+format_tiles!(kernel_q5_1, Q5_1, tile_i16::decode_q5_1, tile_i16::decode_q5_1, avx2_panel::VEX_DPWSSD, "avx2,fma,f16c");
+format_tiles!(
+    kernel_mxfp4,
+    Mxfp4,
+    tile_i16::decode_mxfp4,
+    tile_i16::decode_mxfp4,
+    avx2_panel::VEX_DPWSSD,
+    "avx2,fma,f16c"
+);

@@ -13,7 +13,7 @@
 //!   with `vpdpwssd` (`avx512_panel.rs`), and for Q2_K…Q6_K panels of scaled i16 quants
 //!   (`avx512_panel_k.rs`); below, the i16 tiles with a `vpdpwssd` block dot, MXFP4 decoded by
 //!   `vpermw` and Q5's fifth bits by a masked add (`avx512_tile.rs`; from 8 activations the AVX2
-//!   panels); bit for bit the AVX2 results.
+//!   panels with EVEX `vpdpwssd`); bit for bit the AVX2 results.
 //!
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
 //! them, which the kernel table uses only after the ISA's `detected` check has passed.
