@@ -143,7 +143,7 @@ pub(super) const EVEX_DPWSSD: u8 = 2;
 #[inline]
 #[target_feature(enable = "avx2")]
 #[allow(unsafe_code)]
-fn madd_add<const SUMS: u8>(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
+pub(super) fn madd_add<const SUMS: u8>(s: __m256i, w: __m256i, x: __m256i) -> __m256i {
     let mut s = s;
     match SUMS {
         // SAFETY: the instruction reads and writes registers only; kernels with `VEX_DPWSSD` are

@@ -6,7 +6,7 @@
 //! instruction adds the same exact integers, so every result equals the AVX2 kernels' bit for bit.
 //!
 //! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads; the `asm!`
-//! reads registers only); the caller promises AVX2, FMA, F16C and AVX-VNNI (see
+//! reads registers only, in `avx2_panel::madd_add`); the caller promises AVX2, FMA, F16C and AVX-VNNI (see
 //! `super::AVX2_VNNI`).
 
 use core::arch::x86_64::{__m256i, _mm256_madd_epi16};
@@ -21,16 +21,9 @@ use crate::activation::Activation;
 /// the second half added by `vpdpwssd`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(unsafe_code)]
 fn quants_dot(q: (__m256i, __m256i), a: &[i16; 32]) -> __m256i {
-    let mut s = _mm256_madd_epi16(q.0, load_i16(a));
-    let second = load_i16(&a[16..]);
-    // SAFETY: the instruction reads and writes registers only; the caller promises AVX-VNNI.
-    unsafe {
-        core::arch::asm!("{{vex}} vpdpwssd {s}, {w}, {x}", s = inout(ymm_reg) s, w = in(ymm_reg) q.1, x = in(ymm_reg) second,
-            options(pure, nomem, nostack, preserves_flags));
-    }
-    s
+    let first = _mm256_madd_epi16(q.0, load_i16(a));
+    avx2_panel::madd_add::<{ avx2_panel::VEX_DPWSSD }>(first, q.1, load_i16(&a[16..]))
 }
 
 tile_kernels!("avx2,fma,f16c", super::quants_dot);
