@@ -272,7 +272,14 @@ pub(super) fn panels<L: Layout, D, const SUMS: u8>(
 ) where
     D: Fn(&[u8]) -> ((__m256i, __m256i), f32, f32),
 {
-    groups::<L, D, 4, 2, SUMS>(w, row_bytes, acts, out, &decode);
+    // With `vpmaddwd` + `vpaddd`, two panels' 8 integer sums and 8 f32 accumulators did not fit
+    // in AVX2's 16 registers and were spilled in the inner loop: one panel measured faster there.
+    // One `vpdpwssd` needs no separate add, and two panels halve the broadcasts per product.
+    if SUMS == MADD {
+        groups::<L, D, 4, 1, SUMS>(w, row_bytes, acts, out, &decode);
+    } else {
+        groups::<L, D, 4, 2, SUMS>(w, row_bytes, acts, out, &decode);
+    }
 }
 
 /// [`panels`] in groups of `8·P` rows × `A` activations (then 8 rows, then single activations).
