@@ -56,7 +56,12 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
         // Whole groups of rows of whole chunks: row k's chunk c at `group[k * chunks + c]`.
         let (groups, _) = rows[..written * len].as_chunks::<8>();
         for (group, out) in groups.chunks_exact(8 * chunks).zip(out.as_chunks_mut::<8>().0) {
-            *out = bytemuck::cast(dots8(x8, |k, c| &group[k * chunks + c]));
+            // A plain loop: closures (`from_fn`, `map`) were not inlined into this function.
+            let mut rows: [&[[f32; 8]]; 8] = [&[]; 8];
+            for (row, chunks) in rows.iter_mut().zip(group.chunks_exact(chunks)) {
+                *row = chunks;
+            }
+            *out = bytemuck::cast(dots8(x8, rows));
             first += 8;
         }
     }
@@ -65,7 +70,11 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
         for (k, row) in eight.iter_mut().zip(rows[(first + group * 8) * len..].chunks_exact(len)).take(out.len()) {
             *k = row;
         }
-        let mut sums: [f32; 8] = bytemuck::cast(dots8(x8, |k, c| &eight[k].as_chunks::<8>().0[c]));
+        let mut rows: [&[[f32; 8]]; 8] = [&[]; 8];
+        for (chunks, row) in rows.iter_mut().zip(eight) {
+            *chunks = row.as_chunks::<8>().0;
+        }
+        let mut sums: [f32; 8] = bytemuck::cast(dots8(x8, rows));
         if !x_tail.is_empty() {
             for (sum, row) in sums.iter_mut().zip(eight) {
                 *sum += row[8 * chunks..].iter().zip(x_tail).map(|(r, x)| r * x).sum::<f32>();
@@ -76,16 +85,22 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
     out[written..].fill(0.0);
 }
 
-/// Lane `k`: row `k`'s chunks (`chunk(k, c)`, one per chunk of `x8`) against `x8`, by FMA in
-/// chunk order, then its lanes summed (see [`dots_f32`]).
+/// Lane `k`: row `k`'s chunks (the first `x8.len()` of `rows[k]`) against `x8`, by FMA in chunk
+/// order, then its lanes summed (see [`dots_f32`]).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn dots8<'a>(x8: &[[f32; 8]], chunk: impl Fn(usize, usize) -> &'a [f32; 8]) -> __m256 {
+fn dots8(x8: &[[f32; 8]], rows: [&[[f32; 8]]; 8]) -> __m256 {
+    // Cut to `x8`'s length once, so that the loop's indices need no checks (with a check per
+    // row and chunk, the loop ran three times as many instructions as FMAs).
+    let mut rows = rows;
+    for row in &mut rows {
+        *row = &row[..x8.len()];
+    }
     let mut acc = [_mm256_setzero_ps(); 8];
     for (c, x) in x8.iter().enumerate() {
         let x = load8(x);
         for (k, acc) in acc.iter_mut().enumerate() {
-            *acc = _mm256_fmadd_ps(x, load8(chunk(k, c)), *acc);
+            *acc = _mm256_fmadd_ps(x, load8(&rows[k][c]), *acc);
         }
     }
     sum_rows(acc)
