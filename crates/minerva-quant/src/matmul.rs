@@ -309,13 +309,14 @@ fn multiply(kernel: MatKernel, weights: &[u8], rows: usize, row_bytes: usize, ac
     // equal size (a multiple of the 4-row tiles) so that the threads finish together.
     let tasks = (4 * threads).min((rows * row_bytes) >> 14).max(1);
     let rows_per_task = rows.div_ceil(tasks).next_multiple_of(4);
-    if n > ACT_CHUNK {
-        // A prefill: tasks are (chunk of activations, block of weight rows), their results going
-        // straight into their tile of `ys` (one block per thread count of 1: splitting its rows
-        // measured no faster). Claimed chunk by chunk rather than each task over every chunk, so
-        // that a thread's tasks meet the same chunk in turn and a kernel can keep its layout of
-        // it (`avx512_panel::LayoutKey`); in one loop, so that a thread done with a chunk goes
-        // on to the next instead of waiting for the other threads at the end of each.
+    if n > 1 {
+        // A prefill, or a batch of decodes: tasks are (chunk of activations, block of weight
+        // rows), their results going through a per-thread buffer straight into their tile of
+        // `ys` (one block per thread count of 1: splitting its rows measured no faster), with no
+        // `rows × n` buffer allocated per call. Claimed chunk by chunk rather than each task over
+        // every chunk, so that a thread's tasks meet the same chunk in turn and a kernel can keep
+        // its layout of it (`avx512_panel::LayoutKey`); in one loop, so that a thread done with a
+        // chunk goes on to the next instead of waiting for the other threads at the end of each.
         let block_rows = if threads == 1 { rows } else { rows_per_task };
         pool::for_each_tile_mut(ys, rows, ACT_CHUNK, block_rows, |c, _, block| {
             let first = c * ACT_CHUNK;
@@ -325,28 +326,15 @@ fn multiply(kernel: MatKernel, weights: &[u8], rows: usize, row_bytes: usize, ac
         });
         return;
     }
-    // Results come out row-major (rows × n); n = 1 writes `ys` directly, otherwise transpose.
-    let mut transposed = if n == 1 { Vec::new() } else { vec![0.0f32; rows * n] };
-    let out: &mut [f32] = if n == 1 { &mut *ys } else { &mut transposed };
+    // One activation: results are `ys` itself.
     if threads == 1 || rows_per_task >= rows {
-        kernel.apply(weights, row_bytes, acts, out);
+        kernel.apply(weights, row_bytes, acts, ys);
     } else {
-        pool::for_each_chunk_mut(out, rows_per_task * n, |t, y| {
+        pool::for_each_chunk_mut(ys, rows_per_task, |t, y| {
             let first = t * rows_per_task;
-            let w = &weights[first * row_bytes..][..y.len() / n * row_bytes];
+            let w = &weights[first * row_bytes..][..y.len() * row_bytes];
             kernel.apply(w, row_bytes, acts, y);
         });
-    }
-    if n > 1 {
-        // Split by activations (rows of `ys`), so the threads share the transpose too.
-        let acts_per_task = n.div_ceil(threads);
-        if threads == 1 {
-            vector::transpose(&transposed, rows, n, 0, ys);
-        } else {
-            pool::for_each_chunk_mut(ys, acts_per_task * rows, |t, part| {
-                vector::transpose(&transposed, rows, n, t * acts_per_task, part);
-            });
-        }
     }
 }
 
