@@ -8,6 +8,8 @@
 //!   out × in), throughput in weight bytes read per call. SmolLM2-135M: 576×1536 (ffn_down),
 //!   1536×576 (ffn_up/gate), 49152×576 (output head); GPT-OSS-20B: 4096×2880 (attn q),
 //!   2880×2880 (one MXFP4 expert), 201088×2880 (output head, Q8_0, 615 MB).
+//! * `matmul64/…` — 64 activation vectors at once (prefill); `matmul_batch/<shape>/Q8_0/n{2,4,8,16}`
+//!   — a batch of decodes, `matmul_i16` with a few vectors.
 //!
 //! Weights are random bytes with finite scales (speed does not depend on the values), made once.
 
@@ -247,5 +249,31 @@ fn bench_matmul(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_bandwidth, bench_dequantize, bench_matvec, bench_matvec_i16, bench_matmul);
+/// A batch of decodes (serving several sequences at once): `matmul_i16` with 2 to 16 activation
+/// vectors on SmolLM2 shapes, Q8_0. Throughput = multiply-adds.
+fn bench_batch(c: &mut Criterion) {
+    let pools = pools();
+    let mut group = c.benchmark_group("matmul_batch");
+    group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    let dtype = DType::Q8_0;
+    for (label, rows, cols) in [("smollm2_1536x576", 1536, 576), ("smollm2_49152x576", 49152, 576)] {
+        let w = weights(dtype, rows * cols);
+        for n in [2, 4, 8, 16] {
+            let xs: Vec<f32> = (0..n * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+            let mut ys = vec![0.0f32; n * rows];
+            group.throughput(Throughput::Elements((rows * cols * n) as u64));
+            for (threads, pool) in &pools {
+                let id = BenchmarkId::new(format!("{label}/{dtype}/n{n}"), format!("{threads}t"));
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        pool.install(|| matmul_i16(dtype, black_box(&w), rows, cols, &xs, n, &mut ys)).expect("i16")
+                    })
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_bandwidth, bench_dequantize, bench_matvec, bench_matvec_i16, bench_matmul, bench_batch);
 criterion_main!(benches);
