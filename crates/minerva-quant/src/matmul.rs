@@ -304,9 +304,10 @@ fn quantize_all<'a>(format: DType, i16: bool, xs: &'a [f32], cols: usize, n: usi
 /// `ys = acts · Wᵀ` (`ys` is `acts.len() × rows`) for non-empty shapes checked by the caller.
 fn multiply(kernel: MatKernel, weights: &[u8], rows: usize, row_bytes: usize, acts: &[Activation<'_>], ys: &mut [f32]) {
     let (threads, n) = (pool::current_threads(), acts.len());
-    // Several tasks per thread so that a slow (shared) core does not hold the others up, each at
-    // least 16 KiB of weights so that claiming one costs little next to the streaming, and of
-    // equal size (a multiple of the 4-row tiles) so that the threads finish together.
+    // One activation, or one chunk of them: several tasks per thread so that a slow (shared) core
+    // does not hold the others up, each at least 16 KiB of weights so that claiming one costs
+    // little next to the streaming, and of equal size (a multiple of the 4-row tiles) so that the
+    // threads finish together.
     let tasks = (4 * threads).min((rows * row_bytes) >> 14).max(1);
     let rows_per_task = rows.div_ceil(tasks).next_multiple_of(4);
     if n > 1 {
@@ -318,9 +319,8 @@ fn multiply(kernel: MatKernel, weights: &[u8], rows: usize, row_bytes: usize, ac
         // its layout of it (`avx512_panel::LayoutKey`); in one loop, so that a thread done with a
         // chunk goes on to the next instead of waiting for the other threads at the end of each.
         // With several chunks, one block of rows per thread: the chunks, claimed in turn, keep
-        // the threads evenly loaded, and quarter-size blocks measured slower (two threads, every
-        // ISA but AVX-VNNI, where it was even: 1.04-1.09x). A single chunk (a batch of decodes)
-        // keeps several blocks per thread, which spread the work when one core is slower.
+        // the threads evenly loaded, and quarter-size blocks measured slower (docs/benchmarks.md,
+        // "One block of rows per thread in a prefill").
         let block_rows = match threads {
             1 => rows,
             _ if n > ACT_CHUNK => rows.div_ceil(threads).next_multiple_of(16),

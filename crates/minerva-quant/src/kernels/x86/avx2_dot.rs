@@ -92,8 +92,9 @@ pub(super) fn pair_scales(lo: i16, hi: i16) -> __m256i {
 const FLOAT_PREFETCH_AHEAD: usize = 12288;
 
 /// The float formats: `widen(bytes)` turns 8 stored values into 8 f32; four accumulators hide the
-/// FMA latency; each 32 values prefetch one cache line [`FLOAT_PREFETCH_AHEAD`] bytes on. A tail of fewer than 32 values is summed into the first accumulator 8 at a time,
-/// then the last (< 8) values in scalar code.
+/// FMA latency; each 32 values prefetch one cache line [`FLOAT_PREFETCH_AHEAD`] bytes on. A tail
+/// of fewer than 32 values is summed into the first accumulator 8 at a time, then the last (< 8)
+/// values in scalar code.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn dot_float(row: &[u8], x: &[f32], width: usize, widen: impl Fn(&[u8]) -> __m256) -> f32 {

@@ -6,8 +6,8 @@
 //! instruction adds the same exact integers, so every result equals the AVX2 kernels' bit for bit.
 //!
 //! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads; the `asm!`
-//! reads registers only, in `avx2_panel::madd_add`); the caller promises AVX2, FMA, F16C and AVX-VNNI (see
-//! `super::AVX2_VNNI`).
+//! reads registers only, in `avx2_panel::madd_add`); the caller promises AVX2, FMA, F16C and
+//! AVX-VNNI (see `super::AVX2_VNNI`).
 
 use core::arch::x86_64::{__m256i, _mm256_madd_epi16};
 
