@@ -30,7 +30,7 @@
 //! promises AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, _MM_HINT_T0, _mm_prefetch, _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256,
+    __m128i, __m256, __m256i, _MM_HINT_T1, _mm_prefetch, _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256,
     _mm256_broadcastsi128_si256, _mm256_cmpeq_epi16, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_fmadd_ps,
     _mm256_madd_epi16, _mm256_or_si256, _mm256_permute2f128_ps, _mm256_set1_epi16, _mm256_setr_epi16,
     _mm256_setr_epi32, _mm256_setr_ps, _mm256_shuffle_epi8, _mm256_sign_epi16, _mm256_slli_epi16, _mm256_srli_epi16,
@@ -52,14 +52,27 @@ pub(super) type Decoded = ((__m256i, __m256i), f32, f32);
 /// Rows per tile.
 pub(super) const ROWS: usize = 4;
 
-/// Asks the CPU to start loading the cache lines of `bytes[at..at + len]` (none past the end): the
-/// weights as one stream ahead of the rows' progress (`avx2_tile::prefetch_lead`), as `avx2_tile`.
+/// How far ahead of a tile's progress through its rows [`prefetch`] runs: bytes past the start
+/// of the tile's last row (as `avx2_tile::prefetch_lead`, with a distance of its own).
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Where [`prefetch`] runs for a tile over `rows` rows of `row_bytes`: see [`PREFETCH_AHEAD`].
+pub(super) fn prefetch_lead(rows: usize, row_bytes: usize) -> usize {
+    (rows - 1) * row_bytes + PREFETCH_AHEAD
+}
+
+/// Asks the CPU to start loading the cache lines of `bytes[at..at + len]` (none past the end) into
+/// L2: the weights as one stream ahead of the rows' progress, as `avx2_tile` does into L1.
+///
+/// Into L2 (`prefetcht1`) rather than L1: on the Intel Xeon, reading from DRAM, a prefetch into
+/// L1 holds one of the core's few L1 miss buffers for a whole trip to memory, which kept a
+/// thread's stream below what its L2 takes in (docs/benchmarks.md, "Prefetching into L2").
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn prefetch(bytes: &[u8], at: usize, len: usize) {
     for line in 0..len.div_ceil(64) {
         if let Some(byte) = bytes.get(at + 64 * line) {
-            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T1>(std::ptr::from_ref(byte).cast::<i8>());
         }
     }
 }
@@ -187,9 +200,9 @@ macro_rules! tile_kernels {
 
             use core::slice::ChunksExact;
 
-            use super::super::avx2_tile::prefetch_lead;
             use super::super::avx2_tile_i16::{
-                Decoded, Format, ROWS, Scales, accumulate, low_half, offsets, prefetch, put, reduce4, results, twice,
+                Decoded, Format, ROWS, Scales, accumulate, low_half, offsets, prefetch, prefetch_lead, put, reduce4,
+                results, twice,
             };
             use crate::activation::Activation;
             use crate::kernels::BlockKind as Kind;
