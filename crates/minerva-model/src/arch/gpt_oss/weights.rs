@@ -11,7 +11,7 @@
 //!
 //! GGUF tensors are used in place (byte ranges of the map). SafeTensors plain tensors are too
 //! (looked up by name in the mapped checkpoint). Quantized SafeTensors tensors are converted once
-//! at load into owned buffers the kernels run on:
+//! at load into owned buffers the kernels run on (anonymous memory with huge pages, `owned.rs`):
 //! * HF / MLX MXFP4 → GGML MXFP4 blocks (a lossless nibble reorder, `hf_mxfp4_to_ggml`), with the HF
 //!   gate/up rows de-interleaved on the way, exactly as llama.cpp's converter does — so all three
 //!   layouts run the same fused MXFP4 kernels and stay 4.25 bits per weight;
@@ -27,6 +27,8 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use minerva_core::DType;
 use minerva_safetensors::{Checkpoint, Encoding};
+
+use super::owned::OwnedBytes;
 
 use super::{GptOssConfig, GptOssLayer, GptOssWeights};
 use crate::backend::{Backend, ByteSource, WeightSource};
@@ -61,15 +63,6 @@ pub(crate) fn gguf_layer_suffix(hf: &str) -> Option<&'static str> {
     HF_LAYER_NAMES.iter().find(|(_, h)| *h == hf).map(|(g, _)| *g)
 }
 
-/// An owned buffer (a converted tensor).
-struct OwnedBytes(Vec<u8>);
-
-impl ByteSource for OwnedBytes {
-    fn bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
 /// A plain tensor of a mapped SafeTensors checkpoint, looked up by name.
 struct CheckpointTensor {
     ckpt: Arc<Checkpoint>,
@@ -87,15 +80,16 @@ fn shape_error(tensor: &str, expected: &[usize], actual: &[usize]) -> ModelError
     ModelError::TensorShape { tensor: tensor.to_string(), expected: expected.to_vec(), actual: actual.to_vec() }
 }
 
-fn owned<B: Backend>(backend: &B, name: &str, dtype: DType, shape: &[usize], bytes: Vec<u8>) -> Result<B::Weight> {
-    let range = 0..bytes.len();
-    backend.weight(WeightSource {
-        file: Arc::new(OwnedBytes(bytes)),
-        name: name.into(),
-        dtype,
-        shape: shape.into(),
-        range,
-    })
+fn owned<B: Backend>(
+    backend: &B,
+    name: &str,
+    dtype: DType,
+    shape: &[usize],
+    bytes: impl Into<OwnedBytes>,
+) -> Result<B::Weight> {
+    let bytes = bytes.into();
+    let range = 0..bytes.bytes().len();
+    backend.weight(WeightSource { file: Arc::new(bytes), name: name.into(), dtype, shape: shape.into(), range })
 }
 
 fn f32_bytes(values: &[f32]) -> Vec<u8> {
@@ -267,8 +261,8 @@ fn st_weight<B: Backend>(backend: &B, ckpt: &Arc<Checkpoint>, name: &str, expect
             })
         }
         Encoding::HfMxfp4 { blocks, scales } | Encoding::MlxMxfp4 { weight: blocks, scales, .. } => {
-            let mut out = vec![0u8; scales.bytes.len() * 17];
-            minerva_quant::hf_mxfp4_to_ggml(blocks.bytes, scales.bytes, &mut out)?;
+            let mut out = OwnedBytes::zeroed(scales.bytes.len() * 17);
+            minerva_quant::hf_mxfp4_to_ggml(blocks.bytes, scales.bytes, out.as_mut())?;
             owned(backend, name, DType::MXFP4, expected, out)
         }
         Encoding::MlxAffine { weight, scales, biases, bits, group_size } => {
@@ -283,12 +277,19 @@ fn st_weight<B: Backend>(backend: &B, ckpt: &Arc<Checkpoint>, name: &str, expect
 }
 
 /// `values` as little-endian bytes of `dtype` (F16, BF16 or F32, as `MlxAffine` validated).
-fn float_bytes(dtype: DType, values: &[f32]) -> Vec<u8> {
+fn float_bytes(dtype: DType, values: &[f32]) -> OwnedBytes {
+    let width = match dtype {
+        DType::BF16 | DType::F16 => 2,
+        _ => 4,
+    };
+    let mut out = OwnedBytes::zeroed(values.len() * width);
+    let chunks = out.as_mut().chunks_exact_mut(width).zip(values);
     match dtype {
-        DType::BF16 => values.iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes()).collect(),
-        DType::F16 => values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect(),
-        _ => f32_bytes(values),
+        DType::BF16 => chunks.for_each(|(b, &v)| b.copy_from_slice(&bf16::from_f32(v).to_le_bytes())),
+        DType::F16 => chunks.for_each(|(b, &v)| b.copy_from_slice(&f16::from_f32(v).to_le_bytes())),
+        _ => chunks.for_each(|(b, &v)| b.copy_from_slice(&v.to_le_bytes())),
     }
+    out
 }
 
 /// A bias matrix as an owned f32 weight.
@@ -334,14 +335,16 @@ fn hf_gate_up<B: Backend>(backend: &B, ckpt: &Checkpoint, name: &str, s: &Shapes
         });
     };
     let groups = s.e / 32;
-    let (mut gate, mut up) = (Vec::with_capacity(s.n_expert * s.ff * groups * 17), Vec::new());
-    up.reserve(gate.capacity());
-    let mut row = vec![0u8; groups * 17];
-    for r in 0..s.n_expert * 2 * s.ff {
-        let b = &blocks.bytes[r * groups * 16..(r + 1) * groups * 16];
-        let sc = &scales.bytes[r * groups..(r + 1) * groups];
-        minerva_quant::hf_mxfp4_to_ggml(b, sc, &mut row)?;
-        if r % 2 == 0 { gate.extend_from_slice(&row) } else { up.extend_from_slice(&row) }
+    let row_bytes = groups * 17;
+    let (mut gate, mut up) =
+        (OwnedBytes::zeroed(s.n_expert * s.ff * row_bytes), OwnedBytes::zeroed(s.n_expert * s.ff * row_bytes));
+    let rows = gate.as_mut().chunks_exact_mut(row_bytes).zip(up.as_mut().chunks_exact_mut(row_bytes));
+    for (pair, (gate_row, up_row)) in rows.enumerate() {
+        for (r, out) in [(2 * pair, gate_row), (2 * pair + 1, up_row)] {
+            let b = &blocks.bytes[r * groups * 16..(r + 1) * groups * 16];
+            let sc = &scales.bytes[r * groups..(r + 1) * groups];
+            minerva_quant::hf_mxfp4_to_ggml(b, sc, out)?;
+        }
     }
     let shape = [s.n_expert, s.ff, s.e];
     Ok((
