@@ -14,7 +14,7 @@
 //! CPU has AVX2, FMA and F16C (see `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, _MM_HINT_T0, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
+    __m128i, __m256, __m256i, _MM_HINT_T1, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
     _mm_movehdup_ps, _mm_movehl_ps, _mm_prefetch, _mm_set1_epi16, _mm_shuffle_ps, _mm_srli_epi16, _mm256_and_si256,
     _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_extractf128_ps,
     _mm256_fmadd_ps, _mm256_set_m128i, _mm256_set1_epi8, _mm256_setzero_ps, _mm256_slli_epi32,
@@ -88,7 +88,8 @@ pub(super) fn pair_scales(lo: i16, hi: i16) -> __m256i {
 
 /// How far ahead of its position a float row's dot product prefetches the weights, in bytes: the
 /// hardware prefetcher alone kept a bf16 matvec at about two thirds of a core's read bandwidth
-/// (docs/benchmarks.md, "AVX-VNNI without AVX-512…").
+/// (docs/benchmarks.md, "AVX-VNNI without AVX-512…"). Into L2 (`prefetcht1`), as the i16 tiles
+/// do (`avx2_tile_i16::prefetch`): into L1 it held back GPT-OSS's bf16 matrices read from DRAM.
 const FLOAT_PREFETCH_AHEAD: usize = 12288;
 
 /// The float formats: `widen(bytes)` turns 8 stored values into 8 f32; four accumulators hide the
@@ -105,7 +106,7 @@ fn dot_float(row: &[u8], x: &[f32], width: usize, widen: impl Fn(&[u8]) -> __m25
     for (i, (w, x)) in w32.zip(x32).enumerate() {
         // The weights a few rows on (a matvec walks its rows in order), past this row's end: a
         // prefetch never faults, so the address need not be in `row`.
-        _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(32 * width * i + FLOAT_PREFETCH_AHEAD).cast::<i8>());
+        _mm_prefetch::<_MM_HINT_T1>(row.as_ptr().wrapping_add(32 * width * i + FLOAT_PREFETCH_AHEAD).cast::<i8>());
         for (k, acc) in acc.iter_mut().enumerate() {
             *acc = _mm256_fmadd_ps(widen(&w[8 * width * k..]), xv(&x[8 * k..]), *acc);
         }
