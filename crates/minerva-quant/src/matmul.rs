@@ -163,25 +163,52 @@ pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n:
     if n == 0 {
         return Ok(());
     }
-    let mut quantized: Vec<((DType, bool), Vec<Activation<'_>>)> = Vec::new();
-    for (p, &(kernel, key, row_bytes)) in products.iter_mut().zip(&plans) {
-        if p.rows == 0 {
-            continue;
-        }
-        if cols == 0 {
-            p.ys.fill(0.0);
-            continue;
-        }
-        let at = match quantized.iter().position(|(k, _)| *k == key) {
-            Some(at) => at,
-            None => {
-                quantized.push((key, quantize_all(key.0, key.1, xs, cols, n)));
-                quantized.len() - 1
-            }
-        };
-        multiply(kernel, p.weights, p.rows, row_bytes, &quantized[at].1, p.ys);
+    if cols == 0 {
+        products.iter_mut().for_each(|p| p.ys.fill(0.0));
+        return Ok(());
     }
+    let mut quantized: Vec<((DType, bool), Vec<Activation<'_>>)> = Vec::new();
+    for (p, &(_, key, _)) in products.iter().zip(&plans) {
+        if p.rows > 0 && !quantized.iter().any(|(k, _)| *k == key) {
+            quantized.push((key, quantize_all(key.0, key.1, xs, cols, n)));
+        }
+    }
+    let acts_for = |key| quantized.iter().find(|(k, _)| *k == key).map_or(&[][..], |(_, acts)| &acts[..]);
+    if n > 1 || pool::current_threads() == 1 {
+        for (p, &(kernel, key, row_bytes)) in products.iter_mut().zip(&plans) {
+            if p.rows > 0 {
+                multiply(kernel, p.weights, p.rows, row_bytes, acts_for(key), p.ys);
+            }
+        }
+        return Ok(());
+    }
+    // One activation on several threads: every product's tasks (as `multiply` splits each) in one
+    // parallel loop, so that the threads meet once rather than once per product, and a thread
+    // done with its share of one matrix starts on the next.
+    let threads = pool::current_threads();
+    let mut tasks = Vec::new();
+    for (p, &(kernel, key, row_bytes)) in products.iter_mut().zip(&plans).filter(|(p, _)| p.rows > 0) {
+        let rows_per_task = rows_per_task(p.rows, row_bytes, threads);
+        for (t, ys) in p.ys.chunks_mut(rows_per_task).enumerate() {
+            let weights = &p.weights[t * rows_per_task * row_bytes..][..ys.len() * row_bytes];
+            tasks.push((kernel, weights, row_bytes, acts_for(key), ys));
+        }
+    }
+    pool::for_each_chunk_mut(&mut tasks, 1, |_, task| {
+        let (kernel, weights, row_bytes, acts, ys) = &mut task[0];
+        kernel.apply(weights, *row_bytes, acts, ys);
+    });
     Ok(())
+}
+
+/// Rows per task when one activation's product with `rows` rows of `row_bytes` is shared out over
+/// `threads` threads: several tasks per thread so that a slow (shared) core does not hold the
+/// others up, each at least 16 KiB of weights so that claiming one costs little next to the
+/// streaming, and of equal size (a multiple of the 4-row tiles) so that the threads finish
+/// together.
+fn rows_per_task(rows: usize, row_bytes: usize, threads: usize) -> usize {
+    let tasks = (4 * threads).min((rows * row_bytes) >> 14).max(1);
+    rows.div_ceil(tasks).next_multiple_of(4)
 }
 
 /// [`matmul_i16`] with the scalar kernels only.
@@ -304,12 +331,8 @@ fn quantize_all<'a>(format: DType, i16: bool, xs: &'a [f32], cols: usize, n: usi
 /// `ys = acts · Wᵀ` (`ys` is `acts.len() × rows`) for non-empty shapes checked by the caller.
 fn multiply(kernel: MatKernel, weights: &[u8], rows: usize, row_bytes: usize, acts: &[Activation<'_>], ys: &mut [f32]) {
     let (threads, n) = (pool::current_threads(), acts.len());
-    // One activation, or one chunk of them: several tasks per thread so that a slow (shared) core
-    // does not hold the others up, each at least 16 KiB of weights so that claiming one costs
-    // little next to the streaming, and of equal size (a multiple of the 4-row tiles) so that the
-    // threads finish together.
-    let tasks = (4 * threads).min((rows * row_bytes) >> 14).max(1);
-    let rows_per_task = rows.div_ceil(tasks).next_multiple_of(4);
+    // One activation, or one chunk of them: see `rows_per_task`.
+    let rows_per_task = rows_per_task(rows, row_bytes, threads);
     if n > 1 {
         // A prefill, or a batch of decodes: tasks are (chunk of activations, block of weight
         // rows), their results going through a per-thread buffer straight into their tile of

@@ -540,17 +540,18 @@ fn i16_falls_back_to_q8_for_other_dtypes() {
 
 /// Several matrices against the same activations, each activation format quantized once: every
 /// product equals its own `matmul_i16` bit for bit, with i16, Q8_K and f32 activations mixed,
-/// past a prefill chunk and on one or two threads; a wrong shape anywhere is an error before
-/// anything is written.
+/// past a prefill chunk and on one or two threads (with one activation, all products' tasks in
+/// one parallel loop: the last two matrices are large enough to be split into several tasks); a
+/// wrong shape anywhere is an error before anything is written.
 #[test]
 fn products_of_the_same_activations_equal_their_own_matmuls() {
     let cols = 512;
-    let dtypes = [DType::Q8_0, DType::Q4_K, DType::Q4_0, DType::F32, DType::Q6_K];
+    let dtypes = [DType::Q8_0, DType::Q4_K, DType::Q4_0, DType::F32, DType::Q6_K, DType::MXFP4, DType::Q8_0];
     let weights: Vec<(DType, usize, Vec<u8>)> = dtypes
         .iter()
         .enumerate()
         .map(|(i, &dtype)| {
-            let rows = 40 + 7 * i;
+            let rows = if i < 5 { 40 + 7 * i } else { 300 + 7 * i };
             (dtype, rows, random_weights(dtype, rows, cols, 31 + i as u64))
         })
         .collect();
