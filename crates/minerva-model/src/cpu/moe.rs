@@ -9,6 +9,7 @@
 //! ```
 
 use minerva_core::DType;
+use minerva_quant::Product;
 
 use super::{CpuBackend, CpuTensor, CpuWeight};
 use crate::backend::{MoeExperts, MoeParams};
@@ -51,14 +52,25 @@ pub(super) fn moe(
     }
 
     let mut out = CpuTensor::zeros(x.rows, n_embd);
+    let mut gate_up = if x.rows == 1 && !backend.f32_activations {
+        decode_gate_up(experts, &routed, n_ff, &x.data)?
+    } else {
+        Vec::new()
+    }
+    .into_iter();
     for (e, rows) in routed.iter().enumerate().filter(|(_, rows)| !rows.is_empty()) {
         let n = rows.len();
         let mut xs = Vec::with_capacity(n * n_embd);
         for &(r, _) in rows {
             xs.extend_from_slice(&x.data[r * n_embd..(r + 1) * n_embd]);
         }
-        let mut gate = expert_matmul(backend, experts.gate, e, n_ff, &xs, n)?;
-        let mut up = expert_matmul(backend, experts.up, e, n_ff, &xs, n)?;
+        let (mut gate, mut up) = match gate_up.next() {
+            Some(computed) => computed,
+            None => (
+                expert_matmul(backend, experts.gate, e, n_ff, &xs, n)?,
+                expert_matmul(backend, experts.up, e, n_ff, &xs, n)?,
+            ),
+        };
         add_row_bias(&mut gate, &bias_row(experts.gate_bias, e)?);
         add_row_bias(&mut up, &bias_row(experts.up_bias, e)?);
         for (g, u) in gate.iter_mut().zip(&up) {
@@ -71,6 +83,27 @@ pub(super) fn moe(
         }
     }
     Ok(out)
+}
+
+/// A decode's gate and up products for every picked expert (in expert order), as
+/// `expert_matmul` computes them but in one `matmul_i16_each`: the picked experts all read the
+/// one row, and their eight matrices then take one parallel loop instead of eight.
+fn decode_gate_up(
+    experts: &MoeExperts<'_, CpuWeight>,
+    routed: &[Vec<(usize, f32)>],
+    n_ff: usize,
+    x: &[f32],
+) -> Result<Vec<(Vec<f32>, Vec<f32>)>> {
+    let picked: Vec<usize> = routed.iter().enumerate().filter(|(_, rows)| !rows.is_empty()).map(|(e, _)| e).collect();
+    let mut outs: Vec<(Vec<f32>, Vec<f32>)> = picked.iter().map(|_| (vec![0.0; n_ff], vec![0.0; n_ff])).collect();
+    let mut products = Vec::with_capacity(2 * picked.len());
+    for (&e, (gate, up)) in picked.iter().zip(outs.iter_mut()) {
+        for (w, ys) in [(experts.gate, gate), (experts.up, up)] {
+            products.push(Product { dtype: w.dtype, weights: expert_bytes(w, e, n_ff)?, rows: n_ff, ys });
+        }
+    }
+    minerva_quant::matmul_i16_each(&mut products, x.len(), x, 1)?;
+    Ok(outs)
 }
 
 /// OpenAI's SwiGLU variant: the gate clamped above, the linear part clamped both ways and
