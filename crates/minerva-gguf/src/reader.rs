@@ -107,9 +107,22 @@ impl Gguf<Mmap> {
         // reader (safetensors, candle, llama.cpp), we rely on no one truncating or rewriting the
         // file while it is mapped; a copy-in reader would cost a full read of multi-GB files.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        advise_huge_pages(&map);
         Gguf::parse(map)
     }
 }
+
+/// Asks Linux to read the file into the page cache in 2 MiB folios where it reads it for this
+/// map, and to map them as huge pages: decode streams the weights, and with 4 KiB pages a core
+/// read them at about two thirds of the rate (docs/benchmarks.md, "Huge pages for the model's
+/// mapping"). Only advice: pages already cached keep their size, and a refusal changes nothing.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(map: &Mmap) {
+    let _ = map.advise(memmap2::Advice::HugePage);
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_map: &Mmap) {}
 
 impl<D: AsRef<[u8]>> Gguf<D> {
     /// Parses the GGUF file held in `data`.

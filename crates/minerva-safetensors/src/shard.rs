@@ -66,8 +66,21 @@ pub(crate) fn open_shard(path: &Path) -> Result<Shard> {
     // reader (safetensors, candle, llama.cpp), we rely on no one truncating or rewriting the file
     // while it is mapped; a copy-in reader would cost a full read of multi-GB checkpoints.
     let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+    advise_huge_pages(&map);
     parse_shard(path.to_path_buf(), Backing::Map(map))
 }
+
+/// Asks Linux to read the shard into the page cache in 2 MiB folios where it reads it for this
+/// map, and to map them as huge pages: decode streams the weights, which 4 KiB pages slow
+/// (docs/benchmarks.md, "Huge pages for the model's mapping"). Only advice: pages already cached
+/// keep their size, and a refusal changes nothing.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(map: &Mmap) {
+    let _ = map.advise(memmap2::Advice::HugePage);
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_map: &Mmap) {}
 
 /// Parses and validates the header of `bytes` (a whole `.safetensors` file named `path`).
 pub(crate) fn parse_shard(path: PathBuf, bytes: Backing) -> Result<Shard> {
