@@ -30,6 +30,7 @@ use bytemuck::pod_read_unaligned;
 
 use super::avx2_dequant::q6_k_quarters;
 use super::avx2_dot::{f16_at, hsum_ps, load32, pair_scales};
+use super::avx2_tile_i16::prefetch;
 use crate::activation::Activation;
 use crate::ggml::k_quants::q3_k_scales;
 
@@ -49,15 +50,21 @@ fn tiles<const A: usize>(
     step_one: impl Fn(&[u8], usize, &[Activation<'_>; 1], &mut [__m256; 1], &mut [f32; 1]),
 ) {
     let n = acts.len();
-    for (row, y) in weights.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
+    for (r, (row, y)) in weights.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)).enumerate() {
         let mut groups = acts.chunks_exact(A);
         let mut ys = y.chunks_exact_mut(A);
+        // Only the first pass over a row prefetches: the later ones find it in cache.
+        let mut lead = Some(r * row_bytes + PREFETCH_AHEAD);
         for (group, ys) in (&mut groups).zip(&mut ys) {
             let group: &[Activation<'_>; A] = group.try_into().expect("chunks of A");
             let (mut acc, mut off) = ([_mm256_setzero_ps(); A], [0.0f32; A]);
             for (b, w) in row.chunks_exact(block_bytes).enumerate() {
+                if let Some(at) = lead {
+                    prefetch(weights, at + b * block_bytes, block_bytes);
+                }
                 step(w, b, group, &mut acc, &mut off);
             }
+            lead = None;
             for ((y, acc), off) in ys.iter_mut().zip(acc).zip(off) {
                 *y = hsum_ps(acc) - off;
             }
@@ -65,12 +72,20 @@ fn tiles<const A: usize>(
         for (y, act) in ys.into_remainder().iter_mut().zip(groups.remainder()) {
             let (mut acc, mut off) = ([_mm256_setzero_ps()], [0.0f32]);
             for (b, w) in row.chunks_exact(block_bytes).enumerate() {
+                if let Some(at) = lead {
+                    prefetch(weights, at + b * block_bytes, block_bytes);
+                }
                 step_one(w, b, std::array::from_ref(act), &mut acc, &mut off);
             }
+            lead = None;
             *y = hsum_ps(acc[0]) - off[0];
         }
     }
 }
+
+/// How far ahead of a row's progress [`tiles`] prefetches the weights into L2 (one stream: rows
+/// are read one after the other), as the i16 tiles do (`avx2_tile_i16::prefetch`).
+const PREFETCH_AHEAD: usize = 4096;
 
 /// The 8 scales and 8 minimums of a Q4_K/Q5_K super-block (6 bits each, packed in 12 bytes as
 /// `get_scale_min_k4` reads them) as 8 i16 each, unpacked in general registers with the masks
