@@ -60,16 +60,18 @@ pub(super) fn moe(
     .into_iter();
     for (e, rows) in routed.iter().enumerate().filter(|(_, rows)| !rows.is_empty()) {
         let n = rows.len();
-        let mut xs = Vec::with_capacity(n * n_embd);
-        for &(r, _) in rows {
-            xs.extend_from_slice(&x.data[r * n_embd..(r + 1) * n_embd]);
-        }
         let (mut gate, mut up) = match gate_up.next() {
             Some(computed) => computed,
-            None => (
-                expert_matmul(backend, experts.gate, e, n_ff, &xs, n)?,
-                expert_matmul(backend, experts.up, e, n_ff, &xs, n)?,
-            ),
+            None => {
+                let mut xs = Vec::with_capacity(n * n_embd);
+                for &(r, _) in rows {
+                    xs.extend_from_slice(&x.data[r * n_embd..(r + 1) * n_embd]);
+                }
+                (
+                    expert_matmul(backend, experts.gate, e, n_ff, &xs, n)?,
+                    expert_matmul(backend, experts.up, e, n_ff, &xs, n)?,
+                )
+            }
         };
         add_row_bias(&mut gate, &bias_row(experts.gate_bias, e)?);
         add_row_bias(&mut up, &bias_row(experts.up_bias, e)?);

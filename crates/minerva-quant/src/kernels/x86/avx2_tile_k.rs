@@ -30,7 +30,7 @@ use bytemuck::pod_read_unaligned;
 
 use super::avx2_dequant::q6_k_quarters;
 use super::avx2_dot::{f16_at, hsum_ps, load32, pair_scales};
-use super::avx2_tile_i16::prefetch;
+use super::avx2_tile_i16::{prefetch, prefetch_lead};
 use crate::activation::Activation;
 use crate::ggml::k_quants::q3_k_scales;
 
@@ -53,8 +53,9 @@ fn tiles<const A: usize>(
     for (r, (row, y)) in weights.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)).enumerate() {
         let mut groups = acts.chunks_exact(A);
         let mut ys = y.chunks_exact_mut(A);
-        // Only the first pass over a row prefetches: the later ones find it in cache.
-        let mut lead = Some(r * row_bytes + PREFETCH_AHEAD);
+        // The rows as one stream into L2, as the i16 tiles prefetch theirs (one row at a time here);
+        // only the first pass over a row prefetches: the later ones find it in cache.
+        let mut lead = Some(r * row_bytes + prefetch_lead(1, row_bytes));
         for (group, ys) in (&mut groups).zip(&mut ys) {
             let group: &[Activation<'_>; A] = group.try_into().expect("chunks of A");
             let (mut acc, mut off) = ([_mm256_setzero_ps(); A], [0.0f32; A]);
@@ -82,10 +83,6 @@ fn tiles<const A: usize>(
         }
     }
 }
-
-/// How far ahead of a row's progress [`tiles`] prefetches the weights into L2 (one stream: rows
-/// are read one after the other), as the i16 tiles do (`avx2_tile_i16::prefetch`).
-const PREFETCH_AHEAD: usize = 4096;
 
 /// The 8 scales and 8 minimums of a Q4_K/Q5_K super-block (6 bits each, packed in 12 bytes as
 /// `get_scale_min_k4` reads them) as 8 i16 each, unpacked in general registers with the masks
