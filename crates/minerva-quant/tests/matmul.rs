@@ -301,7 +301,7 @@ fn many_activations_equal_one_vector_at_a_time() {
 /// Q2_K…Q6_K), over panels of 16 and of 8 rows with a partial last one and activation counts on
 /// either side of the panels' thresholds (8 and 16), of their steps (8, 4 and 2 activations) and
 /// of the chunks (64), and the decode tiles (1 to 3 activations, rows
-/// in groups of 4 and a last single one).
+/// in groups of 4 and a last single one; MXFP4 at one activation over 1 to 4 blocks).
 #[test]
 fn wider_kernels_equal_the_avx2_kernels_bit_for_bit() {
     let isas = detected_isas();
@@ -327,6 +327,19 @@ fn wider_kernels_equal_the_avx2_kernels_bit_for_bit() {
                 });
                 assert!(wide_ys == narrow, "{wide} {dtype} n {n}");
             }
+        }
+        // One activation over 1, 2 and 4 blocks (above, 3): the AVX-512 MXFP4 decode steps two
+        // blocks at a time, the odd one last.
+        for blocks in [1, 2, 4] {
+            let (rows, cols) = (13, 32 * blocks);
+            let weights = random_weights(DType::MXFP4, rows, cols, 31 + blocks as u64);
+            let xs = random_values(cols, 37);
+            let [wide_ys, narrow] = [wide, "avx2+fma+f16c"].map(|isa| {
+                let mut ys = vec![f32::NAN; rows];
+                matmul_with_isa(isa, true, DType::MXFP4, &weights, rows, cols, &xs, 1, &mut ys).expect(isa);
+                ys
+            });
+            assert!(wide_ys == narrow, "{wide} MXFP4 over {blocks} blocks");
         }
     }
 }

@@ -10,6 +10,9 @@
 //! * Q5's fifth bits added by a masked `vpaddw` with the 32 bits as the mask (AVX2: per half a
 //!   broadcast, an `and`, a compare and another `and`).
 //!
+//! MXFP4 at one activation goes to `avx512_mxfp4` (two blocks per 512-bit step) for whole groups of
+//! four rows, and comes here for the rest.
+//!
 //! Only the integers each block produces are computed differently, and they are exact, so a row's
 //! result here equals the AVX2 tiles' and the AVX-512 panels' bit for bit.
 //!
@@ -29,6 +32,7 @@ use super::avx2_tile_i16::{
     self as tile_i16, Decoded, Mxfp4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, bytes_wide, format_tiles, load_i16, nibbles_wide,
     tile_kernels,
 };
+use super::avx512_mxfp4;
 use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 
@@ -39,7 +43,7 @@ use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(unsafe_code)]
-fn quants_dot(q: (__m256i, __m256i), a: &[i16; 32]) -> __m256i {
+pub(super) fn quants_dot(q: (__m256i, __m256i), a: &[i16; 32]) -> __m256i {
     let mut s = _mm256_madd_epi16(q.0, load_i16(a));
     let second = &a[16..];
     // SAFETY: the instruction reads the 32 bytes of `second` (16 i16, in bounds of the array) and
@@ -66,7 +70,7 @@ const MXFP4_VALUES: [i16; 16] = {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn decode_mxfp4(b: &[u8]) -> Decoded {
+pub(super) fn decode_mxfp4(b: &[u8]) -> Decoded {
     let table = pod_read_unaligned::<__m256i>(bytemuck::cast_slice(&MXFP4_VALUES));
     let bytes = bytes_wide(&b[1..]);
     let low = _mm256_permutexvar_epi16(bytes, table);
@@ -145,10 +149,25 @@ format_tiles!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 );
 format_tiles!(
-    tiles_mxfp4,
+    tiles_mxfp4_any,
     Mxfp4,
     decode_mxfp4,
     tile_i16::decode_mxfp4,
     avx2_panel::EVEX_DPWSSD,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 );
+
+/// MXFP4's `matmul_i16` kernel below the AVX-512 panels: at one activation, rows in groups of
+/// four by `avx512_mxfp4` (two blocks per 512-bit step), the rest by these tiles.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) fn tiles_mxfp4<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    let done = match acts {
+        [act] => avx512_mxfp4::rows(w, row_bytes, act, out),
+        _ => 0,
+    };
+    // With one activation `out` has one value per row; with more, `done` is 0.
+    if done < out.len() {
+        tiles_mxfp4_any::<G>(&w[done * row_bytes..], row_bytes, acts, &mut out[done..]);
+    }
+}

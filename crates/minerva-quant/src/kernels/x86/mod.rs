@@ -12,8 +12,9 @@
 //! * [`AVX512_VNNI`] — from [`avx512_panel::MIN_ACTS`] activations on, the i16 panels 16 rows wide
 //!   with `vpdpwssd` (`avx512_panel.rs`), and for Q2_K…Q6_K panels of scaled i16 quants
 //!   (`avx512_panel_k.rs`); below, the i16 tiles with a `vpdpwssd` block dot, MXFP4 decoded by
-//!   `vpermw` and Q5's fifth bits by a masked add (`avx512_tile.rs`; from 8 activations the AVX2
-//!   panels with EVEX `vpdpwssd`); bit for bit the AVX2 results.
+//!   `vpermw` and Q5's fifth bits by a masked add (`avx512_tile.rs`; MXFP4 at one activation two
+//!   blocks per 512-bit step, `avx512_mxfp4.rs`; from 8 activations the AVX2 panels with EVEX
+//!   `vpdpwssd`); bit for bit the AVX2 results.
 //!
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
 //! them, which the kernel table uses only after the ISA's `detected` check has passed.
@@ -28,6 +29,7 @@ mod avx2_tile;
 mod avx2_tile_i16;
 mod avx2_tile_k;
 mod avx2_vector;
+mod avx512_mxfp4;
 mod avx512_panel;
 mod avx512_panel_k;
 mod avx512_tile;
