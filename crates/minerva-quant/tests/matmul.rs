@@ -204,6 +204,41 @@ fn mxfp4_scales_at_every_exponent_class_match_exact_dot_products() {
     }
 }
 
+/// Every E8M0 byte (255 and the largest overflow f32, so results may be infinite or NaN), at
+/// every place of a four-row group's two blocks and of an odd third block, through the wider ISAs'
+/// i16 kernels at one activation (those this CPU runs): the AVX2 tiles' bits, NaN for NaN.
+#[test]
+fn every_mxfp4_exponent_gives_the_avx2_bits() {
+    let isas = detected_isas();
+    if !isas.contains(&"avx2+fma+f16c") {
+        eprintln!("no AVX2 on this CPU: no kernels to compare");
+        return;
+    }
+    let same =
+        |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+    for blocks in [2, 3] {
+        let (rows, cols) = (8, 32 * blocks);
+        for first in (0..256).step_by(rows * blocks) {
+            let mut weights = random_weights(DType::MXFP4, rows, cols, first as u64);
+            for (r, row) in weights.chunks_exact_mut(blocks * 17).enumerate() {
+                for (b, block) in row.chunks_exact_mut(17).enumerate() {
+                    block[0] = ((first + r * blocks + b) % 256) as u8;
+                }
+            }
+            let xs = random_values(cols, 41 + first as u64);
+            let run = |isa: &str| {
+                let mut ys = vec![f32::NAN; rows];
+                matmul_with_isa(isa, true, DType::MXFP4, &weights, rows, cols, &xs, 1, &mut ys).expect(isa);
+                ys
+            };
+            let want = run("avx2+fma+f16c");
+            for isa in ["avx512+vnni", "avx2+avxvnni"].into_iter().filter(|isa| isas.contains(isa)) {
+                assert!(same(&run(isa), &want), "{isa} exponents from {first} over {blocks} blocks");
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
