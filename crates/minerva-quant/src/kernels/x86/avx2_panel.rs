@@ -285,15 +285,11 @@ pub(super) fn panels<L: Layout, D, const SUMS: u8>(
 ) where
     D: Fn(&[u8]) -> ((__m256i, __m256i), f32, f32),
 {
-    // Two panels' 8 integer sums and 8 f32 accumulators do not fit in the 16 registers of AVX2 and
-    // AVX-VNNI and were spilled in the inner loop: one panel measured faster there (with VEX
-    // `vpdpwssd` too, once the step's closures were inlined: docs/benchmarks.md). EVEX
-    // `vpdpwssd` has 32 registers, and two panels halve the broadcasts per product.
-    if SUMS == MADD || SUMS == VEX_DPWSSD {
-        groups::<L, D, 4, 1, SUMS>(w, row_bytes, acts, out, &decode);
-    } else {
-        groups::<L, D, 4, 2, SUMS>(w, row_bytes, acts, out, &decode);
-    }
+    // One 8-row panel per step (`P` = 1): with two, their 8 integer sums and 8 f32 accumulators
+    // were spilled from AVX2's and AVX-VNNI's 16 registers, and even with EVEX's 32 two panels
+    // measured slower once the step's closures were inlined (docs/benchmarks.md, "Prefill on
+    // AVX2 and AVX-VNNI").
+    groups::<L, D, 4, 1, SUMS>(w, row_bytes, acts, out, &decode);
 }
 
 /// [`panels`] in groups of `8·P` rows × `A` activations (then 8 rows, then single activations).
