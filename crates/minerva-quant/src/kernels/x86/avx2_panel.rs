@@ -163,23 +163,18 @@ pub(super) fn madd_add<const SUMS: u8>(s: __m256i, w: __m256i, x: __m256i) -> __
     s
 }
 
-/// The integer sums over `slots` of `P` panels' blocks (8 rows each) against `A` activations'
-/// blocks: each activation pair is broadcast once for the `P` panels.
+/// The integer sums over `slots` of a panel's block (8 rows) against `A` activations' blocks.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn partial<const A: usize, const S: usize, const P: usize, const SUMS: u8>(
-    entries: [&PanelBlock; P],
+fn partial<const A: usize, const S: usize, const SUMS: u8>(
+    entry: &PanelBlock,
     a: &[&[i16; 32]; A],
     slots: [usize; S],
-) -> [[__m256i; A]; P] {
-    let mut s = [[_mm256_setzero_si256(); A]; P];
+) -> [__m256i; A] {
+    let mut s = [_mm256_setzero_si256(); A];
     for p in slots {
-        let w: [__m256i; P] = std::array::from_fn(|i| entries[i][p]);
         for j in 0..A {
-            let x = pair(a[j], p);
-            for i in 0..P {
-                s[i][j] = madd_add::<SUMS>(s[i][j], w[i], x);
-            }
+            s[j] = madd_add::<SUMS>(s[j], entry[p], pair(a[j], p));
         }
     }
     s
@@ -207,51 +202,42 @@ impl<'a> ActBlocks<'a> {
 /// term `fma(m, d_a·Σa, acc)` (`m` = 0 unless `FIRST`, as in the tiles' upper lanes).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn part<L: Layout, const A: usize, const P: usize, const FIRST: bool, const SUMS: u8>(
-    panels: [&[PanelBlock]; P],
+fn part<L: Layout, const A: usize, const FIRST: bool, const SUMS: u8>(
+    panel: &[PanelBlock],
     acts: &[ActBlocks<'_>; A],
     slots: [usize; 8],
-) -> [[__m256; A]; P] {
+) -> [__m256; A] {
     let kind = L::KIND;
     let zero = _mm256_setzero_ps();
-    let mut acc = [[zero; A]; P];
-    // `b` indexes the P panels and the A activations alike.
-    #[allow(clippy::needless_range_loop)]
-    for b in 0..panels[0].len() {
-        let entries: [&PanelBlock; P] = std::array::from_fn(|i| &panels[i][b]);
+    let mut acc = [zero; A];
+    for (b, entry) in panel.iter().enumerate() {
         let a: [&[i16; 32]; A] = std::array::from_fn(|j| acts[j].q[32 * b..32 * b + 32].try_into().expect("32 quants"));
-        let s = partial::<A, 8, P, SUMS>(entries, &a, slots);
-        for i in 0..P {
-            let dw = _mm256_castsi256_ps(entries[i][16]);
-            for j in 0..A {
-                let v = match kind {
-                    Kind::Offset(k) if FIRST => _mm256_sub_epi32(s[i][j], _mm256_set1_epi32(k * acts[j].sums[b])),
-                    _ => s[i][j],
-                };
-                let dd = _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b]));
-                let acc = &mut acc[i][j];
-                *acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(v), *acc);
-                if kind == Kind::Min {
-                    // The tiles' minimum term is 0 in the second half's lanes: kept there too, so
-                    // that both agree to the bit whatever the activation's values.
-                    let m = if FIRST { _mm256_castsi256_ps(entries[i][17]) } else { zero };
-                    *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(acts[j].ds[b]), *acc);
-                }
+        let s = partial::<A, 8, SUMS>(entry, &a, slots);
+        let dw = _mm256_castsi256_ps(entry[16]);
+        for j in 0..A {
+            let v = match kind {
+                Kind::Offset(k) if FIRST => _mm256_sub_epi32(s[j], _mm256_set1_epi32(k * acts[j].sums[b])),
+                _ => s[j],
+            };
+            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(acts[j].d[b]));
+            let acc = &mut acc[j];
+            *acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(v), *acc);
+            if kind == Kind::Min {
+                // The tiles' minimum term is 0 in the second half's lanes: kept there too, so
+                // that both agree to the bit whatever the activation's values.
+                let m = if FIRST { _mm256_castsi256_ps(entry[17]) } else { zero };
+                *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(acts[j].ds[b]), *acc);
             }
         }
     }
     acc
 }
 
-/// `P` panels (8 rows each) against `A` activations: one vector of 8 row results per panel and
-/// activation.
+/// A panel (8 rows) against `A` activations: one vector of 8 row results per activation.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn step<L: Layout, const A: usize, const P: usize, const SUMS: u8>(
-    panels: [&[PanelBlock]; P],
-    acts: [&Activation<'_>; A],
-) -> [[__m256; A]; P] {
-    let blocks = panels[0].len();
+fn step<L: Layout, const A: usize, const SUMS: u8>(panel: &[PanelBlock], acts: &[Activation<'_>; A]) -> [__m256; A] {
+    let blocks = panel.len();
     // Plain loops rather than `from_fn`: its closures were not inlined into this function, a call
     // per step and activation (2 % of a prefill's profile).
     let empty = ActBlocks { q: &[], d: &[], sums: &[], ds: &[] };
@@ -259,13 +245,11 @@ fn step<L: Layout, const A: usize, const P: usize, const SUMS: u8>(
     for (blocks_of, act) in act_blocks.iter_mut().zip(acts) {
         *blocks_of = ActBlocks::new(act, blocks);
     }
-    let lo = part::<L, A, P, true, SUMS>(panels, &act_blocks, [0, 1, 2, 3, 8, 9, 10, 11]);
-    let hi = part::<L, A, P, false, SUMS>(panels, &act_blocks, [4, 5, 6, 7, 12, 13, 14, 15]);
-    let mut sums = [[_mm256_setzero_ps(); A]; P];
-    for i in 0..P {
-        for j in 0..A {
-            sums[i][j] = _mm256_add_ps(lo[i][j], hi[i][j]);
-        }
+    let lo = part::<L, A, true, SUMS>(panel, &act_blocks, [0, 1, 2, 3, 8, 9, 10, 11]);
+    let hi = part::<L, A, false, SUMS>(panel, &act_blocks, [4, 5, 6, 7, 12, 13, 14, 15]);
+    let mut sums = [_mm256_setzero_ps(); A];
+    for j in 0..A {
+        sums[j] = _mm256_add_ps(lo[j], hi[j]);
     }
     sums
 }
@@ -285,17 +269,16 @@ pub(super) fn panels<L: Layout, D, const SUMS: u8>(
 ) where
     D: Fn(&[u8]) -> ((__m256i, __m256i), f32, f32),
 {
-    // One 8-row panel per step (`P` = 1): with two, their 8 integer sums and 8 f32 accumulators
-    // were spilled from AVX2's and AVX-VNNI's 16 registers, and even with EVEX's 32 two panels
-    // measured slower once the step's closures were inlined (docs/benchmarks.md, "Prefill on
-    // AVX2 and AVX-VNNI").
-    groups::<L, D, 4, 1, SUMS>(w, row_bytes, acts, out, &decode);
+    // One 8-row panel per step: with two, their 8 integer sums and 8 f32 accumulators were spilled
+    // from AVX2's and AVX-VNNI's 16 registers, and even with EVEX's 32 two panels measured slower
+    // once the step's closures were inlined (docs/benchmarks.md, "Prefill on AVX2 and AVX-VNNI").
+    groups::<L, D, 4, SUMS>(w, row_bytes, acts, out, &decode);
 }
 
-/// [`panels`] in groups of `8·P` rows × `A` activations (then 8 rows, then single activations).
+/// [`panels`] in groups of 8 rows × `A` activations (then single activations).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn groups<L: Layout, D, const A: usize, const P: usize, const SUMS: u8>(
+fn groups<L: Layout, D, const A: usize, const SUMS: u8>(
     w: &[u8],
     row_bytes: usize,
     acts: &[Activation<'_>],
@@ -307,49 +290,33 @@ fn groups<L: Layout, D, const A: usize, const P: usize, const SUMS: u8>(
     let n = acts.len();
     let blocks = row_bytes / L::BLOCK_BYTES;
     PANEL.with_borrow_mut(|panel| {
-        panel.resize(P * blocks, bytemuck::Zeroable::zeroed());
-        for (g, group) in w.chunks(P * ROWS * row_bytes).enumerate() {
-            let count = group.len() / row_bytes;
+        panel.resize(blocks, bytemuck::Zeroable::zeroed());
+        for (g, group) in w.chunks(ROWS * row_bytes).enumerate() {
             let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
-            for (i, sub) in panel.chunks_exact_mut(blocks).enumerate().take(count.div_ceil(ROWS)) {
-                let sub_rows = group[i * ROWS * row_bytes..].chunks_exact(row_bytes).take(ROWS);
-                let mut taken = 0;
-                for (row, bytes) in rows.iter_mut().zip(sub_rows) {
-                    (*row, taken) = (bytes, taken + 1);
-                }
-                pack(&rows[..taken], L::BLOCK_BYTES, sub, decode);
+            let mut count = 0;
+            for (row, bytes) in rows.iter_mut().zip(group.chunks_exact(row_bytes)) {
+                (*row, count) = (bytes, count + 1);
             }
-            let out = &mut out[g * P * ROWS * n..][..count * n];
-            let mut put = |i: usize, j: usize, v: __m256| {
+            pack(&rows[..count], L::BLOCK_BYTES, panel, decode);
+            let out = &mut out[g * ROWS * n..][..count * n];
+            let mut put = |j: usize, v: __m256| {
                 let v: [f32; 8] = bytemuck::cast(v);
-                for (r, &value) in v.iter().enumerate().take(count.saturating_sub(i * ROWS)) {
-                    out[(i * ROWS + r) * n + j] = value;
+                for (r, &value) in v.iter().enumerate().take(count) {
+                    out[r * n + j] = value;
                 }
             };
-            let subs: [&[PanelBlock]; P] = std::array::from_fn(|i| &panel[i * blocks..(i + 1) * blocks]);
             let mut tiles = acts.chunks_exact(A);
             let mut j = 0;
             for tile in &mut tiles {
-                let result = if count > (P - 1) * ROWS {
-                    step::<L, A, P, SUMS>(subs, std::array::from_fn(|k| &tile[k]))
-                } else {
-                    // Too few rows for all P panels: the first one alone.
-                    let [first] = step::<L, A, 1, SUMS>([subs[0]], std::array::from_fn(|k| &tile[k]));
-                    std::array::from_fn(|_| first)
-                };
-                for (i, values) in result.iter().enumerate() {
-                    for (k, &v) in values.iter().enumerate() {
-                        put(i, j + k, v);
-                    }
+                let result = step::<L, A, SUMS>(panel, tile.try_into().expect("A activations"));
+                for (k, &v) in result.iter().enumerate() {
+                    put(j + k, v);
                 }
                 j += A;
             }
             for act in tiles.remainder() {
-                // Only the panels this group filled.
-                for (i, sub) in subs.iter().enumerate().take(count.div_ceil(ROWS)) {
-                    let [result] = step::<L, 1, 1, SUMS>([sub], [act]);
-                    put(i, j, result[0]);
-                }
+                let [result] = step::<L, 1, SUMS>(panel, std::array::from_ref(act));
+                put(j, result);
                 j += 1;
             }
         }
