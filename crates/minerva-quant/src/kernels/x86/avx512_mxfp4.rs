@@ -43,9 +43,8 @@ use std::cell::RefCell;
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_tile_i16::{ROWS, accumulate, prefetch, prefetch_lead, reduce4, results, twice};
-use super::avx512_tile::{decode_mxfp4, quants_dot};
+use super::avx512_tile::{MXFP4_VALUES, decode_mxfp4, quants_dot};
 use crate::activation::Activation;
-use crate::ggml::mxfp4::KVALUES_MXFP4;
 
 const BLOCK_BYTES: usize = 17;
 
@@ -55,7 +54,7 @@ const DOUBLED_TABLE: [i16; 32] = {
     let mut values = [0; 32];
     let mut i = 0;
     while i < 32 {
-        values[i] = KVALUES_MXFP4[i % 16] as i16;
+        values[i] = MXFP4_VALUES[i % 16];
         i += 1;
     }
     values

@@ -58,7 +58,7 @@ pub(super) fn quants_dot(q: (__m256i, __m256i), a: &[i16; 32]) -> __m256i {
 tile_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", super::quants_dot);
 
 /// The doubled E2M1 values as i16, by nibble.
-const MXFP4_VALUES: [i16; 16] = {
+pub(super) const MXFP4_VALUES: [i16; 16] = {
     let mut values = [0; 16];
     let mut i = 0;
     while i < 16 {
