@@ -1,28 +1,25 @@
-//! AVX-512 decode of MXFP4 at one activation: four rows × two blocks per step, in 512-bit vectors.
+//! AVX-512 decode of MXFP4 at one activation: four rows × two blocks per step, as bytes.
 //!
-//! The 256-bit row tiles (`avx512_tile`) are held back by their shuffles, which Intel cores run on
-//! one port: the widening load, two `vpermw` lookups, the reduction's unpacks and the exponents'
-//! inserts (docs/benchmarks.md, "MXFP4 decode two blocks at a time"). Here a row's two blocks share
-//! one vector, so each reduction, convert and scale covers eight (row, block) pairs instead of
-//! four, and the nibbles are looked up without being widened first:
+//! Widening each nibble to an i16 before the multiply (`avx512_tile`, and this module's first
+//! form) costs shuffles on one port. Here the nibbles stay bytes: one 512-bit vector holds one
+//! block of four rows (a row's 16 bytes per 128-bit lane), `vpshufb` looks up low and high nibbles
+//! (values 0..16 and 16..32 of each row) as the doubled E2M1 value plus 12, an unsigned byte, and
+//! `vpdpbusd` multiplies bytes by the i16 activations split into bytes, laid out once per call:
 //!
 //! ```text
-//!   bytes  [q0 q1 | q0' q1'] (8-byte halves of two blocks' nibbles, two 16-byte loads)
-//!       -> [q0 q0 q1 q1 | q0' q0' q1' q1']          one vpermq
-//!   word j of each 128-bit lane holds bytes (2j, 2j+1) of its half; shifted by 0 (words 0..4)
-//!   or 8 (words 4..8), its low nibble is the low nibble of byte 2j or 2j+1: values
-//!       [0 2 4 6 1 3 5 7 | 8 10 12 14 9 11 13 15 | the same for the second block]
-//!   and 4 bits further right, the high nibbles: the same plus 16        one vpsrlvw, one vpsrlw
-//!   vpermw looks each value up (it reads an index's low 5 bits: a doubled table of 16)
-//!   vpmaddwd / vpdpwssd against the activations in the same order (laid out once per call)
+//!   a = 256·hi + lo      hi: signed byte, lo: unsigned byte (exact for every i16)
+//!   q' = q + 12          0..=24, a byte that is unsigned and signed alike
+//!   Σ q'·a = 256·vpdpbusd(q', hi) + vpdpbusd(lo, q')      (the 256 by one shift in between)
+//!   Σ q·a  = Σ q'·a - 12·Σ a                               (Σ a per half, laid out per call)
 //! ```
 //!
-//! Every 128-bit lane of a row's sum then holds values of one half only ({0..8, 16..24} or
-//! {8..16, 24..32}), as `avx2_tile_i16`'s lanes do, so the same reduction (`reduce4`, lane by
-//! lane) gives each (row, half) the same exact integer, and the same f32 product of the scales and
-//! FMA per block follow in block order: the results equal the other MXFP4 kernels' bit for bit.
-//! The four exponents of each block come in by one gather and become `2^(e - 128)` by `vscalefps`
-//! (exact, subnormals included). An odd last block takes `avx512_tile`'s 256-bit step.
+//! Each i32 lane of a row's sum covers four bytes, i.e. values of one half only (bytes 0..8 hold
+//! values 0..8 and 16..24, bytes 8..16 the rest), so adding lane pairs (`halves`, two `vpermt2d`
+//! for two blocks) gives each (row, half) the exact integer the other MXFP4 kernels reach, and the
+//! same f32 product of the scales and FMA per block follow in block order: the results equal
+//! theirs bit for bit. The exponents of both blocks come in by one gather and become
+//! `2^(e - 128)` by `vscalefps` (exact, subnormals included). An odd last block takes
+//! `avx512_tile`'s 256-bit step.
 //!
 //! Memory safety rests on slices and `bytemuck` loads except the exponent gather, whose `unsafe`
 //! reads four bytes at offsets checked against the rows' slice (see `exponents`); the caller
@@ -31,12 +28,11 @@
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, __m512, __m512i, _mm256_add_ps, _mm256_and_si256, _mm256_castpd_ps, _mm256_cvtepi32_ps,
     _mm256_fmadd_ps, _mm256_i32gather_epi32, _mm256_mul_ps, _mm256_scalef_ps, _mm256_set1_epi32, _mm256_set1_ps,
-    _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256, _mm512_add_epi32, _mm512_broadcast_i32x4,
-    _mm512_castps_pd, _mm512_castps256_ps512, _mm512_castps512_ps256, _mm512_castsi256_si512, _mm512_cvtepi32_ps,
-    _mm512_extractf64x4_pd, _mm512_inserti64x4, _mm512_madd_epi16, _mm512_mask_broadcast_i32x4, _mm512_mul_ps,
-    _mm512_permutex_epi64, _mm512_permutexvar_epi16, _mm512_permutexvar_ps, _mm512_setr_epi32, _mm512_shuffle_epi8,
-    _mm512_srli_epi16, _mm512_srlv_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi32,
-    _mm512_unpacklo_epi64,
+    _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256, _mm512_add_epi32, _mm512_and_si512,
+    _mm512_broadcast_i32x4, _mm512_castps_pd, _mm512_castps256_ps512, _mm512_castps512_ps256, _mm512_castsi128_si512,
+    _mm512_cvtepi32_ps, _mm512_dpbusd_epi32, _mm512_extractf64x4_pd, _mm512_inserti32x4, _mm512_mul_ps,
+    _mm512_permutex2var_epi32, _mm512_permutexvar_ps, _mm512_set1_epi8, _mm512_setr_epi32, _mm512_setzero_si512,
+    _mm512_shuffle_epi8, _mm512_slli_epi32, _mm512_srli_epi16, _mm512_sub_epi32,
 };
 use std::cell::RefCell;
 
@@ -48,34 +44,31 @@ use crate::activation::Activation;
 
 const BLOCK_BYTES: usize = 17;
 
-/// The doubled E2M1 values as i16 by nibble, twice: `vpermw` on 512 bits reads an index's low 5
-/// bits, and the fifth is a bit of the next nibble.
-const DOUBLED_TABLE: [i16; 32] = {
-    let mut values = [0; 32];
+/// What the quants are offset by to be unsigned bytes: the doubled E2M1 values reach -12.
+const OFFSET: i32 = 12;
+
+/// The doubled E2M1 values plus [`OFFSET`] by nibble, as bytes (`vpshufb`'s table).
+const OFFSET_TABLE: [u8; 16] = {
+    let mut values = [0; 16];
     let mut i = 0;
-    while i < 32 {
-        values[i] = MXFP4_VALUES[i % 16];
+    while i < 16 {
+        values[i] = (MXFP4_VALUES[i] + OFFSET as i16) as u8;
         i += 1;
     }
     values
 };
 
-/// Per 16-bit word of each 128-bit lane: the right shift that brings its value's nibble down
-/// (words 0..4 the low byte's, words 4..8 the high byte's).
-const LOW_SHIFTS: [i16; 32] = {
-    let mut shifts = [0; 32];
-    let mut i = 0;
-    while i < 32 {
-        shifts[i] = if i % 8 < 4 { 0 } else { 8 };
-        i += 1;
-    }
-    shifts
-};
-
-/// One pair of blocks' activations in the order of the decoded values (module docs): the quants
-/// of values 0..16 of both blocks, of values 16..32, then the two blocks' scales, each eight
-/// times (as f32 bits).
-type PairActs = [__m512i; 3];
+/// One pair of blocks' activations as `four_rows` reads them.
+#[derive(Clone, Copy)]
+struct PairActs {
+    /// Per block: the high bytes of values 0..16, their low bytes, the high and low bytes of
+    /// values 16..32.
+    bytes: [[__m128i; 4]; 2],
+    /// `OFFSET` · the sum of each (block, half)'s activation quants, in `halves`' lanes.
+    offsets: __m512i,
+    /// The two blocks' scales, each eight times (as f32 bits).
+    d: __m512i,
+}
 
 thread_local! {
     /// The current call's activation pairs, kept per thread (a few KiB).
@@ -105,27 +98,33 @@ pub(super) fn rows(w: &[u8], row_bytes: usize, act: &Activation<'_>, out: &mut [
     })
 }
 
-/// Writes `act`'s quants and scales for each pair of blocks into `pairs` (an odd last block is
-/// left to the 256-bit step, which reads `act` itself).
+/// Writes `act`'s quants, split into bytes, their sums and the scales for each pair of blocks
+/// into `pairs` (an odd last block is left to the 256-bit step, which reads `act` itself).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn lay_out(act: &Activation<'_>, pairs: &mut Vec<PairActs>) {
-    // Within each 128-bit lane (8 i16): values 0 2 4 6 1 3 5 7 of its 8, as bytes.
-    let order = _mm512_broadcast_i32x4(pod_read_unaligned::<__m128i>(&[
-        0u8, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-    ]));
     let (quants, _) = act.q16.as_chunks::<64>();
     pairs.clear();
     for (pair, scales) in quants.iter().zip(act.d.as_chunks::<2>().0) {
-        // [values 0..16 of the first block | of the second] and [16..32 | 16..32].
-        let mut halves = [order; 2];
-        for (h, half) in halves.iter_mut().enumerate() {
-            let first = pod_read_unaligned::<__m256i>(bytemuck::cast_slice(&pair[16 * h..16 * h + 16]));
-            let second = pod_read_unaligned::<__m256i>(bytemuck::cast_slice(&pair[32 + 16 * h..48 + 16 * h]));
-            *half = _mm512_shuffle_epi8(_mm512_inserti64x4::<1>(_mm512_castsi256_si512(first), second), order);
+        let mut bytes = [[0u8; 64]; 2];
+        let mut half_sums = [[0i32; 2]; 2];
+        for (b, block) in pair.as_chunks::<32>().0.iter().enumerate() {
+            // [high bytes of values 0..16 | low bytes | high bytes of 16..32 | low bytes].
+            for (i, &q) in block.iter().enumerate() {
+                let at = 32 * (i / 16) + i % 16;
+                bytes[b][at] = (q >> 8) as u8;
+                bytes[b][at + 16] = q as u8;
+                // Values 0..8 and 16..24 make half 0, the rest half 1.
+                half_sums[b][(i % 16) / 8] += i32::from(q);
+            }
         }
+        let offsets: [i32; 16] = std::array::from_fn(|lane| OFFSET * half_sums[lane / 8][lane % 8 / ROWS]);
         let d = bytemuck::cast::<[[f32; 8]; 2], __m512i>([[scales[0]; 8], [scales[1]; 8]]);
-        pairs.push([halves[0], halves[1], d]);
+        pairs.push(PairActs {
+            bytes: bytes.map(bytemuck::cast::<[u8; 64], [__m128i; 4]>),
+            offsets: bytemuck::cast::<[i32; 16], __m512i>(offsets),
+            d,
+        });
     }
 }
 
@@ -141,8 +140,8 @@ fn four_rows(
     pairs: &[PairActs],
     act: &Activation<'_>,
 ) -> [f32; ROWS] {
-    let table = bytemuck::cast::<[i16; 32], __m512i>(DOUBLED_TABLE);
-    let shifts = bytemuck::cast::<[i16; 32], __m512i>(LOW_SHIFTS);
+    let table = _mm512_broadcast_i32x4(bytemuck::cast::<[u8; 16], __m128i>(OFFSET_TABLE));
+    let nibble = _mm512_set1_epi8(0x0F);
     let spread = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7);
     let lead = prefetch_lead(ROWS, row_bytes);
     let rb = row_bytes as i32;
@@ -154,22 +153,21 @@ fn four_rows(
     let mut acc = _mm256_setzero_ps();
     for (p, pair) in pairs.iter().enumerate() {
         prefetch(stream, lead + ROWS * 2 * BLOCK_BYTES * p, ROWS * 2 * BLOCK_BYTES);
-        let mut sums = [table; ROWS];
-        for r in 0..ROWS {
-            let bytes = &rows[r][p];
-            let first = pod_read_unaligned::<__m128i>(&bytes[1..17]);
-            let second = pod_read_unaligned::<__m128i>(&bytes[18..34]);
-            let both = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(first), 0xFF00, second);
-            let low_index = _mm512_srlv_epi16(_mm512_permutex_epi64::<0b01_01_00_00>(both), shifts);
-            let low = _mm512_permutexvar_epi16(low_index, table);
-            let high = _mm512_permutexvar_epi16(_mm512_srli_epi16::<4>(low_index), table);
-            sums[r] = pair_dot(low, high, pair);
+        let mut sums = [_mm512_setzero_si512(); 2];
+        for (b, sum) in sums.iter_mut().enumerate() {
+            let at = BLOCK_BYTES * b + 1;
+            let mut raw = _mm512_castsi128_si512(pod_read_unaligned::<__m128i>(&rows[0][p][at..at + 16]));
+            raw = _mm512_inserti32x4::<1>(raw, pod_read_unaligned::<__m128i>(&rows[1][p][at..at + 16]));
+            raw = _mm512_inserti32x4::<2>(raw, pod_read_unaligned::<__m128i>(&rows[2][p][at..at + 16]));
+            raw = _mm512_inserti32x4::<3>(raw, pod_read_unaligned::<__m128i>(&rows[3][p][at..at + 16]));
+            let low = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, nibble));
+            let high = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(raw), nibble));
+            *sum = block_dot(low, high, &pair.bytes[b]);
         }
-        let v = _mm512_cvtepi32_ps(reduce4_512(sums));
+        let v = _mm512_cvtepi32_ps(_mm512_sub_epi32(halves(sums), pair.offsets));
         let exponents =
             _mm512_castps256_ps512(exponents(group, 2 * BLOCK_BYTES * p, exponent_at, 3 * row_bytes + BLOCK_BYTES));
-        let scales =
-            _mm512_mul_ps(_mm512_permutexvar_ps(spread, exponents), bytemuck::cast::<__m512i, __m512>(pair[2]));
+        let scales = _mm512_mul_ps(_mm512_permutexvar_ps(spread, exponents), bytemuck::cast::<__m512i, __m512>(pair.d));
         acc = _mm256_fmadd_ps(_mm512_castps512_ps256(scales), _mm512_castps512_ps256(v), acc);
         acc = _mm256_fmadd_ps(upper(scales), upper(v), acc);
     }
@@ -195,33 +193,32 @@ fn upper(v: __m512) -> __m256 {
     _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))
 }
 
-/// Two blocks' quants (`low`: values 0..16, `high`: 16..32, in the module's order) · the pair's
-/// activations: 16 i32 lanes, 4 per (block, half), exact.
+/// Four rows' quants of one block plus [`OFFSET`] (`low`: values 0..16 of each row in its
+/// 128-bit lane, `high`: 16..32) · the block's activations split into bytes (`acts`, as
+/// `lay_out` writes them): per row, four i32 sums of eight products each, exact, still offset.
 ///
-/// The `vpdpwssd` is written in `asm!` because LLVM splits the intrinsic into `vpmaddwd` +
-/// `vpaddd` unless it tunes for a CPU it knows to run `vpdpwssd` fast (as in `avx512_tile`).
+/// `a = 256·hi + lo` with `hi` signed and `lo` unsigned bytes, and the offset quants are unsigned
+/// bytes up to 24, so `vpdpbusd` takes `quant · hi` (quant as the unsigned operand) and
+/// `lo · quant` (quant as the signed one) without saturating or rounding.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[allow(unsafe_code)]
-fn pair_dot(low: __m512i, high: __m512i, pair: &PairActs) -> __m512i {
-    let mut s = _mm512_madd_epi16(low, pair[0]);
-    // SAFETY: the instruction reads the 64 bytes of `pair[1]` (a reference) and writes only `s`'s
-    // register; the caller promises AVX-512 VNNI (this function's features).
-    unsafe {
-        core::arch::asm!("vpdpwssd {s}, {w}, zmmword ptr [{p}]", s = inout(zmm_reg) s, w = in(zmm_reg) high,
-            p = in(reg) &raw const pair[1], options(pure, readonly, nostack, preserves_flags));
-    }
-    s
+fn block_dot(low: __m512i, high: __m512i, acts: &[__m128i; 4]) -> __m512i {
+    let part = |i: usize| _mm512_broadcast_i32x4(acts[i]);
+    let mut s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), low, part(0));
+    s = _mm512_dpbusd_epi32(s, high, part(2));
+    s = _mm512_slli_epi32::<8>(s);
+    s = _mm512_dpbusd_epi32(s, part(1), low);
+    _mm512_dpbusd_epi32(s, part(3), high)
 }
 
-/// `avx2_tile_i16::reduce4` on each 256-bit half: lanes `i` and `i + 4` of each half hold the two
-/// halves of dot `i`'s block.
+/// Block sums `s` (per row's 128-bit lane, i32 lanes 0 and 1 of half 0, 2 and 3 of half 1) to
+/// one integer per (block, half, row): lane `8·block + 4·half + row`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn reduce4_512(s: [__m512i; 4]) -> __m512i {
-    let t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
-    let t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
-    _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23))
+fn halves(s: [__m512i; 2]) -> __m512i {
+    let first = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 16, 20, 24, 28, 18, 22, 26, 30);
+    let second = _mm512_setr_epi32(1, 5, 9, 13, 3, 7, 11, 15, 17, 21, 25, 29, 19, 23, 27, 31);
+    _mm512_add_epi32(_mm512_permutex2var_epi32(s[0], first, s[1]), _mm512_permutex2var_epi32(s[0], second, s[1]))
 }
 
 /// The four rows' E8M0 scales (halved, as `e8m0_to_f32_half`) of the pair of blocks at byte `at`

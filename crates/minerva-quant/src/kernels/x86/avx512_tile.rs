@@ -10,7 +10,7 @@
 //! * Q5's fifth bits added by a masked `vpaddw` with the 32 bits as the mask (AVX2: per half a
 //!   broadcast, an `and`, a compare and another `and`).
 //!
-//! MXFP4 at one activation goes to `avx512_mxfp4` (two blocks per 512-bit step) for whole groups of
+//! MXFP4 at one activation goes to `avx512_mxfp4` (bytes by `vpdpbusd`) for whole groups of
 //! four rows, and comes here for the rest.
 //!
 //! Only the integers each block produces are computed differently, and they are exact, so a row's
@@ -158,7 +158,7 @@ format_tiles!(
 );
 
 /// MXFP4's `matmul_i16` kernel below the AVX-512 panels: at one activation, rows in groups of
-/// four by `avx512_mxfp4` (two blocks per 512-bit step), the rest by these tiles.
+/// four by `avx512_mxfp4` (four rows per 512-bit vector), the rest by these tiles.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) fn tiles_mxfp4<const G: usize>(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {

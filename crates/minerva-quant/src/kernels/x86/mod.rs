@@ -12,8 +12,8 @@
 //! * [`AVX512_VNNI`] — from [`avx512_panel::MIN_ACTS`] activations on, the i16 panels 16 rows wide
 //!   with `vpdpwssd` (`avx512_panel.rs`), and for Q2_K…Q6_K panels of scaled i16 quants
 //!   (`avx512_panel_k.rs`); below, the i16 tiles with a `vpdpwssd` block dot, MXFP4 decoded by
-//!   `vpermw` and Q5's fifth bits by a masked add (`avx512_tile.rs`; MXFP4 at one activation two
-//!   blocks per 512-bit step, `avx512_mxfp4.rs`; from 8 activations the AVX2 panels with EVEX
+//!   `vpermw` and Q5's fifth bits by a masked add (`avx512_tile.rs`; MXFP4 at one activation as
+//!   bytes by `vpdpbusd`, four rows per 512-bit step, `avx512_mxfp4.rs`; from 8 activations the AVX2 panels with EVEX
 //!   `vpdpwssd`); bit for bit the AVX2 results.
 //!
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
