@@ -119,13 +119,6 @@ impl Kernels {
         self
     }
 
-    /// [`Kernels::dot`] for an ISA row (the activation format is the reference row's).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) const fn simd_dot(mut self, f: DotKernel) -> Self {
-        self.matmul = Some(MatKernel::Dot(f));
-        self
-    }
-
     /// Matmul in tiles of rows × activations (an ISA row; the activation format is the reference's).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) const fn tile(mut self, f: TileKernel) -> Self {

@@ -4,8 +4,9 @@
 //! * [`AVX2_FMA_F16C`] — the matmul kernels: tiles of rows × activations for the 32-value block
 //!   formats (`avx2_tile.rs`; against i16 activations `avx2_tile_i16.rs`; from 8
 //!   activations on, panels of 8 rows unpacked once per call, `avx2_panel.rs`), one row ×
-//!   `K_QUANT_ACTS` activations for Q2_K…Q6_K (`avx2_tile_k.rs`), per-row dot kernels for
-//!   the float formats (`avx2_dot.rs`);
+//!   `K_QUANT_ACTS` activations for Q2_K…Q6_K (`avx2_tile_k.rs`), for the float formats one
+//!   row · one activation at a time and panels of rows × activations with the same arithmetic
+//!   per pair (`float_panel.rs`);
 //! * [`AVX2_VNNI`] — AVX-VNNI without AVX-512 (Intel client CPUs since Alder Lake): the i16
 //!   tiles and panels of `avx2_tile_i16` / `avx2_panel` with each `vpmaddwd` + `vpaddd` into an
 //!   accumulator done by one VEX `vpdpwssd` (`avx_vnni.rs`); bit for bit the AVX2 results;
@@ -14,7 +15,8 @@
 //!   (`avx512_panel_k.rs`); below, the i16 tiles with a `vpdpwssd` block dot, MXFP4 decoded by
 //!   `vpermw` and Q5's fifth bits by a masked add (`avx512_tile.rs`; MXFP4 at one activation as
 //!   bytes by `vpdpbusd`, four rows per 512-bit step, `avx512_mxfp4.rs`; from 8 activations the AVX2 panels with EVEX
-//!   `vpdpwssd`); bit for bit the AVX2 results.
+//!   `vpdpwssd`); bit for bit the AVX2 results; the float panels 2 rows × 2 activations wide
+//!   (`float_panel.rs`), the same bits as AVX2's.
 //!
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
 //! them, which the kernel table uses only after the ISA's `detected` check has passed.
@@ -35,6 +37,7 @@ mod avx512_panel_k;
 mod avx512_tile;
 mod avx512_vector;
 mod avx_vnni;
+mod float_panel;
 
 use std::arch::is_x86_feature_detected as has;
 
@@ -52,17 +55,6 @@ macro_rules! dequantize {
             // the kernel enables (see `super::Isa::detected`).
             unsafe { $kernel(bytes, out) };
             Ok(())
-        }
-    };
-}
-
-/// A [`super::DotKernel`] calling the `#[target_feature]` dot kernel `$kernel`.
-macro_rules! dot {
-    ($kernel:path) => {
-        |row, act| {
-            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
-            // the kernel enables (see `super::Isa::detected`).
-            unsafe { $kernel(row, act) }
         }
     };
 }
@@ -116,9 +108,9 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
     name: "avx2+fma+f16c",
     detected: || has!("avx2") && has!("fma") && has!("f16c"),
     rows: &[
-        Kernels::new(F32).simd_dot(dot!(avx2_dot::dot_f32)),
-        Kernels::new(F16).simd_dot(dot!(avx2_dot::dot_f16)),
-        Kernels::new(BF16).simd_dot(dot!(avx2_dot::dot_bf16)),
+        Kernels::new(F32).tile(tile!(float_panel::avx2::tiles_f32)),
+        Kernels::new(F16).tile(tile!(float_panel::avx2::tiles_f16)),
+        Kernels::new(BF16).tile(tile!(float_panel::avx2::tiles_bf16)),
         Kernels::new(Q8_0).tile(avx2_tile!(tiles_q8_0)).tile_i16(tile!(avx2_tile_i16::tiles_q8_0::<I16_ACT_GROUPS>)),
         Kernels::new(Q4_0).tile(avx2_tile!(tiles_q4_0)).tile_i16(tile!(avx2_tile_i16::tiles_q4_0::<I16_ACT_GROUPS>)),
         Kernels::new(Q4_1).tile(avx2_tile!(tiles_q4_1)).tile_i16(tile!(avx2_tile_i16::tiles_q4_1::<I16_ACT_GROUPS>)),
@@ -162,6 +154,9 @@ pub(super) const AVX512_VNNI: Isa = Isa {
             && has!("avx512vnni")
     },
     rows: &[
+        Kernels::new(F32).tile(tile!(float_panel::avx512::tiles_f32)),
+        Kernels::new(F16).tile(tile!(float_panel::avx512::tiles_f16)),
+        Kernels::new(BF16).tile(tile!(float_panel::avx512::tiles_bf16)),
         Kernels::new(Q8_0).tile_i16(tile!(avx512_panel::kernel_q8_0::<I16_ACT_GROUPS>)),
         Kernels::new(Q4_0).tile_i16(tile!(avx512_panel::kernel_q4_0::<I16_ACT_GROUPS>)),
         Kernels::new(Q4_1).tile_i16(tile!(avx512_panel::kernel_q4_1::<I16_ACT_GROUPS>)),
