@@ -175,37 +175,42 @@ macro_rules! float_panels {
                     return;
                 }
                 for (group, out) in w.chunks(ROWS * row_bytes).zip(out.chunks_mut(ROWS * n)) {
-                    let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
-                    let count = group.len() / row_bytes;
-                    for (r, row) in rows.iter_mut().enumerate().take(count) {
-                        *row = &group[r * row_bytes..][..row_bytes];
-                    }
-                    if count < ROWS {
+                    if group.len() == ROWS * row_bytes {
+                        let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
+                        for (r, row) in rows.iter_mut().enumerate() {
+                            *row = &group[r * row_bytes..][..row_bytes];
+                        }
+                        rows_times_acts::<ROWS, FORMAT>(rows, acts, out);
+                    } else {
                         // The last rows, fewer than a panel's, one at a time.
-                        for (row, out) in rows[..count].iter().zip(out.chunks_exact_mut(n)) {
-                            let (panels, rest) = acts.as_chunks::<ACTS>();
-                            for (p, panel_acts) in panels.iter().enumerate() {
-                                let ys = panel::<1, FORMAT>([*row], panel_acts);
-                                out[ACTS * p..][..ACTS].copy_from_slice(&ys[0]);
-                            }
-                            for (y, act) in out[panels.len() * ACTS..].iter_mut().zip(rest) {
-                                *y = dot_float::<FORMAT>(row, act.x);
-                            }
-                        }
-                        continue;
-                    }
-                    let (panels, rest) = acts.as_chunks::<ACTS>();
-                    for (p, panel_acts) in panels.iter().enumerate() {
-                        let ys = panel::<ROWS, FORMAT>(rows, panel_acts);
-                        for (r, y) in ys.iter().enumerate() {
-                            out[r * n + ACTS * p..][..ACTS].copy_from_slice(y);
+                        for (row, out) in group.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
+                            rows_times_acts::<1, FORMAT>([row], acts, out);
                         }
                     }
-                    let first = panels.len() * ACTS;
-                    for (r, row) in rows.iter().enumerate() {
-                        for (j, act) in rest.iter().enumerate() {
-                            out[r * n + first + j] = dot_float::<FORMAT>(row, act.x);
-                        }
+                }
+            }
+
+            /// `rows` · every activation into `out` (`R` rows of `acts.len()`): panels of `ACTS`
+            /// activations, the rest by `dot_float`.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn rows_times_acts<const R: usize, const FORMAT: u8>(
+                rows: [&[u8]; R],
+                acts: &[Activation<'_>],
+                out: &mut [f32],
+            ) {
+                let n = acts.len();
+                let (panels, rest) = acts.as_chunks::<ACTS>();
+                for (p, panel_acts) in panels.iter().enumerate() {
+                    let ys = panel::<R, FORMAT>(rows, panel_acts);
+                    for (r, y) in ys.iter().enumerate() {
+                        out[r * n + ACTS * p..][..ACTS].copy_from_slice(y);
+                    }
+                }
+                let first = panels.len() * ACTS;
+                for (r, row) in rows.iter().enumerate() {
+                    for (j, act) in rest.iter().enumerate() {
+                        out[r * n + first + j] = dot_float::<FORMAT>(row, act.x);
                     }
                 }
             }
@@ -226,7 +231,6 @@ macro_rules! float_panels {
                 // Four arrays rather than one with a step index: with the index, LLVM kept the
                 // accumulators in memory and stored each after its FMA.
                 let mut acc = [[[_mm256_setzero_ps(); ACTS]; R]; 4];
-                let [acc0, acc1, acc2, acc3] = &mut acc;
                 let whole = cols / 32;
                 for k in 0..whole {
                     // One slice per row and activation for these 32 values: the four steps'
@@ -239,10 +243,9 @@ macro_rules! float_panels {
                     for a in 0..ACTS {
                         x32[a] = xs[a][32 * k..32 * k + 32].try_into().expect("32 values");
                     }
-                    step::<R, FORMAT>(acc0, &w32, &x32, 0);
-                    step::<R, FORMAT>(acc1, &w32, &x32, 1);
-                    step::<R, FORMAT>(acc2, &w32, &x32, 2);
-                    step::<R, FORMAT>(acc3, &w32, &x32, 3);
+                    for (s, acc) in acc.iter_mut().enumerate() {
+                        step::<R, FORMAT>(acc, &w32, &x32, s);
+                    }
                 }
                 let eights = (cols - 32 * whole) / 8;
                 for e in 0..eights {
@@ -250,7 +253,7 @@ macro_rules! float_panels {
                     for r in 0..R {
                         let w = widen::<FORMAT>(&rows[r][width * at..]);
                         for a in 0..ACTS {
-                            acc0[r][a] = _mm256_fmadd_ps(w, load8(&xs[a][at..]), acc0[r][a]);
+                            acc[0][r][a] = _mm256_fmadd_ps(w, load8(&xs[a][at..]), acc[0][r][a]);
                         }
                     }
                 }
