@@ -411,10 +411,37 @@ fn main_formats_have_simd_kernels_on_avx2() {
 #[cfg(target_arch = "aarch64")]
 #[test]
 fn main_formats_have_neon_kernels_on_aarch64() {
-    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::MXFP4] {
         assert_eq!(minerva_quant::cpu_kernels(dtype).matmul_i16, Some("neon"), "{dtype}");
     }
+    for dtype in [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        assert_eq!(minerva_quant::cpu_kernels(dtype).matmul, Some("neon"), "{dtype}");
+    }
     assert_eq!(detected_isas(), ["neon", "scalar"]);
+}
+
+/// The NEON K-quant kernels turn exact integer sums into f32 as the scalar kernels do and add them
+/// in the same order: every output equals the reference's bit for bit, for groups of four
+/// activations and a rest, one super-block or several, on one thread and on several.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_k_quants_equal_the_scalar_kernels_bit_for_bit() {
+    for dtype in [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        for (rows, cols) in [(1, 256), (5, 512), (9, 768)] {
+            let weights = random_weights(dtype, rows, cols, rows as u64 + cols as u64);
+            for n in [1, 3, 4, 6, 9] {
+                let xs = random_values(n * cols, n as u64);
+                let mut neon = vec![f32::NAN; n * rows];
+                let mut scalar = vec![f32::NAN; n * rows];
+                pool(2)
+                    .install(|| matmul_with_isa("neon", false, dtype, &weights, rows, cols, &xs, n, &mut neon))
+                    .expect("neon");
+                matmul_with_isa("scalar", false, dtype, &weights, rows, cols, &xs, n, &mut scalar).expect("scalar");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&neon), bits(&scalar), "{dtype} {rows}x{cols}, {n} activations");
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! The aarch64 instruction sets and their rows of the kernel table:
 //!
-//! * [`NEON`] — i16-activation tile kernels for Q8_0, Q4_0 and Q4_1 (`neon_tile.rs`: what the
-//!   model's matrix products use for these formats) and the f32 vector kernels of attention
-//!   (`neon_vector.rs`). The other entries stay scalar on aarch64.
+//! * [`NEON`] — i16-activation tile kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and MXFP4
+//!   (`neon_tile.rs`: what the model's matrix products use for these formats), Q8_K-activation
+//!   kernels for Q2_K…Q6_K (`neon_tile_k.rs`, the reference's results bit for bit) and the f32
+//!   vector kernels of attention (`neon_vector.rs`). The float formats' matmul stays scalar on
+//!   aarch64.
 //!
 //! NEON is part of the aarch64 baseline (every aarch64 Linux and macOS machine has it); the
 //! kernels are still `#[target_feature(enable = "neon")]` functions (the intrinsics require it of
@@ -13,9 +15,10 @@
 #![allow(unsafe_code)]
 
 mod neon_tile;
+mod neon_tile_k;
 mod neon_vector;
 
-use minerva_core::DType::{Q4_0, Q4_1, Q8_0};
+use minerva_core::DType::{MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
 
 use super::{Isa, Kernels, VectorKernels};
 
@@ -37,6 +40,14 @@ pub(super) const NEON: Isa = Isa {
         Kernels::new(Q8_0).tile_i16(tile!(neon_tile::tiles_i16_q8_0)),
         Kernels::new(Q4_0).tile_i16(tile!(neon_tile::tiles_i16_q4_0)),
         Kernels::new(Q4_1).tile_i16(tile!(neon_tile::tiles_i16_q4_1)),
+        Kernels::new(Q5_0).tile_i16(tile!(neon_tile::tiles_i16_q5_0)),
+        Kernels::new(Q5_1).tile_i16(tile!(neon_tile::tiles_i16_q5_1)),
+        Kernels::new(MXFP4).tile_i16(tile!(neon_tile::tiles_i16_mxfp4)),
+        Kernels::new(Q2_K).tile(tile!(neon_tile_k::tiles_q2_k)),
+        Kernels::new(Q3_K).tile(tile!(neon_tile_k::tiles_q3_k)),
+        Kernels::new(Q4_K).tile(tile!(neon_tile_k::tiles_q4_k)),
+        Kernels::new(Q5_K).tile(tile!(neon_tile_k::tiles_q5_k)),
+        Kernels::new(Q6_K).tile(tile!(neon_tile_k::tiles_q6_k)),
     ],
 };
 

@@ -1,4 +1,5 @@
-//! NEON tile kernels for Q8_0, Q4_0 and Q4_1 against i16 activations (`Activation::q16`): `R`
+//! NEON tile kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and MXFP4 against i16 activations
+//! (`Activation::q16`): `R`
 //! weight rows × `C` activations per step, as `x86/avx2_tile.rs` does, so that each weight block
 //! is unpacked once for `C` activations and each activation block loaded once for `R` rows.
 //!
@@ -6,18 +7,22 @@
 //! quants by widening multiply-accumulates (`vmull`/`vmlal`, i16 × i16 → i32); the block's integer
 //! sum is scaled once (`d_w · d_a`) in f32. A symmetric format's offset `k` is subtracted in the
 //! integer sum (`Σ(q − k)·a = Σq·a − k·Σa`), Q4_1's minimum is added as `m · d_a·Σa`, as the
-//! scalar kernels do. A block's sum stays below 2³¹: 32 products of at most 127 · 32767.
+//! scalar kernels do. A block's sum stays below 2³¹: 32 products of at most 127 · 32767. MXFP4's
+//! nibbles are looked up (`vqtbl1q_s8`) as their doubled E2M1 values, signed, with half the E8M0
+//! scale, as on x86.
 
 use std::arch::aarch64::{
-    float32x4_t, int16x8_t, int32x4_t, uint8x8_t, uint8x16_t, vaddvq_f32, vandq_u8, vcvtq_f32_s32, vdupq_n_f32,
-    vdupq_n_u8, vfmaq_f32, vget_high_u8, vget_low_s8, vget_low_s16, vget_low_u8, vgetq_lane_s32, vld1q_s16, vld1q_u8,
-    vmlal_high_s16, vmlal_s16, vmovl_high_s8, vmovl_s8, vmovl_u8, vmull_s16, vreinterpretq_s8_u8,
-    vreinterpretq_s16_u16, vsetq_lane_s32, vshrq_n_u8,
+    float32x4_t, int8x16_t, int16x8_t, int32x4_t, uint8x8_t, uint8x16_t, vaddvq_f32, vandq_u8, vandq_u16,
+    vcvtq_f32_s32, vdupq_n_f32, vdupq_n_u8, vdupq_n_u16, vfmaq_f32, vget_high_u8, vget_low_s8, vget_low_s16,
+    vget_low_u8, vgetq_lane_s32, vld1q_s8, vld1q_s16, vld1q_u8, vld1q_u16, vmlal_high_s16, vmlal_s16, vmovl_high_s8,
+    vmovl_s8, vmovl_u8, vmull_s16, vorrq_s16, vqtbl1q_s8, vreinterpretq_s8_u8, vreinterpretq_s16_u16, vsetq_lane_s32,
+    vshrq_n_u8, vtstq_u16,
 };
 
 use half::f16;
 
 use crate::activation::Activation;
+use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::kernels::BlockKind as Kind;
 
 /// A block's 32 weight quants widened to i16, in value order.
@@ -68,6 +73,38 @@ fn nibbles(qs: &[u8]) -> Quants {
 fn signed_bytes(qs: &[u8]) -> Quants {
     let (a, b) = (vreinterpretq_s8_u8(load_u8x16(qs)), vreinterpretq_s8_u8(load_u8x16(&qs[16..])));
     [vmovl_s8(vget_low_s8(a)), vmovl_high_s8(a), vmovl_s8(vget_low_s8(b)), vmovl_high_s8(b)]
+}
+
+/// Q5's 16-bit quants: `nibbles(qs)` with 0x10 added where bit `j` of the little-endian `qh` is
+/// set, for value `j`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q5(qh: &[u8], qs: &[u8]) -> Quants {
+    const LANES: [u16; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+    let lanes = {
+        // SAFETY: `LANES` holds 8 u16; `vld1q_u16` has no alignment requirement.
+        unsafe { vld1q_u16(LANES.as_ptr()) }
+    };
+    let mut q = nibbles(qs);
+    for (k, q) in q.iter_mut().enumerate() {
+        // Values 8k..8k+8 take their fifth bits from byte k of `qh`.
+        let set = vtstq_u16(vdupq_n_u16(u16::from(qh[k])), lanes);
+        *q = vorrq_s16(*q, vreinterpretq_s16_u16(vandq_u16(set, vdupq_n_u16(0x10))));
+    }
+    q
+}
+
+/// MXFP4's 32 nibbles (`qs`, as Q4_0's) as their doubled E2M1 values.
+#[inline]
+#[target_feature(enable = "neon")]
+fn e2m1(qs: &[u8]) -> Quants {
+    let table: int8x16_t = {
+        // SAFETY: `KVALUES_MXFP4` holds 16 i8; `vld1q_s8` has no alignment requirement.
+        unsafe { vld1q_s8(KVALUES_MXFP4.as_ptr()) }
+    };
+    let bytes = load_u8x16(qs);
+    let (low, high) = (vqtbl1q_s8(table, vandq_u8(bytes, vdupq_n_u8(0x0F))), vqtbl1q_s8(table, vshrq_n_u8::<4>(bytes)));
+    [vmovl_s8(vget_low_s8(low)), vmovl_high_s8(low), vmovl_s8(vget_low_s8(high)), vmovl_high_s8(high)]
 }
 
 /// `Σ q·a` over one block, in four i32 lanes.
@@ -177,4 +214,19 @@ pub(super) fn tiles_i16_q4_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>]
 #[target_feature(enable = "neon")]
 pub(super) fn tiles_i16_q4_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
     tiles(w, row_bytes, acts, out, 20, Kind::Min, |b| (nibbles(&b[4..20]), f16_at(b), f16_at(&b[2..])));
+}
+
+#[target_feature(enable = "neon")]
+pub(super) fn tiles_i16_q5_0(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles(w, row_bytes, acts, out, 22, Kind::Offset(16), |b| (q5(&b[2..6], &b[6..22]), f16_at(b), 0.0));
+}
+
+#[target_feature(enable = "neon")]
+pub(super) fn tiles_i16_q5_1(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles(w, row_bytes, acts, out, 24, Kind::Min, |b| (q5(&b[4..8], &b[8..24]), f16_at(b), f16_at(&b[2..])));
+}
+
+#[target_feature(enable = "neon")]
+pub(super) fn tiles_i16_mxfp4(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
+    tiles(w, row_bytes, acts, out, 17, Kind::Signed, |b| (e2m1(&b[1..17]), e8m0_to_f32_half(b[0]), 0.0));
 }
