@@ -2,7 +2,8 @@
 //! steps, peak RSS, and — as the reference in the same run — the read bandwidth of 1 and THREADS
 //! threads summing 1 GiB of anonymous memory (with small pages, and with huge pages asked for) and
 //! 1 GiB of the model's own mapped file (decode is memory-bound: bytes read per token ÷ the rate of
-//! the memory it reads is its limit).
+//! the memory it reads is its limit). For a GGUF file, also the same sum over the very tensors a
+//! decode token reads, and decode's share of that bound.
 //!
 //! `cargo run --release -p minerva-model --example gpt_oss_speed -- MODEL [THREADS]`
 
@@ -76,7 +77,70 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for line in status.lines().filter(|l| l.starts_with("VmHWM")) {
         println!("peak RSS (incl. the two 1 GiB buffers): {}", line.trim_start_matches("VmHWM:").trim());
     }
+    // Last: it maps the whole file once more, which would count in the peak RSS above.
+    if let Ok(gguf) = minerva_gguf::Gguf::open(&path) {
+        token_bytes_bound(&gguf, threads, times[6])?;
+    }
     Ok(())
+}
+
+/// The read bound of a GGUF decode step measured on the bytes it reads: the same u64 sum over
+/// every tensor but the embedding table (one row of it is read) and over the experts' tensors,
+/// of which a token reads `expert_used_count / expert_count`. On a VM the file's cached pages need
+/// not all read at one rate (docs/benchmarks.md, run 15), so 1 GiB of the file stands for the
+/// bytes decode reads only approximately.
+fn token_bytes_bound(
+    gguf: &minerva_gguf::Gguf<memmap2::Mmap>,
+    threads: usize,
+    decode: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let used = gguf.get_arch("expert_used_count")?.and_then(|v| v.to_u64()).unwrap_or(0);
+    let count = gguf.get_arch("expert_count")?.and_then(|v| v.to_u64()).unwrap_or(0);
+    let (mut dense, mut experts) = (Vec::new(), Vec::new());
+    for info in gguf.tensor_infos() {
+        let words: &[u64] = bytemuck::cast_slice(&gguf.bytes()[info.range.start..info.range.end / 8 * 8]);
+        if info.name == "token_embd.weight" {
+            continue;
+        }
+        if info.name.contains("_exps") { experts.push(words) } else { dense.push(words) }
+    }
+    let pool = minerva_quant::ComputePool::new(threads)?;
+    let (dense_bytes, dense_time) = median_sum_time(&pool, &dense);
+    let (expert_bytes, expert_time) = median_sum_time(&pool, &experts);
+    let share = if count > 0 { used as f64 / count as f64 } else { 0.0 };
+    let bytes = dense_bytes + share * expert_bytes;
+    let bound = dense_time + share * expert_time;
+    println!(
+        "bytes a decode token reads ({threads} thread(s), u64 sum over those tensors, median of 5): \
+         {:.3} GB (every tensor but token_embd, {used}/{count} of the experts') in {bound:.4} s = {:.2} GB/s; \
+         decode at {:.0} % of that bound",
+        bytes / 1e9,
+        bytes / bound / 1e9,
+        100.0 * bound / decode
+    );
+    Ok(())
+}
+
+/// Bytes and median seconds (of 5) of a wrapping u64 sum over every slice of `parts` on `pool`
+/// (chunks of 64 Ki words, all parts in one parallel loop).
+fn median_sum_time(pool: &minerva_quant::ComputePool, parts: &[&[u64]]) -> (f64, f64) {
+    let chunks: Vec<&[u64]> = parts.iter().flat_map(|p| p.chunks(1 << 16)).collect();
+    let bytes = parts.iter().map(|p| p.len() * 8).sum::<usize>() as f64;
+    let mut times: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            let mut sums = vec![0u64; chunks.len()];
+            pool.install(|| {
+                minerva_quant::pool::for_each_chunk_mut(&mut sums, 1, |i, sum| {
+                    sum[0] = chunks[i].iter().fold(0u64, |a, &x| a.wrapping_add(x));
+                })
+            });
+            std::hint::black_box(sums.iter().fold(0u64, |a, &x| a.wrapping_add(x)));
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    (bytes, times[2])
 }
 
 /// GB/s of a wrapping u64 sum over `words` on `pool`, median of 5 (chunks of 64 Ki words).
