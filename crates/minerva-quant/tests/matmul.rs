@@ -414,7 +414,8 @@ fn main_formats_have_neon_kernels_on_aarch64() {
     for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::MXFP4] {
         assert_eq!(minerva_quant::cpu_kernels(dtype).matmul_i16, Some("neon"), "{dtype}");
     }
-    for dtype in [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+    for dtype in [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F32, DType::F16, DType::BF16]
+    {
         assert_eq!(minerva_quant::cpu_kernels(dtype).matmul, Some("neon"), "{dtype}");
     }
     assert_eq!(detected_isas(), ["neon", "scalar"]);

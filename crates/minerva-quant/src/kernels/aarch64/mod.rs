@@ -2,9 +2,9 @@
 //!
 //! * [`NEON`] — i16-activation tile kernels for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and MXFP4
 //!   (`neon_tile.rs`: what the model's matrix products use for these formats), Q8_K-activation
-//!   kernels for Q2_K…Q6_K (`neon_tile_k.rs`, the reference's results bit for bit) and the f32
-//!   vector kernels of attention (`neon_vector.rs`). The float formats' matmul stays scalar on
-//!   aarch64.
+//!   kernels for Q2_K…Q6_K (`neon_tile_k.rs`, the reference's results bit for bit), panels of
+//!   float weights (F32/F16/BF16) × f32 activations (`neon_float.rs`) and the f32 vector kernels
+//!   of attention (`neon_vector.rs`).
 //!
 //! NEON is part of the aarch64 baseline (every aarch64 Linux and macOS machine has it); the
 //! kernels are still `#[target_feature(enable = "neon")]` functions (the intrinsics require it of
@@ -14,11 +14,12 @@
 // `vld1q_*`/`vst1q_*` on slices whose length was checked first.
 #![allow(unsafe_code)]
 
+mod neon_float;
 mod neon_tile;
 mod neon_tile_k;
 mod neon_vector;
 
-use minerva_core::DType::{MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+use minerva_core::DType::{BF16, F16, F32, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
 
 use super::{Isa, Kernels, VectorKernels};
 
@@ -37,6 +38,9 @@ pub(super) const NEON: Isa = Isa {
     name: "neon",
     detected: || std::arch::is_aarch64_feature_detected!("neon"),
     rows: &[
+        Kernels::new(F32).tile(tile!(neon_float::tiles_f32)),
+        Kernels::new(F16).tile(tile!(neon_float::tiles_f16)),
+        Kernels::new(BF16).tile(tile!(neon_float::tiles_bf16)),
         Kernels::new(Q8_0).tile_i16(tile!(neon_tile::tiles_i16_q8_0)),
         Kernels::new(Q4_0).tile_i16(tile!(neon_tile::tiles_i16_q4_0)),
         Kernels::new(Q4_1).tile_i16(tile!(neon_tile::tiles_i16_q4_1)),
