@@ -4,7 +4,7 @@
 //!   (`neon_tile.rs`: what the model's matrix products use for these formats), Q8_K-activation
 //!   kernels for Q2_K…Q6_K (`neon_tile_k.rs`, the reference's results bit for bit), panels of
 //!   float weights (F32/F16/BF16) × f32 activations (`neon_float.rs`) and the f32 vector kernels
-//!   of attention (`neon_vector.rs`).
+//!   (`neon_vector.rs`: attention's dot products, `exp` and softmax in 4 lanes).
 //!
 //! NEON is part of the aarch64 baseline (every aarch64 Linux and macOS machine has it); the
 //! kernels are still `#[target_feature(enable = "neon")]` functions (the intrinsics require it of
@@ -65,13 +65,13 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         dots: |out, x, rows| unsafe { neon_vector::dots_f32(out, x, rows) },
         // SAFETY: as above.
         axpy: |y, a, x| unsafe { neon_vector::axpy_f32(y, a, x) },
-        // No NEON `exp` yet: libm's, one value at a time.
-        exp: super::reference::vector_exp_f32,
+        // SAFETY: as above.
+        exp: |xs| unsafe { neon_vector::exp_f32(xs) },
         // Scalar `axpy` row by row, which NEON's `axpy` equals bit for bit.
         weighted_sum_add: super::reference::vector_weighted_sum_add_f32,
         weighted_sums_add: super::reference::vector_weighted_sums_add_f32,
-        // As `exp`: the scalar loops.
-        softmax: super::reference::vector_softmax_f32,
+        // SAFETY: as above.
+        softmax: |xs, scale, sink| unsafe { neon_vector::softmax_f32(xs, scale, sink) },
         quantize_i16: super::reference::quantize_i16_blocks,
         transpose: super::reference::vector_transpose_f32,
     })
