@@ -22,6 +22,7 @@ use std::arch::aarch64::{
 
 use half::{bf16, f16};
 
+use super::neon_vector::load;
 use crate::activation::Activation;
 
 /// Rows per panel.
@@ -37,14 +38,6 @@ const BF16: u8 = 2;
 /// Bytes per value of `format`.
 const fn width(format: u8) -> usize {
     if format == F32 { 4 } else { 2 }
-}
-
-#[inline]
-#[target_feature(enable = "neon")]
-fn load4(x: &[f32]) -> float32x4_t {
-    let x = &x[..4];
-    // SAFETY: `x` holds 4 f32; `vld1q_f32` has no alignment requirement.
-    unsafe { vld1q_f32(x.as_ptr()) }
 }
 
 /// 4 halves (F16 or BF16 bit patterns) at `b[..8]`, widened to u32 lanes (BF16: already in the
@@ -102,7 +95,7 @@ fn panel<const FORMAT: u8, const R: usize, const A: usize>(rows: [&[u8]; R], act
     let mut acc = [[[vdupq_n_f32(0.0); 4]; A]; R];
     // Columns `at..at + 4` into accumulator `s` of every pair.
     let mut step = |at: usize, s: usize| {
-        let xs: [float32x4_t; A] = std::array::from_fn(|a| load4(&acts[a][at..]));
+        let xs: [float32x4_t; A] = std::array::from_fn(|a| load(&acts[a][at..]));
         for (row, acc) in rows.iter().zip(acc.iter_mut()) {
             let v = widen::<FORMAT>(&row[w * at..]);
             for (acc, &x) in acc.iter_mut().zip(&xs) {

@@ -10,7 +10,7 @@ use std::arch::aarch64::{
 /// Four f32 from `s[..4]` (panics if shorter: callers pass whole chunks).
 #[inline]
 #[target_feature(enable = "neon")]
-fn load(s: &[f32]) -> float32x4_t {
+pub(super) fn load(s: &[f32]) -> float32x4_t {
     let s = &s[..4];
     // SAFETY: `s` holds 4 f32; `vld1q_f32` has no alignment requirement.
     unsafe { vld1q_f32(s.as_ptr()) }
