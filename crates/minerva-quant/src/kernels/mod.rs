@@ -66,6 +66,21 @@ impl MatKernel {
     }
 }
 
+/// The float weight formats as the const parameter of the float matmul kernels (`x86/float_panel.rs`,
+/// `aarch64/neon_float.rs`; a closure would not inline their `#[target_feature]` widening into the
+/// loops), and their bytes per value.
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
+pub(crate) mod float_format {
+    pub(crate) const F32: u8 = 0;
+    pub(crate) const F16: u8 = 1;
+    pub(crate) const BF16: u8 = 2;
+
+    /// Bytes per value of `format`.
+    pub(crate) const fn width(format: u8) -> usize {
+        if format == F32 { 4 } else { 2 }
+    }
+}
+
 /// How a 32-value block format's decoded quants combine with the activation, in the SIMD tile
 /// kernels of every ISA.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]

@@ -24,21 +24,12 @@ use half::{bf16, f16};
 
 use super::neon_vector::load;
 use crate::activation::Activation;
+use crate::kernels::float_format::{BF16, F16, F32, width};
 
 /// Rows per panel.
 const ROWS: usize = 2;
 /// Activations per panel.
 const ACTS: usize = 2;
-
-/// The stored formats, as a const parameter.
-const F32: u8 = 0;
-const F16: u8 = 1;
-const BF16: u8 = 2;
-
-/// Bytes per value of `format`.
-const fn width(format: u8) -> usize {
-    if format == F32 { 4 } else { 2 }
-}
 
 /// 4 halves (F16 or BF16 bit patterns) at `b[..8]`, widened to u32 lanes (BF16: already in the
 /// upper half, i.e. its f32 bits).

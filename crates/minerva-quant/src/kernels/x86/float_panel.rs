@@ -33,6 +33,7 @@ use core::arch::x86_64::{
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_dot::hsum_ps;
+use crate::kernels::float_format::{BF16, F16, F32, width};
 
 /// How far ahead of its position a float row's dot product prefetches the weights, in bytes: the
 /// hardware prefetcher alone kept a bf16 matvec at about two thirds of a core's read bandwidth
@@ -63,17 +64,6 @@ fn widen_f16(b: &[u8]) -> __m256 {
 fn widen_bf16(b: &[u8]) -> __m256 {
     let wide = _mm256_cvtepu16_epi32(pod_read_unaligned::<__m128i>(&b[..16]));
     _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
-}
-
-/// The stored formats, as a const parameter (a closure would not inline the `#[target_feature]`
-/// widening into the loops).
-const F32: u8 = 0;
-const F16: u8 = 1;
-const BF16: u8 = 2;
-
-/// Bytes per value of format `FORMAT`.
-const fn width(format: u8) -> usize {
-    if format == F32 { 4 } else { 2 }
 }
 
 /// 8 stored values of format `FORMAT` as f32.
