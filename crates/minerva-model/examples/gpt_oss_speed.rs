@@ -145,23 +145,8 @@ fn median_sum_time(pool: &minerva_quant::ComputePool, parts: &[&[u64]]) -> (f64,
 
 /// GB/s of a wrapping u64 sum over `words` on `pool`, median of 5 (chunks of 64 Ki words).
 fn median_sum_rate(pool: &minerva_quant::ComputePool, words: &[u64]) -> f64 {
-    let chunks = words.len().div_ceil(1 << 16);
-    let mut rates: Vec<f64> = (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            let mut sums = vec![0u64; chunks];
-            pool.install(|| {
-                minerva_quant::pool::for_each_chunk_mut(&mut sums, 1, |i, sum| {
-                    let part = words.get(i << 16..).unwrap_or_default();
-                    sum[0] = part.iter().take(1 << 16).fold(0u64, |a, &x| a.wrapping_add(x));
-                })
-            });
-            std::hint::black_box(sums.iter().fold(0u64, |a, &x| a.wrapping_add(x)));
-            (words.len() * 8) as f64 / t.elapsed().as_secs_f64() / 1e9
-        })
-        .collect();
-    rates.sort_by(f64::total_cmp);
-    rates[2]
+    let (bytes, seconds) = median_sum_time(pool, &[words]);
+    bytes / seconds / 1e9
 }
 
 /// The model's largest file: `path` itself, or the largest file in the directory `path`.

@@ -13,7 +13,7 @@
 //! intrinsics are not stable in the Rust this project pins, so it is not used yet.
 
 use std::arch::aarch64::{
-    int8x16_t, int32x4_t, uint8x16_t, vaddq_s32, vaddvq_s32, vandq_u8, vdupq_n_s32, vdupq_n_u8, vget_low_s8, vld1q_u8,
+    int8x16_t, int32x4_t, uint8x16_t, vaddvq_s32, vandq_u8, vdupq_n_s32, vdupq_n_u8, vget_low_s8, vld1q_u8,
     vmlal_high_s8, vmlaq_n_s32, vmull_s8, vorrq_u8, vpaddlq_s16, vreinterpretq_s8_u8, vshlq_n_u8, vshrq_n_u8, vtstq_u8,
 };
 
@@ -164,73 +164,106 @@ fn quants_q6_k(w: &[u8]) -> Quants {
     q
 }
 
-/// One super-block `w` (index `b` in its row) against one activation: `(Σ sc·Σq·a, Σ m·Σa)` for
-/// Q4_K/Q5_K (`mins` false: Q6_K, whose offset of 32 comes off as `32·Σ sc·bsum`).
-#[inline]
-#[target_feature(enable = "neon")]
-fn k4_sums(q: &Quants, w: &[u8], b: usize, act: &Activation<'_>) -> (i32, i32) {
-    let s = sums16(q, &act.qs[QK_K * b..QK_K * (b + 1)]);
-    let scales: &[u8; 12] = w[4..16].try_into().expect("12 bytes of scales");
-    let bsums = &act.bsums[16 * b..16 * (b + 1)];
-    let (mut acc, mut mins) = (vdupq_n_s32(0), 0i32);
-    for j in 0..8 {
-        let (sc, m) = get_scale_min_k4(j, scales);
-        acc = vmlaq_n_s32(acc, vaddq_s32(s[2 * j], s[2 * j + 1]), i32::from(sc));
-        mins += i32::from(m) * (i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]));
-    }
-    (vaddvq_s32(acc), mins)
+/// A super-block unpacked once for all the activations of a pass: its quants, one scale and one
+/// minimum per 16 values (the K4 formats' per 32 repeated), the offset its quants carry, and its
+/// f16 scales (`dmin` only where the format has minimums).
+struct SuperBlock {
+    q: Quants,
+    scales: [i32; 16],
+    mins: [i32; 16],
+    offset: i32,
+    d: f32,
+    dmin: Option<f32>,
 }
 
-/// Q6_K's `Σ sc·Σ(q - 32)·a` for super-block `w` (index `b`) and one activation.
-#[inline]
-#[target_feature(enable = "neon")]
-fn q6_k_sum(q: &Quants, w: &[u8], b: usize, act: &Activation<'_>) -> i32 {
-    let s = sums16(q, &act.qs[QK_K * b..QK_K * (b + 1)]);
-    let bsums = &act.bsums[16 * b..16 * (b + 1)];
-    let (mut acc, mut offset) = (vdupq_n_s32(0), 0i32);
-    for (g, (&sc, &bsum)) in w[192..208].iter().zip(bsums).enumerate() {
-        let sc = i32::from(sc as i8);
-        acc = vmlaq_n_s32(acc, s[g], sc);
-        offset += sc * i32::from(bsum);
-    }
-    vaddvq_s32(acc) - 32 * offset
+/// Q4_K's and Q5_K's 6-bit scales and minimums (bytes 4..16), each for its 32 values.
+fn k4_scales_mins(w: &[u8]) -> ([i32; 16], [i32; 16]) {
+    let packed: &[u8; 12] = w[4..16].try_into().expect("12 bytes of scales");
+    let pairs: [(u8, u8); 8] = std::array::from_fn(|j| get_scale_min_k4(j, packed));
+    (std::array::from_fn(|g| i32::from(pairs[g / 2].0)), std::array::from_fn(|g| i32::from(pairs[g / 2].1)))
 }
 
-/// Q2_K's `(Σ sc·Σq·a, Σ m·Σa)` for super-block `w` (index `b`) and one activation (the 4-bit
-/// scales and minimums of bytes 0..16, one per 16 values).
 #[inline]
 #[target_feature(enable = "neon")]
-fn q2_k_sums(q: &Quants, w: &[u8], b: usize, act: &Activation<'_>) -> (i32, i32) {
-    let s = sums16(q, &act.qs[QK_K * b..QK_K * (b + 1)]);
-    let bsums = &act.bsums[16 * b..16 * (b + 1)];
-    let (mut acc, mut mins) = (vdupq_n_s32(0), 0i32);
-    for (g, (&sc, &bsum)) in w[..16].iter().zip(bsums).enumerate() {
-        acc = vmlaq_n_s32(acc, s[g], i32::from(sc & 0x0F));
-        mins += i32::from(sc >> 4) * i32::from(bsum);
+fn unpack_q2_k(w: &[u8]) -> SuperBlock {
+    SuperBlock {
+        q: quants_q2_k(w),
+        scales: std::array::from_fn(|g| i32::from(w[g] & 0x0F)),
+        mins: std::array::from_fn(|g| i32::from(w[g] >> 4)),
+        offset: 0,
+        d: f16_at(&w[80..]),
+        dmin: Some(f16_at(&w[82..])),
     }
-    (vaddvq_s32(acc), mins)
 }
 
-/// Q3_K's `Σ sc·Σ(q - 4)·a` for super-block `w` (index `b`) and one activation.
 #[inline]
 #[target_feature(enable = "neon")]
-fn q3_k_sum(q: &Quants, w: &[u8], b: usize, act: &Activation<'_>) -> i32 {
-    let s = sums16(q, &act.qs[QK_K * b..QK_K * (b + 1)]);
-    let bsums = &act.bsums[16 * b..16 * (b + 1)];
+fn unpack_q3_k(w: &[u8]) -> SuperBlock {
     let scales = q3_k_scales(w[96..108].try_into().expect("12 bytes of scales"));
-    let (mut acc, mut offset) = (vdupq_n_s32(0), 0i32);
-    for (g, (&sc, &bsum)) in scales.iter().zip(bsums).enumerate() {
-        let sc = i32::from(sc);
-        acc = vmlaq_n_s32(acc, s[g], sc);
-        offset += sc * i32::from(bsum);
+    SuperBlock {
+        q: quants_q3_k(w),
+        scales: scales.map(i32::from),
+        mins: [0; 16],
+        offset: 4,
+        d: f16_at(&w[108..]),
+        dmin: None,
     }
-    vaddvq_s32(acc) - 4 * offset
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn unpack_q4_k(w: &[u8]) -> SuperBlock {
+    let (scales, mins) = k4_scales_mins(w);
+    SuperBlock { q: quants_q4_k(w), scales, mins, offset: 0, d: f16_at(w), dmin: Some(f16_at(&w[2..])) }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn unpack_q5_k(w: &[u8]) -> SuperBlock {
+    let (scales, mins) = k4_scales_mins(w);
+    SuperBlock { q: quants_q5_k(w), scales, mins, offset: 0, d: f16_at(w), dmin: Some(f16_at(&w[2..])) }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn unpack_q6_k(w: &[u8]) -> SuperBlock {
+    SuperBlock {
+        q: quants_q6_k(w),
+        scales: std::array::from_fn(|g| i32::from(w[192 + g] as i8)),
+        mins: [0; 16],
+        offset: 32,
+        d: f16_at(&w[208..]),
+        dmin: None,
+    }
+}
+
+/// Super-block `sb` (index `b` in its row) · one activation, as the scalar kernels compute it:
+/// `Σ sc·Σ(q - offset)·a` and `Σ m·Σa` exact, then `d·d_a·sum - dmin·d_a·mins` in f32.
+#[inline]
+#[target_feature(enable = "neon")]
+fn value(sb: &SuperBlock, b: usize, act: &Activation<'_>) -> f32 {
+    let s = sums16(&sb.q, &act.qs[QK_K * b..QK_K * (b + 1)]);
+    let bsums = &act.bsums[16 * b..16 * (b + 1)];
+    let mut acc = vdupq_n_s32(0);
+    for (s, &sc) in s.iter().zip(&sb.scales) {
+        acc = vmlaq_n_s32(acc, *s, sc);
+    }
+    let scaled_bsum = |weights: &[i32; 16]| -> i32 { weights.iter().zip(bsums).map(|(&w, &a)| w * i32::from(a)).sum() };
+    let mut sum = vaddvq_s32(acc);
+    if sb.offset != 0 {
+        sum -= sb.offset * scaled_bsum(&sb.scales);
+    }
+    let ad = act.d[b];
+    match sb.dmin {
+        Some(dmin) => sb.d * ad * sum as f32 - dmin * ad * scaled_bsum(&sb.mins) as f32,
+        None => sb.d * ad * sum as f32,
+    }
 }
 
 /// Every row of `weights` (whole rows of `row_bytes`, super-blocks of `block_bytes`) against every
-/// activation, [`ACTS`] at a time: `quants` unpacks a super-block once per group, `value` gives a
-/// (super-block, activation) pair's f32 term, summed per output from -0.0 in super-block order as
-/// the scalar kernels' `sum()` does.
+/// activation, [`ACTS`] at a time: `unpack` takes a super-block apart once per pass, [`value`]
+/// gives each (super-block, activation) pair's f32 term, summed per output from -0.0 in
+/// super-block order as the scalar kernels' `sum()` does.
 #[inline]
 #[target_feature(enable = "neon")]
 fn tiles(
@@ -239,17 +272,16 @@ fn tiles(
     acts: &[Activation<'_>],
     out: &mut [f32],
     block_bytes: usize,
-    quants: impl Fn(&[u8]) -> Quants,
-    value: impl Fn(&Quants, &[u8], usize, &Activation<'_>) -> f32,
+    unpack: impl Fn(&[u8]) -> SuperBlock,
 ) {
     let n = acts.len();
     for (row, y) in weights.chunks_exact(row_bytes).zip(out.chunks_exact_mut(n)) {
         for (group, ys) in acts.chunks(ACTS).zip(y.chunks_mut(ACTS)) {
             let mut totals = [-0.0f32; ACTS];
             for (b, w) in row.chunks_exact(block_bytes).enumerate() {
-                let q = quants(w);
+                let sb = unpack(w);
                 for (total, act) in totals.iter_mut().zip(group) {
-                    *total += value(&q, w, b, act);
+                    *total += value(&sb, b, act);
                 }
             }
             ys.copy_from_slice(&totals[..ys.len()]);
@@ -259,80 +291,25 @@ fn tiles(
 
 #[target_feature(enable = "neon")]
 pub(super) fn tiles_q2_k(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles(
-        w,
-        row_bytes,
-        acts,
-        out,
-        84,
-        |w| quants_q2_k(w),
-        |q, w, b, act| {
-            let (sum, mins) = q2_k_sums(q, w, b, act);
-            f16_at(&w[80..]) * act.d[b] * sum as f32 - f16_at(&w[82..]) * act.d[b] * mins as f32
-        },
-    );
+    tiles(w, row_bytes, acts, out, 84, |w| unpack_q2_k(w));
 }
 
 #[target_feature(enable = "neon")]
 pub(super) fn tiles_q3_k(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles(
-        w,
-        row_bytes,
-        acts,
-        out,
-        110,
-        |w| quants_q3_k(w),
-        |q, w, b, act| {
-            let sum = q3_k_sum(q, w, b, act);
-            f16_at(&w[108..]) * act.d[b] * sum as f32
-        },
-    );
+    tiles(w, row_bytes, acts, out, 110, |w| unpack_q3_k(w));
 }
 
 #[target_feature(enable = "neon")]
 pub(super) fn tiles_q4_k(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles(
-        w,
-        row_bytes,
-        acts,
-        out,
-        144,
-        |w| quants_q4_k(w),
-        |q, w, b, act| {
-            let (sum, mins) = k4_sums(q, w, b, act);
-            f16_at(w) * act.d[b] * sum as f32 - f16_at(&w[2..]) * act.d[b] * mins as f32
-        },
-    );
+    tiles(w, row_bytes, acts, out, 144, |w| unpack_q4_k(w));
 }
 
 #[target_feature(enable = "neon")]
 pub(super) fn tiles_q5_k(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles(
-        w,
-        row_bytes,
-        acts,
-        out,
-        176,
-        |w| quants_q5_k(w),
-        |q, w, b, act| {
-            let (sum, mins) = k4_sums(q, w, b, act);
-            f16_at(w) * act.d[b] * sum as f32 - f16_at(&w[2..]) * act.d[b] * mins as f32
-        },
-    );
+    tiles(w, row_bytes, acts, out, 176, |w| unpack_q5_k(w));
 }
 
 #[target_feature(enable = "neon")]
 pub(super) fn tiles_q6_k(w: &[u8], row_bytes: usize, acts: &[Activation<'_>], out: &mut [f32]) {
-    tiles(
-        w,
-        row_bytes,
-        acts,
-        out,
-        210,
-        |w| quants_q6_k(w),
-        |q, w, b, act| {
-            let sum = q6_k_sum(q, w, b, act);
-            f16_at(&w[208..]) * act.d[b] * sum as f32
-        },
-    );
+    tiles(w, row_bytes, acts, out, 210, |w| unpack_q6_k(w));
 }
