@@ -85,7 +85,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The read bound of a GGUF decode step measured on the bytes it reads: the same u64 sum over
-/// every tensor but the embedding table (one row of it is read) and over the experts' tensors,
+/// every tensor but the embedding table (one row of it is read; all of it where it is also the
+/// head) and over the experts' tensors,
 /// of which a token reads `expert_used_count / expert_count`. On a VM the file's cached pages need
 /// not all read at one rate (docs/benchmarks.md, run 15), so 1 GiB of the file stands for the
 /// bytes decode reads only approximately.
@@ -99,7 +100,8 @@ fn token_bytes_bound(
     let (mut dense, mut experts) = (Vec::new(), Vec::new());
     for info in gguf.tensor_infos() {
         let words: &[u64] = bytemuck::cast_slice(&gguf.bytes()[info.range.start..info.range.end / 8 * 8]);
-        if info.name == "token_embd.weight" {
+        // One row of the embedding table is read, unless it is also the head (tied weights).
+        if info.name == "token_embd.weight" && gguf.tensor_info("output.weight").is_ok() {
             continue;
         }
         if info.name.contains("_exps") { experts.push(words) } else { dense.push(words) }
@@ -112,7 +114,7 @@ fn token_bytes_bound(
     let bound = dense_time + share * expert_time;
     println!(
         "bytes a decode token reads ({threads} thread(s), u64 sum over those tensors, median of 5): \
-         {:.3} GB (every tensor but token_embd, {used}/{count} of the experts') in {bound:.4} s = {:.2} GB/s; \
+         {:.3} GB (every tensor but an untied token_embd, {used}/{count} of the experts') in {bound:.4} s = {:.2} GB/s; \
          decode at {:.0} % of that bound",
         bytes / 1e9,
         bytes / bound / 1e9,
