@@ -93,6 +93,8 @@ pub struct ComputePool {
     shared: Arc<Shared>,
     threads: usize,
     workers: Vec<JoinHandle<()>>,
+    /// What `install` makes current, made once: a forward step installs the pool per op.
+    installed: Arc<PoolRef>,
 }
 
 thread_local! {
@@ -129,7 +131,8 @@ impl ComputePool {
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
         });
-        let mut pool = ComputePool { shared, threads, workers: Vec::with_capacity(threads - 1) };
+        let installed = Arc::new(PoolRef { shared: Arc::clone(&shared), threads });
+        let mut pool = ComputePool { shared, threads, workers: Vec::with_capacity(threads - 1), installed };
         for i in 1..threads {
             let shared = Arc::clone(&pool.shared);
             let handle =
@@ -159,8 +162,7 @@ impl ComputePool {
     /// [`current_threads`] and the matrix products inside `f` use it. `f` runs on the calling
     /// thread (nothing is handed over).
     pub fn install<R>(&self, f: impl FnOnce() -> R) -> R {
-        let this = Arc::new(PoolRef { shared: Arc::clone(&self.shared), threads: self.threads });
-        let previous = CURRENT.with(|c| c.replace(Some(this)));
+        let previous = CURRENT.with(|c| c.replace(Some(Arc::clone(&self.installed))));
         struct Restore(Option<Arc<PoolRef>>);
         impl Drop for Restore {
             fn drop(&mut self) {
