@@ -2,6 +2,8 @@
 //! format its weight dtype's kernels multiply with (the `activation` column of the kernel table,
 //! `crate::kernels`), or to i16 for the `matmul_i16` kernels.
 
+use std::sync::Mutex;
+
 use half::f16;
 use minerva_core::DType;
 
@@ -27,6 +29,61 @@ pub(crate) struct Activation<'a> {
     pub(crate) ds: Vec<f32>,
     pub(crate) q16: Vec<i16>,
     pub(crate) bsums: Vec<i16>,
+    /// The quantizer's block bytes (Q8_0, Q8_K), kept only to be recycled with the rest.
+    scratch: Vec<u8>,
+}
+
+/// The vectors of a dropped [`Activation`], emptied, for the next one to fill: every matrix
+/// product quantizes its input, a few hundred per decode step, and fresh vectors were most of a
+/// step's allocations.
+#[derive(Default)]
+struct Buffers {
+    d: Vec<f32>,
+    qs: Vec<u8>,
+    sums: Vec<i32>,
+    ds: Vec<f32>,
+    q16: Vec<i16>,
+    bsums: Vec<i16>,
+    scratch: Vec<u8>,
+}
+
+/// Free [`Buffers`], at most [`KEEP`]. Shared by all threads: a prefill quantizes on the pool's
+/// threads and drops on the caller's.
+static FREE: Mutex<Vec<Buffers>> = Mutex::new(Vec::new());
+
+/// Buffers kept: the activations of a prefill chunk of 512 tokens and then some, memory that
+/// chunk had in use anyway.
+const KEEP: usize = 1024;
+
+fn take_buffers() -> Buffers {
+    FREE.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default()
+}
+
+impl Drop for Activation<'_> {
+    fn drop(&mut self) {
+        let mut buffers = Buffers {
+            d: std::mem::take(&mut self.d),
+            qs: std::mem::take(&mut self.qs),
+            sums: std::mem::take(&mut self.sums),
+            ds: std::mem::take(&mut self.ds),
+            q16: std::mem::take(&mut self.q16),
+            bsums: std::mem::take(&mut self.bsums),
+            scratch: std::mem::take(&mut self.scratch),
+        };
+        if buffers.d.capacity() == 0 && buffers.scratch.capacity() == 0 {
+            return; // F32 activations hold nothing.
+        }
+        buffers.d.clear();
+        buffers.qs.clear();
+        buffers.sums.clear();
+        buffers.ds.clear();
+        buffers.q16.clear();
+        buffers.bsums.clear();
+        let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
+        if free.len() < KEEP {
+            free.push(buffers);
+        }
+    }
 }
 
 /// The next [`Activation::id`].
@@ -55,30 +112,28 @@ impl<'a> Activation<'a> {
     /// `format` (`F32`: used as given, `Q8_0`, `Q8_K`), or to i16 when `i16` is set (`format` is
     /// then Q8_0's 32-value blocks, `d = amax / 32767` kept in f32).
     pub(crate) fn quantize(format: DType, i16: bool, x: &'a [f32]) -> Self {
-        let mut act = Activation {
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            x,
-            d: Vec::new(),
-            qs: Vec::new(),
-            sums: Vec::new(),
-            ds: Vec::new(),
-            q16: Vec::new(),
-            bsums: Vec::new(),
-        };
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if format == DType::F32 {
-            return act;
+            let Buffers { d, qs, sums, ds, q16, bsums, scratch } = Buffers::default();
+            return Activation { id, x, d, qs, sums, ds, q16, bsums, scratch };
         }
+        let Buffers { d, qs, sums, ds, q16, bsums, scratch } = take_buffers();
+        let mut act = Activation { id, x, d, qs, sums, ds, q16, bsums, scratch };
         if i16 {
             let blocks = x.len() / 32;
-            (act.q16, act.d, act.sums) = (vec![0; 32 * blocks], vec![0.0; blocks], vec![0; blocks]);
+            act.q16.resize(32 * blocks, 0);
+            act.d.resize(blocks, 0.0);
+            act.sums.resize(blocks, 0);
             (crate::kernels::vector_kernels().quantize_i16)(x, &mut act.q16, &mut act.d, &mut act.sums);
-            act.ds = act.d.iter().zip(&act.sums).map(|(&d, &sum)| d * sum as f32).collect();
+            act.ds.extend(act.d.iter().zip(&act.sums).map(|(&d, &sum)| d * sum as f32));
             return act;
         }
         let block_elems = format.block_elems();
         let block_bytes = format.block_bytes();
         let blocks = x.len() / block_elems;
-        let mut bytes = vec![0u8; blocks * block_bytes];
+        let mut bytes = std::mem::take(&mut act.scratch);
+        bytes.clear();
+        bytes.resize(blocks * block_bytes, 0);
         act.qs.reserve(x.len());
         if format == DType::Q8_0 {
             quantize_row_q8_0_ref(x, &mut bytes).expect("whole Q8_0 blocks, checked by the caller");
@@ -100,6 +155,7 @@ impl<'a> Activation<'a> {
                 act.bsums.extend(block[260..].chunks_exact(2).map(|s| i16::from_le_bytes([s[0], s[1]])));
             }
         }
+        act.scratch = bytes;
         act
     }
 }

@@ -153,12 +153,8 @@ pub struct Product<'a> {
 /// query, key and value projections; its gate and up projections). Every product's values are
 /// [`matmul_i16`]'s. Checks every shape before it computes anything.
 pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n: usize) -> Result<(), QuantError> {
-    let mut plans = Vec::with_capacity(products.len());
     for p in products.iter() {
-        let (kernel, i16) = i16_kernel(&kernels::selected(p.dtype).kernels);
-        let (kernel, format) = kernel_and_format(p.dtype, kernel)?;
-        let row_bytes = check_shape(p.dtype, p.weights.len(), p.rows, cols, xs.len(), n, p.ys.len())?;
-        plans.push((kernel, (format, i16), row_bytes));
+        plan(p, cols, xs.len(), n)?;
     }
     if n == 0 {
         return Ok(());
@@ -167,18 +163,17 @@ pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n:
         products.iter_mut().for_each(|p| p.ys.fill(0.0));
         return Ok(());
     }
-    let mut quantized: Vec<((DType, bool), Vec<Activation<'_>>)> = Vec::new();
-    for (p, &(_, key, _)) in products.iter().zip(&plans) {
-        if p.rows > 0 && !quantized.iter().any(|(k, _)| *k == key) {
-            quantized.push((key, quantize_all(key.0, key.1, xs, cols, n)));
-        }
+    // At most one set of activations per (format, i16) key, in `key_slot`'s places.
+    let mut quantized: [Option<Quantized<'_>>; KEYS] = Default::default();
+    for p in products.iter().filter(|p| p.rows > 0) {
+        let (_, key, _) = plan(p, cols, xs.len(), n)?;
+        quantized[key_slot(key)].get_or_insert_with(|| quantize_all(key.0, key.1, xs, cols, n));
     }
-    let acts_for = |key| quantized.iter().find(|(k, _)| *k == key).map_or(&[][..], |(_, acts)| &acts[..]);
+    let acts_for = |key| quantized[key_slot(key)].as_deref().unwrap_or_default();
     if n > 1 || pool::current_threads() == 1 {
-        for (p, &(kernel, key, row_bytes)) in products.iter_mut().zip(&plans) {
-            if p.rows > 0 {
-                multiply(kernel, p.weights, p.rows, row_bytes, acts_for(key), p.ys);
-            }
+        for p in products.iter_mut().filter(|p| p.rows > 0) {
+            let (kernel, key, row_bytes) = plan(p, cols, xs.len(), n)?;
+            multiply(kernel, p.weights, p.rows, row_bytes, acts_for(key), p.ys);
         }
         return Ok(());
     }
@@ -186,8 +181,9 @@ pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n:
     // parallel loop, so that the threads meet once rather than once per product, and a thread
     // done with its share of one matrix starts on the next.
     let threads = pool::current_threads();
-    let mut tasks = Vec::new();
-    for (p, &(kernel, key, row_bytes)) in products.iter_mut().zip(&plans).filter(|(p, _)| p.rows > 0) {
+    let mut tasks: Vec<Task<'_>> = TASKS.take();
+    for p in products.iter_mut().filter(|p| p.rows > 0) {
+        let (kernel, key, row_bytes) = plan(p, cols, xs.len(), n)?;
         let rows_per_task = rows_per_task(p.rows, row_bytes, threads);
         for (t, ys) in p.ys.chunks_mut(rows_per_task).enumerate() {
             let weights = &p.weights[t * rows_per_task * row_bytes..][..ys.len() * row_bytes];
@@ -198,7 +194,41 @@ pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n:
         let (kernel, weights, row_bytes, acts, ys) = &mut task[0];
         kernel.apply(weights, *row_bytes, acts, ys);
     });
+    TASKS.set(minerva_core::recycle_vec(tasks));
     Ok(())
+}
+
+/// One task of `matmul_i16_each`'s shared loop: a kernel, its weight rows, their bytes per row,
+/// the activations and the rows' results.
+type Task<'a> = (MatKernel, &'a [u8], usize, &'a [Activation<'a>], &'a mut [f32]);
+
+thread_local! {
+    /// `matmul_i16_each`'s task list, kept empty between calls for its allocation.
+    static TASKS: std::cell::Cell<Vec<Task<'static>>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A product's kernel for [`matmul_i16_each`], its activations' (format, i16) key and its bytes per
+/// row, or the error its shape or dtype gives.
+fn plan(p: &Product<'_>, cols: usize, xs: usize, n: usize) -> Result<(MatKernel, (DType, bool), usize), QuantError> {
+    let (kernel, i16) = i16_kernel(&kernels::selected(p.dtype).kernels);
+    let (kernel, format) = kernel_and_format(p.dtype, kernel)?;
+    let row_bytes = check_shape(p.dtype, p.weights.len(), p.rows, cols, xs, n, p.ys.len())?;
+    Ok((kernel, (format, i16), row_bytes))
+}
+
+/// The (format, i16) keys activations can have: [`activation_dtype`]'s three formats, with or
+/// without i16.
+const KEYS: usize = 6;
+
+/// The place of a (format, i16) key among [`KEYS`].
+fn key_slot((format, i16): (DType, bool)) -> usize {
+    let f = match format {
+        DType::F32 => 0,
+        DType::Q8_0 => 1,
+        DType::Q8_K => 2,
+        other => unreachable!("activations are F32, Q8_0 or Q8_K, not {other}"),
+    };
+    2 * f + usize::from(i16)
 }
 
 /// Rows per task when one activation's product with `rows` rows of `row_bytes` is shared out over
@@ -316,16 +346,52 @@ fn kernel_and_format(dtype: DType, kernel: Option<MatKernel>) -> Result<(MatKern
 
 /// The `n` vectors of `xs` (rows of `cols`) quantized to `format` (or i16), shared out over the
 /// current pool's threads when there are several vectors.
-fn quantize_all<'a>(format: DType, i16: bool, xs: &'a [f32], cols: usize, n: usize) -> Vec<Activation<'a>> {
-    if pool::current_threads() > 1 && n > 1 {
-        let mut slots: Vec<Option<Activation<'_>>> = (0..n).map(|_| None).collect();
-        pool::for_each_chunk_mut(&mut slots, 1, |j, slot| {
-            slot[0] = Some(Activation::quantize(format, i16, &xs[j * cols..][..cols]));
-        });
-        slots.into_iter().map(|a| a.expect("every task ran")).collect()
-    } else {
-        xs.chunks_exact(cols).map(|x| Activation::quantize(format, i16, x)).collect()
+fn quantize_all<'a>(format: DType, i16: bool, xs: &'a [f32], cols: usize, n: usize) -> Quantized<'a> {
+    if n == 1 {
+        return Quantized::One([Activation::quantize(format, i16, xs)]);
     }
+    let mut acts: Vec<Activation<'a>> = ACTIVATIONS.take();
+    if pool::current_threads() > 1 {
+        // Placeholders (unquantized, holding nothing), each replaced by its task.
+        acts.extend(xs.chunks_exact(cols).map(|x| Activation::quantize(DType::F32, false, x)));
+        pool::for_each_chunk_mut(&mut acts, 1, |j, act| {
+            act[0] = Activation::quantize(format, i16, &xs[j * cols..][..cols]);
+        });
+    } else {
+        acts.extend(xs.chunks_exact(cols).map(|x| Activation::quantize(format, i16, x)));
+    }
+    Quantized::Many(acts)
+}
+
+/// The activations of one call: a decode's one inline, several in a vector whose allocation is
+/// kept for the next call (a forward step allocates nothing here once warm).
+enum Quantized<'a> {
+    One([Activation<'a>; 1]),
+    Many(Vec<Activation<'a>>),
+}
+
+impl<'a> std::ops::Deref for Quantized<'a> {
+    type Target = [Activation<'a>];
+
+    fn deref(&self) -> &[Activation<'a>] {
+        match self {
+            Quantized::One(one) => one,
+            Quantized::Many(many) => many,
+        }
+    }
+}
+
+impl Drop for Quantized<'_> {
+    fn drop(&mut self) {
+        if let Quantized::Many(many) = self {
+            ACTIVATIONS.set(minerva_core::recycle_vec(std::mem::take(many)));
+        }
+    }
+}
+
+thread_local! {
+    /// `quantize_all`'s vector of several activations, kept empty between calls.
+    static ACTIVATIONS: std::cell::Cell<Vec<Activation<'static>>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// `ys = acts · Wᵀ` (`ys` is `acts.len() × rows`) for non-empty shapes checked by the caller.
