@@ -113,16 +113,23 @@ pub fn rope(rows: usize, cols: usize, n_heads: usize, positions: &[u32], rope: &
 /// (`positions.len() × rope.dim / 2` pairs), cos and sin scaled by the step's multiplier
 /// (long-rope, YaRN): the one rotation table both backends use.
 pub fn rope_table(positions: &[u32], rope: &RopeConfig) -> Vec<f32> {
+    let mut table = Vec::new();
+    rope_table_into(positions, rope, &mut table);
+    table
+}
+
+/// [`rope_table`] into `table` (its old values replaced, its allocation kept).
+pub fn rope_table_into(positions: &[u32], rope: &RopeConfig, table: &mut Vec<f32>) {
     let max_pos = positions.iter().copied().max().unwrap_or(0);
     let (inv_freq, mscale) = rope::inv_freq(rope, max_pos);
-    let mut table = Vec::with_capacity(positions.len() * inv_freq.len() * 2);
+    table.clear();
+    table.reserve(positions.len() * inv_freq.len() * 2);
     for &pos in positions {
         for f in &inv_freq {
             let (sin, cos) = (pos as f32 * f).sin_cos();
             table.extend([cos * mscale, sin * mscale]);
         }
     }
-    table
 }
 
 /// `attention`: `q` (`rows × n_head·head_dim`), `k` and `v` (`rows × n_head_kv·head_dim`) for

@@ -55,11 +55,9 @@ pub(super) fn attention(
     let rows = batch.n_tokens();
     let shape = |t: &CpuTensor| (t.rows, t.cols);
     let n_head = checks::attention(shape(q), shape(k), shape(v), &s, layer, batch, sinks.map(<[f32]>::len))?;
-    // The slot of every row; then store this step's keys and values.
-    let mut slot_of = vec![0usize; rows];
+    // Store this step's keys and values.
     for seq in &batch.seqs {
         for r in seq.rows.clone() {
-            slot_of[r] = seq.slot;
             let pos = batch.positions[r] as usize;
             for h in 0..s.n_head_kv {
                 let at = cache.index(seq.slot, layer, h, pos);
@@ -93,8 +91,8 @@ pub(super) fn attention(
         // A task's rows may cross from one sequence into the next: one run per sequence.
         let mut first = task_rows.start;
         while first < task_rows.end {
-            let slot = slot_of[first];
-            let end = (first..task_rows.end).find(|&r| slot_of[r] != slot).unwrap_or(task_rows.end);
+            let (slot, seq_end) = sequence_of(batch, first);
+            let end = seq_end.min(task_rows.end);
             let part = (first - task_rows.start) * heads.len() * hd..(end - task_rows.start) * heads.len() * hd;
             let run = Run { slot, kv_head, rows: first..end, heads: heads.clone() };
             SCRATCH.with_borrow_mut(|scratch| job.attend(scratch, &run, &mut out[part]));
@@ -110,6 +108,12 @@ pub(super) fn attention(
         }
     }
     Ok(out)
+}
+
+/// The slot of the sequence holding row `r` and the end of its rows (`checks::attention` saw
+/// that the sequences cover the batch).
+fn sequence_of(batch: &Batch, r: usize) -> (usize, usize) {
+    batch.seqs.iter().find(|seq| seq.rows.contains(&r)).map_or((0, r + 1), |seq| (seq.slot, seq.rows.end))
 }
 
 /// How a call's queries are split into tasks: `rows_per_task` rows by `heads_per_task` query

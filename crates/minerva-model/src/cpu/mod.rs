@@ -6,6 +6,7 @@ mod attention;
 mod buffers;
 mod gated;
 mod moe;
+mod rope_tables;
 
 use std::sync::Arc;
 
@@ -135,6 +136,7 @@ pub struct CpuBackend {
     pool: Option<ComputePool>,
     f32_activations: bool,
     kv_dtype: DType,
+    rope_tables: rope_tables::RopeTables,
 }
 
 impl CpuBackend {
@@ -148,7 +150,7 @@ impl CpuBackend {
                     .map_err(|e| ModelError::Resource { message: format!("cannot start {n} threads: {e}") })?,
             ),
         };
-        Ok(CpuBackend { pool, f32_activations: false, kv_dtype: DType::F32 })
+        Ok(CpuBackend { pool, f32_activations: false, kv_dtype: DType::F32, rope_tables: Default::default() })
     }
 
     /// Reference mode: `matmul_q` dequantizes each weight to f32 and multiplies f32 activations
@@ -341,16 +343,13 @@ impl Backend for CpuBackend {
         }
         // Every product writes every value of its output.
         let mut outs = ws.map(|w| CpuTensor::for_output(x.rows, w.rows));
-        let mut products: Vec<minerva_quant::Product<'_>> = ws
-            .iter()
-            .zip(outs.iter_mut())
-            .map(|(w, out)| minerva_quant::Product {
-                dtype: w.dtype,
-                weights: w.bytes(),
-                rows: w.rows,
-                ys: &mut out.data,
-            })
-            .collect();
+        let mut out_iter = outs.iter_mut();
+        let mut products = ws.map(|w| minerva_quant::Product {
+            dtype: w.dtype,
+            weights: w.bytes(),
+            rows: w.rows,
+            ys: &mut out_iter.next().expect("one output per weight").data,
+        });
         self.install(|| minerva_quant::matmul_i16_each(&mut products, x.cols, &x.data, x.rows))?;
         Ok(outs)
     }
@@ -359,25 +358,26 @@ impl Backend for CpuBackend {
         checks::rope(x.rows, x.cols, n_heads, positions, rope)?;
         let head_dim = x.cols / n_heads;
         let half = rope.dim / 2;
-        let table = checks::rope_table(positions, rope);
         let cols = x.cols;
         let table_row = 2 * half.max(1);
-        self.install(|| {
-            pool::for_each_chunk_mut(&mut x.data, cols, |r, row| {
-                // `half` pairs per row (none when RoPE covers no dimension and the table is empty).
-                let cos_sin = table.get(r * table_row..).unwrap_or_default();
-                for head in row.chunks_exact_mut(head_dim) {
-                    for i in 0..half {
-                        let (a, b) = match rope.style {
-                            RopeStyle::Normal => (2 * i, 2 * i + 1),
-                            RopeStyle::NeoX => (i, i + half),
-                        };
-                        let (cos, sin) = (cos_sin[2 * i], cos_sin[2 * i + 1]);
-                        let (x0, x1) = (head[a], head[b]);
-                        head[a] = x0 * cos - x1 * sin;
-                        head[b] = x0 * sin + x1 * cos;
+        self.rope_tables.with(positions, rope, |table| {
+            self.install(|| {
+                pool::for_each_chunk_mut(&mut x.data, cols, |r, row| {
+                    // `half` pairs per row (none when RoPE covers no dimension and the table is empty).
+                    let cos_sin = table.get(r * table_row..).unwrap_or_default();
+                    for head in row.chunks_exact_mut(head_dim) {
+                        for i in 0..half {
+                            let (a, b) = match rope.style {
+                                RopeStyle::Normal => (2 * i, 2 * i + 1),
+                                RopeStyle::NeoX => (i, i + half),
+                            };
+                            let (cos, sin) = (cos_sin[2 * i], cos_sin[2 * i + 1]);
+                            let (x0, x1) = (head[a], head[b]);
+                            head[a] = x0 * cos - x1 * sin;
+                            head[b] = x0 * sin + x1 * cos;
+                        }
                     }
-                }
+                })
             })
         });
         Ok(())

@@ -8,6 +8,8 @@
 //! +-----------------------+-----------------------+-----+
 //! ```
 
+use std::cell::{Cell, RefCell};
+
 use minerva_core::DType;
 use minerva_quant::Product;
 
@@ -15,6 +17,25 @@ use super::{CpuBackend, CpuTensor, CpuWeight};
 use crate::backend::{MoeExperts, MoeParams};
 use crate::checks;
 use crate::error::Result;
+
+/// A call's working vectors, kept per thread between calls (a decode step calls once per layer).
+#[derive(Default)]
+struct Scratch {
+    /// Expert indices being ranked for one row.
+    order: Vec<usize>,
+    /// (expert, row, weight) of every pick, then sorted by expert and row.
+    picks: Vec<(usize, usize, f32)>,
+    /// An expert's rows of `x`, gathered.
+    xs: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
 
 /// See [`crate::Backend::moe`].
 pub(super) fn moe(
@@ -36,76 +57,98 @@ pub(super) fn moe(
     check(experts.gate_bias, 1, n_expert, n_ff)?;
     check(experts.up_bias, 1, n_expert, n_ff)?;
     check(experts.down_bias, 1, n_expert, n_embd)?;
-
-    // Routing: top-k logits (ties to the lower index), softmax over the k.
-    let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n_expert];
-    for (r, logits) in router_logits.data.chunks_exact(n_expert).enumerate() {
-        let mut order: Vec<usize> = (0..n_expert).collect();
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-        let top = &order[..k];
-        let max = logits[top[0]];
-        let exps: Vec<f32> = top.iter().map(|&e| (logits[e] - max).exp()).collect();
-        let total: f32 = exps.iter().sum();
-        for (&e, w) in top.iter().zip(exps) {
-            routed[e].push((r, w / total));
+    SCRATCH.with_borrow_mut(|scratch| {
+        let Scratch { order, picks, xs, gate, up, down, bias } = scratch;
+        route(router_logits, n_expert, k, order, picks);
+        let mut out = CpuTensor::zeros(x.rows, n_embd);
+        let decode = x.rows == 1 && !backend.f32_activations;
+        if decode {
+            // Every pick's gate and up products, in pick order, in one call.
+            decode_gate_up(experts, picks, n_ff, &x.data, gate, up)?;
         }
-    }
-
-    let mut out = CpuTensor::zeros(x.rows, n_embd);
-    let mut gate_up = if x.rows == 1 && !backend.f32_activations {
-        decode_gate_up(experts, &routed, n_ff, &x.data)?
-    } else {
-        Vec::new()
-    }
-    .into_iter();
-    for (e, rows) in routed.iter().enumerate().filter(|(_, rows)| !rows.is_empty()) {
-        let n = rows.len();
-        let (mut gate, mut up) = match gate_up.next() {
-            Some(computed) => computed,
-            None => {
-                let mut xs = Vec::with_capacity(n * n_embd);
-                for &(r, _) in rows {
+        for (i, run) in picks.chunk_by(|a, b| a.0 == b.0).enumerate() {
+            let (e, n) = (run[0].0, run.len());
+            let (gate, up) = if decode {
+                (&mut gate[i * n_ff..][..n_ff], &mut up[i * n_ff..][..n_ff])
+            } else {
+                xs.clear();
+                for &(_, r, _) in run {
                     xs.extend_from_slice(&x.data[r * n_embd..(r + 1) * n_embd]);
                 }
-                (
-                    expert_matmul(backend, experts.gate, e, n_ff, &xs, n)?,
-                    expert_matmul(backend, experts.up, e, n_ff, &xs, n)?,
-                )
+                expert_matmul(backend, experts.gate, e, n_ff, xs, n, gate)?;
+                expert_matmul(backend, experts.up, e, n_ff, xs, n, up)?;
+                (&mut gate[..], &mut up[..])
+            };
+            add_row_bias(gate, bias_row(experts.gate_bias, e, bias)?);
+            add_row_bias(up, bias_row(experts.up_bias, e, bias)?);
+            for (g, u) in gate.iter_mut().zip(up.iter()) {
+                *g = swiglu_oai(*g, *u, p.alpha, p.limit);
             }
-        };
-        add_row_bias(&mut gate, &bias_row(experts.gate_bias, e)?);
-        add_row_bias(&mut up, &bias_row(experts.up_bias, e)?);
-        for (g, u) in gate.iter_mut().zip(&up) {
-            *g = swiglu_oai(*g, *u, p.alpha, p.limit);
+            expert_matmul(backend, experts.down, e, n_embd, gate, n, down)?;
+            add_row_bias(down, bias_row(experts.down_bias, e, bias)?);
+            for (&(_, r, w), y) in run.iter().zip(down.chunks_exact(n_embd)) {
+                out.data[r * n_embd..(r + 1) * n_embd].iter_mut().zip(y).for_each(|(o, y)| *o += w * y);
+            }
         }
-        let mut down = expert_matmul(backend, experts.down, e, n_embd, &gate, n)?;
-        add_row_bias(&mut down, &bias_row(experts.down_bias, e)?);
-        for (&(r, w), y) in rows.iter().zip(down.chunks_exact(n_embd)) {
-            out.data[r * n_embd..(r + 1) * n_embd].iter_mut().zip(y).for_each(|(o, y)| *o += w * y);
-        }
-    }
-    Ok(out)
+        Ok(out)
+    })
 }
 
-/// A decode's gate and up products for every picked expert (in expert order), as
-/// `expert_matmul` computes them but in one `matmul_i16_each`: the picked experts all read the
-/// one row, and their eight matrices then take one parallel loop instead of eight.
+/// Routing: each row's top `k` logits (ties to the lower index), weighted by the softmax over
+/// those `k`, as `picks` of (expert, row, weight) sorted by expert, then row.
+fn route(
+    router_logits: &CpuTensor,
+    n_expert: usize,
+    k: usize,
+    order: &mut Vec<usize>,
+    picks: &mut Vec<(usize, usize, f32)>,
+) {
+    picks.clear();
+    // A total order (`total_cmp`, then the index), so unstable sorting ranks as a stable sort.
+    for (r, logits) in router_logits.data.chunks_exact(n_expert).enumerate() {
+        let rank = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+        order.clear();
+        order.extend(0..n_expert);
+        order.select_nth_unstable_by(k - 1, rank);
+        order[..k].sort_unstable_by(rank);
+        let max = logits[order[0]];
+        let first = picks.len();
+        picks.extend(order[..k].iter().map(|&e| (e, r, (logits[e] - max).exp())));
+        let total: f32 = picks[first..].iter().map(|pick| pick.2).sum();
+        picks[first..].iter_mut().for_each(|pick| pick.2 /= total);
+    }
+    picks.sort_unstable_by_key(|&(e, r, _)| (e, r));
+}
+
+/// A decode's gate and up products for every pick (one row: one pick per expert, in expert
+/// order) into `gate` and `up` (`n_ff` values per pick), as `expert_matmul` computes them but in
+/// one `matmul_i16_each`: the picked experts all read the one row, and their matrices then take
+/// one parallel loop instead of one each.
 fn decode_gate_up(
     experts: &MoeExperts<'_, CpuWeight>,
-    routed: &[Vec<(usize, f32)>],
+    picks: &[(usize, usize, f32)],
     n_ff: usize,
     x: &[f32],
-) -> Result<Vec<(Vec<f32>, Vec<f32>)>> {
-    let picked: Vec<usize> = routed.iter().enumerate().filter(|(_, rows)| !rows.is_empty()).map(|(e, _)| e).collect();
-    let mut outs: Vec<(Vec<f32>, Vec<f32>)> = picked.iter().map(|_| (vec![0.0; n_ff], vec![0.0; n_ff])).collect();
-    let mut products = Vec::with_capacity(2 * picked.len());
-    for (&e, (gate, up)) in picked.iter().zip(outs.iter_mut()) {
+    gate: &mut Vec<f32>,
+    up: &mut Vec<f32>,
+) -> Result<()> {
+    gate.resize(picks.len() * n_ff, 0.0);
+    up.resize(picks.len() * n_ff, 0.0);
+    let mut products: Vec<Product<'_>> = PRODUCTS.take();
+    let outputs = gate.chunks_exact_mut(n_ff).zip(up.chunks_exact_mut(n_ff));
+    for (&(e, _, _), (gate, up)) in picks.iter().zip(outputs) {
         for (w, ys) in [(experts.gate, gate), (experts.up, up)] {
             products.push(Product { dtype: w.dtype, weights: expert_bytes(w, e, n_ff)?, rows: n_ff, ys });
         }
     }
-    minerva_quant::matmul_i16_each(&mut products, x.len(), x, 1)?;
-    Ok(outs)
+    let result = minerva_quant::matmul_i16_each(&mut products, x.len(), x, 1);
+    PRODUCTS.set(minerva_core::recycle_vec(products));
+    Ok(result?)
+}
+
+thread_local! {
+    /// `decode_gate_up`'s product list, kept empty between calls.
+    static PRODUCTS: Cell<Vec<Product<'static>>> = const { Cell::new(Vec::new()) };
 }
 
 /// OpenAI's SwiGLU variant: the gate clamped above, the linear part clamped both ways and
@@ -124,28 +167,37 @@ fn expert_bytes(w: &CpuWeight, e: usize, rows: usize) -> Result<&[u8]> {
     Ok(&w.bytes()[e * rows * row_bytes..(e + 1) * rows * row_bytes])
 }
 
-/// `xs · W[e]ᵀ` for `n` rows: the fused quantized kernel (i16 activations) on the expert's bytes, or, in the f32
-/// reference mode, the expert's matrix dequantized and multiplied in f32.
-fn expert_matmul(backend: &CpuBackend, w: &CpuWeight, e: usize, rows: usize, xs: &[f32], n: usize) -> Result<Vec<f32>> {
+/// `xs · W[e]ᵀ` for `n` rows into `out` (resized to `n × rows`): the fused quantized kernel (i16
+/// activations) on the expert's bytes, or, in the f32 reference mode, the expert's matrix
+/// dequantized and multiplied in f32.
+fn expert_matmul(
+    backend: &CpuBackend,
+    w: &CpuWeight,
+    e: usize,
+    rows: usize,
+    xs: &[f32],
+    n: usize,
+    out: &mut Vec<f32>,
+) -> Result<()> {
     let bytes = expert_bytes(w, e, rows)?;
-    let mut out = vec![0.0; n * rows];
+    out.resize(n * rows, 0.0);
     if backend.f32_activations && w.dtype != DType::F32 {
         let mut values = vec![0.0f32; rows * w.cols];
         minerva_quant::dequantize_fast(w.dtype, bytes, &mut values)?;
         let f32_bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        minerva_quant::matmul(DType::F32, &f32_bytes, rows, w.cols, xs, n, &mut out)?;
+        minerva_quant::matmul(DType::F32, &f32_bytes, rows, w.cols, xs, n, out)?;
     } else {
         // i16 activations, as the dense layers: Q8_0 activations moved this model's logits 1000×
         // more (docs/model.md).
-        minerva_quant::matmul_i16(w.dtype, bytes, rows, w.cols, xs, n, &mut out)?;
+        minerva_quant::matmul_i16(w.dtype, bytes, rows, w.cols, xs, n, out)?;
     }
-    Ok(out)
+    Ok(())
 }
 
-/// Row `e` of a `[n_expert, len]` bias matrix, as f32.
-fn bias_row(w: &CpuWeight, e: usize) -> Result<Vec<f32>> {
-    let mut values = vec![0.0; w.cols];
-    minerva_quant::dequantize(w.dtype, expert_bytes(w, e, 1)?, &mut values)?;
+/// Row `e` of a `[n_expert, len]` bias matrix, as f32, in `values`.
+fn bias_row<'a>(w: &CpuWeight, e: usize, values: &'a mut Vec<f32>) -> Result<&'a [f32]> {
+    values.resize(w.cols, 0.0);
+    minerva_quant::dequantize(w.dtype, expert_bytes(w, e, 1)?, values)?;
     Ok(values)
 }
 
