@@ -8,7 +8,7 @@
 //! |reference logit| of that sequence (per-element relative error is meaningless near zero).
 //! * f32 activations ([`CpuBackend::with_f32_activations`]): f32 summation order only.
 //! * the default path quantizes activations before the quantized matmuls: to i16 per 32 values
-//!   for the attention, router and head matrices (Q8_0 in the GGUF), to Q8_0 for the MXFP4 experts
+//!   for the attention, router and head matrices (Q8_0 in the GGUF) and for the MXFP4 experts
 //!   (`cpu/moe.rs`); bf16 / f32 weights keep f32 activations.
 //!
 //! Bounds and the figures they were set from: docs/model.md, "Tolerances".
