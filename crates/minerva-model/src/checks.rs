@@ -114,18 +114,19 @@ pub fn rope(rows: usize, cols: usize, n_heads: usize, positions: &[u32], rope: &
 /// (long-rope, YaRN): the one rotation table both backends use.
 pub fn rope_table(positions: &[u32], rope: &RopeConfig) -> Vec<f32> {
     let mut table = Vec::new();
-    rope_table_into(positions, rope, &mut table);
+    rope_table_into(positions, rope, &mut table, &mut Vec::new());
     table
 }
 
-/// [`rope_table`] into `table` (its old values replaced, its allocation kept).
-pub fn rope_table_into(positions: &[u32], rope: &RopeConfig, table: &mut Vec<f32>) {
+/// [`rope_table`] into `table`, the inverse frequencies into `inv_freq` (their old values
+/// replaced, their allocations kept).
+pub fn rope_table_into(positions: &[u32], rope: &RopeConfig, table: &mut Vec<f32>, inv_freq: &mut Vec<f32>) {
     let max_pos = positions.iter().copied().max().unwrap_or(0);
-    let (inv_freq, mscale) = rope::inv_freq(rope, max_pos);
+    let mscale = rope::inv_freq_into(rope, max_pos, inv_freq);
     table.clear();
     table.reserve(positions.len() * inv_freq.len() * 2);
     for &pos in positions {
-        for f in &inv_freq {
+        for f in inv_freq.iter() {
             let (sin, cos) = (pos as f32 * f).sin_cos();
             table.extend([cos * mscale, sin * mscale]);
         }

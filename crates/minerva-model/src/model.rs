@@ -1,7 +1,7 @@
 //! [`Model`]: a config, its weights on a backend, and the forward step over a batch of sequences.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use minerva_gguf::Gguf;
 use minerva_safetensors::Checkpoint;
@@ -62,6 +62,9 @@ pub struct Model<B: Backend> {
     pub weights: ModelWeights<B::Weight>,
     /// The backend the ops run on.
     pub backend: B,
+    /// The last step's layout vectors, emptied, for the next step to fill (none while a step
+    /// runs: steps on other threads at the same time make their own).
+    kept_step: Mutex<Option<Step>>,
 }
 
 impl<B: Backend> Model<B> {
@@ -82,7 +85,7 @@ impl<B: Backend> Model<B> {
         D: AsRef<[u8]> + Send + Sync + 'static,
     {
         let (config, weights) = arch::load_gguf(&gguf, &backend)?;
-        Ok(Model { config, weights, backend })
+        Ok(Model { config, weights, backend, kept_step: Mutex::new(None) })
     }
 
     /// Builds the model from an opened SafeTensors checkpoint and its `config.json`.
@@ -92,7 +95,7 @@ impl<B: Backend> Model<B> {
     /// `lm_head.weight` the embeddings are the head, which `tie_word_embeddings` must allow.
     pub fn from_checkpoint(checkpoint: Arc<Checkpoint>, backend: B) -> Result<Model<B>> {
         let (config, weights) = arch::load_checkpoint(&checkpoint, &backend)?;
-        Ok(Model { config, weights, backend })
+        Ok(Model { config, weights, backend, kept_step: Mutex::new(None) })
     }
 
     /// A preallocated KV cache for `slots` sequences of up to `capacity` positions.
@@ -110,23 +113,27 @@ impl<B: Backend> Model<B> {
     /// Runs every sequence's new tokens in one pass (a prompt's prefill, or one decode token each),
     /// extending their cache slots, and returns the logits `which` asks for.
     pub fn forward(&self, cache: &mut B::Cache, batch: &[SequenceInput<'_>], which: LogitsFor) -> Result<Logits> {
-        let step = Step::new(batch, which)?;
+        let step = self.step(batch, which)?;
         let x = self.hidden(cache, &step)?;
         let data = if step.logit_rows.is_empty() {
             Vec::new()
         } else {
             self.backend.logits(&x, self.head(), &step.logit_rows)?
         };
-        Ok(Logits { vocab: self.config.vocab, data, rows: step.rows })
+        let rows = step.rows.clone();
+        self.keep(step);
+        Ok(Logits { vocab: self.config.vocab, data, rows })
     }
 
     /// [`Model::forward`] followed by greedy decoding: the id of the largest logit (the lowest
     /// id on ties) of each sequence's last position, in batch order, through [`Backend::greedy`]
     /// (on a GPU backend only these ids are read back, not the vocabulary's logits).
     pub fn forward_greedy(&self, cache: &mut B::Cache, batch: &[SequenceInput<'_>]) -> Result<Vec<u32>> {
-        let step = Step::new(batch, LogitsFor::Last)?;
+        let step = self.step(batch, LogitsFor::Last)?;
         let x = self.hidden(cache, &step)?;
-        self.backend.greedy(&x, self.head(), &step.logit_rows)
+        let ids = self.backend.greedy(&x, self.head(), &step.logit_rows);
+        self.keep(step);
+        ids
     }
 
     /// One step, then a token drawn on the device for each sequence `which` asks logits of
@@ -146,18 +153,33 @@ impl<B: Backend> Model<B> {
         if which == LogitsFor::All {
             return Err(ModelError::BadBatch { message: "device sampling draws at the last row of a sequence".into() });
         }
-        let step = Step::new(batch, which)?;
+        let step = self.step(batch, which)?;
         if params.len() != step.logit_rows.len() {
             let message = format!("{} sampling settings for {} sequences", params.len(), step.logit_rows.len());
             return Err(ModelError::BadBatch { message });
         }
         let x = self.hidden(cache, &step)?;
-        self.backend.sample(&x, self.head(), &step.logit_rows, params)
+        let ids = self.backend.sample(&x, self.head(), &step.logit_rows, params);
+        self.keep(step);
+        ids
     }
 
     /// Whether [`Model::forward_sample`] runs on this model's backend.
     pub fn samples_on_device(&self) -> bool {
         self.backend.samples_on_device()
+    }
+
+    /// `batch` laid out for a step, in the kept vectors where there are some.
+    fn step(&self, batch: &[SequenceInput<'_>], which: LogitsFor) -> Result<Step> {
+        let kept = self.kept_step.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut step = kept.unwrap_or_default();
+        step.fill(batch, which)?;
+        Ok(step)
+    }
+
+    /// Keeps `step`'s vectors for the next step.
+    fn keep(&self, step: Step) {
+        *self.kept_step.lock().unwrap_or_else(|e| e.into_inner()) = Some(step);
     }
 
     /// The final normed hidden states of a step's rows.
@@ -172,6 +194,7 @@ impl<B: Backend> Model<B> {
 }
 
 /// A batch laid out for one forward step.
+#[derive(Default)]
 struct Step {
     tokens: Vec<u32>,
     layout: Batch,
@@ -182,11 +205,14 @@ struct Step {
 }
 
 impl Step {
-    fn new(batch: &[SequenceInput<'_>], which: LogitsFor) -> Result<Step> {
-        let mut layout = Batch::default();
-        let mut tokens = Vec::new();
-        let mut rows = Vec::new();
-        let mut logit_rows = Vec::new();
+    /// Lays `batch` out in these vectors (their old contents dropped, their allocations kept).
+    fn fill(&mut self, batch: &[SequenceInput<'_>], which: LogitsFor) -> Result<()> {
+        let Step { tokens, layout, logit_rows, rows } = self;
+        tokens.clear();
+        layout.seqs.clear();
+        layout.positions.clear();
+        logit_rows.clear();
+        rows.clear();
         for (i, seq) in batch.iter().enumerate() {
             if seq.tokens.is_empty() {
                 return Err(ModelError::BadBatch { message: format!("sequence {i} has no tokens") });
@@ -214,6 +240,6 @@ impl Step {
                 rows.push((i, seq.start_pos + j));
             }
         }
-        Ok(Step { tokens, layout, logit_rows, rows })
+        Ok(())
     }
 }

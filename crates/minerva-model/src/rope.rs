@@ -88,35 +88,51 @@ pub struct RopeConfig {
 /// Long-rope picks its factor set per step as transformers does (`longrope_frequency_update`):
 /// the long factors when `max_pos + 1` exceeds the original context, else the short ones.
 pub fn inv_freq(rope: &RopeConfig, max_pos: u32) -> (Vec<f32>, f32) {
+    let mut freqs = Vec::new();
+    let mscale = inv_freq_into(rope, max_pos, &mut freqs);
+    (freqs, mscale)
+}
+
+/// [`inv_freq`] into `freqs` (its old values replaced, its allocation kept); returns the
+/// multiplier.
+pub fn inv_freq_into(rope: &RopeConfig, max_pos: u32, freqs: &mut Vec<f32>) -> f32 {
     let half = rope.dim / 2;
     let base = |i: usize| (f64::from(rope.base).powf(-2.0 * i as f64 / rope.dim as f64)) as f32;
-    let scaled = |divisors: &[f32]| (0..half).map(|i| base(i) / divisors[i]).collect();
+    freqs.clear();
+    let mut scaled = |divisors: &[f32]| freqs.extend((0..half).map(|i| base(i) / divisors[i]));
     match &rope.scaling {
-        RopeScaling::None => ((0..half).map(base).collect(), 1.0),
-        RopeScaling::Linear { factor } => ((0..half).map(|i| base(i) / factor).collect(), 1.0),
-        RopeScaling::FreqFactors { factors } => (scaled(factors), 1.0),
+        RopeScaling::None => {
+            freqs.extend((0..half).map(base));
+            1.0
+        }
+        RopeScaling::Linear { factor } => {
+            freqs.extend((0..half).map(|i| base(i) / factor));
+            1.0
+        }
+        RopeScaling::FreqFactors { factors } => {
+            scaled(factors);
+            1.0
+        }
         RopeScaling::LongRope { short, long, original_context, attn_factor } => {
-            let divisors = if max_pos as usize + 1 > *original_context { long } else { short };
-            (scaled(divisors), *attn_factor)
+            scaled(if max_pos as usize + 1 > *original_context { long } else { short });
+            *attn_factor
         }
         &RopeScaling::Yarn { factor, original_context, beta_fast, beta_slow, truncate } => {
-            let freqs = (0..half)
-                .map(|i| {
-                    let theta = base(i);
-                    crate::yarn::yarn_inv_freq(
-                        i,
-                        theta,
-                        rope.dim,
-                        rope.base,
-                        factor,
-                        original_context,
-                        beta_fast,
-                        beta_slow,
-                        truncate,
-                    )
-                })
-                .collect();
-            (freqs, crate::yarn::yarn_attention_factor(factor))
+            freqs.extend((0..half).map(|i| {
+                let theta = base(i);
+                crate::yarn::yarn_inv_freq(
+                    i,
+                    theta,
+                    rope.dim,
+                    rope.base,
+                    factor,
+                    original_context,
+                    beta_fast,
+                    beta_slow,
+                    truncate,
+                )
+            }));
+            crate::yarn::yarn_attention_factor(factor)
         }
     }
 }

@@ -21,6 +21,7 @@ struct Entry {
     rope: RopeConfig,
     positions: Vec<u32>,
     table: Vec<f32>,
+    inv_freq: Vec<f32>,
 }
 
 impl RopeTables {
@@ -32,7 +33,12 @@ impl RopeTables {
             Some(i) => entries[i..].rotate_left(1),
             None => {
                 if entries.len() < KEPT {
-                    entries.push(Entry { rope: rope.clone(), positions: Vec::new(), table: Vec::new() });
+                    entries.push(Entry {
+                        rope: rope.clone(),
+                        positions: Vec::new(),
+                        table: Vec::new(),
+                        inv_freq: Vec::new(),
+                    });
                 } else {
                     entries.rotate_left(1);
                 }
@@ -40,7 +46,7 @@ impl RopeTables {
                 entry.rope.clone_from(rope);
                 entry.positions.clear();
                 entry.positions.extend_from_slice(positions);
-                checks::rope_table_into(positions, rope, &mut entry.table);
+                checks::rope_table_into(positions, rope, &mut entry.table, &mut entry.inv_freq);
             }
         }
         f(&entries.last().expect("the entry used").table)
