@@ -24,6 +24,7 @@ use half::{bf16, f16};
 use minerva_core::DType;
 
 use crate::QuantError;
+use crate::pool;
 
 /// The parameters of an MLX affine-quantized tensor (its `config.json` `quantization` entry plus
 /// the scales' dtype).
@@ -82,6 +83,60 @@ impl MlxAffine {
         }
     }
 
+    /// [`MlxAffine::dequantize_exact`] straight into `out`: the values as little-endian bytes of
+    /// `scale_dtype` (the type MLX computes them in, so the conversion is exact), on the current
+    /// pool's threads a chunk of groups at a time, without an f32 copy of the whole tensor. What
+    /// a loader keeps of an MLX matrix it cannot use quantized.
+    pub fn dequantize_exact_to_bytes(
+        &self,
+        weight: &[u8],
+        scales: &[u8],
+        biases: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), QuantError> {
+        self.validate()?;
+        let width = self.scale_dtype.block_bytes();
+        let values = out.len() / width;
+        if !out.len().is_multiple_of(width) || !values.is_multiple_of(self.group_size) {
+            return Err(QuantError::PartialGroupValues { len: values, group_size: self.group_size });
+        }
+        self.check_components(values, weight, scales, biases)?;
+        let (group_size, bits) = (self.group_size, self.bits as usize);
+        // Whole groups per task: a group's quants are `group_size · bits / 8` whole bytes.
+        let (group_weight, group_out) = (group_size * bits / 8, group_size * width);
+        pool::for_each_chunk_mut(out, CHUNK_GROUPS * group_out, |c, out| {
+            let first = c * CHUNK_GROUPS;
+            let mut values = [0.0f32; 128];
+            let values = &mut values[..group_size];
+            for (g, out) in out.chunks_exact_mut(group_out).enumerate() {
+                let at = first + g;
+                let (weight, scale, bias) = (
+                    &weight[at * group_weight..][..group_weight],
+                    &scales[at * width..][..width],
+                    &biases[at * width..][..width],
+                );
+                match self.scale_dtype {
+                    DType::BF16 => {
+                        self.fill(weight, scale, bias, values, |v| bf16::from_f32(v).to_f32());
+                        let bytes = out.chunks_exact_mut(2).zip(values.iter());
+                        bytes.for_each(|(b, &v)| b.copy_from_slice(&bf16::from_f32(v).to_le_bytes()));
+                    }
+                    DType::F16 => {
+                        self.fill(weight, scale, bias, values, |v| f16::from_f32(v).to_f32());
+                        let bytes = out.chunks_exact_mut(2).zip(values.iter());
+                        bytes.for_each(|(b, &v)| b.copy_from_slice(&f16::from_f32(v).to_le_bytes()));
+                    }
+                    _ => {
+                        self.fill(weight, scale, bias, values, |v| v);
+                        let bytes = out.chunks_exact_mut(4).zip(values.iter());
+                        bytes.for_each(|(b, &v)| b.copy_from_slice(&v.to_le_bytes()));
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+
     /// `round(round(q·scale) + bias)` for every value.
     fn dequantize_with(
         &self,
@@ -96,25 +151,44 @@ impl MlxAffine {
         if !n.is_multiple_of(self.group_size) {
             return Err(QuantError::PartialGroupValues { len: n, group_size: self.group_size });
         }
+        self.check_components(n, weight, scales, biases)?;
+        self.fill(weight, scales, biases, values, round);
+        Ok(())
+    }
+
+    /// Checks the components' lengths for `n` values (a whole number of groups).
+    fn check_components(&self, n: usize, weight: &[u8], scales: &[u8], biases: &[u8]) -> Result<(), QuantError> {
         let groups = n / self.group_size;
-        let bits = self.bits as usize;
         // A group of >= 32 values fills whole u32 words, so the byte count is exact.
-        check_component("weight", n * bits / 8, weight.len())?;
+        check_component("weight", n * self.bits as usize / 8, weight.len())?;
         let scale_bytes = self.scale_dtype.block_bytes();
         check_component("scales", groups * scale_bytes, scales.len())?;
-        check_component("biases", groups * scale_bytes, biases.len())?;
+        check_component("biases", groups * scale_bytes, biases.len())
+    }
 
+    /// `values` (whole groups) from components of checked lengths.
+    fn fill(&self, weight: &[u8], scales: &[u8], biases: &[u8], values: &mut [f32], round: impl Fn(f32) -> f32) {
         let read_float = |bytes: &[u8], g: usize| read_scale(self.scale_dtype, bytes, g);
         for (g, group) in values.chunks_exact_mut(self.group_size).enumerate() {
             let (scale, bias) = (read_float(scales, g), read_float(biases, g));
-            for (k, w) in group.iter_mut().enumerate() {
-                let q = read_bits(weight, (g * self.group_size + k) * bits, self.bits);
-                *w = round(round(q as f32 * scale) + bias);
+            let first = g * self.group_size;
+            if self.bits == 8 {
+                // Each value is one byte of the stream.
+                for (w, &q) in group.iter_mut().zip(&weight[first..]) {
+                    *w = round(round(f32::from(q) * scale) + bias);
+                }
+            } else {
+                for (k, w) in group.iter_mut().enumerate() {
+                    let q = read_bits(weight, (first + k) * self.bits as usize, self.bits);
+                    *w = round(round(q as f32 * scale) + bias);
+                }
             }
         }
-        Ok(())
     }
 }
+
+/// Groups per task of [`MlxAffine::dequantize_exact_to_bytes`]: 64 Ki values of 64-value groups.
+const CHUNK_GROUPS: usize = 1024;
 
 fn check_component(component: &'static str, expected: usize, actual: usize) -> Result<(), QuantError> {
     if expected == actual {
@@ -177,6 +251,63 @@ mod tests {
         }
         // The two differ (here at q = 31: 9.3242 + 1.7031 rounds differently in two steps).
         assert_ne!(exact, f32_path);
+    }
+
+    /// Into bytes on several threads, across task boundaries: the values of `dequantize_exact`,
+    /// bit for bit, for every bit width, group size and scale type; wrong lengths are the same
+    /// typed errors.
+    #[test]
+    fn bytes_on_the_pool_equal_exact_dequantization() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let pool = crate::ComputePool::new(3).unwrap();
+        for scale_dtype in [DType::BF16, DType::F16, DType::F32] {
+            for bits in [2u32, 3, 4, 5, 6, 8] {
+                for group_size in [32usize, 64, 128] {
+                    let params = MlxAffine { bits, group_size, scale_dtype };
+                    // Two and a half tasks' worth of groups.
+                    let groups = 2 * CHUNK_GROUPS + CHUNK_GROUPS / 2 + 3;
+                    let n = groups * group_size;
+                    let weight: Vec<u8> = (0..n * bits as usize / 8).map(|_| next() as u8).collect();
+                    let width = scale_dtype.block_bytes();
+                    let float = |v: f32| match scale_dtype {
+                        DType::BF16 => bf16::from_f32(v).to_le_bytes().to_vec(),
+                        DType::F16 => f16::from_f32(v).to_le_bytes().to_vec(),
+                        _ => v.to_le_bytes().to_vec(),
+                    };
+                    let mut random = |scale: f32| (next() % 2001) as f32 / 1000.0 * scale - scale;
+                    let scales: Vec<u8> = (0..groups).flat_map(|_| float(random(0.05))).collect();
+                    let biases: Vec<u8> = (0..groups).flat_map(|_| float(random(1.0))).collect();
+                    let mut values = vec![0.0f32; n];
+                    params.dequantize_exact(&weight, &scales, &biases, &mut values).unwrap();
+                    let want: Vec<u8> = values.iter().flat_map(|&v| float(v)).collect();
+                    let mut got = vec![0u8; n * width];
+                    pool.install(|| params.dequantize_exact_to_bytes(&weight, &scales, &biases, &mut got)).unwrap();
+                    assert!(got == want, "{scale_dtype} {bits} bits, groups of {group_size}");
+                }
+            }
+        }
+        let params = MlxAffine { bits: 8, group_size: 32, scale_dtype: DType::BF16 };
+        let (weight, scales) = (vec![0u8; 64], vec![0u8; 4]);
+        assert_eq!(
+            params.dequantize_exact_to_bytes(&weight, &scales, &scales, &mut [0u8; 2 * 48]),
+            Err(QuantError::PartialGroupValues { len: 48, group_size: 32 })
+        );
+        assert_eq!(
+            params.dequantize_exact_to_bytes(&weight, &scales[..2], &scales, &mut [0u8; 2 * 64]),
+            Err(QuantError::ComponentLength {
+                format: "MLX affine",
+                component: "scales",
+                expected: 4,
+                actual: 2,
+                unit: "bytes"
+            })
+        );
     }
 
     #[test]

@@ -28,6 +28,7 @@
 
 use crate::QuantError;
 use crate::ggml::mxfp4::BlockMxfp4;
+use crate::pool;
 
 /// OCP FP4 E2M1 values indexed by nibble (bit 3 is the sign), as transformers' `FP4_VALUES`.
 pub const FP4_E2M1_VALUES: [f32; 16] =
@@ -127,6 +128,22 @@ pub fn hf_mxfp4_to_ggml(blocks: &[u8], scales: &[u8], out: &mut [u8]) -> Result<
             unit: "bytes",
         });
     }
+    if groups <= CHUNK_BLOCKS {
+        // A row at a time (the HF gate/up de-interleaving): no loop on the pool for so little.
+        hf_blocks_to_ggml(blocks, scales, out);
+        return Ok(());
+    }
+    // On the current pool's threads: a loader converts gigabytes of experts this way.
+    pool::for_each_chunk_mut(out, CHUNK_BLOCKS * 17, |c, out| {
+        let first = c * CHUNK_BLOCKS;
+        hf_blocks_to_ggml(&blocks[first * MXFP4_GROUP_BYTES..], &scales[first..], out);
+    });
+    Ok(())
+}
+
+/// The GGML blocks of `out` (17 bytes each) from the HF groups at the start of `blocks` and
+/// `scales`.
+fn hf_blocks_to_ggml(blocks: &[u8], scales: &[u8], out: &mut [u8]) {
     let group_bytes = blocks.chunks_exact(MXFP4_GROUP_BYTES);
     for ((hf, &e), ggml) in group_bytes.zip(scales).zip(out.chunks_exact_mut(17)) {
         // Value v sits in HF byte v/2, nibble v%2.
@@ -136,8 +153,10 @@ pub fn hf_mxfp4_to_ggml(blocks: &[u8], scales: &[u8], out: &mut [u8]) -> Result<
             ggml[1 + j] = nibble(j) | (nibble(j + 16) << 4);
         }
     }
-    Ok(())
 }
+
+/// Blocks per task of [`hf_mxfp4_to_ggml`] (64 Ki values).
+const CHUNK_BLOCKS: usize = 2048;
 
 /// Converts GGML MXFP4 blocks into an HF pair (`blocks_out`: 16 bytes per group, `scales_out`: 1
 /// byte per group). Lossless; the inverse of [`hf_mxfp4_to_ggml`].
@@ -166,4 +185,37 @@ pub fn ggml_mxfp4_to_hf(ggml: &[u8], blocks_out: &mut [u8], scales_out: &mut [u8
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Converted on several threads, across task boundaries: each block as when converted
+    /// alone, and back to the same HF bytes.
+    #[test]
+    fn conversion_on_the_pool_equals_block_by_block() {
+        let groups = 2 * CHUNK_BLOCKS + CHUNK_BLOCKS / 2 + 3;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        };
+        let blocks: Vec<u8> = (0..groups * MXFP4_GROUP_BYTES).map(|_| next()).collect();
+        let scales: Vec<u8> = (0..groups).map(|_| next()).collect();
+        let mut ggml = vec![0u8; groups * 17];
+        let pool = crate::ComputePool::new(3).unwrap();
+        pool.install(|| hf_mxfp4_to_ggml(&blocks, &scales, &mut ggml)).unwrap();
+        for g in 0..groups {
+            let mut one = [0u8; 17];
+            hf_mxfp4_to_ggml(&blocks[g * MXFP4_GROUP_BYTES..][..MXFP4_GROUP_BYTES], &scales[g..g + 1], &mut one)
+                .unwrap();
+            assert_eq!(ggml[g * 17..][..17], one, "block {g}");
+        }
+        let (mut blocks_back, mut scales_back) = (vec![0u8; blocks.len()], vec![0u8; groups]);
+        ggml_mxfp4_to_hf(&ggml, &mut blocks_back, &mut scales_back).unwrap();
+        assert!(blocks_back == blocks && scales_back == scales, "the round trip lost bytes");
+    }
 }

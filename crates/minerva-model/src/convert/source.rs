@@ -19,7 +19,7 @@ use minerva_core::DType;
 use minerva_gguf::{Gguf, Mmap};
 use minerva_safetensors::{Checkpoint, Encoding};
 
-use super::dtype::{float_bytes, permute_qk_rows};
+use super::dtype::permute_qk_rows;
 use super::{ConvertError, Result, unsupported};
 use crate::arch::gguf_permutes_qk;
 use crate::arch::gpt_oss::GptOssConfig;
@@ -225,11 +225,12 @@ impl SourceModel {
                             group_size: group_size as usize,
                             scale_dtype: scales.dtype,
                         };
-                        let mut values = vec![0.0f32; lt.shape.iter().product()];
+                        let values: usize = lt.shape.iter().product();
+                        let mut out = vec![0u8; values * scales.dtype.block_bytes()];
                         params
-                            .dequantize_exact(weight.bytes, scales.bytes, biases.bytes, &mut values)
+                            .dequantize_exact_to_bytes(weight.bytes, scales.bytes, biases.bytes, &mut out)
                             .map_err(quant)?;
-                        Cow::Owned(float_bytes(scales.dtype, &values))
+                        Cow::Owned(out)
                     }
                     _ => return Err(missing(stored)),
                 };

@@ -15,7 +15,7 @@
 //! * HF / MLX MXFP4 → GGML MXFP4 blocks (a lossless nibble reorder, `hf_mxfp4_to_ggml`), with the HF
 //!   gate/up rows de-interleaved on the way, exactly as llama.cpp's converter does — so all three
 //!   layouts run the same fused MXFP4 kernels and stay 4.25 bits per weight;
-//! * MLX affine → dequantized by `minerva_quant::MlxAffine::dequantize_exact` (as MLX rounds) and stored
+//! * MLX affine → dequantized by `minerva_quant::MlxAffine::dequantize_exact_to_bytes` (as MLX rounds) and stored
 //!   in the scales' float type (bf16 here). This doubles those tensors' size against 8-bit; a
 //!   fused affine kernel would not.
 //!
@@ -24,7 +24,6 @@
 
 use std::sync::Arc;
 
-use half::{bf16, f16};
 use minerva_core::DType;
 use minerva_safetensors::{Checkpoint, Encoding};
 
@@ -269,27 +268,12 @@ fn st_weight<B: Backend>(backend: &B, ckpt: &Arc<Checkpoint>, name: &str, expect
             let params = minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
             // As `mx.dequantize` computes it (each operation rounded to the scales' type): the f32
             // path moves this random model's logits by 24 %.
-            let mut values = vec![0.0f32; expected.iter().product()];
-            params.dequantize_exact(weight.bytes, scales.bytes, biases.bytes, &mut values)?;
-            owned(backend, name, scales.dtype, expected, float_bytes(scales.dtype, &values))
+            let values: usize = expected.iter().product();
+            let mut out = OwnedBytes::zeroed(values * scales.dtype.block_bytes());
+            params.dequantize_exact_to_bytes(weight.bytes, scales.bytes, biases.bytes, out.as_mut())?;
+            owned(backend, name, scales.dtype, expected, out)
         }
     }
-}
-
-/// `values` as little-endian bytes of `dtype` (F16, BF16 or F32, as `MlxAffine` validated).
-fn float_bytes(dtype: DType, values: &[f32]) -> OwnedBytes {
-    let width = match dtype {
-        DType::BF16 | DType::F16 => 2,
-        _ => 4,
-    };
-    let mut out = OwnedBytes::zeroed(values.len() * width);
-    let chunks = out.as_mut().chunks_exact_mut(width).zip(values);
-    match dtype {
-        DType::BF16 => chunks.for_each(|(b, &v)| b.copy_from_slice(&bf16::from_f32(v).to_le_bytes())),
-        DType::F16 => chunks.for_each(|(b, &v)| b.copy_from_slice(&f16::from_f32(v).to_le_bytes())),
-        _ => chunks.for_each(|(b, &v)| b.copy_from_slice(&v.to_le_bytes())),
-    }
-    out
 }
 
 /// A bias matrix as an owned f32 weight.
