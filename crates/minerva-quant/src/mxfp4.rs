@@ -128,11 +128,6 @@ pub fn hf_mxfp4_to_ggml(blocks: &[u8], scales: &[u8], out: &mut [u8]) -> Result<
             unit: "bytes",
         });
     }
-    if groups <= CHUNK_BLOCKS {
-        // A row at a time (the HF gate/up de-interleaving): no loop on the pool for so little.
-        hf_blocks_to_ggml(blocks, scales, out);
-        return Ok(());
-    }
     // On the current pool's threads: a loader converts gigabytes of experts this way.
     pool::for_each_chunk_mut(out, CHUNK_BLOCKS * 17, |c, out| {
         let first = c * CHUNK_BLOCKS;

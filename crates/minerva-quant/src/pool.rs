@@ -207,6 +207,14 @@ pub fn current_threads() -> usize {
 
 /// [`ComputePool::for_each`] on the current pool (see [`current_threads`]).
 pub fn for_each_task(tasks: usize, f: impl Fn(usize) + Sync) {
+    // One task (a decode's row-wise step, a small conversion) needs no pool: not even a look at
+    // which one is current, which clones its `Arc`.
+    if tasks <= 1 {
+        if tasks == 1 {
+            run_serially(1, &f);
+        }
+        return;
+    }
     let installed = CURRENT.with(|c| c.borrow().clone());
     match installed {
         Some(pool) => run_loop(&pool.shared, pool.threads, tasks, &f),
