@@ -63,7 +63,9 @@ impl MlxAffine {
         biases: &[u8],
         values: &mut [f32],
     ) -> Result<(), QuantError> {
-        self.dequantize_with(weight, scales, biases, values, |v| v)
+        self.check(values.len(), weight, scales, biases)?;
+        self.fill(weight, scales, biases, values, |v| v);
+        Ok(())
     }
 
     /// [`MlxAffine::dequantize_ref`] as `mx.dequantize` computes it: in the scales' float type,
@@ -76,11 +78,9 @@ impl MlxAffine {
         biases: &[u8],
         values: &mut [f32],
     ) -> Result<(), QuantError> {
-        match self.scale_dtype {
-            DType::BF16 => self.dequantize_with(weight, scales, biases, values, |v| bf16::from_f32(v).to_f32()),
-            DType::F16 => self.dequantize_with(weight, scales, biases, values, |v| f16::from_f32(v).to_f32()),
-            _ => self.dequantize_ref(weight, scales, biases, values),
-        }
+        self.check(values.len(), weight, scales, biases)?;
+        self.fill_exact(weight, scales, biases, values);
+        Ok(())
     }
 
     /// [`MlxAffine::dequantize_exact`] straight into `out`: the values as little-endian bytes of
@@ -97,10 +97,10 @@ impl MlxAffine {
         self.validate()?;
         let width = self.scale_dtype.block_bytes();
         let values = out.len() / width;
-        if !out.len().is_multiple_of(width) || !values.is_multiple_of(self.group_size) {
+        if !out.len().is_multiple_of(width) {
             return Err(QuantError::PartialGroupValues { len: values, group_size: self.group_size });
         }
-        self.check_components(values, weight, scales, biases)?;
+        self.check(values, weight, scales, biases)?;
         let (group_size, bits) = (self.group_size, self.bits as usize);
         // Whole groups per task: a group's quants are `group_size · bits / 8` whole bytes.
         let (group_weight, group_out) = (group_size * bits / 8, group_size * width);
@@ -115,45 +115,35 @@ impl MlxAffine {
                     &scales[at * width..][..width],
                     &biases[at * width..][..width],
                 );
+                self.fill_exact(weight, scale, bias, values);
+                let bytes = out.chunks_exact_mut(width).zip(values.iter());
                 match self.scale_dtype {
-                    DType::BF16 => {
-                        self.fill(weight, scale, bias, values, |v| bf16::from_f32(v).to_f32());
-                        let bytes = out.chunks_exact_mut(2).zip(values.iter());
-                        bytes.for_each(|(b, &v)| b.copy_from_slice(&bf16::from_f32(v).to_le_bytes()));
-                    }
-                    DType::F16 => {
-                        self.fill(weight, scale, bias, values, |v| f16::from_f32(v).to_f32());
-                        let bytes = out.chunks_exact_mut(2).zip(values.iter());
-                        bytes.for_each(|(b, &v)| b.copy_from_slice(&f16::from_f32(v).to_le_bytes()));
-                    }
-                    _ => {
-                        self.fill(weight, scale, bias, values, |v| v);
-                        let bytes = out.chunks_exact_mut(4).zip(values.iter());
-                        bytes.for_each(|(b, &v)| b.copy_from_slice(&v.to_le_bytes()));
-                    }
+                    DType::BF16 => bytes.for_each(|(b, &v)| b.copy_from_slice(&bf16::from_f32(v).to_le_bytes())),
+                    DType::F16 => bytes.for_each(|(b, &v)| b.copy_from_slice(&f16::from_f32(v).to_le_bytes())),
+                    _ => bytes.for_each(|(b, &v)| b.copy_from_slice(&v.to_le_bytes())),
                 }
             }
         });
         Ok(())
     }
 
-    /// `round(round(q·scale) + bias)` for every value.
-    fn dequantize_with(
-        &self,
-        weight: &[u8],
-        scales: &[u8],
-        biases: &[u8],
-        values: &mut [f32],
-        round: impl Fn(f32) -> f32,
-    ) -> Result<(), QuantError> {
+    /// Checks the parameters and that `n` values are whole groups with components of their
+    /// lengths.
+    fn check(&self, n: usize, weight: &[u8], scales: &[u8], biases: &[u8]) -> Result<(), QuantError> {
         self.validate()?;
-        let n = values.len();
         if !n.is_multiple_of(self.group_size) {
             return Err(QuantError::PartialGroupValues { len: n, group_size: self.group_size });
         }
-        self.check_components(n, weight, scales, biases)?;
-        self.fill(weight, scales, biases, values, round);
-        Ok(())
+        self.check_components(n, weight, scales, biases)
+    }
+
+    /// [`MlxAffine::fill`] rounding each operation to the scales' type, as MLX does.
+    fn fill_exact(&self, weight: &[u8], scales: &[u8], biases: &[u8], values: &mut [f32]) {
+        match self.scale_dtype {
+            DType::BF16 => self.fill(weight, scales, biases, values, |v| bf16::from_f32(v).to_f32()),
+            DType::F16 => self.fill(weight, scales, biases, values, |v| f16::from_f32(v).to_f32()),
+            _ => self.fill(weight, scales, biases, values, |v| v),
+        }
     }
 
     /// Checks the components' lengths for `n` values (a whole number of groups).
