@@ -1,15 +1,18 @@
 //! [`Tokenizer`]: text ↔ token ids, built from GGUF metadata or a `tokenizer.json`, with the
 //! special ids generation needs (BOS, EOS, end-of-turn) and a streaming decoder.
 
+mod bytes;
 pub mod convert;
 pub mod gguf;
 
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use minerva_gguf::Gguf;
 
 use crate::error::{GenerateError, Result};
 use crate::template::builtin_template;
+pub use bytes::TokenBytes;
 pub use gguf::SUPPORTED_PRE;
 
 /// Texts of control tokens that end a turn in common chat formats. llama.cpp treats these as
@@ -34,6 +37,8 @@ pub struct Tokenizer {
     /// The Jinja chat template the model ships, else the one built in for its architecture
     /// ([`crate::template::builtin_template`]), if any.
     pub chat_template: Option<String>,
+    /// Every token's bytes, built on first use and shared by clones.
+    token_bytes: Arc<OnceLock<TokenBytes>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -146,7 +151,7 @@ impl Tokenizer {
             Some(_) => Some(g.get_str("tokenizer.chat_template")?.to_string()),
             None => g.architecture().ok().and_then(builtin_template).map(str::to_string),
         };
-        Ok(Tokenizer { inner, bos, eos, add_bos, add_eos, stop_ids, chat_template })
+        Ok(Tokenizer { inner, bos, eos, add_bos, add_eos, stop_ids, chat_template, token_bytes: Arc::default() })
     }
 
     /// Loads `tokenizer.json` from a checkpoint directory, with `tokenizer_config.json` (chat
@@ -164,6 +169,7 @@ impl Tokenizer {
             add_eos: false,
             stop_ids: Vec::new(),
             chat_template: None,
+            token_bytes: Arc::default(),
         };
         let config_path = dir.join("tokenizer_config.json");
         if config_path.exists() {
@@ -249,6 +255,12 @@ impl Tokenizer {
     /// The text one token stands for on its own (a partial UTF-8 character shows as U+FFFD).
     pub fn piece(&self, id: u32) -> String {
         self.inner.decode(&[id], false).unwrap_or_default()
+    }
+
+    /// The bytes every token stands for: a token's bytes even where they are part of a UTF-8
+    /// character, so a sequence's text is the concatenation of its tokens' bytes.
+    pub fn token_bytes(&self) -> &TokenBytes {
+        self.token_bytes.get_or_init(|| TokenBytes::new(&self.inner))
     }
 
     /// The id of a vocabulary entry.

@@ -32,8 +32,10 @@ impl Finish {
 /// An alternative token at a position.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TopLogprob {
-    /// Its text.
+    /// Its text (U+FFFD where the token holds part of a character).
     pub token: String,
+    /// Its bytes, exactly (a part of a character too).
+    pub bytes: Vec<u8>,
     /// Its log-probability.
     pub logprob: f32,
 }
@@ -41,8 +43,10 @@ pub struct TopLogprob {
 /// The log-probability of a generated token, with the most likely alternatives.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenLogprob {
-    /// The token's text.
+    /// The token's text (U+FFFD where the token holds part of a character).
     pub token: String,
+    /// Its bytes, exactly (a part of a character too).
+    pub bytes: Vec<u8>,
     /// Its log-probability under the model (before sampling settings).
     pub logprob: f32,
     /// The most likely tokens at this position, most likely first.
@@ -204,10 +208,15 @@ pub(super) fn logprobs(tok: &Tokenizer, logits: &[f32], id: u32, top: usize) -> 
             }
         }
     }
+    let bytes = |id: u32| tok.token_bytes().get(id).to_vec();
     TokenLogprob {
         token: tok.piece(id),
+        bytes: bytes(id),
         logprob: logits.get(id as usize).map_or(f32::NEG_INFINITY, |&v| lp(v)),
-        top: best.iter().map(|&b| TopLogprob { token: tok.piece(b), logprob: lp(logits[b as usize]) }).collect(),
+        top: best
+            .iter()
+            .map(|&b| TopLogprob { token: tok.piece(b), bytes: bytes(b), logprob: lp(logits[b as usize]) })
+            .collect(),
     }
 }
 

@@ -109,13 +109,13 @@ pub(crate) async fn handle(
 
 fn logprob_out(t: TokenLogprob) -> TokenLogprobOut {
     TokenLogprobOut {
-        bytes: t.token.as_bytes().to_vec(),
+        bytes: t.bytes,
         token: t.token,
         logprob: t.logprob,
         top_logprobs: t
             .top
             .into_iter()
-            .map(|a| TopLogprobOut { bytes: a.token.as_bytes().to_vec(), token: a.token, logprob: a.logprob })
+            .map(|a| TopLogprobOut { bytes: a.bytes, token: a.token, logprob: a.logprob })
             .collect(),
     }
 }
