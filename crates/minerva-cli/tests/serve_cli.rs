@@ -171,14 +171,16 @@ fn serve_refuses_bad_flags_and_models_in_one_line() {
 
 #[test]
 fn gpt_oss_answers_and_reasoning_agree_between_run_and_serve() {
-    // The tiny random GPT-OSS with its Harmony tokenizer: what `run --chat` prints on stdout (the
-    // answer) and stderr (the reasoning) is what the server returns as content and reasoning.
-    // (Random weights rarely finish a message header, so both may be empty; the routing itself is
-    // tested on scripted tokens in minerva-server's engine tests.)
-    let model = root().join("fixtures/gpt_oss/hf");
+    // The tiny GPT-OSS that speaks Harmony (fixtures/gpt_oss/make_scripted_checkpoint.py), sampled
+    // with a seed whose walk writes an analysis message, then two final ones: what `run --chat`
+    // prints on stdout (the answer) and stderr (the reasoning) is what the server returns as
+    // content and reasoning, and neither is empty.
+    let model = root().join("fixtures/gpt_oss/scripted");
     let prompt = "w20 w21 w22 w23";
+    let seed = "22";
     let run_chat = |extra: &[&str]| {
-        let mut args = vec![os("run"), model.as_os_str(), os("--chat"), os("--temperature"), os("0")];
+        let mut args = vec![os("run"), model.as_os_str(), os("--chat"), os("--temperature"), os("1")];
+        args.extend(["--top-k", "0", "--top-p", "1", "--min-p", "0", "--seed", seed].map(os));
         args.extend([os("--max-tokens"), os("48"), os("--f32-activations"), os("--prompt"), os(prompt)]);
         args.extend(extra.iter().map(|a| os(a)));
         minerva(&args)
@@ -187,15 +189,16 @@ fn gpt_oss_answers_and_reasoning_agree_between_run_and_serve() {
     let stderr = String::from_utf8_lossy(&run.stderr).to_string();
     assert!(run.status.success(), "{stderr}");
     let stdout = String::from_utf8(run.stdout).unwrap();
-    assert!(!stdout.contains("<|") && !stderr.contains("<|"), "Harmony markers leaked: {stdout:?} {stderr:?}");
+    assert_eq!((stdout.as_str(), stderr.as_str()), ("{\"q\": \"w\"}{\"q\": \"w\"}\n", "{\"q\": \"w\"}\n"));
     let hidden = run_chat(&["--hide-reasoning"]);
     assert_eq!(String::from_utf8(hidden.stdout).unwrap(), stdout);
     assert!(hidden.stderr.is_empty(), "{}", String::from_utf8_lossy(&hidden.stderr));
 
     let served = Served::start_model(&model, &["--f32-activations"], &[]);
-    let body =
-        serde_json::json!({"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 48})
-            .to_string();
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": prompt}], "temperature": 1, "top_p": 1, "seed": 22, "max_tokens": 48
+    })
+    .to_string();
     let answer = served.request("POST", "/v1/chat/completions", &[], &body);
     let json: serde_json::Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     let message = &json["choices"][0]["message"];
