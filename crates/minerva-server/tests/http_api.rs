@@ -95,8 +95,51 @@ async fn chat_stream_has_role_deltas_finish_usage_and_done() {
     }
     // The second request found the first's tokens in the cache.
     assert!(answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0);
-    // Every content delta is whole UTF-8 text by construction (a String); none is empty.
+    // After the role chunk, no chunk carries an empty content delta.
     assert!(chunks[1..].iter().all(|c| c["choices"].get(0).is_none_or(|ch| ch["delta"]["content"] != "")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_character_split_across_tokens_arrives_whole_in_one_delta() {
+    let server = start(2).await;
+    // SmolLM2 answers this in Japanese, each kana three bytes spread over byte tokens.
+    let body = chat("Write the word 'hello' in Japanese.", json!({"temperature": 0, "max_tokens": 12}));
+    let mut with_logprobs = body.clone();
+    with_logprobs["logprobs"] = json!(true);
+    let (status, _, whole) = post(&server.url, "/v1/chat/completions", &with_logprobs).await;
+    assert_eq!(status, 200, "{whole}");
+    let content = whole["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    // The test means something only if some token holds part of a character.
+    let partial = whole["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| {
+            let bytes: Vec<u8> = t["bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8).collect();
+            std::str::from_utf8(&bytes).is_err()
+        })
+        .count();
+    assert!(partial >= 2, "no token splits a character: {whole}");
+    let multibyte: Vec<char> = content.chars().filter(|c| c.len_utf8() > 1).collect();
+    assert!(!multibyte.is_empty(), "{content:?}");
+    assert!(!content.contains('\u{FFFD}'), "{content:?}");
+
+    let mut streaming = body.clone();
+    streaming["stream"] = json!(true);
+    // `post_stream` decodes the whole byte stream strictly.
+    let events = post_stream(&server.url, "/v1/chat/completions", &streaming).await;
+    // The content deltas after the opening role chunk (whose content is "").
+    let deltas: Vec<String> = chunks(&events)[1..]
+        .iter()
+        .filter_map(|c| c["choices"].get(0)?["delta"]["content"].as_str().map(String::from))
+        .collect();
+    assert_eq!(deltas.concat(), content);
+    for delta in &deltas {
+        assert!(!delta.is_empty() && !delta.contains('\u{FFFD}'), "{deltas:?}");
+    }
+    // Every multi-byte character of the answer is inside a delta, never cut between two.
+    let whole_in_deltas: usize = deltas.iter().map(|d| d.chars().filter(|c| c.len_utf8() > 1).count()).sum();
+    assert_eq!(whole_in_deltas, multibyte.len(), "{deltas:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,8 +178,11 @@ async fn a_fixed_seed_repeats_and_choices_share_the_prompt() {
     let texts = |v: &Value| -> Vec<String> {
         v["choices"].as_array().unwrap().iter().map(|c| c["message"]["content"].as_str().unwrap().to_string()).collect()
     };
-    assert_eq!(texts(&a).len(), 3);
-    assert_eq!(texts(&a), texts(&b));
+    let drawn = texts(&a);
+    assert_eq!(drawn.len(), 3);
+    assert_eq!(drawn, texts(&b));
+    // Each choice draws on its own (seeds 42, 43, 44): no two are the same text.
+    assert!(drawn[0] != drawn[1] && drawn[1] != drawn[2] && drawn[0] != drawn[2], "{drawn:?}");
     let indices: Vec<u64> = a["choices"].as_array().unwrap().iter().map(|c| c["index"].as_u64().unwrap()).collect();
     assert_eq!(indices, vec![0, 1, 2]);
     // The prompt counts once; completions add up over choices.
@@ -184,7 +230,9 @@ async fn logprobs_are_log_probabilities_with_ranked_alternatives() {
         assert_eq!(top[0]["token"], entry["token"]);
         assert!((top[0]["logprob"].as_f64().unwrap() - lp).abs() < 1e-6);
         assert!(top.windows(2).all(|w| w[0]["logprob"].as_f64() >= w[1]["logprob"].as_f64()));
-        assert_eq!(entry["bytes"].as_array().unwrap().len(), entry["token"].as_str().unwrap().len());
+        // A token of whole characters: its bytes are its text's.
+        let bytes: Vec<u8> = entry["bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8).collect();
+        assert_eq!(std::str::from_utf8(&bytes).ok(), entry["token"].as_str(), "{entry}");
     }
     let legacy = json!({"prompt": "Hello", "temperature": 0, "max_tokens": 3, "logprobs": 2});
     let (_, _, r) = post(&server.url, "/v1/completions", &legacy).await;

@@ -124,11 +124,15 @@ pub async fn post_stream(url: &str, path: &str, body: &Value) -> Vec<String> {
     assert_eq!(r.status(), 200, "stream refused");
     assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
     let mut stream = r.bytes_stream();
-    let mut buffer = String::new();
+    // Bytes first, decoded once at the end: a network chunk may end inside a character, but the
+    // stream as a whole must be valid UTF-8 (decoding chunk by chunk, lossily, would hide a
+    // character the server split).
+    let mut bytes = Vec::new();
     while let Some(chunk) = stream.next().await {
-        buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        bytes.extend_from_slice(&chunk.unwrap());
     }
-    buffer.lines().filter_map(|l| l.strip_prefix("data: ")).map(str::to_string).collect()
+    let text = String::from_utf8(bytes).expect("the event stream is not valid UTF-8");
+    text.lines().filter_map(|l| l.strip_prefix("data: ")).map(str::to_string).collect()
 }
 
 /// The JSON chunks of a stream (everything before `[DONE]`), checking `[DONE]` ends it.
