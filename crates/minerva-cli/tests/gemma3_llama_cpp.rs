@@ -1,14 +1,23 @@
 //! The real Gemma 3 270M Q4_K_M against llama.cpp (`fixtures/gemma3/llama_cpp_reference.json`,
 //! written by `fixtures/gemma3/make_llama_cpp_reference.py` with llama.cpp's own binaries):
-//! tokenization identical to `llama-tokenize`, perplexity at `--ctx 256` within 2 % of
-//! `llama-perplexity`'s, and teacher-forced next-token agreement ≥ 95 % on `llama-server`'s greedy
-//! continuations; `run --chat` prompts through the built-in Gemma template.
+//! tokenization identical to `llama-tokenize`, perplexity at `--ctx 256` and teacher-forced
+//! next-token agreement on `llama-server`'s greedy continuations within the bounds below (measured
+//! figures beside them in docs/model.md, "Tolerances"); `run --chat` prompts through the built-in
+//! Gemma template.
 
 mod common;
 
 use std::process::Output;
 
 use common::{Npy, minerva, os, root};
+
+/// Largest relative perplexity difference from `llama-perplexity` (measured: 0.19 % on an
+/// AVX-512 Xeon, 0.20 % on an AVX2 Zen 3).
+const PERPLEXITY_VS_LLAMA_CPP: f64 = 0.0025;
+/// Fewest of the 128 teacher-forced positions whose argmax is llama.cpp's greedy token (measured:
+/// 127 on the Xeon, 125 on the Zen 3; the others are near-ties that the two programs' activation
+/// rounding decides differently).
+const GREEDY_AGREEMENT: usize = 124;
 
 fn gemma() -> std::path::PathBuf {
     let path = root().join("models/gemma-3-270m-q4_k_m.gguf");
@@ -54,7 +63,7 @@ fn tokenization_equals_llama_tokenize() {
 }
 
 #[test]
-fn perplexity_within_two_percent_of_llama_perplexity() {
+fn perplexity_within_its_bound_of_llama_perplexity() {
     let model = gemma();
     let reference = reference();
     let expected = &reference["perplexity"];
@@ -82,7 +91,7 @@ fn perplexity_within_two_percent_of_llama_perplexity() {
     let llama = expected["ppl"].as_f64().unwrap();
     let off = (ppl / llama - 1.0).abs();
     eprintln!("gemma3 perplexity {ppl:.4} vs llama.cpp {llama:.4}: {:.3} %", off * 100.0);
-    assert!(off < 0.02, "perplexity {ppl} vs llama.cpp {llama}");
+    assert!(off < PERPLEXITY_VS_LLAMA_CPP, "perplexity {ppl} vs llama.cpp {llama}");
 }
 
 #[test]
@@ -109,9 +118,9 @@ fn teacher_forced_agreement_with_llama_cpp_greedy() {
             total += 1;
         }
     }
-    let rate = agree as f64 / total as f64;
     eprintln!("gemma3 teacher-forced agreement with llama.cpp greedy: {agree}/{total}");
-    assert!(rate >= 0.95, "{agree}/{total} positions agree");
+    assert_eq!(total, 128);
+    assert!(agree >= GREEDY_AGREEMENT, "{agree}/{total} positions agree");
 }
 
 #[test]
