@@ -3,17 +3,17 @@
 //! count as equal whatever their payloads (which NaN operand x86 propagates is not part of either
 //! formula).
 
+mod common;
+
 use minerva_core::DType;
 use minerva_quant::{CpuKernels, cpu_kernels, dequantize, dequantize_fast, dequantizer, has_fast_path};
 use proptest::prelude::*;
 
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const FAST_TYPES: [DType; 6] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::MXFP4, DType::Q4_K, DType::Q6_K];
 
 #[test]
 fn fast_paths_exist_where_the_cpu_has_avx2() {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if common::avx2_or_say_why_not("fast_paths_exist_where_the_cpu_has_avx2") {
         for dtype in FAST_TYPES {
             assert!(has_fast_path(dtype), "{dtype}");
         }
@@ -30,7 +30,7 @@ fn cpu_kernels_name_the_instruction_set_of_each_entry() {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected as has;
-        if has!("avx2") && has!("fma") && has!("f16c") {
+        if common::avx2_or_say_why_not("cpu_kernels_name_the_instruction_set_of_each_entry") {
             let (avx2, fma) = (Some("avx2"), Some("avx2+fma+f16c"));
             let vnni = has!("avx512f") && has!("avx512bw") && has!("avx512vnni");
             let i16 = if vnni {

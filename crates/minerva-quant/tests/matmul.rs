@@ -1,6 +1,8 @@
 //! `matvec` / `matmul`: the fast path against the scalar kernels and against plain f64 dot products
 //! of dequantized values, at awkward sizes and thread counts; shape errors.
 
+mod common;
+
 use minerva_core::DType;
 use minerva_quant::{
     Product, QuantError, activation_dtype, dequantize, detected_isas, has_i16_matmul, matmul, matmul_i16,
@@ -209,11 +211,11 @@ fn mxfp4_scales_at_every_exponent_class_match_exact_dot_products() {
 /// i16 kernels at one activation (those this CPU runs): the AVX2 tiles' bits, NaN for NaN.
 #[test]
 fn every_mxfp4_exponent_gives_the_avx2_bits() {
-    let isas = detected_isas();
-    if !isas.contains(&"avx2+fma+f16c") {
-        eprintln!("no AVX2 on this CPU: no kernels to compare");
+    if !common::avx2_or_say_why_not("every_mxfp4_exponent_gives_the_avx2_bits") {
         return;
     }
+    let isas = detected_isas();
+    assert!(isas.contains(&"avx2+fma+f16c"), "{isas:?}");
     let same =
         |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
     for blocks in [2, 3] {
@@ -381,11 +383,7 @@ fn wider_kernels_equal_the_avx2_kernels_bit_for_bit() {
 
 #[test]
 fn main_formats_have_simd_kernels_on_avx2() {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-        && std::arch::is_x86_feature_detected!("f16c")
-    {
+    if common::avx2_or_say_why_not("main_formats_have_simd_kernels_on_avx2") {
         for dtype in [
             DType::Q8_0,
             DType::Q4_0,
