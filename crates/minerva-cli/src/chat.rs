@@ -78,6 +78,8 @@ fn converse<B: Backend>(
         // Fail before the first turn when the model has no template.
         minerva_generate::ChatTemplate::from_tokenizer(tok).map_err(gen_err)?;
     }
+    // Compiled once; each answer starts from a fresh copy.
+    let constraint = sampling.constraint(&loaded, tok, harmony)?;
     let mut session = Session::new(&loaded.model, tok, sampling.context(&loaded)).map_err(gen_err)?;
     install_ctrl_c()?;
     let interactive = std::io::stdin().is_terminal();
@@ -135,7 +137,7 @@ fn converse<B: Backend>(
             }
         };
         let sampler = Sampler::new(params.clone()).map_err(gen_err)?;
-        let options = GenerateOptions { harmony, ..sampling.options() };
+        let options = GenerateOptions { harmony, constraint: constraint.clone(), ..sampling.options() };
         let generation = match session.generate(&prompt, options, sampler) {
             Ok(g) => g,
             Err(e) => {

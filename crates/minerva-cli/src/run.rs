@@ -66,6 +66,15 @@ pub struct GenArgs {
     /// GPT-OSS: do not show the reasoning (shown dimmed on stderr otherwise).
     #[arg(long)]
     pub hide_reasoning: bool,
+    /// Hold the output to the JSON schema in FILE (constrained decoding).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["grammar", "json"])]
+    pub json_schema: Option<std::path::PathBuf>,
+    /// Hold the output to the grammar in FILE, in Lark syntax as llguidance reads it.
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    pub grammar: Option<std::path::PathBuf>,
+    /// Hold the output to a JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn parse_bias(s: &str) -> Result<(u32, f32), String> {
@@ -103,7 +112,39 @@ impl GenArgs {
             truncate_prompt: self.truncate,
             ignore_eos: self.ignore_eos,
             harmony: false,
+            constraint: None,
         }
+    }
+
+    /// The grammar the output is held to (`--json-schema`, `--grammar`, `--json`), compiled for
+    /// `loaded`'s vocabulary; clone it for each generation.
+    pub fn constraint<B: Backend>(
+        &self,
+        loaded: &Loaded<B>,
+        tok: &minerva_generate::Tokenizer,
+        harmony: bool,
+    ) -> Result<Option<minerva_generate::Constraint>, CliError> {
+        use minerva_generate::{Grammar, GrammarCompiler};
+        let read = |path: &std::path::Path| {
+            std::fs::read_to_string(path).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))
+        };
+        let (source, grammar) = match (&self.json_schema, &self.grammar, self.json) {
+            (Some(path), _, _) => {
+                let schema = serde_json::from_str(&read(path)?)
+                    .map_err(|e| CliError::Usage(format!("{}: not JSON: {e}", path.display())))?;
+                (path.display().to_string(), Grammar::JsonSchema(schema))
+            }
+            (None, Some(path), _) => (path.display().to_string(), Grammar::Lark(read(path)?)),
+            (None, None, true) => ("--json".to_string(), Grammar::JsonObject),
+            (None, None, false) => return Ok(None),
+        };
+        if harmony {
+            return Err(CliError::Usage(format!(
+                "{source}: constrained output is not yet supported for Harmony (GPT-OSS) chats"
+            )));
+        }
+        let compiled = GrammarCompiler::new(tok, loaded.model.config.vocab).and_then(|c| c.compile(&grammar));
+        compiled.map(Some).map_err(|e| CliError::Usage(format!("{source}: {e}")))
     }
 
     /// The context size, capped at the model's trained context.
@@ -188,8 +229,9 @@ fn generate<B: Backend>(
     } else {
         tok.encode(prompt, true).map_err(gen_err)?
     };
+    let constraint = sampling.constraint(&loaded, tok, harmony)?;
     let mut session = Session::new(&loaded.model, tok, sampling.context(&loaded)).map_err(gen_err)?;
-    let options = GenerateOptions { harmony, ..sampling.options() };
+    let options = GenerateOptions { harmony, constraint, ..sampling.options() };
     let output_err = |source| CliError::Output { path: "<stdout>".into(), source };
     let mut reasoning = ReasoningPrinter::new(sampling.hide_reasoning);
     let mut summary = None;

@@ -181,3 +181,70 @@ fn generation_errors_are_one_line() {
     let out = minerva(&[os("tokenize"), no_tok.as_os_str(), os("--text"), os("hi")]);
     assert_one_line_error(&out, "tokenizer.ggml.model");
 }
+
+#[test]
+fn run_holds_its_answer_to_a_json_schema_a_grammar_or_any_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("city.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+            "population": {"type": "integer", "minimum": 0}}, "required": ["city", "population"],
+            "additionalProperties": false}"#,
+    )
+    .unwrap();
+    let prompt = "Give the largest city of France and its population.";
+    let (stdout, stderr) = run_ok(&[
+        "run",
+        "--chat",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "80",
+        "--stats",
+        "--prompt",
+        prompt,
+        "--json-schema",
+        schema.to_str().unwrap(),
+    ]);
+    let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout:?}"));
+    let keys: Vec<&String> = answer.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["city", "population"]);
+    assert!(answer["city"].as_str().unwrap().len() <= 20 && answer["population"].as_u64().is_some(), "{answer}");
+    assert!(stderr.contains("finish stop (GrammarComplete)"), "{stderr}");
+    let (stdout, _) = run_ok(&[
+        "run",
+        "--chat",
+        "--temperature",
+        "0.9",
+        "--seed",
+        "4",
+        "--max-tokens",
+        "120",
+        "--prompt",
+        prompt,
+        "--json",
+    ]);
+    assert!(serde_json::from_str::<serde_json::Value>(stdout.trim()).unwrap().is_object(), "{stdout:?}");
+    let lark = dir.path().join("answer.lark");
+    std::fs::write(&lark, "start: \" \" (\"yes\" | \"no\")\n").unwrap();
+    let (stdout, _) = run_ok(&[
+        "run",
+        "--temperature",
+        "0",
+        "--prompt",
+        "Is Paris in France? Answer:",
+        "--grammar",
+        lark.to_str().unwrap(),
+    ]);
+    assert!(stdout == " yes\n" || stdout == " no\n", "{stdout:?}");
+    // A bad schema or grammar is one line naming the file.
+    let model = real_model();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"type": "frog"}"#).unwrap();
+    for (flag, file, what) in [("--json-schema", &bad, "bad.json"), ("--grammar", &schema, "city.json")] {
+        let out =
+            minerva(&[os("run"), os("-m"), model.as_os_str(), os("--prompt"), os("x"), os(flag), file.as_os_str()]);
+        assert_one_line_error(&out, what);
+    }
+}

@@ -35,6 +35,10 @@ pub enum GenerateError {
     /// A request that cannot be served (prompt longer than the context, bad sampler option).
     #[error("{0}")]
     Request(String),
+    /// A grammar or JSON schema for constrained decoding was refused (too large, malformed,
+    /// unsupported, or satisfied by no output), or a step of it failed.
+    #[error("grammar: {0}")]
+    Grammar(String),
     /// The model failed during a forward step.
     #[error("model: {0}")]
     Model(#[from] minerva_model::ModelError),

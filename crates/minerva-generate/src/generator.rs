@@ -35,6 +35,8 @@ pub enum FinishReason {
     StopString,
     /// `max_tokens` were generated.
     MaxTokens,
+    /// The grammar of a constrained generation allows no further token.
+    GrammarComplete,
     /// The context (KV cache) is full.
     ContextEnd,
 }
@@ -43,7 +45,7 @@ impl FinishReason {
     /// The OpenAI-style name: `stop` (EOS or a stop string) or `length` (token or context limit).
     pub fn as_str(self) -> &'static str {
         match self {
-            FinishReason::Eos | FinishReason::StopString => "stop",
+            FinishReason::Eos | FinishReason::StopString | FinishReason::GrammarComplete => "stop",
             FinishReason::MaxTokens | FinishReason::ContextEnd => "length",
         }
     }
@@ -83,7 +85,7 @@ pub enum Event {
 }
 
 /// Limits of one generation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct GenerateOptions {
     /// At most this many tokens are generated.
     pub max_tokens: usize,
@@ -97,11 +99,21 @@ pub struct GenerateOptions {
     /// The completion is Harmony (GPT-OSS): reasoning comes as [`Event::Reasoning`], the answer
     /// as [`Event::Text`], and `<|end|>` between them does not end generation.
     pub harmony: bool,
+    /// Hold the output to a grammar ([`crate::GrammarCompiler::compile`]): each step's logits are
+    /// masked to what it allows, and generation ends where it is complete.
+    pub constraint: Option<crate::Constraint>,
 }
 
 impl Default for GenerateOptions {
     fn default() -> GenerateOptions {
-        GenerateOptions { max_tokens: 256, stop: Vec::new(), truncate_prompt: false, ignore_eos: false, harmony: false }
+        GenerateOptions {
+            max_tokens: 256,
+            stop: Vec::new(),
+            truncate_prompt: false,
+            ignore_eos: false,
+            harmony: false,
+            constraint: None,
+        }
     }
 }
 
@@ -278,7 +290,11 @@ impl<B: Backend> Generation<'_, '_, B> {
     /// What the next step should return: the argmax for plain greedy decoding, a device draw where
     /// the backend samples (taking the draw from the sampler's RNG now, as sampling the logits
     /// later would), else the logits.
-    fn ask(sampler: &mut Sampler, model: &Model<B>, history: &[u32]) -> Ask {
+    /// A constrained generation always takes the logits: the mask is applied on the host.
+    fn ask(sampler: &mut Sampler, model: &Model<B>, history: &[u32], constrained: bool) -> Ask {
+        if constrained {
+            return Ask::Logits;
+        }
         if sampler.params().is_plain_greedy() {
             return Ask::Argmax;
         }
@@ -297,7 +313,7 @@ impl<B: Backend> Generation<'_, '_, B> {
         let reuse = common.min(self.history.len() - 1);
         s.cached.truncate(reuse);
         let t = Instant::now();
-        let ask = Self::ask(&mut self.sampler, s.model, &self.history);
+        let ask = Self::ask(&mut self.sampler, s.model, &self.history, self.options.constraint.is_some());
         let next = s.forward(&self.history[reuse..], ask)?;
         self.prefill_time = t.elapsed();
         self.prefilled = self.history.len() - reuse;
@@ -339,7 +355,12 @@ impl<B: Backend> Generation<'_, '_, B> {
             return Ok(());
         }
         let id = match pending {
-            Next::Logits(mut logits) => self.sampler.sample(&mut logits, &self.history),
+            Next::Logits(mut logits) => {
+                if let Some(constraint) = &mut self.options.constraint {
+                    constraint.mask(&mut logits)?;
+                }
+                self.sampler.sample(&mut logits, &self.history)
+            }
             Next::Token(id) => id,
         };
         if self.first_token.is_none() {
@@ -380,13 +401,20 @@ impl<B: Backend> Generation<'_, '_, B> {
                 return Ok(());
             }
         }
-        if self.generated.len() >= self.options.max_tokens {
+        let complete = match &mut self.options.constraint {
+            Some(constraint) => constraint.accept(id)?,
+            None => false,
+        };
+        if complete {
+            self.finish(FinishReason::GrammarComplete);
+        } else if self.generated.len() >= self.options.max_tokens {
             self.finish(FinishReason::MaxTokens);
         } else if self.session.cached.len() >= self.session.capacity {
             // Every position holds a token: the one just sampled has no room to be run.
             self.finish(FinishReason::ContextEnd);
         } else {
-            let ask = Self::ask(&mut self.sampler, self.session.model, &self.history);
+            let constrained = self.options.constraint.is_some();
+            let ask = Self::ask(&mut self.sampler, self.session.model, &self.history, constrained);
             self.pending = Some(self.session.forward(&[id], ask)?);
         }
         Ok(())

@@ -29,6 +29,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod constraint;
 pub mod error;
 pub mod generator;
 pub mod harmony;
@@ -38,6 +39,7 @@ pub mod sampler;
 pub mod template;
 pub mod tokenizer;
 
+pub use constraint::{Constraint, Grammar, GrammarCompiler};
 pub use error::{GenerateError, Result};
 pub use generator::{Event, FinishReason, GenerateOptions, Generation, Session, StopText, Summary};
 pub use harmony_stream::{HarmonyEvent, HarmonyOutput, HarmonyPiece, HarmonyStream};

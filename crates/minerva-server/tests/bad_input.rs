@@ -63,7 +63,7 @@ async fn bad_requests_are_openai_errors_naming_the_field() {
             "/v1/chat/completions",
             chat("x", json!({"response_format": {"type": "json_schema", "json_schema": {}}})),
             400,
-            Some("response_format"),
+            Some("response_format.json_schema.schema"),
         ),
         (
             "/v1/chat/completions",

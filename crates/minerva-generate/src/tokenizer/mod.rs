@@ -39,6 +39,9 @@ pub struct Tokenizer {
     pub chat_template: Option<String>,
     /// Every token's bytes, built on first use and shared by clones.
     token_bytes: Arc<OnceLock<TokenBytes>>,
+    /// The ids of special added tokens, built on first use (the `tokenizers` crate hands out a
+    /// copy of its whole added-token map per question).
+    special_ids: Arc<OnceLock<std::collections::HashSet<u32>>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -151,7 +154,17 @@ impl Tokenizer {
             Some(_) => Some(g.get_str("tokenizer.chat_template")?.to_string()),
             None => g.architecture().ok().and_then(builtin_template).map(str::to_string),
         };
-        Ok(Tokenizer { inner, bos, eos, add_bos, add_eos, stop_ids, chat_template, token_bytes: Arc::default() })
+        Ok(Tokenizer {
+            inner,
+            bos,
+            eos,
+            add_bos,
+            add_eos,
+            stop_ids,
+            chat_template,
+            token_bytes: Arc::default(),
+            special_ids: Arc::default(),
+        })
     }
 
     /// Loads `tokenizer.json` from a checkpoint directory, with `tokenizer_config.json` (chat
@@ -170,6 +183,7 @@ impl Tokenizer {
             stop_ids: Vec::new(),
             chat_template: None,
             token_bytes: Arc::default(),
+            special_ids: Arc::default(),
         };
         let config_path = dir.join("tokenizer_config.json");
         if config_path.exists() {
@@ -270,7 +284,10 @@ impl Tokenizer {
 
     /// Whether `id` is an added special (control) token.
     pub fn is_special(&self, id: u32) -> bool {
-        self.inner.get_added_tokens_decoder().get(&id).is_some_and(|t| t.special)
+        let specials = self.special_ids.get_or_init(|| {
+            self.inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect()
+        });
+        specials.contains(&id)
     }
 
     /// Whether `id` ends generation.

@@ -2,6 +2,7 @@
 
 pub mod request;
 pub mod response;
+pub mod structured;
 
 use minerva_generate::SamplingParams;
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
+use super::structured::{ResponseFormat, StructuredOutputs};
 use crate::error::ApiError;
 
 /// `stop`: one string or a list.
@@ -73,6 +74,22 @@ pub struct CommonParams {
     pub stream_options: Option<StreamOptions>,
     /// OpenAI's `user` (accepted, unused).
     pub user: Option<String>,
+    /// Output format: `text`, `json_object` or `json_schema` ([`super::structured`]).
+    pub response_format: Option<ResponseFormat>,
+    /// llama.cpp's JSON schema for the output.
+    pub json_schema: Option<serde_json::Value>,
+    /// llama.cpp's grammar field (Lark syntax here).
+    pub grammar: Option<String>,
+    /// vLLM's structured outputs.
+    pub structured_outputs: Option<StructuredOutputs>,
+    /// vLLM's older JSON-schema field.
+    pub guided_json: Option<serde_json::Value>,
+    /// vLLM's older regular-expression field.
+    pub guided_regex: Option<String>,
+    /// vLLM's older list-of-choices field.
+    pub guided_choice: Option<Vec<String>>,
+    /// vLLM's older grammar field.
+    pub guided_grammar: Option<String>,
 }
 
 /// One part of a message's content list.
@@ -155,14 +172,6 @@ pub struct FunctionDef {
     pub parameters: Option<serde_json::Value>,
 }
 
-/// `response_format`.
-#[derive(Clone, Debug, Deserialize)]
-pub struct ResponseFormat {
-    /// `text`, `json_object` or `json_schema`.
-    #[serde(rename = "type")]
-    pub kind: String,
-}
-
 /// `POST /v1/chat/completions`.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ChatRequest {
@@ -184,8 +193,6 @@ pub struct ChatRequest {
     pub tools: Option<Vec<Tool>>,
     /// `auto`, `none`, `required` or a named function.
     pub tool_choice: Option<serde_json::Value>,
-    /// Output format; only `text` is supported.
-    pub response_format: Option<ResponseFormat>,
     /// The legacy form of `tools` (not supported).
     pub functions: Option<serde_json::Value>,
     /// Audio output (not supported).
@@ -234,14 +241,6 @@ pub struct CompletionRequest {
 impl ChatRequest {
     /// 400 for every field this server knows but cannot honour.
     pub fn refuse_unsupported(&self, has_tool_format: bool) -> Result<(), ApiError> {
-        if let Some(f) = &self.response_format
-            && f.kind != "text"
-        {
-            return Err(ApiError::unsupported(
-                "response_format",
-                format!("response_format of type `{}` is not supported; only `text` is", f.kind),
-            ));
-        }
         if self.tools.as_ref().is_some_and(|t| !t.is_empty()) && !has_tool_format {
             return Err(ApiError::unsupported(
                 "tools",

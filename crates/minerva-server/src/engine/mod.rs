@@ -55,6 +55,8 @@ pub struct ModelInfo {
     pub arch: String,
     /// How the context size was chosen (for the startup line).
     pub ctx_note: String,
+    /// Compiles structured-output grammars for this vocabulary, or why it cannot.
+    pub grammar: Result<Arc<minerva_generate::GrammarCompiler>, String>,
 }
 
 /// Engine settings.
@@ -92,6 +94,8 @@ pub struct GenerationRequest {
     pub logprobs: Option<usize>,
     /// Split the output into Harmony channels (GPT-OSS).
     pub harmony: bool,
+    /// Hold every choice's output to a grammar (each choice gets its own copy).
+    pub constraint: Option<minerva_generate::Constraint>,
     /// When the request must end (`finish_reason: length`).
     pub deadline: Instant,
 }

@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use minerva_generate::{ChatTemplate, Sampler, Tokenizer};
+use minerva_generate::{ChatTemplate, GrammarCompiler, Sampler, Tokenizer};
 use minerva_model::{Backend, DeviceSampling, LogitsFor, MAX_DEVICE_TOP_K, Model, SequenceInput};
 use tokio::sync::mpsc as tokio_mpsc;
 
@@ -156,8 +156,11 @@ impl<B: Backend> Scheduler<B> {
         } else {
             ChatFormat::None
         };
+        // Once per model, shared by every request's grammar.
+        let grammar = GrammarCompiler::new(&tokenizer, model.config.vocab).map(Arc::new).map_err(|e| e.to_string());
         let tokenizer = Arc::new(tokenizer);
-        let info = ModelInfo { tokenizer: tokenizer.clone(), chat, ctx_size, slots: config.parallel, arch, ctx_note };
+        let info =
+            ModelInfo { tokenizer: tokenizer.clone(), chat, ctx_size, slots: config.parallel, arch, ctx_note, grammar };
         let _ = shared.info.set(Ok(Arc::new(info)));
         Ok(Scheduler {
             model,
@@ -248,6 +251,7 @@ impl<B: Backend> Scheduler<B> {
                     fed: reuse,
                     cached: reuse,
                     sampler,
+                    constraint: r.constraint.clone(),
                     output: Output::new(r.stop.clone(), r.harmony),
                     max_tokens: r.max_tokens,
                     logprobs: r.logprobs,
@@ -410,7 +414,10 @@ impl<B: Backend> Scheduler<B> {
             && seq.generated() == 0
             && self.running.iter().any(|s| s.request == seq.request && s.waits_for_leader);
         let params = seq.sampler.params();
-        seq.logprobs.is_none() && !leads && (params.is_greedy() || (1..=MAX_DEVICE_TOP_K).contains(&params.top_k))
+        seq.logprobs.is_none()
+            && seq.constraint.is_none()
+            && !leads
+            && (params.is_greedy() || (1..=MAX_DEVICE_TOP_K).contains(&params.top_k))
     }
 
     /// Takes the next token of the sequence at `i` (sampling its logits, or as drawn on the
@@ -423,7 +430,17 @@ impl<B: Backend> Scheduler<B> {
     ) -> Result<(), ApiError> {
         let seq = &mut self.running[i];
         let mut delta = Delta::default();
-        let (finish, id) = sample_one(seq, &self.tokenizer, pick, &mut delta, self.ctx_size)?;
+        let (finish, id) = match sample_one(seq, &self.tokenizer, pick, &mut delta, self.ctx_size) {
+            Ok(x) => x,
+            Err(e) => {
+                // This sequence's failure (its grammar, its text) ends its request only.
+                if let Some(r) = self.requests.get(&seq.request) {
+                    let _ = r.events.send(SeqEvent::Error(e));
+                }
+                finished.push((i, Finish::Stop));
+                return Ok(());
+            }
+        };
         let now = Instant::now();
         match seq.last_token_at {
             None => self.shared.metrics.time_to_first_token.observe((now - seq.received).as_secs_f64()),
@@ -496,6 +513,10 @@ enum Pick<'a> {
     Token(u32),
 }
 
+fn constraint_failed(e: minerva_generate::GenerateError) -> ApiError {
+    ApiError::internal(format!("the output constraint failed: {e}"))
+}
+
 /// Takes the next token of `seq` (sampled from its logits row, or drawn on the device), adds its
 /// output to `delta`, and says whether the choice ended. Returns the token, unless it was an
 /// end-of-sequence token.
@@ -511,6 +532,9 @@ fn sample_one(
         Pick::Logits(logits) => {
             // Log-probabilities are the model's, before penalties and temperature reshape the row.
             let raw = seq.logprobs.map(|_| logits.to_vec());
+            if let Some(constraint) = &mut seq.constraint {
+                constraint.mask(logits).map_err(constraint_failed)?;
+            }
             let id = seq.sampler.sample(logits, &seq.tokens);
             if let (Some(top), Some(raw)) = (seq.logprobs, raw) {
                 delta.logprobs.push(logprobs(tok, &raw, id, top));
@@ -526,8 +550,16 @@ fn sample_one(
         return Ok((Some(reason), None));
     }
     seq.tokens.push(id);
+    let complete = match &mut seq.constraint {
+        Some(constraint) => constraint.accept(id).map_err(constraint_failed)?,
+        None => false,
+    };
     if let Some(finish) = seq.output.push(tok, id, delta)? {
         return Ok((Some(finish), Some(id)));
+    }
+    if complete {
+        // The grammar allows nothing more: the constrained output is whole.
+        return Ok((Some(Finish::Stop), Some(id)));
     }
     let finish = if seq.generated() >= seq.max_tokens || seq.tokens.len() >= ctx_size || Instant::now() >= seq.deadline
     {

@@ -165,6 +165,8 @@ pub(super) struct Sequence {
     /// Prompt tokens the slot's cache held from an earlier request (not run again).
     pub(super) cached: usize,
     pub(super) sampler: Sampler,
+    /// The grammar its output is held to, if any: masks its logits before sampling.
+    pub(super) constraint: Option<minerva_generate::Constraint>,
     pub(super) output: Output,
     pub(super) max_tokens: usize,
     pub(super) logprobs: Option<usize>,

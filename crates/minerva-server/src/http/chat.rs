@@ -68,9 +68,11 @@ pub(crate) async fn handle(
     // The template writes BOS and the other specials itself (as `minerva run --chat`).
     let ids = info.tokenizer.encode(&text, false).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let max_tokens = fit_context(info.ctx_size, ids.len(), checked.max_tokens)?;
+    let constraint = state.constraint(&info, &req.common).await?;
     let prompt_tokens = ids.len();
     let n = checked.n;
     let events = state.engine.submit(GenerationRequest {
+        constraint,
         prompt: ids,
         n,
         sampling: checked.sampling,

@@ -51,6 +51,7 @@ pub(crate) async fn handle(
             return Err(ApiError::invalid("prompt", format!("prompt {i} is empty")));
         }
     }
+    let constraint = state.constraint(&info, &req.common).await?;
     let n = checked.n;
     let mut receivers = Vec::with_capacity(prompts.len());
     let mut prompt_tokens = 0;
@@ -65,6 +66,7 @@ pub(crate) async fn handle(
             stop: checked.stop.clone(),
             logprobs,
             harmony: false,
+            constraint: constraint.clone(),
             deadline: Instant::now() + state.config.request_timeout,
         })?);
     }

@@ -28,6 +28,9 @@ use crate::metrics::Metrics;
 use json::ApiJson;
 
 /// What every handler shares.
+/// Longest a request's grammar may take to compile.
+pub(crate) const GRAMMAR_COMPILE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub(crate) struct AppState {
     pub(crate) engine: EngineHandle,
     pub(crate) metrics: Arc<Metrics>,
@@ -44,6 +47,38 @@ impl AppState {
             Some(Ok(info)) => Ok(info),
             Some(Err(e)) => Err(ApiError::internal(format!("the model failed to load: {e}"))),
             None => Err(ApiError::loading()),
+        }
+    }
+
+    /// The constraint a request's structured-output fields ask for, compiled off the async
+    /// workers within [`GRAMMAR_COMPILE_LIMIT`]; a grammar that cannot be used is a 400 naming
+    /// its field, before any token is generated.
+    pub(crate) async fn constraint(
+        &self,
+        info: &ModelInfo,
+        params: &crate::api::request::CommonParams,
+    ) -> Result<Option<minerva_generate::Constraint>, ApiError> {
+        let Some((param, grammar)) = crate::api::structured::grammar_of(params)? else {
+            return Ok(None);
+        };
+        if matches!(info.chat, crate::engine::ChatFormat::Harmony) {
+            return Err(ApiError::unsupported(
+                &param,
+                "structured output is not yet supported for Harmony (GPT-OSS) models",
+            ));
+        }
+        let compiler = info.grammar.clone().map_err(|why| {
+            ApiError::unsupported(&param, format!("structured output is not available for this model: {why}"))
+        })?;
+        let task = tokio::task::spawn_blocking(move || compiler.compile(&grammar));
+        match tokio::time::timeout(GRAMMAR_COMPILE_LIMIT, task).await {
+            Err(_) => Err(ApiError::invalid(
+                &param,
+                format!("the grammar took longer than {} s to compile", GRAMMAR_COMPILE_LIMIT.as_secs()),
+            )),
+            Ok(Err(e)) => Err(ApiError::internal(format!("compiling the grammar: {e}"))),
+            Ok(Ok(Err(e))) => Err(ApiError::invalid(&param, e.to_string())),
+            Ok(Ok(Ok(constraint))) => Ok(Some(constraint)),
         }
     }
 
