@@ -42,6 +42,18 @@ pub struct LoadgenArgs {
     /// names its conversation, so a load balancer can route each conversation to one replica.
     #[arg(long, value_name = "NAME")]
     pub session_header: Option<String>,
+    /// A JSON object whose fields are added to every request (`'{"response_format": {"type":
+    /// "json_object"}}'` measures constrained decoding).
+    #[arg(long, value_name = "JSON", value_parser = parse_extra)]
+    pub extra: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+fn parse_extra(s: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    match serde_json::from_str(s) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err("--extra must be a JSON object".into()),
+        Err(e) => Err(format!("--extra is not JSON: {e}")),
+    }
 }
 
 /// What one request saw.
@@ -152,6 +164,9 @@ fn one(agent: &ureq::Agent, endpoint: &str, args: &LoadgenArgs, concurrency: usi
     });
     if let Some(model) = &args.model {
         body["model"] = model.clone().into();
+    }
+    if let (Some(extra), Some(fields)) = (&args.extra, body.as_object_mut()) {
+        fields.extend(extra.clone());
     }
     let mut request = agent.post(endpoint).set("Content-Type", "application/json");
     if let Some(name) = &args.session_header {

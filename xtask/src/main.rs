@@ -158,9 +158,11 @@ fn setup(root: &Path) -> Result<()> {
 }
 
 /// Python packages a test runs: (import name, pinned requirement).
-const PYTHON_PACKAGES: [(&str, &str); 1] = [
+const PYTHON_PACKAGES: [(&str, &str); 2] = [
     // The official OpenAI client, run against `minerva serve` (crates/minerva-cli/tests/serve_cli.rs).
     ("openai", "openai==3.54.0"),
+    // Validates the client's structured answers against their schema (fixtures/server/openai_client_check.py).
+    ("jsonschema", "jsonschema==4.26.0"),
 ];
 
 fn install_python_packages() -> Result<()> {

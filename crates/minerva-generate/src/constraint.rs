@@ -33,13 +33,53 @@ pub const MAX_SCHEMA_DEPTH: usize = 64;
 /// the same way).
 pub const JSON_WHITESPACE: &str = r"(?:\n[ \t]{0,24}|[ \t]{1,4})";
 
-/// `schema` with llguidance's JSON options (bounded whitespace) added, unless it sets its own.
+/// The largest integer a JSON output holds where its schema sets no bound: 2^53 − 1, the range
+/// every JSON parser represents exactly (I-JSON, RFC 7493). Unbounded, a model that starts
+/// repeating a digit writes one until `max_tokens` (llama.cpp's schema grammars cap integers at
+/// 16 digits for the same reason).
+pub const JSON_INTEGER_LIMIT: i64 = (1 << 53) - 1;
+
+/// Gives every `"type": "integer"` without a bound the [`JSON_INTEGER_LIMIT`] ones, in schema
+/// positions only (never inside `enum`, `const`, `default` or `examples`, which are data).
+fn bound_integers(v: &mut Value) {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(map) => {
+                let integer = match map.get("type") {
+                    Some(Value::String(t)) => t == "integer",
+                    Some(Value::Array(ts)) => ts.iter().any(|t| t == "integer"),
+                    _ => false,
+                };
+                if integer {
+                    if !map.contains_key("maximum") && !map.contains_key("exclusiveMaximum") {
+                        map.insert("maximum".into(), JSON_INTEGER_LIMIT.into());
+                    }
+                    if !map.contains_key("minimum") && !map.contains_key("exclusiveMinimum") {
+                        map.insert("minimum".into(), (-JSON_INTEGER_LIMIT).into());
+                    }
+                }
+                for (key, value) in map.iter_mut() {
+                    if !matches!(key.as_str(), "enum" | "const" | "default" | "examples") {
+                        stack.push(value);
+                    }
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter_mut()),
+            _ => {}
+        }
+    }
+}
+
+/// `schema` with llguidance's JSON options (bounded whitespace) added, unless it sets its own,
+/// and its integers bounded ([`JSON_INTEGER_LIMIT`]).
 fn with_json_options(schema: &Value) -> Result<Value> {
     let mut schema = match schema {
         Value::Bool(true) => serde_json::json!({}),
         Value::Bool(false) => return Err(grammar_err("the schema `false` allows no output")),
         other => other.clone(),
     };
+    bound_integers(&mut schema);
     if let Value::Object(map) = &mut schema
         && !map.contains_key("x-guidance")
     {
@@ -273,6 +313,24 @@ mod tests {
     fn depth_counts_nested_containers() {
         assert_eq!(depth(&serde_json::json!(1)), 0);
         assert_eq!(depth(&serde_json::json!({"a": [1, {"b": 2}]})), 3);
+    }
+
+    #[test]
+    fn unbounded_integers_get_the_exact_json_range_and_data_is_left_alone() {
+        let mut schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer"},
+                "m": {"type": ["integer", "null"], "maximum": 5},
+                "type": {"const": {"type": "integer"}}
+            }
+        });
+        bound_integers(&mut schema);
+        assert_eq!(schema["properties"]["n"]["maximum"], JSON_INTEGER_LIMIT);
+        assert_eq!(schema["properties"]["n"]["minimum"], -JSON_INTEGER_LIMIT);
+        assert_eq!(schema["properties"]["m"]["maximum"], 5);
+        assert_eq!(schema["properties"]["m"]["minimum"], -JSON_INTEGER_LIMIT);
+        assert_eq!(schema["properties"]["type"]["const"], serde_json::json!({"type": "integer"}));
     }
 
     #[test]
