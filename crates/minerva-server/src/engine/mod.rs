@@ -55,8 +55,37 @@ pub struct ModelInfo {
     pub arch: String,
     /// How the context size was chosen (for the startup line).
     pub ctx_note: String,
-    /// Compiles structured-output grammars for this vocabulary, or why it cannot.
-    pub grammar: Result<Arc<minerva_generate::GrammarCompiler>, String>,
+    /// Compiles structured-output grammars for this vocabulary.
+    pub grammar: Arc<GrammarSlot>,
+}
+
+/// The model's [`minerva_generate::GrammarCompiler`], built once: on a thread of its own when the
+/// model loads (150 ms for a 49k vocabulary, 1.7 s for 262k, release build), so start-up does not
+/// wait for it, and by the first request that needs it if that comes sooner (it then waits for
+/// the one build).
+pub struct GrammarSlot {
+    compiler: OnceLock<Result<Arc<minerva_generate::GrammarCompiler>, String>>,
+    tokenizer: Arc<Tokenizer>,
+    vocab: usize,
+}
+
+impl GrammarSlot {
+    /// A slot for `tokenizer`'s vocabulary and logit rows of `vocab` entries; nothing built yet.
+    pub fn new(tokenizer: Arc<Tokenizer>, vocab: usize) -> GrammarSlot {
+        GrammarSlot { compiler: OnceLock::new(), tokenizer, vocab }
+    }
+
+    /// The compiler (built now if it is not yet), or why this vocabulary has none. Blocks while
+    /// it is built: call it off the async workers.
+    pub fn compiler(&self) -> Result<Arc<minerva_generate::GrammarCompiler>, String> {
+        self.compiler
+            .get_or_init(|| {
+                minerva_generate::GrammarCompiler::new(&self.tokenizer, self.vocab)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+    }
 }
 
 /// Engine settings.

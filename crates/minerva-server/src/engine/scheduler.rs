@@ -8,13 +8,13 @@ use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use minerva_generate::{ChatTemplate, GrammarCompiler, Sampler, Tokenizer};
+use minerva_generate::{ChatTemplate, Sampler, Tokenizer};
 use minerva_model::{Backend, DeviceSampling, LogitsFor, MAX_DEVICE_TOP_K, Model, SequenceInput};
 use tokio::sync::mpsc as tokio_mpsc;
 
 use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
 use super::slots::Slots;
-use super::{ChatFormat, EngineConfig, ModelInfo, SeqEvent, Submission};
+use super::{ChatFormat, EngineConfig, GrammarSlot, ModelInfo, SeqEvent, Submission};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -156,9 +156,11 @@ impl<B: Backend> Scheduler<B> {
         } else {
             ChatFormat::None
         };
-        // Once per model, shared by every request's grammar.
-        let grammar = GrammarCompiler::new(&tokenizer, model.config.vocab).map(Arc::new).map_err(|e| e.to_string());
         let tokenizer = Arc::new(tokenizer);
+        // Once per model, shared by every request's grammar; built beside start-up.
+        let grammar = Arc::new(GrammarSlot::new(tokenizer.clone(), model.config.vocab));
+        let building = grammar.clone();
+        let _ = std::thread::Builder::new().name("minerva-grammar".into()).spawn(move || building.compiler());
         let info =
             ModelInfo { tokenizer: tokenizer.clone(), chat, ctx_size, slots: config.parallel, arch, ctx_note, grammar };
         let _ = shared.info.set(Ok(Arc::new(info)));

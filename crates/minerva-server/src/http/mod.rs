@@ -67,18 +67,21 @@ impl AppState {
                 "structured output is not yet supported for Harmony (GPT-OSS) models",
             ));
         }
-        let compiler = info.grammar.clone().map_err(|why| {
-            ApiError::unsupported(&param, format!("structured output is not available for this model: {why}"))
-        })?;
-        let task = tokio::task::spawn_blocking(move || compiler.compile(&grammar));
+        let slot = info.grammar.clone();
+        let field = param.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let compiler = slot.compiler().map_err(|why| {
+                ApiError::unsupported(&field, format!("structured output is not available for this model: {why}"))
+            })?;
+            compiler.compile(&grammar).map_err(|e| ApiError::invalid(&field, e.to_string()))
+        });
         match tokio::time::timeout(GRAMMAR_COMPILE_LIMIT, task).await {
             Err(_) => Err(ApiError::invalid(
                 &param,
                 format!("the grammar took longer than {} s to compile", GRAMMAR_COMPILE_LIMIT.as_secs()),
             )),
             Ok(Err(e)) => Err(ApiError::internal(format!("compiling the grammar: {e}"))),
-            Ok(Ok(Err(e))) => Err(ApiError::invalid(&param, e.to_string())),
-            Ok(Ok(Ok(constraint))) => Ok(Some(constraint)),
+            Ok(Ok(result)) => result.map(Some),
         }
     }
 
