@@ -71,9 +71,10 @@ fn bound_integers(v: &mut Value) {
     }
 }
 
-/// `schema` with llguidance's JSON options (bounded whitespace) added, unless it sets its own,
-/// and its integers bounded ([`JSON_INTEGER_LIMIT`]).
-fn with_json_options(schema: &Value) -> Result<Value> {
+/// `schema` as [`Grammar::JsonSchema`] compiles it: llguidance's JSON options (bounded
+/// whitespace) added unless it sets its own, its integers bounded ([`JSON_INTEGER_LIMIT`]). For a
+/// schema embedded in a Lark grammar (`%json {…}`) that should behave the same.
+pub fn prepare_json_schema(schema: &Value) -> Result<Value> {
     let mut schema = match schema {
         Value::Bool(true) => serde_json::json!({}),
         Value::Bool(false) => return Err(grammar_err("the schema `false` allows no output")),
@@ -138,7 +139,7 @@ impl Grammar {
         };
         Ok(match self {
             Grammar::JsonObject => {
-                TopLevelGrammar::from_json_schema(with_json_options(&serde_json::json!({"type": "object"}))?)
+                TopLevelGrammar::from_json_schema(prepare_json_schema(&serde_json::json!({"type": "object"}))?)
             }
             Grammar::JsonSchema(schema) => {
                 let len = schema.to_string().len();
@@ -154,7 +155,7 @@ impl Grammar {
                         "the schema nests {d} levels deep; at most {MAX_SCHEMA_DEPTH} are accepted"
                     )));
                 }
-                TopLevelGrammar::from_json_schema(with_json_options(schema)?)
+                TopLevelGrammar::from_json_schema(prepare_json_schema(schema)?)
             }
             Grammar::Lark(text) => {
                 if text.len() > MAX_GRAMMAR_BYTES {

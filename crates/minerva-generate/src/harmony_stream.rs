@@ -193,13 +193,15 @@ impl HarmonyOutput {
                     Some(Route::Tool) => HarmonyPiece::ToolArguments { index: self.tool_calls - 1, text },
                     _ => HarmonyPiece::Answer(text),
                 }),
-                HarmonyEvent::End { call } => self.called |= call,
+                // `<|call|>` makes a tool call only of a message to a function; closing an
+                // answer or reasoning it just ends the completion.
+                HarmonyEvent::End { call } => self.called |= call && matches!(self.route, Some(Route::Tool)),
             }
         }
         Ok(out)
     }
 
-    /// Whether a message ended with `<|call|>`: the completion is a tool call.
+    /// Whether a message to a function ended with `<|call|>`: the completion is a tool call.
     pub fn ended_in_call(&self) -> bool {
         self.called
     }

@@ -190,3 +190,47 @@ async fn a_harmony_tool_call_comes_back_as_openai_tool_calls_whole_and_streamed(
     let finishes: Vec<&str> = chunks.iter().filter_map(|c| c["choices"].get(0)?["finish_reason"].as_str()).collect();
     assert_eq!(finishes, ["tool_calls"]);
 }
+
+/// `tool_choice: "required"` or a named function on Harmony: the answer is held to a grammar of
+/// a call, so the scripted model's walk that would write an analysis and then two final messages
+/// (seed 22, as in `serve_cli.rs`) calls `lookup` instead, with arguments valid under its
+/// parameters; the checks of `tools` and `tool_choice` are 400s naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_tool_choice_makes_the_harmony_answer_a_call() {
+    let dir = common::root().join("fixtures/gpt_oss/scripted");
+    let backend = || CpuBackend::new(Some(2)).unwrap().with_f32_activations(true);
+    let server = start_with(loader(&dir, backend), common::engine_config(2), common::quiet()).await;
+    let tools = json!([{"type": "function", "function": {"name": "lookup", "description": "Looks up.",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string", "maxLength": 4}},
+                       "required": ["q"], "additionalProperties": false}}}]);
+    let ask = |choice: Value| {
+        json!({"messages": [{"role": "user", "content": "w20 w21 w22 w23"}], "tools": tools,
+               "tool_choice": choice, "temperature": 1, "top_p": 1, "seed": 22, "max_tokens": 48})
+    };
+    // Left to itself ("auto"), this walk answers: two final messages, the second closed by
+    // `<|call|>` with no function named, which ends the completion without a call.
+    let (_, _, free) = post(&server.url, "/v1/chat/completions", &ask(json!("auto"))).await;
+    assert_eq!(free["choices"][0]["finish_reason"], "stop", "{free}");
+    assert_eq!(free["choices"][0]["message"]["content"], r#"{"q": "w"}{"q": "w"}"#, "{free}");
+    assert!(free["choices"][0]["message"]["tool_calls"].is_null(), "{free}");
+    for choice in [json!("required"), json!({"type": "function", "function": {"name": "lookup"}})] {
+        let (status, _, r) = post(&server.url, "/v1/chat/completions", &ask(choice.clone())).await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(r["choices"][0]["finish_reason"], "tool_calls", "{choice}: {r}");
+        let call = &r["choices"][0]["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "lookup", "{r}");
+        let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args, json!({"q": "w"}), "{r}");
+    }
+    let mut bad_tools = ask(json!("required"));
+    bad_tools["tools"][0]["function"]["parameters"] = json!({"type": "string"});
+    for (body, param) in [
+        (ask(json!({"type": "function", "function": {"name": "missing"}})), "tool_choice"),
+        (ask(json!("sometimes")), "tool_choice"),
+        (json!({"messages": [{"role": "user", "content": "w20"}], "tool_choice": "required"}), "tool_choice"),
+        (bad_tools, "tools[0].function.parameters"),
+    ] {
+        let (status, _, e) = post(&server.url, "/v1/chat/completions", &body).await;
+        assert_eq!((status, e["error"]["param"].as_str()), (400, Some(param)), "{body}: {e}");
+    }
+}

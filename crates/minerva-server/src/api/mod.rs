@@ -3,6 +3,7 @@
 pub mod request;
 pub mod response;
 pub mod structured;
+pub mod tools;
 
 use minerva_generate::SamplingParams;
 

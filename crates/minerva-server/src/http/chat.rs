@@ -16,7 +16,7 @@ use crate::api::response::{
     AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatDelta, ChatLogprobs, FunctionCallOut,
     Head, TokenLogprobOut, ToolCallOut, TopLogprobOut, Usage,
 };
-use crate::api::{check_common, check_top_logprobs, fit_context};
+use crate::api::{check_common, check_top_logprobs, fit_context, tools};
 use crate::engine::{ChatFormat, Delta, Finish, GenerationRequest, TokenLogprob};
 use crate::error::ApiError;
 use crate::prompt;
@@ -48,6 +48,7 @@ pub(crate) async fn handle(
     state.check_model(req.common.model.as_deref())?;
     let harmony = matches!(info.chat, ChatFormat::Harmony);
     req.refuse_unsupported(harmony)?;
+    let tool_choice = tools::tool_choice(&req)?;
     let max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
     let checked = check_common(&req.common, max_tokens, info.tokenizer.vocab_size(), info.slots)?;
     let logprobs = match (req.logprobs, req.top_logprobs) {
@@ -68,7 +69,20 @@ pub(crate) async fn handle(
     // The template writes BOS and the other specials itself (as `minerva run --chat`).
     let ids = info.tokenizer.encode(&text, false).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let max_tokens = fit_context(info.ctx_size, ids.len(), checked.max_tokens)?;
-    let constraint = state.constraint(&info, &req.common).await?;
+    let tools = req.tools.as_deref().unwrap_or_default();
+    let constraint = match tools::harmony_call_grammar(tools, &tool_choice)? {
+        // Harmony with `required` or a named function: the answer must be a call.
+        Some(grammar) if harmony => {
+            if let Some((param, _)) = crate::api::structured::grammar_of(&req.common)? {
+                return Err(ApiError::invalid(
+                    param,
+                    "give `tool_choice` that requires a call or an output format, not both",
+                ));
+            }
+            Some(state.compile(&info, "tool_choice".into(), grammar).await?)
+        }
+        _ => state.constraint(&info, &req.common).await?,
+    };
     let prompt_tokens = ids.len();
     let n = checked.n;
     let events = state.engine.submit(GenerationRequest {

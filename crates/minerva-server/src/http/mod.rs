@@ -67,6 +67,17 @@ impl AppState {
                 "structured output is not yet supported for Harmony (GPT-OSS) models",
             ));
         }
+        self.compile(info, param, grammar).await.map(Some)
+    }
+
+    /// Compiles `grammar` (asked for by field `param`) on a blocking thread within
+    /// [`GRAMMAR_COMPILE_LIMIT`]; its errors are 400s naming `param`.
+    pub(crate) async fn compile(
+        &self,
+        info: &ModelInfo,
+        param: String,
+        grammar: minerva_generate::Grammar,
+    ) -> Result<minerva_generate::Constraint, ApiError> {
         let slot = info.grammar.clone();
         let field = param.clone();
         let task = tokio::task::spawn_blocking(move || {
@@ -81,7 +92,7 @@ impl AppState {
                 format!("the grammar took longer than {} s to compile", GRAMMAR_COMPILE_LIMIT.as_secs()),
             )),
             Ok(Err(e)) => Err(ApiError::internal(format!("compiling the grammar: {e}"))),
-            Ok(Ok(result)) => result.map(Some),
+            Ok(Ok(result)) => result,
         }
     }
 
