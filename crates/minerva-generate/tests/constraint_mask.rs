@@ -3,19 +3,9 @@
 //! continue it; special tokens never, stop tokens only where the grammar may end; a grammar is
 //! complete where nothing may follow; a greedy walk under a schema gives valid JSON.
 
-use std::path::PathBuf;
+mod common;
 
 use minerva_generate::{Grammar, GrammarCompiler, Tokenizer};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn from_gguf(path: &str) -> Tokenizer {
-    let path = root().join(path);
-    assert!(path.exists(), "{} is missing: run `cargo xtask setup` (this test never skips)", path.display());
-    Tokenizer::from_gguf(&minerva_gguf::Gguf::open(path).unwrap()).unwrap()
-}
 
 /// The ids a fresh mask leaves finite.
 fn allowed(mask: &[f32]) -> Vec<u32> {
@@ -57,13 +47,13 @@ fn check_digits(tok: &Tokenizer) {
 
 #[test]
 fn a_regex_allows_exactly_the_tokens_that_continue_it() {
-    check_digits(&from_gguf("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    check_digits(&from_gguf("models/gemma-3-270m-q4_k_m.gguf"));
+    check_digits(&common::tokenizer_from_gguf("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    check_digits(&common::tokenizer_from_gguf("models/gemma-3-270m-q4_k_m.gguf"));
 }
 
 #[test]
 fn choices_and_special_tokens() {
-    let tok = from_gguf("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let tok = common::tokenizer_from_gguf("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let compiler = GrammarCompiler::new(&tok, tok.vocab_size()).unwrap();
     // A Lark grammar may name a special token; text never produces one.
     let lark = Grammar::Lark("start: \"ok\" <|im_end|>".into());

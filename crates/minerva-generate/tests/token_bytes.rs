@@ -1,24 +1,16 @@
 //! `Tokenizer::token_bytes`: the bytes of a text's tokens, laid end to end, are the text's bytes,
-//! for byte-level BPE (SmolLM2), SentencePiece with byte fallback (Gemma 3 and a small vocabulary)
-//! (a word-level `tokenizer.json`: each token's decoded text); tokens that hold part of a UTF-8 character keep their bytes.
+//! for byte-level BPE (SmolLM2) and SentencePiece with byte fallback (Gemma 3 and a small
+//! vocabulary), tokens that hold part of a UTF-8 character included; a word-level
+//! `tokenizer.json`'s tokens are their decoded text.
 
-use std::path::PathBuf;
+mod common;
 
 use minerva_generate::Tokenizer;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn from_gguf(path: &str) -> Tokenizer {
-    let path = root().join(path);
-    assert!(path.exists(), "{} is missing: run `cargo xtask setup` (this test never skips)", path.display());
-    Tokenizer::from_gguf(&minerva_gguf::Gguf::open(path).unwrap()).unwrap()
-}
-
 fn texts() -> Vec<String> {
     let corpus: Vec<String> =
-        serde_json::from_str(&std::fs::read_to_string(root().join("fixtures/tokenizer/corpus.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(common::root().join("fixtures/tokenizer/corpus.json")).unwrap())
+            .unwrap();
     let mut texts = corpus;
     texts.extend(["こんにちは、世界 👁️ café".to_string(), "tabs\tand\nnewlines  and  spaces".to_string()]);
     texts
@@ -49,7 +41,7 @@ fn assert_bytes_concatenate(tok: &Tokenizer, space_prefix: bool) -> usize {
 
 #[test]
 fn byte_level_bpe_tokens_concatenate_to_the_text() {
-    let tok = from_gguf("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let tok = common::tokenizer_from_gguf("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     // The kana and the emoji are spelled with byte tokens that hold parts of characters.
     assert!(assert_bytes_concatenate(&tok, false) > 0);
     // Special tokens are their text.
@@ -60,9 +52,9 @@ fn byte_level_bpe_tokens_concatenate_to_the_text() {
 #[test]
 fn sentencepiece_tokens_concatenate_to_the_text() {
     // A 400-piece vocabulary whose byte fallback spells most characters byte by byte.
-    let tok = from_gguf("fixtures/tokenizer/spm_vocab.gguf");
+    let tok = common::tokenizer_from_gguf("fixtures/tokenizer/spm_vocab.gguf");
     assert!(assert_bytes_concatenate(&tok, true) > 0);
-    let gemma = from_gguf("models/gemma-3-270m-q4_k_m.gguf");
+    let gemma = common::tokenizer_from_gguf("models/gemma-3-270m-q4_k_m.gguf");
     assert_bytes_concatenate(&gemma, false);
     assert_eq!(gemma.token_bytes().get(gemma.bos.unwrap()), b"<bos>");
 }
@@ -70,7 +62,7 @@ fn sentencepiece_tokens_concatenate_to_the_text() {
 #[test]
 fn a_word_level_tokens_bytes_are_its_decoded_text() {
     // The tiny GPT-OSS fixture's tokenizer.json (word level, Harmony's special tokens).
-    let tok = Tokenizer::from_dir(&root().join("fixtures/gpt_oss/hf")).unwrap();
+    let tok = Tokenizer::from_dir(&common::root().join("fixtures/gpt_oss/hf")).unwrap();
     for id in 0..tok.vocab_size() as u32 {
         assert_eq!(tok.token_bytes().get(id), tok.decode(&[id], false).unwrap().as_bytes(), "token {id}");
     }
