@@ -112,6 +112,11 @@ fn grammar_err(message: impl Into<String>) -> GenerateError {
 /// quote the grammar around the place).
 fn engine_err(e: impl std::fmt::Display) -> GenerateError {
     let text = e.to_string();
+    if text.contains("NoExtensionBias") {
+        // A vocabulary without every byte (word-level ones) can walk into text it cannot finish:
+        // the mask allowed a token whose bytes fit, after which none does.
+        return grammar_err("no token of the vocabulary can continue the output here");
+    }
     grammar_err(text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("the grammar engine failed"))
 }
 
