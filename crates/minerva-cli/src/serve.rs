@@ -49,6 +49,15 @@ pub struct ServeArgs {
     /// Seconds running requests get to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 10)]
     pub shutdown_grace: u64,
+    /// How the model writes tool calls, over what its chat template shows: hermes
+    /// (`<tool_call>`, Qwen), llama3 (a JSON answer), mistral (`[TOOL_CALLS]`) or generic (a JSON
+    /// object that calls or replies; for templates that know no tools).
+    #[arg(long, value_parser = parse_tool_format)]
+    pub tool_format: Option<minerva_generate::ToolFormat>,
+}
+
+fn parse_tool_format(s: &str) -> Result<minerva_generate::ToolFormat, String> {
+    s.parse().map_err(|e: minerva_generate::GenerateError| e.to_string().trim_start_matches("grammar: ").to_string())
 }
 
 /// Half the memory available now, for the KV cache when the context size is automatic.
@@ -94,6 +103,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         prefill_chunk: args.prefill_chunk as usize,
         max_queue: args.max_queue,
         kv_budget_bytes: kv_budget(),
+        tool_format: args.tool_format,
     };
     let config = ServerConfig {
         model_name: name.clone(),

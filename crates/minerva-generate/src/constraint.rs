@@ -12,6 +12,10 @@
 //! The mask comes first, so logit bias, penalties, top-k/p and temperature only ever choose among
 //! tokens the grammar allows; end-of-sequence tokens are allowed exactly where the grammar may
 //! end. A grammar that can go no further after a token is complete: the sequence ends there.
+//!
+//! A lazy constraint ([`GrammarCompiler::compile_lazy`]) leaves the output free until a trigger
+//! text appears (`<tool_call>`), then holds the rest to the grammar from the trigger on — how a
+//! model that may answer in text or call a tool gets a call that always parses.
 
 use std::sync::Arc;
 
@@ -257,8 +261,46 @@ impl GrammarCompiler {
         }
         // The first mask: a grammar nothing can satisfy fails here, before any token is spent.
         matcher.compute_mask().map_err(|_| grammar_err("no output can satisfy this grammar"))?;
-        Ok(Constraint { matcher, vocab: self.vocab, complete: false })
+        Ok(Constraint { matcher, vocab: self.vocab, complete: false, lazy: None })
     }
+
+    /// Like [`GrammarCompiler::compile`], but the grammar applies only from the first occurrence
+    /// of `trigger` in the output (with `anchored`, only an output that starts with it, after
+    /// whitespace). With `includes_trigger` the grammar's text starts with the trigger (a tool
+    /// call's `<tool_call>`); without, it starts after it (an answer after `</think>`).
+    pub fn compile_lazy(
+        &self,
+        grammar: &Grammar,
+        trigger: &str,
+        anchored: bool,
+        includes_trigger: bool,
+    ) -> Result<Constraint> {
+        if trigger.is_empty() {
+            return Err(grammar_err("a lazy grammar needs a trigger text"));
+        }
+        let mut c = self.compile(grammar)?;
+        c.lazy = Some(Lazy {
+            trigger: trigger.as_bytes().to_vec(),
+            anchored,
+            includes_trigger,
+            seen: Vec::new(),
+            dead: false,
+        });
+        Ok(c)
+    }
+}
+
+/// A lazy constraint still waiting for its trigger.
+#[derive(Clone, Debug)]
+struct Lazy {
+    trigger: Vec<u8>,
+    anchored: bool,
+    includes_trigger: bool,
+    /// Output bytes so far (special tokens as their text).
+    seen: Vec<u8>,
+    /// The trigger can no longer appear (an anchored one that did not start the output), or the
+    /// text after it did not fit the grammar: the output stays free.
+    dead: bool,
 }
 
 /// One sequence's grammar state; clone it for each sequence that starts from the same point.
@@ -267,6 +309,8 @@ pub struct Constraint {
     matcher: Matcher,
     vocab: usize,
     complete: bool,
+    /// Waiting for a trigger (see [`GrammarCompiler::compile_lazy`]).
+    lazy: Option<Lazy>,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -278,6 +322,9 @@ impl std::fmt::Debug for Constraint {
 impl Constraint {
     /// Sets every logit the grammar does not allow next to −∞.
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
+        if self.lazy.is_some() {
+            return Ok(());
+        }
         let mask = self.matcher.compute_mask_or_eos().map_err(engine_err)?;
         let words = mask.as_slice();
         let allowed = self.vocab.min(mask.len());
@@ -298,6 +345,10 @@ impl Constraint {
     /// Moves past token `id` (one the mask allowed); returns whether the grammar is now complete
     /// (no token may follow), so the sequence ends here.
     pub fn accept(&mut self, id: u32) -> Result<bool> {
+        if self.lazy.is_some() {
+            self.wait_for_trigger(id)?;
+            return Ok(false);
+        }
         if !self.complete {
             self.matcher.consume_token(id).map_err(engine_err)?;
             self.complete = self.matcher.is_stopped();
@@ -308,6 +359,65 @@ impl Constraint {
     /// Whether the grammar is complete.
     pub fn is_complete(&self) -> bool {
         self.complete
+    }
+
+    /// Whether the grammar holds the output now (a lazy one only after its trigger).
+    pub fn is_active(&self) -> bool {
+        self.lazy.is_none()
+    }
+
+    /// A lazy constraint's step: `id` joins the output seen; at the trigger the grammar starts,
+    /// fed the output from the trigger on.
+    fn wait_for_trigger(&mut self, id: u32) -> Result<()> {
+        let env = self.matcher.tok_env().map_err(engine_err)?;
+        let trie = env.tok_trie();
+        let Some(lazy) = &mut self.lazy else { return Ok(()) };
+        if lazy.dead {
+            return Ok(());
+        }
+        let bytes = trie.token(id);
+        let special = trie.is_special_token(id);
+        let text = if special { &bytes[1..] } else { bytes };
+        lazy.seen.extend_from_slice(text);
+        let found = if lazy.anchored {
+            let start = lazy.seen.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(lazy.seen.len());
+            let rest = &lazy.seen[start..];
+            if rest.starts_with(&lazy.trigger) {
+                Some(start)
+            } else {
+                if !lazy.trigger.starts_with(rest) {
+                    lazy.dead = true;
+                }
+                None
+            }
+        } else {
+            lazy.seen.windows(lazy.trigger.len()).position(|w| w == lazy.trigger.as_slice())
+        };
+        let Some(at) = found else { return Ok(()) };
+        // The token that completed the trigger is the trigger itself (a special token), or the
+        // output from the trigger (or after it) on is spelled again in tokens for the grammar.
+        let ids = match (lazy.includes_trigger, special && text == lazy.trigger.as_slice()) {
+            (true, true) => vec![id],
+            (false, true) => Vec::new(),
+            (true, false) => trie.greedy_tokenize(&lazy.seen[at..]),
+            (false, false) => {
+                let after = &lazy.seen[at + lazy.trigger.len()..];
+                let start = after.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(after.len());
+                trie.greedy_tokenize(&after[start..])
+            }
+        };
+        let mut active = self.matcher.clone();
+        match active.consume_tokens(&ids) {
+            Ok(()) if !active.is_error() => {
+                self.matcher = active;
+                self.complete = self.matcher.is_stopped();
+                self.lazy = None;
+            }
+            // Text after the trigger, in the same token, that the grammar does not allow: the
+            // output goes on free (it is parsed as text) rather than failing the request.
+            _ => lazy.dead = true,
+        }
+        Ok(())
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use minerva_model::{Backend, DeviceSampling, LogitsFor, Model, SequenceInput};
 
 use crate::error::{GenerateError, Result};
-use crate::harmony_stream::{HarmonyOutput, HarmonyPiece};
+use crate::harmony_stream::{HarmonyOutput, OutputPiece};
 use crate::sampler::Sampler;
 use crate::tokenizer::{TextStream, Tokenizer};
 
@@ -379,11 +379,11 @@ impl<B: Backend> Generation<'_, '_, B> {
                 let mut answer = Vec::new();
                 for piece in harmony.push(tok, id)? {
                     match piece {
-                        HarmonyPiece::Answer(text) => answer.push(text),
-                        HarmonyPiece::Reasoning(text) | HarmonyPiece::ToolArguments { text, .. } => {
+                        OutputPiece::Answer(text) => answer.push(text),
+                        OutputPiece::Reasoning(text) | OutputPiece::ToolArguments { text, .. } => {
                             self.queue.push_back(Event::Reasoning(text))
                         }
-                        HarmonyPiece::ToolCall { name, .. } => {
+                        OutputPiece::ToolCall { name, .. } => {
                             self.queue.push_back(Event::Reasoning(format!("\n[call {name}] ")))
                         }
                     }

@@ -116,9 +116,10 @@ impl HarmonyStream {
     }
 }
 
-/// A piece of a Harmony completion, by where it belongs.
+/// A piece of a completion by where it belongs: answer, reasoning or tool call (Harmony's channels
+/// and the text tool formats of [`crate::tools`] alike).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HarmonyPiece {
+pub enum OutputPiece {
     /// Text of the answer (`final`, or `commentary` addressed to the user).
     Answer(String),
     /// Reasoning (`analysis`).
@@ -139,7 +140,7 @@ pub enum HarmonyPiece {
     },
 }
 
-/// Token ids → [`HarmonyPiece`]s: the detokenizer, the [`HarmonyStream`] and the routing of each
+/// Token ids → [`OutputPiece`]s: the detokenizer, the [`HarmonyStream`] and the routing of each
 /// message by its channel and recipient, as the generator and the server both need them.
 #[derive(Clone, Debug, Default)]
 pub struct HarmonyOutput {
@@ -164,7 +165,7 @@ impl HarmonyOutput {
     }
 
     /// Adds token `id`; returns what it adds.
-    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<Vec<HarmonyPiece>> {
+    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<Vec<OutputPiece>> {
         let events = if tok.is_special(id) {
             self.stream.special(&tok.id_to_token(id).unwrap_or_default())
         } else {
@@ -180,7 +181,7 @@ impl HarmonyOutput {
                     let tool = m.recipient.as_deref().and_then(|r| r.strip_prefix("functions."));
                     self.route = Some(match (tool, m.channel.as_deref()) {
                         (Some(name), _) => {
-                            out.push(HarmonyPiece::ToolCall { index: self.tool_calls, name: name.to_string() });
+                            out.push(OutputPiece::ToolCall { index: self.tool_calls, name: name.to_string() });
                             self.tool_calls += 1;
                             Route::Tool
                         }
@@ -189,9 +190,9 @@ impl HarmonyOutput {
                     });
                 }
                 HarmonyEvent::Text(text) => out.push(match self.route {
-                    Some(Route::Reasoning) => HarmonyPiece::Reasoning(text),
-                    Some(Route::Tool) => HarmonyPiece::ToolArguments { index: self.tool_calls - 1, text },
-                    _ => HarmonyPiece::Answer(text),
+                    Some(Route::Reasoning) => OutputPiece::Reasoning(text),
+                    Some(Route::Tool) => OutputPiece::ToolArguments { index: self.tool_calls - 1, text },
+                    _ => OutputPiece::Answer(text),
                 }),
                 // `<|call|>` makes a tool call only of a message to a function; closing an
                 // answer or reasoning it just ends the completion.

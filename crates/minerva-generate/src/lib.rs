@@ -38,15 +38,17 @@ pub mod rng;
 pub mod sampler;
 pub mod template;
 pub mod tokenizer;
+pub mod tools;
 
 pub use constraint::{Constraint, Grammar, GrammarCompiler};
 pub use error::{GenerateError, Result};
 pub use generator::{Event, FinishReason, GenerateOptions, Generation, Session, StopText, Summary};
-pub use harmony_stream::{HarmonyEvent, HarmonyOutput, HarmonyPiece, HarmonyStream};
+pub use harmony_stream::{HarmonyEvent, HarmonyOutput, HarmonyStream, OutputPiece};
 pub use rng::Rng;
 pub use sampler::{Sampler, SamplingParams};
 pub use template::{ChatTemplate, Message};
 pub use tokenizer::{TextStream, Tokenizer};
+pub use tools::{ThinkStart, ToolFormat, ToolOutput};
 
 /// The README's example, compiled (and, unless marked `no_run`, run) as a doctest.
 #[doc = include_str!("../README.md")]

@@ -19,19 +19,33 @@ use serde::Serialize;
 
 use crate::error::{GenerateError, Result};
 
-/// One chat message.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+/// One chat message, with the fields tool-calling templates read (absent fields are undefined
+/// in the template, as in transformers).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Message {
     /// `system`, `user`, `assistant`, …
     pub role: String,
     /// The text.
     pub content: String,
+    /// An assistant message's calls: `{"id", "type": "function", "function": {"name",
+    /// "arguments"}}` with `arguments` an object (as transformers passes them to templates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A `tool` message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A `tool` message: the function's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// An assistant message's reasoning (templates that think render or drop it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl Message {
     /// A message with `role` and `content`.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Message {
-        Message { role: role.into(), content: content.into() }
+        Message { role: role.into(), content: content.into(), ..Message::default() }
     }
 }
 

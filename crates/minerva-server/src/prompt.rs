@@ -3,10 +3,13 @@
 
 use std::collections::HashMap;
 
+use minerva_generate::Message;
 use minerva_generate::harmony::{self, ReasoningEffort, Role, SystemContent};
-use minerva_generate::{ChatTemplate, Message};
+use minerva_generate::template::Value;
 
 use crate::api::request::{ChatMessage, ChatRequest, Content};
+use crate::api::tools as tools_api;
+use crate::engine::TemplateChat;
 use crate::error::ApiError;
 
 /// A message's text: a string, or its text parts joined.
@@ -41,19 +44,76 @@ fn check_role(i: usize, role: &str) -> Result<(), ApiError> {
     }
 }
 
+/// An earlier call's arguments as the object templates expect (a string that is not JSON stays a
+/// string).
+fn arguments_value(arguments: &str) -> serde_json::Value {
+    serde_json::from_str(arguments).unwrap_or_else(|_| serde_json::Value::String(arguments.to_string()))
+}
+
 /// The prompt text of `req` through a Jinja chat template. `developer` messages are given to the
-/// template as `system` (templates written before the role existed know only that).
-pub fn render_template(template: &ChatTemplate, req: &ChatRequest) -> Result<String, ApiError> {
+/// template as `system` (templates written before the role existed know only that). With
+/// `tools_on`, the tools go to a template that renders them as `tools`; to one that does not,
+/// they are described in the system message, and earlier calls and their results are written
+/// in the tool format as text.
+pub fn render_template(chat: &TemplateChat, req: &ChatRequest, tools_on: bool) -> Result<String, ApiError> {
     if req.messages.is_empty() {
         return Err(ApiError::invalid("messages", "`messages` is empty"));
     }
-    let mut messages = Vec::with_capacity(req.messages.len());
+    let own_tools = chat.renders_tools;
+    let mut messages = Vec::with_capacity(req.messages.len() + 1);
+    // Call id → function name, to name a `tool` message's function.
+    let mut call_names: HashMap<String, String> = HashMap::new();
     for (i, m) in req.messages.iter().enumerate() {
         check_role(i, &m.role)?;
         let role = if m.role == "developer" { "system" } else { m.role.as_str() };
-        messages.push(Message::new(role, text_of(i, m)?));
+        let mut message = Message::new(role, text_of(i, m)?);
+        message.reasoning_content = m.reasoning_content.clone();
+        let calls: Vec<(String, serde_json::Value)> = m
+            .tool_calls
+            .iter()
+            .flatten()
+            .map(|c| (c.function.name.clone(), arguments_value(&c.function.arguments)))
+            .collect();
+        for c in m.tool_calls.iter().flatten() {
+            if let Some(id) = &c.id {
+                call_names.insert(id.clone(), c.function.name.clone());
+            }
+        }
+        let name = m.tool_call_id.as_ref().and_then(|id| call_names.get(id)).cloned().or_else(|| m.name.clone());
+        if own_tools {
+            if m.tool_calls.is_some() {
+                let calls = m.tool_calls.iter().flatten().zip(&calls).map(|(c, (name, args))| {
+                    serde_json::json!({
+                        "id": c.id, "type": "function", "function": {"name": name, "arguments": args}
+                    })
+                });
+                message.tool_calls = Some(calls.collect());
+            }
+            message.tool_call_id = m.tool_call_id.clone();
+            message.name = name;
+        } else if !calls.is_empty() {
+            let text = minerva_generate::tools::format_calls(chat.tool_format, &calls);
+            message.content = if message.content.is_empty() { text } else { format!("{}\n{text}", message.content) };
+        } else if role == "tool" {
+            message.role = "user".into();
+            message.content =
+                minerva_generate::tools::format_tool_result(chat.tool_format, name.as_deref(), &message.content);
+        }
+        messages.push(message);
     }
-    template.render(&messages, true, None).map_err(|e| ApiError::invalid("messages", e.to_string()))
+    let tools = req.tools.as_deref().unwrap_or_default();
+    let mut extra = None;
+    if tools_on && own_tools {
+        let list: Vec<serde_json::Value> = tools_api::specs(tools).iter().map(|f| f.to_tool_json()).collect();
+        extra = Some(Value::from_serialize(serde_json::json!({ "tools": list })));
+    } else if tools_on {
+        let described = minerva_generate::tools::tools_system_prompt(chat.tool_format, &tools_api::specs(tools));
+        match messages.first_mut() {
+            Some(first) if first.role == "system" => first.content = format!("{}\n\n{described}", first.content),
+            _ => messages.insert(0, Message::new("system", described)),
+        }
+    }
+    chat.template.render(&messages, true, extra.as_ref()).map_err(|e| ApiError::invalid("messages", e.to_string()))
 }
 
 /// `reasoning_effort` → Harmony's.

@@ -67,9 +67,12 @@ async fn bad_requests_are_openai_errors_naming_the_field() {
         ),
         (
             "/v1/chat/completions",
-            chat("x", json!({"tools": [{"type": "function", "function": {"name": "f"}}]})),
+            chat(
+                "x",
+                json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]}),
+            ),
             400,
-            Some("tools"),
+            Some("tools[0].function.parameters"),
         ),
         ("/v1/chat/completions", chat("x", json!({"audio": {"voice": "alloy"}})), 400, Some("audio")),
         ("/v1/chat/completions", chat("x", json!({"model": "gpt-4o"})), 404, Some("model")),

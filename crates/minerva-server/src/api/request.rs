@@ -193,6 +193,8 @@ pub struct ChatRequest {
     pub tools: Option<Vec<Tool>>,
     /// `auto`, `none`, `required` or a named function.
     pub tool_choice: Option<serde_json::Value>,
+    /// Whether the model may make more than one call (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// The legacy form of `tools` (not supported).
     pub functions: Option<serde_json::Value>,
     /// Audio output (not supported).
@@ -240,13 +242,7 @@ pub struct CompletionRequest {
 
 impl ChatRequest {
     /// 400 for every field this server knows but cannot honour.
-    pub fn refuse_unsupported(&self, has_tool_format: bool) -> Result<(), ApiError> {
-        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) && !has_tool_format {
-            return Err(ApiError::unsupported(
-                "tools",
-                "this model has no tool-calling format; `tools` is supported for GPT-OSS (Harmony) models",
-            ));
-        }
+    pub fn refuse_unsupported(&self) -> Result<(), ApiError> {
         if let Some(tools) = &self.tools
             && let Some(i) = tools.iter().position(|t| t.kind != "function")
         {

@@ -1,8 +1,10 @@
-//! `tools` and `tool_choice`: the checks, and for Harmony (GPT-OSS) the grammar that makes
-//! `"required"` and a named function a call that always parses with arguments valid under the
-//! function's parameter schema.
+//! `tools` and `tool_choice`: the checks, and the grammars that make `"required"` and a named
+//! function a call that always parses with arguments valid under the function's parameter
+//! schema — in Harmony (GPT-OSS) and in the text formats of [`minerva_generate::tools`], where
+//! `"auto"` holds a call to the grammar once the model starts one.
 
-use minerva_generate::{Grammar, constraint::prepare_json_schema};
+use minerva_generate::tools::{CallMode, FunctionSpec, call_grammar};
+use minerva_generate::{Grammar, ThinkStart, Tokenizer, ToolFormat, constraint::prepare_json_schema};
 use serde_json::Value;
 
 use super::request::{ChatRequest, Tool};
@@ -106,4 +108,98 @@ pub fn harmony_call_grammar(tools: &[Tool], choice: &ToolChoice) -> Result<Optio
     }
     rules.push(format!("call: {}", calls.join(" | ")));
     Ok(Some(Grammar::Lark(rules.join("\n"))))
+}
+
+/// The functions of `tools`.
+pub fn specs(tools: &[Tool]) -> Vec<FunctionSpec> {
+    tools
+        .iter()
+        .map(|t| FunctionSpec {
+            name: t.function.name.clone(),
+            description: t.function.description.clone(),
+            parameters: t.function.parameters.clone(),
+        })
+        .collect()
+}
+
+/// A grammar to hold an output to, and from where.
+#[derive(Clone, Debug)]
+pub struct GrammarPlan {
+    /// The request field it answers (named in errors).
+    pub field: String,
+    /// The grammar.
+    pub grammar: Grammar,
+    /// `Some((text, anchored, includes_trigger))`: it applies from `text` on
+    /// ([`minerva_generate::GrammarCompiler::compile_lazy`]).
+    pub trigger: Option<(String, bool, bool)>,
+}
+
+impl GrammarPlan {
+    /// A grammar for a model that may open reasoning in its prompt (`think`): the grammar then
+    /// waits for `</think>`, as the answer comes after the reasoning.
+    pub fn after_reasoning(mut self, think: ThinkStart) -> GrammarPlan {
+        if think == ThinkStart::Open && self.trigger.is_none() {
+            self.trigger = Some(("</think>".into(), false, false));
+        }
+        self
+    }
+}
+
+/// The call grammar of a text tool format for `choice` (`None` for `"none"`).
+pub fn text_call_plan(
+    format: ToolFormat,
+    tools: &[Tool],
+    choice: &ToolChoice,
+    parallel: bool,
+    tok: &Tokenizer,
+) -> Result<Option<GrammarPlan>, ApiError> {
+    let mode = match choice {
+        ToolChoice::None => return Ok(None),
+        ToolChoice::Auto => CallMode::Auto,
+        ToolChoice::Required => CallMode::Required,
+        ToolChoice::Named(name) => CallMode::Named(name.clone()),
+    };
+    if tools.is_empty() {
+        return Ok(None);
+    }
+    let special = |text: &str| tok.token_to_id(text).filter(|&id| tok.is_special(id));
+    let g = call_grammar(format, &specs(tools), &mode, parallel, &special)
+        .map_err(|e| ApiError::invalid("tools", e.to_string()))?;
+    Ok(Some(GrammarPlan {
+        field: "tools".into(),
+        grammar: Grammar::Lark(g.lark),
+        trigger: g.trigger.map(|(text, anchored)| (text, anchored, true)),
+    }))
+}
+
+/// The Lark form of a structured-output grammar, to nest it in a larger grammar (Harmony's final
+/// message); a Lark grammar of the user's cannot be nested.
+fn lark_body(grammar: &Grammar) -> Result<String, String> {
+    let json = |schema: &Value| prepare_json_schema(schema).map(|s| format!("%json {s}")).map_err(|e| e.to_string());
+    match grammar {
+        Grammar::JsonObject => json(&serde_json::json!({"type": "object"})),
+        Grammar::JsonSchema(schema) => json(schema),
+        Grammar::Choice(options) => {
+            let options: Vec<String> = options.iter().map(|o| serde_json::to_string(o).unwrap_or_default()).collect();
+            Ok(format!("({})", options.join(" | ")))
+        }
+        Grammar::Regex(re) => Ok(format!("/{}/", re.replace('/', "\\/"))),
+        Grammar::Lark(_) => Err("a Lark grammar cannot be held to Harmony's final message; use a JSON schema, \
+                                 a regular expression or choices"
+            .into()),
+    }
+}
+
+/// Harmony with an output format: optional reasoning, then a final message the grammar holds.
+pub fn harmony_final_grammar(grammar: &Grammar) -> Result<Grammar, String> {
+    let body = lark_body(grammar)?;
+    Ok(Grammar::Lark(
+        [
+            "start: analysis? final".to_string(),
+            "analysis: <|channel|> \"analysis\" <|message|> TEXT <|end|> <|start|> \"assistant\"".to_string(),
+            "TEXT: /(.|\\n)*/".to_string(),
+            format!("final: <|channel|> \"final\" <|message|> {body} <|return|>"),
+        ]
+        .join("\n"),
+    ))
 }

@@ -34,11 +34,55 @@ pub use sequence::{Delta, Finish, TokenLogprob, ToolDelta, TopLogprob};
 /// How a model's chat requests become prompts.
 pub enum ChatFormat {
     /// The model's Jinja chat template.
-    Template(Box<minerva_generate::ChatTemplate>),
+    Template(Box<TemplateChat>),
     /// GPT-OSS's Harmony format (reasoning and tool calls in channels).
     Harmony,
     /// No chat template: only `/v1/completions` works.
     None,
+}
+
+/// A chat template and what it says about tools and reasoning.
+pub struct TemplateChat {
+    /// The compiled template.
+    pub template: minerva_generate::ChatTemplate,
+    /// Its source (what reasoning and tool markers it renders).
+    pub source: String,
+    /// How the model writes tool calls (from the template, or `--tool-format`).
+    pub tool_format: minerva_generate::ToolFormat,
+    /// The template renders `tools` itself; otherwise they are described in a system message.
+    pub renders_tools: bool,
+}
+
+impl TemplateChat {
+    /// `template` (from `source`), its tool format `override_format` or the one its markers show.
+    pub fn new(
+        template: minerva_generate::ChatTemplate,
+        source: &str,
+        override_format: Option<minerva_generate::ToolFormat>,
+    ) -> TemplateChat {
+        let detected = minerva_generate::ToolFormat::detect(Some(source));
+        let tool_format = override_format.unwrap_or(detected);
+        // A template renders the tools itself only in its own format.
+        let renders_tools =
+            tool_format == detected && tool_format != minerva_generate::ToolFormat::Generic && source.contains("tools");
+        TemplateChat { template, source: source.to_string(), tool_format, renders_tools }
+    }
+}
+
+/// How a choice's output is split for the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// All text is the answer.
+    Plain,
+    /// GPT-OSS's Harmony channels.
+    Harmony,
+    /// `<think>` reasoning and tool calls written as text.
+    Split {
+        /// The tool format, when the request has tools.
+        tools: Option<minerva_generate::ToolFormat>,
+        /// How the completion starts with respect to reasoning.
+        think: minerva_generate::ThinkStart,
+    },
 }
 
 /// What the HTTP side needs to know about the loaded model.
@@ -104,6 +148,8 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// Bytes the KV cache of all slots may take when the context size is chosen automatically.
     pub kv_budget_bytes: u64,
+    /// The tool-call format, over the one found from the chat template (`--tool-format`).
+    pub tool_format: Option<minerva_generate::ToolFormat>,
 }
 
 /// One generation request: a tokenized prompt and how to continue it, `n` times.
@@ -121,8 +167,8 @@ pub struct GenerationRequest {
     pub stop: Vec<String>,
     /// Return each token's log-probability and this many alternatives.
     pub logprobs: Option<usize>,
-    /// Split the output into Harmony channels (GPT-OSS).
-    pub harmony: bool,
+    /// How the output is split into answer, reasoning and tool calls.
+    pub output: OutputFormat,
     /// Hold every choice's output to a grammar (each choice gets its own copy).
     pub constraint: Option<minerva_generate::Constraint>,
     /// When the request must end (`finish_reason: length`).

@@ -14,7 +14,7 @@ use tokio::sync::mpsc as tokio_mpsc;
 
 use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
 use super::slots::Slots;
-use super::{ChatFormat, EngineConfig, GrammarSlot, ModelInfo, SeqEvent, Submission};
+use super::{ChatFormat, EngineConfig, GrammarSlot, ModelInfo, SeqEvent, Submission, TemplateChat};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -148,9 +148,9 @@ impl<B: Backend> Scheduler<B> {
         let arch = model.config.arch.clone();
         let chat = if arch == "gpt-oss" || arch == "gpt_oss" {
             ChatFormat::Harmony
-        } else if tokenizer.chat_template.is_some() {
+        } else if let Some(source) = &tokenizer.chat_template {
             match ChatTemplate::from_tokenizer(&tokenizer) {
-                Ok(t) => ChatFormat::Template(Box::new(t)),
+                Ok(t) => ChatFormat::Template(Box::new(TemplateChat::new(t, source, config.tool_format))),
                 Err(e) => return Err((shared, format!("the model's chat template: {e}"))),
             }
         } else {
@@ -254,7 +254,7 @@ impl<B: Backend> Scheduler<B> {
                     cached: reuse,
                     sampler,
                     constraint: r.constraint.clone(),
-                    output: Output::new(r.stop.clone(), r.harmony),
+                    output: Output::new(r.stop.clone(), r.output),
                     max_tokens: r.max_tokens,
                     logprobs: r.logprobs,
                     deadline: r.deadline,
@@ -561,7 +561,8 @@ fn sample_one(
     }
     if complete {
         // The grammar allows nothing more: the constrained output is whole.
-        return Ok((Some(Finish::Stop), Some(id)));
+        let reason = if seq.output.called_tool() { Finish::ToolCalls } else { Finish::Stop };
+        return Ok((Some(reason), Some(id)));
     }
     let finish = if seq.generated() >= seq.max_tokens || seq.tokens.len() >= ctx_size || Instant::now() >= seq.deadline
     {
@@ -584,6 +585,7 @@ mod tests {
             prefill_chunk: 64,
             max_queue: 8,
             kv_budget_bytes: budget,
+            tool_format: None,
         }
     }
 

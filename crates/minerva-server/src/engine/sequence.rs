@@ -3,7 +3,9 @@
 
 use std::time::Instant;
 
-use minerva_generate::{HarmonyOutput, HarmonyPiece, Sampler, StopText, TextStream, Tokenizer};
+use minerva_generate::{HarmonyOutput, OutputPiece, Sampler, StopText, TextStream, Tokenizer, ToolOutput};
+
+use super::OutputFormat;
 
 use crate::error::ApiError;
 
@@ -14,7 +16,7 @@ pub enum Finish {
     Stop,
     /// `max_tokens`, the context, or the request's time limit.
     Length,
-    /// The model called a tool (Harmony `<|call|>`).
+    /// The model called a tool.
     ToolCalls,
 }
 
@@ -69,7 +71,7 @@ pub struct ToolDelta {
 pub struct Delta {
     /// Answer text (`content`).
     pub content: String,
-    /// Reasoning text (Harmony `analysis`, sent as `reasoning_content`).
+    /// Reasoning text (Harmony `analysis`, `<think>`; sent as `reasoning_content`).
     pub reasoning: String,
     /// Tool-call pieces.
     pub tool_calls: Vec<ToolDelta>,
@@ -88,12 +90,24 @@ impl Delta {
 pub(super) struct Output {
     stream: TextStream,
     stop: StopText,
-    harmony: Option<HarmonyOutput>,
+    split: Split,
+}
+
+/// How the text of a choice is split.
+enum Split {
+    Plain,
+    Harmony(Box<HarmonyOutput>),
+    Text(Box<ToolOutput>),
 }
 
 impl Output {
-    pub(super) fn new(stop: Vec<String>, harmony: bool) -> Output {
-        Output { stream: TextStream::new(), stop: StopText::new(stop), harmony: harmony.then(HarmonyOutput::new) }
+    pub(super) fn new(stop: Vec<String>, format: OutputFormat) -> Output {
+        let split = match format {
+            OutputFormat::Plain => Split::Plain,
+            OutputFormat::Harmony => Split::Harmony(Box::new(HarmonyOutput::new())),
+            OutputFormat::Split { tools, think } => Split::Text(Box::new(ToolOutput::new(tools, think))),
+        };
+        Output { stream: TextStream::new(), stop: StopText::new(stop), split }
     }
 
     /// Adds answer text through the stop strings; `Some(Stop)` when one ended the choice.
@@ -103,51 +117,83 @@ impl Output {
         hit.then_some(Finish::Stop)
     }
 
-    /// Adds token `id` to `delta`; returns `Some(finish)` when a stop string or a Harmony tool
-    /// call (`<|call|>`) ended the choice.
-    pub(super) fn push(&mut self, tok: &Tokenizer, id: u32, delta: &mut Delta) -> Result<Option<Finish>, ApiError> {
-        let err = |e: minerva_generate::GenerateError| ApiError::internal(format!("detokenizing: {e}"));
-        let Some(harmony) = &mut self.harmony else {
-            return Ok(match self.stream.push(tok, id).map_err(err)? {
-                Some(text) => self.answer(&text, delta),
-                None => None,
-            });
-        };
-        let pieces = harmony.push(tok, id).map_err(err)?;
-        let called = harmony.ended_in_call();
+    /// Routes split pieces into `delta`; `Some(Stop)` when a stop string in the answer ended it.
+    fn pieces(&mut self, pieces: Vec<OutputPiece>, delta: &mut Delta) -> Option<Finish> {
         for piece in pieces {
             match piece {
-                HarmonyPiece::Answer(text) => {
+                OutputPiece::Answer(text) => {
                     if let Some(finish) = self.answer(&text, delta) {
-                        return Ok(Some(finish));
+                        return Some(finish);
                     }
                 }
-                HarmonyPiece::Reasoning(text) => delta.reasoning.push_str(&text),
-                HarmonyPiece::ToolCall { index, name } => {
+                OutputPiece::Reasoning(text) => delta.reasoning.push_str(&text),
+                OutputPiece::ToolCall { index, name } => {
                     delta.tool_calls.push(ToolDelta { index, name: Some(name), arguments: String::new() })
                 }
-                HarmonyPiece::ToolArguments { index, text } => match delta.tool_calls.last_mut() {
+                OutputPiece::ToolArguments { index, text } => match delta.tool_calls.last_mut() {
                     Some(call) if call.index == index => call.arguments.push_str(&text),
                     _ => delta.tool_calls.push(ToolDelta { index, name: None, arguments: text }),
                 },
             }
         }
-        Ok(called.then_some(Finish::ToolCalls))
+        None
     }
 
-    /// Text held back as a possible stop-string prefix, released at the end.
+    /// Adds token `id` to `delta`; returns `Some(finish)` when a stop string or a Harmony tool
+    /// call (`<|call|>`) ended the choice.
+    pub(super) fn push(&mut self, tok: &Tokenizer, id: u32, delta: &mut Delta) -> Result<Option<Finish>, ApiError> {
+        let err = |e: minerva_generate::GenerateError| ApiError::internal(format!("detokenizing: {e}"));
+        match &mut self.split {
+            Split::Plain => Ok(match self.stream.push(tok, id).map_err(err)? {
+                Some(text) => self.answer(&text, delta),
+                None => None,
+            }),
+            Split::Harmony(harmony) => {
+                let pieces = harmony.push(tok, id).map_err(err)?;
+                let called = harmony.ended_in_call();
+                let stopped = self.pieces(pieces, delta);
+                Ok(stopped.or(called.then_some(Finish::ToolCalls)))
+            }
+            Split::Text(split) => {
+                // Markers such as Mistral's `[TOOL_CALLS]` are special tokens, which the
+                // detokenizer skips: the splitter reads their text.
+                let text = if tok.is_special(id) && !tok.is_stop(id) {
+                    tok.id_to_token(id)
+                } else {
+                    self.stream.push(tok, id).map_err(err)?
+                };
+                let pieces = match text {
+                    Some(text) => split.push(&text),
+                    None => return Ok(None),
+                };
+                Ok(self.pieces(pieces, delta))
+            }
+        }
+    }
+
+    /// Releases what is held back (a possible stop string's or marker's start) at the end.
     pub(super) fn flush(&mut self, delta: &mut Delta) {
+        if let Split::Text(split) = &mut self.split {
+            let pieces = split.finish();
+            if self.pieces(pieces, delta).is_some() {
+                return;
+            }
+        }
         delta.content.push_str(&self.stop.flush());
     }
 
     /// Whether the output is split as Harmony.
     pub(super) fn is_harmony(&self) -> bool {
-        self.harmony.is_some()
+        matches!(self.split, Split::Harmony(_))
     }
 
     /// Whether the choice called a tool.
     pub(super) fn called_tool(&self) -> bool {
-        self.harmony.as_ref().is_some_and(|h| h.tool_calls() > 0)
+        match &self.split {
+            Split::Harmony(h) => h.tool_calls() > 0,
+            Split::Text(t) => t.tool_calls() > 0,
+            Split::Plain => false,
+        }
     }
 }
 
@@ -238,7 +284,7 @@ mod tests {
     }
 
     fn run(tok: &Tokenizer, pieces: &[&str], stop: Vec<String>) -> (Delta, Option<Finish>) {
-        let mut out = Output::new(stop, true);
+        let mut out = Output::new(stop, OutputFormat::Harmony);
         let mut all = Delta::default();
         for id in ids(tok, pieces) {
             let mut d = Delta::default();

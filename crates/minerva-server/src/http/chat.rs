@@ -16,10 +16,12 @@ use crate::api::response::{
     AssistantMessage, ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatDelta, ChatLogprobs, FunctionCallOut,
     Head, TokenLogprobOut, ToolCallOut, TopLogprobOut, Usage,
 };
+use crate::api::tools::{GrammarPlan, ToolChoice};
 use crate::api::{check_common, check_top_logprobs, fit_context, tools};
-use crate::engine::{ChatFormat, Delta, Finish, GenerationRequest, TokenLogprob};
+use crate::engine::{ChatFormat, Delta, Finish, GenerationRequest, OutputFormat, TokenLogprob};
 use crate::error::ApiError;
 use crate::prompt;
+use minerva_generate::ThinkStart;
 
 /// A fresh id with `prefix` (`chatcmpl-`, `cmpl-`, `call_`): 24 hex digits from the process's
 /// random hasher keys.
@@ -46,8 +48,7 @@ pub(crate) async fn handle(
     let started = Instant::now();
     let info = state.model()?;
     state.check_model(req.common.model.as_deref())?;
-    let harmony = matches!(info.chat, ChatFormat::Harmony);
-    req.refuse_unsupported(harmony)?;
+    req.refuse_unsupported()?;
     let tool_choice = tools::tool_choice(&req)?;
     let max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
     let checked = check_common(&req.common, max_tokens, info.tokenizer.vocab_size(), info.slots)?;
@@ -56,9 +57,45 @@ pub(crate) async fn handle(
         (false, Some(_)) => return Err(ApiError::invalid("top_logprobs", "`top_logprobs` needs `logprobs: true`")),
         (false, None) => None,
     };
-    let text = match &info.chat {
-        ChatFormat::Template(t) => prompt::render_template(t, &req)?,
-        ChatFormat::Harmony => prompt::render_harmony(&req, &today())?,
+    let tools = req.tools.as_deref().unwrap_or_default();
+    let tools_on = !tools.is_empty() && tool_choice != ToolChoice::None;
+    let structured = crate::api::structured::grammar_of(&req.common)?;
+    if let (true, Some((param, _))) = (tools_on, &structured) {
+        return Err(ApiError::invalid(
+            param.clone(),
+            "give `tools` (with a `tool_choice` other than `none`) or an output format, not both",
+        ));
+    }
+    let (text, output, plan) = match &info.chat {
+        ChatFormat::Template(chat) => {
+            let text = prompt::render_template(chat, &req, tools_on)?;
+            let think = ThinkStart::of(Some(&chat.source), &text);
+            let format = tools_on.then_some(chat.tool_format);
+            let plan = match structured {
+                Some((field, grammar)) => Some(GrammarPlan { field, grammar, trigger: None }),
+                None => tools::text_call_plan(
+                    chat.tool_format,
+                    tools,
+                    &tool_choice,
+                    req.parallel_tool_calls.unwrap_or(true),
+                    &info.tokenizer,
+                )?,
+            };
+            (text, OutputFormat::Split { tools: format, think }, plan.map(|p| p.after_reasoning(think)))
+        }
+        ChatFormat::Harmony => {
+            let text = prompt::render_harmony(&req, &today())?;
+            let plan = match (tools::harmony_call_grammar(tools, &tool_choice)?, structured) {
+                (Some(grammar), _) => Some(GrammarPlan { field: "tool_choice".into(), grammar, trigger: None }),
+                (None, Some((field, grammar))) => {
+                    let grammar =
+                        tools::harmony_final_grammar(&grammar).map_err(|why| ApiError::invalid(field.clone(), why))?;
+                    Some(GrammarPlan { field, grammar, trigger: None })
+                }
+                (None, None) => None,
+            };
+            (text, OutputFormat::Harmony, plan)
+        }
         ChatFormat::None => {
             return Err(ApiError::invalid(
                 "messages",
@@ -69,19 +106,9 @@ pub(crate) async fn handle(
     // The template writes BOS and the other specials itself (as `minerva run --chat`).
     let ids = info.tokenizer.encode(&text, false).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let max_tokens = fit_context(info.ctx_size, ids.len(), checked.max_tokens)?;
-    let tools = req.tools.as_deref().unwrap_or_default();
-    let constraint = match tools::harmony_call_grammar(tools, &tool_choice)? {
-        // Harmony with `required` or a named function: the answer must be a call.
-        Some(grammar) if harmony => {
-            if let Some((param, _)) = crate::api::structured::grammar_of(&req.common)? {
-                return Err(ApiError::invalid(
-                    param,
-                    "give `tool_choice` that requires a call or an output format, not both",
-                ));
-            }
-            Some(state.compile(&info, "tool_choice".into(), grammar).await?)
-        }
-        _ => state.constraint(&info, &req.common).await?,
+    let constraint = match plan {
+        Some(plan) => Some(state.compile(&info, plan).await?),
+        None => None,
     };
     let prompt_tokens = ids.len();
     let n = checked.n;
@@ -93,7 +120,7 @@ pub(crate) async fn handle(
         max_tokens,
         stop: checked.stop,
         logprobs,
-        harmony,
+        output,
         deadline: Instant::now() + state.config.request_timeout,
     })?;
     let events = respond::merge(vec![events], n);

@@ -65,7 +65,7 @@ pub(crate) async fn handle(
             max_tokens,
             stop: checked.stop.clone(),
             logprobs,
-            harmony: false,
+            output: crate::engine::OutputFormat::Plain,
             constraint: constraint.clone(),
             deadline: Instant::now() + state.config.request_timeout,
         })?);

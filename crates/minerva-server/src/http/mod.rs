@@ -22,6 +22,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::ServerConfig;
 use crate::api::response::{ModelCard, ModelList};
+use crate::api::tools::GrammarPlan;
 use crate::engine::{EngineHandle, ModelInfo};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -50,45 +51,42 @@ impl AppState {
         }
     }
 
-    /// The constraint a request's structured-output fields ask for, compiled off the async
-    /// workers within [`GRAMMAR_COMPILE_LIMIT`]; a grammar that cannot be used is a 400 naming
-    /// its field, before any token is generated.
+    /// The constraint a completion request's structured-output fields ask for (from its first
+    /// token), compiled off the async workers within [`GRAMMAR_COMPILE_LIMIT`]; a grammar that
+    /// cannot be used is a 400 naming its field, before any token is generated.
     pub(crate) async fn constraint(
         &self,
         info: &ModelInfo,
         params: &crate::api::request::CommonParams,
     ) -> Result<Option<minerva_generate::Constraint>, ApiError> {
-        let Some((param, grammar)) = crate::api::structured::grammar_of(params)? else {
+        let Some((field, grammar)) = crate::api::structured::grammar_of(params)? else {
             return Ok(None);
         };
-        if matches!(info.chat, crate::engine::ChatFormat::Harmony) {
-            return Err(ApiError::unsupported(
-                &param,
-                "structured output is not yet supported for Harmony (GPT-OSS) models",
-            ));
-        }
-        self.compile(info, param, grammar).await.map(Some)
+        self.compile(info, GrammarPlan { field, grammar, trigger: None }).await.map(Some)
     }
 
-    /// Compiles `grammar` (asked for by field `param`) on a blocking thread within
-    /// [`GRAMMAR_COMPILE_LIMIT`]; its errors are 400s naming `param`.
+    /// Compiles `plan` on a blocking thread within [`GRAMMAR_COMPILE_LIMIT`]; its errors are
+    /// 400s naming its field.
     pub(crate) async fn compile(
         &self,
         info: &ModelInfo,
-        param: String,
-        grammar: minerva_generate::Grammar,
+        plan: GrammarPlan,
     ) -> Result<minerva_generate::Constraint, ApiError> {
         let slot = info.grammar.clone();
-        let field = param.clone();
+        let field = plan.field.clone();
         let task = tokio::task::spawn_blocking(move || {
             let compiler = slot.compiler().map_err(|why| {
-                ApiError::unsupported(&field, format!("structured output is not available for this model: {why}"))
+                ApiError::unsupported(&plan.field, format!("structured output is not available for this model: {why}"))
             })?;
-            compiler.compile(&grammar).map_err(|e| ApiError::invalid(&field, e.to_string()))
+            match &plan.trigger {
+                None => compiler.compile(&plan.grammar),
+                Some((text, anchored, includes)) => compiler.compile_lazy(&plan.grammar, text, *anchored, *includes),
+            }
+            .map_err(|e| ApiError::invalid(&plan.field, e.to_string()))
         });
         match tokio::time::timeout(GRAMMAR_COMPILE_LIMIT, task).await {
             Err(_) => Err(ApiError::invalid(
-                &param,
+                &field,
                 format!("the grammar took longer than {} s to compile", GRAMMAR_COMPILE_LIMIT.as_secs()),
             )),
             Ok(Err(e)) => Err(ApiError::internal(format!("compiling the grammar: {e}"))),
