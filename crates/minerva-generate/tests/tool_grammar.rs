@@ -192,3 +192,30 @@ fn the_generic_format_is_a_call_or_a_reply_from_the_first_token() {
     }
     assert!(calls > 0 && replies > 0, "{calls} calls, {replies} replies: both shapes must be reachable");
 }
+
+#[test]
+fn a_grammar_after_reasoning_starts_after_the_closing_tag() {
+    let tok = common::tokenizer_from_gguf("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let compiler = GrammarCompiler::new(&tok, tok.vocab_size()).unwrap();
+    let mut c = compiler.compile_lazy(&Grammar::JsonObject, "</think>", false, false).unwrap();
+    for id in tok.encode("2 + 2 is 4, so {\"a\": 4}.</think>", false).unwrap() {
+        let mut logits = vec![0.5f32; tok.vocab_size()];
+        c.mask(&mut logits).unwrap();
+        assert!(logits.iter().all(|l| l.is_finite()), "reasoning is free");
+        assert!(!c.accept(id).unwrap());
+    }
+    assert!(c.is_active());
+    // The answer is an object from its first character: no more space.
+    let mut logits = vec![0.5f32; tok.vocab_size()];
+    c.mask(&mut logits).unwrap();
+    let table = tok.token_bytes();
+    let allowed: Vec<u32> = (0..tok.vocab_size() as u32).filter(|&id| logits[id as usize].is_finite()).collect();
+    assert!(!allowed.is_empty());
+    for id in allowed {
+        assert!(table.get(id).starts_with(b"{"), "{:?} may open the answer", String::from_utf8_lossy(table.get(id)));
+    }
+    let mut rng = Rng::new(5);
+    let text = walk(&tok, &mut c, &mut rng, String::new());
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    assert!(v.is_object(), "{text}");
+}

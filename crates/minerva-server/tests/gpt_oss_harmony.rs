@@ -234,3 +234,37 @@ async fn a_required_tool_choice_makes_the_harmony_answer_a_call() {
         assert_eq!((status, e["error"]["param"].as_str()), (400, Some(param)), "{body}: {e}");
     }
 }
+
+/// An output format on Harmony holds the final message, not the reasoning: the scripted walk
+/// that writes two final messages (seed 22) ends after one that matches the schema (or the
+/// choice), its reasoning kept apart; a Lark grammar, which cannot be nested in the final
+/// message, is a 400 naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_format_holds_the_harmony_final_message() {
+    let dir = common::root().join("fixtures/gpt_oss/scripted");
+    let backend = || CpuBackend::new(Some(2)).unwrap().with_f32_activations(true);
+    let server = start_with(loader(&dir, backend), common::engine_config(2), common::quiet()).await;
+    let ask = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "w20 w21 w22 w23"}],
+                              "temperature": 1, "top_p": 1, "seed": 22, "max_tokens": 48});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let schema = json!({"type": "object", "properties": {"q": {"const": "w"}}, "required": ["q"],
+                        "additionalProperties": false});
+    let format = json!({"response_format": {"type": "json_schema", "json_schema": {"name": "q", "schema": schema}}});
+    let (status, _, r) = post(&server.url, "/v1/chat/completions", &ask(format)).await;
+    assert_eq!(status, 200, "{r}");
+    let message = &r["choices"][0]["message"];
+    assert_eq!(r["choices"][0]["finish_reason"], "stop", "{r}");
+    let answer: Value = serde_json::from_str(message["content"].as_str().unwrap()).unwrap();
+    assert_eq!(answer, json!({"q": "w"}), "{r}");
+    assert!(!message["reasoning_content"].as_str().unwrap_or_default().is_empty(), "the reasoning stays: {r}");
+    let (status, _, r) = post(&server.url, "/v1/chat/completions", &ask(json!({"guided_choice": [" w40", " w41"]}))).await;
+    assert_eq!(status, 200, "{r}");
+    let content = r["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!([" w40", " w41"].contains(&content), "{r}");
+    let (status, _, e) = post(&server.url, "/v1/chat/completions", &ask(json!({"grammar": "start: \"x\""}))).await;
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("grammar")), "{e}");
+    server.shutdown().await.unwrap();
+}
