@@ -95,7 +95,7 @@ fn the_official_openai_client_works_against_minerva_serve() {
     let out = Command::new("python3").arg(&script).args([&served.url, "smollm2"]).output().expect("python3");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("10 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("11 passed, 0 failed"), "{stdout}");
     assert_eq!(served.terminate().code(), Some(0));
     // One log line per request: method, path, status, tokens, milliseconds.
     let log: Vec<String> = served.lines.try_iter().collect();
@@ -167,6 +167,8 @@ fn serve_refuses_bad_flags_and_models_in_one_line() {
     assert_one_line_error(&out, "/nonexistent/model.gguf");
     let out = minerva(&[os("serve"), os("-m"), m, os("--host"), os("256.0.0.1")]);
     assert_one_line_error(&out, "cannot listen on 256.0.0.1");
+    let out = minerva(&[os("serve"), os("-m"), m, os("--tool-format"), os("xml")]);
+    assert_one_line_error(&out, "unknown tool format `xml` (known: hermes, llama3, mistral, generic)");
 }
 
 #[test]

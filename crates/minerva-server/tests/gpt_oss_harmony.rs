@@ -260,7 +260,8 @@ async fn an_output_format_holds_the_harmony_final_message() {
     let answer: Value = serde_json::from_str(message["content"].as_str().unwrap()).unwrap();
     assert_eq!(answer, json!({"q": "w"}), "{r}");
     assert!(!message["reasoning_content"].as_str().unwrap_or_default().is_empty(), "the reasoning stays: {r}");
-    let (status, _, r) = post(&server.url, "/v1/chat/completions", &ask(json!({"guided_choice": [" w40", " w41"]}))).await;
+    let (status, _, r) =
+        post(&server.url, "/v1/chat/completions", &ask(json!({"guided_choice": [" w40", " w41"]}))).await;
     assert_eq!(status, 200, "{r}");
     let content = r["choices"][0]["message"]["content"].as_str().unwrap();
     assert!([" w40", " w41"].contains(&content), "{r}");

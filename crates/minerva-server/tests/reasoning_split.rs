@@ -36,8 +36,11 @@ async fn reasoning_after_an_opened_think_is_reasoning_content() {
     }
     assert_eq!(streamed_reasoning, reasoning);
     // An output format waits for the reasoning to close: the reasoning is the same text.
-    let constrained = chat("What is 2 + 2?", json!({"max_tokens": 12, "temperature": 0,
-                                                    "response_format": {"type": "json_object"}}));
+    let constrained = chat(
+        "What is 2 + 2?",
+        json!({"max_tokens": 12, "temperature": 0,
+                                                    "response_format": {"type": "json_object"}}),
+    );
     let (status, _, c) = post(&server.url, "/v1/chat/completions", &constrained).await;
     assert_eq!(status, 200, "{c}");
     assert_eq!(c["choices"][0]["message"]["reasoning_content"].as_str(), Some(reasoning), "{c}");
