@@ -261,7 +261,7 @@ impl GrammarCompiler {
         }
         // The first mask: a grammar nothing can satisfy fails here, before any token is spent.
         matcher.compute_mask().map_err(|_| grammar_err("no output can satisfy this grammar"))?;
-        Ok(Constraint { matcher, vocab: self.vocab, complete: false, lazy: None })
+        Ok(Constraint { matcher, vocab: self.vocab, complete: false, lazy: None, prepared: None })
     }
 
     /// Like [`GrammarCompiler::compile`], but the grammar applies only from the first occurrence
@@ -311,6 +311,8 @@ pub struct Constraint {
     complete: bool,
     /// Waiting for a trigger (see [`GrammarCompiler::compile_lazy`]).
     lazy: Option<Lazy>,
+    /// The next step's mask, computed ahead ([`Constraint::prepare_mask`]).
+    prepared: Option<llguidance::toktrie::SimpleVob>,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -320,12 +322,24 @@ impl std::fmt::Debug for Constraint {
 }
 
 impl Constraint {
+    /// Computes the next mask now, so that [`Constraint::mask`] only applies it: a server calls
+    /// this on another thread while the forward pass that makes the logits runs.
+    pub fn prepare_mask(&mut self) -> Result<()> {
+        if self.lazy.is_none() && self.prepared.is_none() {
+            self.prepared = Some(self.matcher.compute_mask_or_eos().map_err(engine_err)?);
+        }
+        Ok(())
+    }
+
     /// Sets every logit the grammar does not allow next to −∞.
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
         if self.lazy.is_some() {
             return Ok(());
         }
-        let mask = self.matcher.compute_mask_or_eos().map_err(engine_err)?;
+        let mask = match self.prepared.take() {
+            Some(mask) => mask,
+            None => self.matcher.compute_mask_or_eos().map_err(engine_err)?,
+        };
         let words = mask.as_slice();
         let allowed = self.vocab.min(mask.len());
         for (w, chunk) in logits.chunks_mut(32).enumerate() {
@@ -349,6 +363,7 @@ impl Constraint {
             self.wait_for_trigger(id)?;
             return Ok(false);
         }
+        self.prepared = None;
         if !self.complete {
             self.matcher.consume_token(id).map_err(engine_err)?;
             self.complete = self.matcher.is_stopped();

@@ -45,6 +45,8 @@ async fn chat_requests_use_the_builtin_chatml() {
 /// because the grammar is complete (or may end), never by running out of tokens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_weights_under_a_grammar_give_valid_output() {
+    let word = regex::Regex::new("^[a-z]{2,6}( [0-9]{1,3}){1,2}$").unwrap();
+    let lark = regex::Regex::new("^(the|fox)( (the|fox)){0,3} [0-9]$").unwrap();
     for arch in ["qwen2", "qwen3"] {
         let path = common::root().join("fixtures/model/tiny").join(arch).join("model.gguf");
         let load = move || {
@@ -55,8 +57,6 @@ async fn random_weights_under_a_grammar_give_valid_output() {
         };
         let engine = minerva_server::EngineConfig { ctx_size: Some(128), ..common::engine_config(2) };
         let server = start_with(load, engine, common::quiet()).await;
-        let word = regex::Regex::new("^[a-z]{2,6}( [0-9]{1,3}){1,2}$").unwrap();
-        let lark = regex::Regex::new("^(the|fox)( (the|fox)){0,3} [0-9]$").unwrap();
         for seed in 0..4 {
             let ask = |extra: Value| {
                 let mut body = json!({"prompt": "the fox", "max_tokens": 24, "temperature": 1.5, "seed": seed});
@@ -73,7 +73,8 @@ async fn random_weights_under_a_grammar_give_valid_output() {
                 assert!(valid.is_match(text), "{arch} seed {seed} {extra}: {text:?}");
                 assert_eq!(r["choices"][0]["finish_reason"], "stop", "{arch}: {r}");
             }
-            let (_, _, r) = post(&server.url, "/v1/completions", &ask(json!({"guided_choice": ["brown dog", "the fox 42"]}))).await;
+            let (_, _, r) =
+                post(&server.url, "/v1/completions", &ask(json!({"guided_choice": ["brown dog", "the fox 42"]}))).await;
             let text = r["choices"][0]["text"].as_str().unwrap();
             assert!(["brown dog", "the fox 42"].contains(&text), "{arch}: {r}");
         }

@@ -321,6 +321,13 @@ impl<B: Backend> Scheduler<B> {
         } else {
             Vec::new()
         };
+        // The grammar masks of the rows sampled this step are computed on another thread while the
+        // forward pass runs (they depend only on the tokens so far), so constrained rows add
+        // little to a step's time where a core is free.
+        let mut masks: Vec<(usize, minerva_generate::Constraint)> = plan[..with_logits]
+            .iter()
+            .filter_map(|&(i, _)| self.running[i].constraint.take().map(|c| (i, c)))
+            .collect();
         let inputs: Vec<SequenceInput<'_>> = plan
             .iter()
             .map(|&(i, len)| {
@@ -330,18 +337,44 @@ impl<B: Backend> Scheduler<B> {
             .collect();
         self.shared.metrics.batch_sequences.observe(inputs.len() as f64);
         self.shared.metrics.batch_tokens.observe(plan.iter().map(|p| p.1).sum::<usize>() as f64);
-        let mut drawn = if on_device {
-            let ids = self
-                .model
-                .forward_sample(&mut self.cache, &inputs, which, &params)
-                .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
-            Drawn::Tokens(ids)
+        let (model, cache) = (&self.model, &mut self.cache);
+        let mut forward = || -> Result<Drawn, ApiError> {
+            Ok(if on_device {
+                let ids = model
+                    .forward_sample(cache, &inputs, which, &params)
+                    .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
+                Drawn::Tokens(ids)
+            } else {
+                let logits = model
+                    .forward(cache, &inputs, which)
+                    .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
+                Drawn::Logits(logits)
+            })
+        };
+        let drawn = if masks.is_empty() {
+            forward()
         } else {
-            let logits = self
-                .model
-                .forward(&mut self.cache, &inputs, which)
-                .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
-            Drawn::Logits(logits)
+            std::thread::scope(|scope| {
+                let ahead = scope.spawn(|| {
+                    for (_, c) in masks.iter_mut() {
+                        // An error here shows again when the mask is applied, for that row only.
+                        let _ = c.prepare_mask();
+                    }
+                });
+                let drawn = forward();
+                let _ = ahead.join();
+                drawn
+            })
+        };
+        let mut drawn = match drawn {
+            Ok(d) => d,
+            Err(e) => {
+                drop(inputs);
+                for (i, c) in masks {
+                    self.running[i].constraint = Some(c);
+                }
+                return Err(e);
+            }
         };
         let mut rows: Vec<Pick<'_>> = match drawn {
             Drawn::Tokens(ref ids) => ids.iter().map(|&id| Pick::Token(id)).collect(),
@@ -351,6 +384,9 @@ impl<B: Backend> Scheduler<B> {
             }
         };
         drop(inputs);
+        for (i, c) in masks {
+            self.running[i].constraint = Some(c);
+        }
         let mut finished: Vec<(usize, Finish)> = Vec::new();
         for (row, &(i, len)) in plan.iter().enumerate() {
             self.running[i].fed += len;
