@@ -167,13 +167,34 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
                     let _ = server.await;
                     return Err(CliError::Usage(message));
                 }
+                None if !engine.is_alive() => {
+                    let _ = stop.send(());
+                    let _ = server.await;
+                    return Err(CliError::Usage("the engine thread stopped while loading the model".into()));
+                }
                 None => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         }
-        match server.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(CliError::Usage(format!("server: {e}"))),
-            Err(e) => Err(CliError::Usage(format!("server: {e}"))),
+        // A server whose engine has died can answer nothing: it stops (with /health at 503
+        // meanwhile) and exits non-zero, so a supervisor restarts it.
+        let mut server = server;
+        loop {
+            tokio::select! {
+                done = &mut server => {
+                    return match done {
+                        Ok(Ok(())) => Ok(()),
+                        Ok(Err(e)) => Err(CliError::Usage(format!("server: {e}"))),
+                        Err(e) => Err(CliError::Usage(format!("server: {e}"))),
+                    };
+                }
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if !engine.is_alive() {
+                        let _ = stop.send(());
+                        let _ = server.await;
+                        return Err(CliError::Usage("the engine thread stopped; the server exits".into()));
+                    }
+                }
+            }
         }
     })
 }

@@ -134,6 +134,15 @@ impl ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable_error", "The server is shutting down.")
     }
 
+    /// 503: the engine thread has stopped (it failed); the process is exiting.
+    pub fn engine_stopped() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable_error",
+            "The engine has stopped; this server can no longer answer.",
+        )
+    }
+
     /// 500.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)

@@ -214,6 +214,17 @@ pub struct EngineRunner {
     config: EngineConfig,
     receive: mpsc::Receiver<Submission>,
     shared: scheduler::Shared,
+    alive: AliveGuard,
+}
+
+/// Clears the engine's "alive" flag when dropped: when the runner returns, unwinds from a panic,
+/// or is dropped without running (its thread failed before the model loaded).
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl EngineRunner {
@@ -224,7 +235,9 @@ impl EngineRunner {
         B: Backend,
         L: FnOnce() -> Result<(Model<B>, Tokenizer), String>,
     {
-        scheduler::run(load, self.config, self.receive, self.shared);
+        let EngineRunner { config, receive, shared, alive } = self;
+        scheduler::run(load, config, receive, shared);
+        drop(alive);
     }
 }
 
@@ -235,6 +248,7 @@ pub struct EngineHandle {
     info: Arc<OnceLock<Result<Arc<ModelInfo>, String>>>,
     queued: Arc<AtomicUsize>,
     cancel_all: Arc<AtomicBool>,
+    alive: Arc<AtomicBool>,
     max_queue: usize,
 }
 
@@ -261,15 +275,17 @@ impl EngineHandle {
         let info = Arc::new(OnceLock::new());
         let queued = Arc::new(AtomicUsize::new(0));
         let cancel_all = Arc::new(AtomicBool::new(false));
+        let alive = Arc::new(AtomicBool::new(true));
         let handle = EngineHandle {
             submit,
             info: info.clone(),
             queued: queued.clone(),
             cancel_all: cancel_all.clone(),
+            alive: alive.clone(),
             max_queue: config.max_queue,
         };
         let shared = scheduler::Shared { info, queued, cancel_all, metrics };
-        (handle, EngineRunner { config, receive, shared })
+        (handle, EngineRunner { config, receive, shared, alive: AliveGuard(alive) })
     }
 
     /// Reports that the model could not be loaded (when no runner will).
@@ -280,6 +296,12 @@ impl EngineHandle {
     /// The model, once loaded; `Err` with the message if loading failed.
     pub fn info(&self) -> Option<Result<Arc<ModelInfo>, String>> {
         self.info.get().cloned()
+    }
+
+    /// Whether the engine thread is still serving (false once it returned or panicked, or its
+    /// runner was dropped unrun).
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
     }
 
     /// Requests waiting for a slot.
@@ -293,6 +315,9 @@ impl EngineHandle {
         if self.cancel_all.load(Ordering::Relaxed) {
             return Err(ApiError::shutting_down());
         }
+        if !self.is_alive() {
+            return Err(ApiError::engine_stopped());
+        }
         if self.queued.fetch_add(1, Ordering::AcqRel) >= self.max_queue {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(ApiError::overloaded(self.max_queue));
@@ -301,7 +326,7 @@ impl EngineHandle {
         let submission = Submission { request, events, received: Instant::now() };
         if self.submit.send(submission).is_err() {
             self.queued.fetch_sub(1, Ordering::AcqRel);
-            return Err(ApiError::internal("the engine has stopped"));
+            return Err(ApiError::engine_stopped());
         }
         Ok(receiver)
     }

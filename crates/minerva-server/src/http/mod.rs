@@ -42,11 +42,12 @@ pub(crate) struct AppState {
 type Shared = Arc<AppState>;
 
 impl AppState {
-    /// The loaded model, or 503 while it loads.
+    /// The loaded model, or 503 while it loads (or once the engine has stopped).
     pub(crate) fn model(&self) -> Result<Arc<ModelInfo>, ApiError> {
         match self.engine.info() {
-            Some(Ok(info)) => Ok(info),
             Some(Err(e)) => Err(ApiError::internal(format!("the model failed to load: {e}"))),
+            _ if !self.engine.is_alive() => Err(ApiError::engine_stopped()),
+            Some(Ok(info)) => Ok(info),
             None => Err(ApiError::loading()),
         }
     }
