@@ -40,7 +40,10 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1/* (also from MINERVA_API_KEY).
     #[arg(long, env = "MINERVA_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
-    /// Allow browser requests from this origin (repeatable).
+    /// Leave /metrics open when --api-key is set (for Prometheus scrapers).
+    #[arg(long)]
+    pub metrics_public: bool,
+    /// Allow browser requests from this origin (repeatable; `*` for any).
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     pub cors_origins: Vec<String>,
     /// Longest a request may run, in seconds; then it ends with finish_reason "length".
@@ -109,10 +112,12 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         model_name: name.clone(),
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         cors_origins: args.cors_origins.clone(),
+        metrics_public: args.metrics_public,
         request_timeout: Duration::from_secs(args.timeout),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
         ..ServerConfig::default()
     };
+    config.check().map_err(CliError::Usage)?;
     let metrics = Arc::new(Metrics::new());
     let (engine, runner) = EngineHandle::new(engine_config, metrics.clone());
     let model_args = ModelArgs { path: Some(path.clone()), model: None, hf: None, ..model.clone() };

@@ -169,6 +169,8 @@ fn serve_refuses_bad_flags_and_models_in_one_line() {
     assert_one_line_error(&out, "cannot listen on 256.0.0.1");
     let out = minerva(&[os("serve"), os("-m"), m, os("--tool-format"), os("xml")]);
     assert_one_line_error(&out, "unknown tool format `xml` (known: hermes, llama3, mistral, generic)");
+    let out = minerva(&[os("serve"), os("-m"), m, os("--cors-origin"), os("app.example/path")]);
+    assert_one_line_error(&out, "--cors-origin `app.example/path` is not an origin");
 }
 
 #[test]

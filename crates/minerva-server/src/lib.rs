@@ -36,9 +36,11 @@ pub use metrics::Metrics;
 pub struct ServerConfig {
     /// The name `/v1/models` lists and requests may ask for.
     pub model_name: String,
-    /// With a key, every `/v1/*` request needs `Authorization: Bearer KEY`.
+    /// With a key, every route but `/health` needs `Authorization: Bearer KEY`.
     pub api_key: Option<String>,
-    /// Browser origins allowed by CORS (none: no CORS headers).
+    /// `/metrics` stays open with a key (for scrapers).
+    pub metrics_public: bool,
+    /// Browser origins allowed by CORS (`*`: any; none: no CORS headers).
     pub cors_origins: Vec<String>,
     /// Longest a request may run; then it ends with `finish_reason: length`.
     pub request_timeout: Duration,
@@ -55,12 +57,38 @@ impl Default for ServerConfig {
         ServerConfig {
             model_name: "model".into(),
             api_key: None,
+            metrics_public: false,
             cors_origins: Vec::new(),
             request_timeout: Duration::from_secs(600),
             shutdown_grace: Duration::from_secs(10),
             body_limit: 8 << 20,
             log_requests: true,
         }
+    }
+}
+
+impl ServerConfig {
+    /// Why this configuration cannot serve, if it cannot: a CORS origin that is neither `*` nor
+    /// `scheme://host[:port]`.
+    pub fn check(&self) -> Result<(), String> {
+        for origin in &self.cors_origins {
+            if origin == "*" {
+                continue;
+            }
+            let host = origin.strip_prefix("https://").or_else(|| origin.strip_prefix("http://"));
+            let valid = host.is_some_and(|h| {
+                !h.is_empty()
+                    && h.chars().all(|c| c.is_ascii_alphanumeric() || "-.:[]".contains(c))
+                    && axum::http::HeaderValue::from_str(origin).is_ok()
+            });
+            if !valid {
+                return Err(format!(
+                    "--cors-origin `{origin}` is not an origin: give `*` or scheme://host[:port], \
+                     e.g. https://app.example.com"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -73,6 +101,7 @@ pub async fn serve(
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    config.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let grace = config.shutdown_grace;
     let app = http::router(engine.clone(), metrics, config);
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();

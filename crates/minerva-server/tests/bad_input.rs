@@ -123,7 +123,7 @@ async fn bad_requests_are_openai_errors_naming_the_field() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_key_guards_v1_but_not_health() {
+async fn the_api_key_guards_every_route_but_health() {
     let config = ServerConfig { api_key: Some("s3cret".into()), ..common::quiet() };
     let server = start_with(common::smollm2(), common::engine_config(1), config).await;
     let url = &server.url;
@@ -144,6 +144,23 @@ async fn the_api_key_guards_v1_but_not_health() {
     let r = client().post(format!("{url}/v1/completions")).bearer_auth("s3cret").json(&body).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(client().get(format!("{url}/health")).send().await.unwrap().status(), 200);
+    // The tokenizer routes and the metrics too; the scheme in any case.
+    for (path, body) in [("/tokenize", json!({"content": "hi"})), ("/detokenize", json!({"tokens": [1]}))] {
+        let r = client().post(format!("{url}{path}")).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+        let r = client().post(format!("{url}{path}")).header("authorization", "bearer s3cret").json(&body);
+        assert_eq!(r.send().await.unwrap().status(), 200, "{path}");
+    }
+    assert_eq!(client().get(format!("{url}/metrics")).send().await.unwrap().status(), 401);
+    let r = client().get(format!("{url}/metrics")).header("authorization", "BEARER s3cret").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    server.shutdown().await.unwrap();
+    // `metrics_public` opens /metrics alone.
+    let config = ServerConfig { api_key: Some("s3cret".into()), metrics_public: true, ..common::quiet() };
+    let server = start_with(common::smollm2(), common::engine_config(1), config).await;
+    assert_eq!(client().get(format!("{}/metrics", server.url)).send().await.unwrap().status(), 200);
+    let r = client().post(format!("{}/tokenize", server.url)).json(&json!({"content": "hi"})).send().await.unwrap();
+    assert_eq!(r.status(), 401);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,6 +179,28 @@ async fn cors_answers_preflights_for_listed_origins_only() {
     assert_eq!(ok.headers()["access-control-allow-origin"], "https://app.example");
     let other = preflight("https://evil.example").await.unwrap();
     assert!(other.headers().get("access-control-allow-origin").is_none());
+    server.shutdown().await.unwrap();
+    // `*`: any origin, with whatever headers the page asks for (the OpenAI JS SDK's `x-stainless-*`).
+    let config = ServerConfig { cors_origins: vec!["*".into()], ..common::quiet() };
+    let server = start_with(common::smollm2(), common::engine_config(1), config).await;
+    let r = client()
+        .request(reqwest::Method::OPTIONS, format!("{}/v1/chat/completions", server.url))
+        .header("origin", "https://any.example")
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "authorization, content-type, x-stainless-os, x-stainless-lang")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["access-control-allow-origin"], "*");
+    let allowed = r.headers()["access-control-allow-headers"].to_str().unwrap().to_ascii_lowercase();
+    assert!(allowed.contains("x-stainless-os") && allowed.contains("authorization"), "{allowed}");
+    // Not an origin: refused before serving.
+    for bad in ["app.example", "https://app.example/v1", "ftp://x", "https://"] {
+        let config = ServerConfig { cors_origins: vec![bad.into()], ..common::quiet() };
+        assert!(config.check().unwrap_err().contains(bad), "{bad}");
+    }
+    assert!(ServerConfig { cors_origins: vec!["http://localhost:3000".into()], ..common::quiet() }.check().is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

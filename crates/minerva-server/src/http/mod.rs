@@ -18,7 +18,7 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::ServerConfig;
 use crate::api::response::{ModelCard, ModelList};
@@ -114,26 +114,38 @@ pub(crate) fn unix_now() -> u64 {
 /// Builds the whole application.
 pub(crate) fn router(engine: EngineHandle, metrics: Arc<Metrics>, config: ServerConfig) -> Router {
     let body_limit = config.body_limit;
+    // (`ServerConfig::check` refused invalid origins before this.) The requested headers are
+    // allowed, whatever they are: the OpenAI JavaScript SDK sends `x-stainless-*` ones.
     let cors = (!config.cors_origins.is_empty()).then(|| {
-        let origins: Vec<HeaderValue> =
-            config.cors_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+        let origins = if config.cors_origins.iter().any(|o| o == "*") {
+            AllowOrigin::any()
+        } else {
+            AllowOrigin::list(config.cors_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+        };
         CorsLayer::new()
-            .allow_origin(AllowOrigin::list(origins))
+            .allow_origin(origins)
             .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .allow_headers(AllowHeaders::mirror_request())
     });
+    let metrics_public = config.metrics_public;
     let state: Shared = Arc::new(AppState { engine, metrics, config, started: unix_now() });
-    let v1 = Router::new()
+    let metrics_route = Router::new().route("/metrics", get(metrics_text));
+    let mut keyed = Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
         .route("/v1/models", get(models))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
-    let app = Router::new()
-        .merge(v1)
-        .route("/health", get(health))
-        .route("/metrics", get(metrics_text))
         .route("/tokenize", post(tokenize))
-        .route("/detokenize", post(detokenize))
+        .route("/detokenize", post(detokenize));
+    let mut open = Router::new().route("/health", get(health));
+    if metrics_public {
+        open = open.merge(metrics_route);
+    } else {
+        keyed = keyed.merge(metrics_route);
+    }
+    let keyed = keyed.route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    let app = Router::new()
+        .merge(keyed)
+        .merge(open)
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(body_limit))
@@ -190,14 +202,18 @@ pub(crate) fn finish_request(
     }
 }
 
-/// `/v1/*` needs `Authorization: Bearer KEY` when the server has a key (compared in constant time).
+/// Every route but `/health` (and `/metrics` with `--metrics-public`) needs `Authorization:
+/// Bearer KEY` when the server has a key: the scheme in any case, the key compared in constant
+/// time.
 async fn require_key(State(state): State<Shared>, request: Request, next: Next) -> Response {
     if let Some(key) = &state.config.api_key {
         let given = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| v.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .unwrap_or_default();
         if !bool::from(given.as_bytes().ct_eq(key.as_bytes())) {
             return ApiError::unauthorized().into_response();
