@@ -81,3 +81,80 @@ async fn random_weights_under_a_grammar_give_valid_output() {
         server.shutdown().await.unwrap();
     }
 }
+
+/// A failure in one sequence ends its own request only: on the tiny Qwen 2, a grammar whose
+/// fifth word would need a character the vocabulary lacks (`!`) fails mid-generation, whole or
+/// streamed (an error event, then `[DONE]`), while a greedy stream started before them and still
+/// decoding when they fail finishes with the text it gives alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequence_that_fails_ends_only_its_own_request() {
+    use futures_util::StreamExt;
+    let path = common::root().join("fixtures/model/tiny/qwen2/model.gguf");
+    let load = move || {
+        let tokenizer = Tokenizer::from_gguf(&minerva_gguf::Gguf::open(&path).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        let model = Model::load(&path, CpuBackend::new(Some(2)).unwrap()).map_err(|e| e.to_string())?;
+        Ok((model, tokenizer))
+    };
+    let engine = minerva_server::EngineConfig { ctx_size: Some(128), ..common::engine_config(3) };
+    let server = start_with(load, engine, common::quiet()).await;
+    // End of sequence banned, so the healthy request runs to its limit.
+    let healthy = json!({"prompt": "the fox", "max_tokens": 120, "temperature": 0, "logit_bias": {"2": -100}});
+    let (_, _, alone) = post(&server.url, "/v1/completions", &healthy).await;
+    let doomed = json!({"prompt": "the fox", "max_tokens": 48, "temperature": 0, "grammar":
+                        "start: w (\" \" w)~0..3 \"!\"\nw: \"the\" | \"fox\""});
+    // Once alone first, so the grammar compiler is built before the timed part.
+    let (status, _, _) = post(&server.url, "/v1/completions", &doomed).await;
+    assert_eq!(status, 500);
+    // The timing is the machine's: tried until one attempt had the failures land while the healthy
+    // stream was decoding (every attempt must keep its text).
+    let mut overlapped = false;
+    for _ in 0..8 {
+        let mut streamed = healthy.clone();
+        streamed["stream"] = json!(true);
+        // The healthy stream is read on its own task, which notes when its last chunk arrived.
+        let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+        let url = server.url.clone();
+        let reader = tokio::spawn(async move {
+            let response = common::client().post(format!("{url}/v1/completions")).json(&streamed).send().await.unwrap();
+            let mut body = response.bytes_stream();
+            let mut text = String::new();
+            let mut started_tx = Some(started_tx);
+            while let Some(chunk) = body.next().await {
+                text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+                if let Some(tx) = started_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+            (text, std::time::Instant::now())
+        });
+        started.await.unwrap();
+        // It is decoding: now the failing requests.
+        let mut doomed_stream = doomed.clone();
+        doomed_stream["stream"] = json!(true);
+        let (a, c) = tokio::join!(
+            post(&server.url, "/v1/completions", &doomed),
+            common::post_stream(&server.url, "/v1/completions", &doomed_stream),
+        );
+        let failed_at = std::time::Instant::now();
+        let (status, _, failed) = a;
+        assert_eq!(status, 500, "{failed}");
+        assert!(failed["error"]["message"].as_str().unwrap().contains("no token of the vocabulary"), "{failed}");
+        assert_eq!(c.last().map(String::as_str), Some("[DONE]"));
+        let error: Value = serde_json::from_str(&c[c.len() - 2]).unwrap();
+        assert!(error["error"]["message"].as_str().unwrap().contains("no token of the vocabulary"), "{c:?}");
+        let (text, healthy_done) = reader.await.unwrap();
+        overlapped = healthy_done > failed_at;
+        let events: Vec<String> = text.lines().filter_map(|l| l.strip_prefix("data: ")).map(str::to_string).collect();
+        let together: String = common::chunks(&events)
+            .iter()
+            .filter_map(|c| c["choices"][0]["text"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(together, alone["choices"][0]["text"].as_str().unwrap(), "the healthy request changed");
+        if overlapped {
+            break;
+        }
+    }
+    assert!(overlapped, "in 8 attempts the healthy stream always ended before the failures");
+    server.shutdown().await.unwrap();
+}

@@ -32,20 +32,33 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 #[derive(Clone, Copy)]
 pub(crate) struct BodyLimit(pub(crate) usize);
 
+/// `bytes` as `T`, read straight from the bytes (no generic JSON value in between, so a large
+/// body costs about its own size once), with the path of the field at fault on error.
+/// Errors are `(path, error)`, the path `.` where no field is at fault.
+fn read<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, (String, serde_json::Error)> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value =
+        serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| (e.path().to_string(), e.into_inner()))?;
+    // Text after the value (`{…} trailing`) is an error too.
+    de.end().map_err(|e| (".".to_string(), e))?;
+    Ok(value)
+}
+
 /// Parses `bytes` as `T`, naming the field at fault.
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_json(format!("invalid JSON body: {e}")))?;
-    let error = match serde_path_to_error::deserialize::<_, T>(&value) {
+    let (mut path, inner) = match read::<T>(bytes) {
         Ok(v) => return Ok(v),
         Err(e) => e,
     };
-    let mut path = error.path().to_string();
-    let message = format!("invalid JSON body: {}", error.into_inner());
+    if inner.is_syntax() || inner.is_eof() {
+        return Err(ApiError::bad_json(format!("invalid JSON body: {inner}")));
+    }
+    let message = format!("invalid JSON body: {inner}");
     if path == "." {
-        // Fields of a `#[serde(flatten)]`ed struct lose their path: ask the shared part alone.
-        if let Err(e) = serde_path_to_error::deserialize::<_, CommonParams>(&value) {
-            path = e.path().to_string();
+        // Fields of a `#[serde(flatten)]`ed struct lose their path: ask the shared part alone
+        // (only on this error path).
+        if let Err((p, _)) = read::<CommonParams>(bytes) {
+            path = p;
         }
     }
     if path == "." { Err(ApiError::bad_json(message)) } else { Err(ApiError::invalid(path, message)) }
