@@ -17,6 +17,10 @@ pub struct RequestLabels {
 /// Every metric, updated by the handlers and the engine thread.
 pub struct Metrics {
     registry: Registry,
+    /// The names Kubernetes' Gateway API Inference Extension and llm-d route on (vLLM's).
+    vllm_registry: Registry,
+    /// Fraction (0–1) of the KV cache's positions that running sequences hold.
+    pub kv_cache_usage: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// HTTP requests answered, by status.
     pub requests: Family<RequestLabels, Counter>,
     /// Prompt tokens admitted.
@@ -69,7 +73,17 @@ impl Metrics {
             // 1 ms … 4 s.
             inter_token_latency: Histogram::new(exponential_buckets(0.001, 2.0, 13)),
             registry: Registry::default(),
+            vllm_registry: Registry::default(),
+            kv_cache_usage: Gauge::default(),
         };
+        let mut vllm_registry = Registry::default();
+        vllm_registry.register("vllm:num_requests_running", "Requests running (as vLLM names it)", m.running.clone());
+        vllm_registry.register("vllm:num_requests_waiting", "Requests waiting (as vLLM names it)", m.queued.clone());
+        vllm_registry.register(
+            "vllm:kv_cache_usage_perc",
+            "Fraction of the KV cache in use, 0 to 1 (as vLLM names it)",
+            m.kv_cache_usage.clone(),
+        );
         registry.register("http_requests", "HTTP requests answered, by status", m.requests.clone());
         registry.register("prompt_tokens", "Prompt tokens admitted", m.prompt_tokens.clone());
         registry.register("completion_tokens", "Tokens generated", m.completion_tokens.clone());
@@ -98,7 +112,12 @@ impl Metrics {
             "Between consecutive tokens of a sequence",
             m.inter_token_latency.clone(),
         );
-        Metrics { registry, ..m }
+        registry.register(
+            "kv_cache_usage_ratio",
+            "Fraction of the KV cache's positions running sequences hold",
+            m.kv_cache_usage.clone(),
+        );
+        Metrics { registry, vllm_registry, ..m }
     }
 
     /// Counts one answered request.
@@ -110,7 +129,9 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.registry);
+        let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.vllm_registry);
+        let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out
     }
 }

@@ -168,6 +168,18 @@ async fn a_client_that_leaves_a_non_streamed_request_frees_its_slot() {
         assert!(t.elapsed() < Duration::from_secs(20), "the request never started");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The names llm-d and the Gateway API Inference Extension route on, beside ours.
+    assert_eq!(metric(&server.url, "vllm:num_requests_running").await, 1.0);
+    assert_eq!(metric(&server.url, "vllm:num_requests_waiting").await, 0.0);
+    // (It counts positions already run: after the first step.)
+    let t = Instant::now();
+    let mut usage = 0.0;
+    while usage == 0.0 {
+        assert!(t.elapsed() < Duration::from_secs(20), "the KV cache stayed empty");
+        usage = metric(&server.url, "vllm:kv_cache_usage_perc").await;
+    }
+    assert!(usage > 0.0 && usage < 1.0, "{usage}");
+    assert!(metric(&server.url, "minerva_kv_cache_usage_ratio").await >= usage, "it only grows while one runs");
     // Dropping the task drops the connection while the answer is being generated.
     waiting.abort();
     let t = Instant::now();
@@ -176,6 +188,7 @@ async fn a_client_that_leaves_a_non_streamed_request_frees_its_slot() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(metric(&server.url, "minerva_cancelled_requests_total").await, 1.0);
+    assert_eq!(metric(&server.url, "vllm:num_requests_running").await, 0.0);
     assert!(metric(&server.url, "minerva_completion_tokens_total").await < 1500.0);
     let (status, _, r) = post(&server.url, "/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2})).await;
     assert_eq!(status, 200, "{r}");

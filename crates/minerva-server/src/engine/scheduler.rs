@@ -409,7 +409,15 @@ impl<B: Backend> Scheduler<B> {
             self.finish(seq, finish);
         }
         self.shared.metrics.running.set(self.running.len() as i64);
+        self.note_kv_usage();
         Ok(())
+    }
+
+    /// The share of the cache's positions the running sequences hold, for `/metrics`.
+    fn note_kv_usage(&self) {
+        let held: usize = self.running.iter().map(|s| s.fed).sum();
+        let total = (self.slots.len() * self.ctx_size).max(1);
+        self.shared.metrics.kv_cache_usage.set(held as f64 / total as f64);
     }
 
     /// Choice 0 of a request (at `leader`) has run its prompt: the request's other choices start
@@ -525,6 +533,7 @@ impl<B: Backend> Scheduler<B> {
             self.slots.give_back_empty(seq.slot);
         }
         self.shared.metrics.running.set(0);
+        self.shared.metrics.kv_cache_usage.set(0.0);
     }
 
     /// Ends every running and waiting request with `error`.

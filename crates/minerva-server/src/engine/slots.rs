@@ -18,6 +18,11 @@ impl Slots {
         Slots { free: (0..n).collect(), cached: vec![Vec::new(); n], last_used: vec![0; n], clock: 0 }
     }
 
+    /// All slots, free or not.
+    pub(super) fn len(&self) -> usize {
+        self.cached.len()
+    }
+
     /// Slots free now.
     pub(super) fn free(&self) -> usize {
         self.free.len()
