@@ -40,6 +40,14 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1/* (also from MINERVA_API_KEY).
     #[arg(long, env = "MINERVA_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Seconds a connection may take to send a request's headers, idle keep-alive time included;
+    /// then it is closed.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout: u64,
+    /// Most requests being read, parsed and prompted at once (default: twice --parallel plus
+    /// --max-queue); more are answered 503 with Retry-After.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_inflight: Option<u32>,
     /// Leave /metrics open when --api-key is set (for Prometheus scrapers).
     #[arg(long)]
     pub metrics_public: bool,
@@ -113,6 +121,8 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         cors_origins: args.cors_origins.clone(),
         metrics_public: args.metrics_public,
+        header_timeout: Duration::from_secs(args.header_timeout),
+        max_inflight: args.max_inflight.map_or(2 * (usize::from(args.parallel) + args.max_queue), |n| n as usize),
         request_timeout: Duration::from_secs(args.timeout),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
         ..ServerConfig::default()

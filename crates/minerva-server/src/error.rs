@@ -134,6 +134,18 @@ impl ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable_error", "The server is shutting down.")
     }
 
+    /// 503: `max_inflight` requests are already being read or prepared.
+    pub fn busy(max_inflight: usize) -> ApiError {
+        ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                format!("The server is busy: {max_inflight} requests are in flight; retry shortly."),
+            )
+        }
+    }
+
     /// 503: the engine thread has stopped (it failed); the process is exiting.
     pub fn engine_stopped() -> ApiError {
         ApiError::new(

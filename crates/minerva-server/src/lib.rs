@@ -50,6 +50,12 @@ pub struct ServerConfig {
     pub body_limit: usize,
     /// Print one line per request on stderr.
     pub log_requests: bool,
+    /// Longest wait for a request's headers, an idle keep-alive connection's next request
+    /// included: then the connection is closed.
+    pub header_timeout: Duration,
+    /// Most requests being read, parsed and prompted at once (before the engine's queue); more
+    /// are answered 503 with `Retry-After`.
+    pub max_inflight: usize,
 }
 
 impl Default for ServerConfig {
@@ -63,6 +69,8 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             body_limit: 8 << 20,
             log_requests: true,
+            header_timeout: Duration::from_secs(30),
+            max_inflight: 256,
         }
     }
 }
@@ -103,21 +111,40 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     config.check().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let grace = config.shutdown_grace;
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(config.header_timeout).keep_alive(true);
     let app = http::router(engine.clone(), metrics, config);
-    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
-    let graceful = async move {
-        shutdown.await;
-        let _ = signalled_tx.send(());
-    };
-    let server = axum::serve(listener, app).with_graceful_shutdown(graceful);
-    let server = tokio::spawn(async move { server.await });
-    // After the signal, give running requests the grace period, then end them: their streams
-    // close and the connections with them, so the server can finish.
-    tokio::spawn(async move {
-        if signalled_rx.await.is_ok() {
-            tokio::time::sleep(grace).await;
-            engine.cancel_all();
+    let connections = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    // Out of file descriptors and the like: wait, then accept again.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                let connection = http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                let connection = connections.watch(connection);
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+            }
+            () = &mut shutdown => break,
         }
+    }
+    // Stop accepting; running requests get the grace period, then are ended: their streams close
+    // and the connections with them, so the shutdown completes.
+    let cancel = tokio::spawn(async move {
+        tokio::time::sleep(grace).await;
+        engine.cancel_all();
     });
-    server.await.map_err(std::io::Error::other)?
+    connections.shutdown().await;
+    cancel.abort();
+    Ok(())
 }

@@ -28,15 +28,17 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use json::ApiJson;
 
-/// What every handler shares.
 /// Longest a request's grammar may take to compile.
 pub(crate) const GRAMMAR_COMPILE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// What every handler shares.
 pub(crate) struct AppState {
     pub(crate) engine: EngineHandle,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: ServerConfig,
     pub(crate) started: u64,
+    /// API requests between arrival and their handler's response (bounded by `max_inflight`).
+    pub(crate) inflight: std::sync::atomic::AtomicUsize,
 }
 
 type Shared = Arc<AppState>;
@@ -128,7 +130,8 @@ pub(crate) fn router(engine: EngineHandle, metrics: Arc<Metrics>, config: Server
             .allow_headers(AllowHeaders::mirror_request())
     });
     let metrics_public = config.metrics_public;
-    let state: Shared = Arc::new(AppState { engine, metrics, config, started: unix_now() });
+    let state: Shared =
+        Arc::new(AppState { engine, metrics, config, started: unix_now(), inflight: Default::default() });
     let metrics_route = Router::new().route("/metrics", get(metrics_text));
     let mut keyed = Router::new()
         .route("/v1/chat/completions", post(chat::handle))
@@ -142,7 +145,9 @@ pub(crate) fn router(engine: EngineHandle, metrics: Arc<Metrics>, config: Server
     } else {
         keyed = keyed.merge(metrics_route);
     }
-    let keyed = keyed.route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    let keyed = keyed
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key))
+        .route_layer(middleware::from_fn_with_state(state.clone(), limit_inflight));
     let app = Router::new()
         .merge(keyed)
         .merge(open)
@@ -200,6 +205,26 @@ pub(crate) fn finish_request(
         let ms = started.elapsed().as_millis();
         eprintln!("{method} {path} {}{tokens} {ms} ms", status.as_u16());
     }
+}
+
+/// At most `max_inflight` API requests between arrival and response (reading and parsing the
+/// body, prompting, queueing): more are answered 503 with `Retry-After` before their body is
+/// read, so many large bodies at once cannot take the memory.
+async fn limit_inflight(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    use std::sync::atomic::Ordering;
+    let max = state.config.max_inflight;
+    if state.inflight.fetch_add(1, Ordering::AcqRel) >= max {
+        state.inflight.fetch_sub(1, Ordering::AcqRel);
+        return ApiError::busy(max).into_response();
+    }
+    struct Release<'a>(&'a std::sync::atomic::AtomicUsize);
+    impl Drop for Release<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let _release = Release(&state.inflight);
+    next.run(request).await
 }
 
 /// Every route but `/health` (and `/metrics` with `--metrics-public`) needs `Authorization:
