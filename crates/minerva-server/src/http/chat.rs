@@ -18,7 +18,7 @@ use crate::api::response::{
 };
 use crate::api::tools::{GrammarPlan, ToolChoice};
 use crate::api::{check_common, check_top_logprobs, fit_context, tools};
-use crate::engine::{ChatFormat, Delta, Finish, GenerationRequest, OutputFormat, TokenLogprob};
+use crate::engine::{ChatFormat, Delta, Finish, GenerationRequest, ModelInfo, OutputFormat, TokenLogprob};
 use crate::error::ApiError;
 use crate::prompt;
 use minerva_generate::ThinkStart;
@@ -57,8 +57,7 @@ pub(crate) async fn handle(
         (false, Some(_)) => return Err(ApiError::invalid("top_logprobs", "`top_logprobs` needs `logprobs: true`")),
         (false, None) => None,
     };
-    let tools = req.tools.as_deref().unwrap_or_default();
-    let tools_on = !tools.is_empty() && tool_choice != ToolChoice::None;
+    let tools_on = req.tools.as_deref().is_some_and(|t| !t.is_empty()) && tool_choice != ToolChoice::None;
     let structured = crate::api::structured::grammar_of(&req.common)?;
     if let (true, Some((param, _))) = (tools_on, &structured) {
         return Err(ApiError::invalid(
@@ -66,45 +65,11 @@ pub(crate) async fn handle(
             "give `tools` (with a `tool_choice` other than `none`) or an output format, not both",
         ));
     }
-    let (text, output, plan) = match &info.chat {
-        ChatFormat::Template(chat) => {
-            let text = prompt::render_template(chat, &req, tools_on)?;
-            let think = ThinkStart::of(Some(&chat.source), &text);
-            let format = tools_on.then_some(chat.tool_format);
-            let plan = match structured {
-                Some((field, grammar)) => Some(GrammarPlan { field, grammar, trigger: None }),
-                None => tools::text_call_plan(
-                    chat.tool_format,
-                    tools,
-                    &tool_choice,
-                    req.parallel_tool_calls.unwrap_or(true),
-                    &info.tokenizer,
-                )?,
-            };
-            (text, OutputFormat::Split { tools: format, think }, plan.map(|p| p.after_reasoning(think)))
-        }
-        ChatFormat::Harmony => {
-            let text = prompt::render_harmony(&req, &today())?;
-            let plan = match (tools::harmony_call_grammar(tools, &tool_choice)?, structured) {
-                (Some(grammar), _) => Some(GrammarPlan { field: "tool_choice".into(), grammar, trigger: None }),
-                (None, Some((field, grammar))) => {
-                    let grammar =
-                        tools::harmony_final_grammar(&grammar).map_err(|why| ApiError::invalid(field.clone(), why))?;
-                    Some(GrammarPlan { field, grammar, trigger: None })
-                }
-                (None, None) => None,
-            };
-            (text, OutputFormat::Harmony, plan)
-        }
-        ChatFormat::None => {
-            return Err(ApiError::invalid(
-                "messages",
-                "this model has no chat template; use /v1/completions with a prompt",
-            ));
-        }
+    let (ids, output, plan) = {
+        let info = info.clone();
+        let task = tokio::task::spawn_blocking(move || prepare(&info, &req, &tool_choice, tools_on, structured));
+        task.await.map_err(|e| ApiError::internal(format!("preparing the prompt: {e}")))??
     };
-    // The template writes BOS and the other specials itself (as `minerva run --chat`).
-    let ids = info.tokenizer.encode(&text, false).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let max_tokens = fit_context(info.ctx_size, ids.len(), checked.max_tokens)?;
     let constraint = match plan {
         Some(plan) => Some(state.compile(&info, plan).await?),
@@ -148,6 +113,59 @@ pub(crate) async fn handle(
         usage: Usage::new(prompt_tokens, completion_tokens, cached_tokens),
     };
     Ok(respond::json_with_tokens(body, Tokens { prompt: prompt_tokens, completion: completion_tokens }))
+}
+
+/// The request's prompt ids, how its output is split, and the grammar it is held to: templating
+/// and tokenizing, which [`handle`] runs on a blocking thread (a long conversation takes
+/// milliseconds the async workers should not spend).
+fn prepare(
+    info: &ModelInfo,
+    req: &ChatRequest,
+    tool_choice: &ToolChoice,
+    tools_on: bool,
+    structured: Option<(String, minerva_generate::Grammar)>,
+) -> Result<(Vec<u32>, OutputFormat, Option<GrammarPlan>), ApiError> {
+    let tools = req.tools.as_deref().unwrap_or_default();
+    let (text, output, plan) = match &info.chat {
+        ChatFormat::Template(chat) => {
+            let text = prompt::render_template(chat, req, tools_on)?;
+            let think = ThinkStart::of(Some(&chat.source), &text);
+            let format = tools_on.then_some(chat.tool_format);
+            let plan = match structured {
+                Some((field, grammar)) => Some(GrammarPlan { field, grammar, trigger: None }),
+                None => tools::text_call_plan(
+                    chat.tool_format,
+                    tools,
+                    tool_choice,
+                    req.parallel_tool_calls.unwrap_or(true),
+                    &info.tokenizer,
+                )?,
+            };
+            (text, OutputFormat::Split { tools: format, think }, plan.map(|p| p.after_reasoning(think)))
+        }
+        ChatFormat::Harmony => {
+            let text = prompt::render_harmony(req, &today())?;
+            let plan = match (tools::harmony_call_grammar(tools, tool_choice)?, structured) {
+                (Some(grammar), _) => Some(GrammarPlan { field: "tool_choice".into(), grammar, trigger: None }),
+                (None, Some((field, grammar))) => {
+                    let grammar =
+                        tools::harmony_final_grammar(&grammar).map_err(|why| ApiError::invalid(field.clone(), why))?;
+                    Some(GrammarPlan { field, grammar, trigger: None })
+                }
+                (None, None) => None,
+            };
+            (text, OutputFormat::Harmony, plan)
+        }
+        ChatFormat::None => {
+            return Err(ApiError::invalid(
+                "messages",
+                "this model has no chat template; use /v1/completions with a prompt",
+            ));
+        }
+    };
+    // The template writes BOS and the other specials itself (as `minerva run --chat`).
+    let ids = info.tokenizer.encode(&text, false).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    Ok((ids, output, plan))
 }
 
 fn logprob_out(t: TokenLogprob) -> TokenLogprobOut {

@@ -19,6 +19,21 @@ use crate::error::ApiError;
 /// Most prompts in one request.
 const MAX_PROMPTS: usize = 16;
 
+/// `texts` tokenized (with BOS as the model adds it) on a blocking thread.
+async fn encode_off_the_workers(
+    info: &Arc<crate::engine::ModelInfo>,
+    texts: Vec<String>,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let info = info.clone();
+    let task = tokio::task::spawn_blocking(move || {
+        texts
+            .iter()
+            .map(|t| info.tokenizer.encode(t, true).map_err(|e| ApiError::invalid("prompt", e.to_string())))
+            .collect::<Result<Vec<_>, _>>()
+    });
+    task.await.map_err(|e| ApiError::internal(format!("tokenizing the prompt: {e}")))?
+}
+
 pub(crate) async fn handle(
     State(state): State<Arc<AppState>>,
     ApiJson(req): ApiJson<CompletionRequest>,
@@ -30,12 +45,13 @@ pub(crate) async fn handle(
     let vocab = info.tokenizer.vocab_size();
     let checked = check_common(&req.common, req.common.max_tokens, vocab, info.slots)?;
     let logprobs = req.logprobs.map(|t| check_top_logprobs("logprobs", Some(t))).transpose()?;
-    let encode = |text: &str| info.tokenizer.encode(text, true).map_err(|e| ApiError::invalid("prompt", e.to_string()));
-    let prompts: Vec<Vec<u32>> = match &req.prompt {
-        Prompt::Text(t) => vec![encode(t)?],
-        Prompt::Texts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
-        Prompt::Tokens(ids) => vec![ids.clone()],
-        Prompt::TokenLists(lists) => lists.clone(),
+    let prompts: Vec<Vec<u32>> = match req.prompt {
+        Prompt::Tokens(ids) => vec![ids],
+        Prompt::TokenLists(lists) => lists,
+        // Tokenizing runs on a blocking thread: long prompts take the async workers' time.
+        Prompt::Text(t) => encode_off_the_workers(&info, vec![t]).await?,
+        Prompt::Texts(ts) if ts.len() <= MAX_PROMPTS => encode_off_the_workers(&info, ts).await?,
+        Prompt::Texts(ts) => vec![Vec::new(); ts.len()],
     };
     if prompts.is_empty() || prompts.len() > MAX_PROMPTS {
         return Err(ApiError::invalid("prompt", format!("give from 1 to {MAX_PROMPTS} prompts")));
