@@ -22,6 +22,9 @@ import time
 
 import jsonschema
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_compare import wait_healthy  # noqa: E402 - the same start-up wait as the throughput comparison
+
 PET = {
     "type": "object", "additionalProperties": False,
     "required": ["name", "age", "color", "toys"],
@@ -102,22 +105,6 @@ def kinds():
         ("tools, tool_choice named", {"tools": TOOLS, "tool_choice": named}, calls(["get_time"])),
         ("tools, tool_choice auto", {"tools": TOOLS, "tool_choice": "auto"}, call_or_text),
     ]
-
-
-def wait_healthy(port, proc, timeout=120):
-    t = time.time()
-    while time.time() - t < timeout:
-        if proc.poll() is not None:
-            sys.exit(f"server exited with {proc.returncode}")
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    sys.exit("server never became healthy")
 
 
 def post(port, body):

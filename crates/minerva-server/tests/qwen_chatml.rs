@@ -39,6 +39,19 @@ async fn chat_requests_use_the_builtin_chatml() {
     }
 }
 
+/// The server on the tiny `arch` GGUF (its whole 128-token context), `parallel` slots.
+async fn start_tiny(arch: &str, parallel: usize) -> common::TestServer {
+    let path = common::root().join("fixtures/model/tiny").join(arch).join("model.gguf");
+    let load = move || {
+        let tokenizer = Tokenizer::from_gguf(&minerva_gguf::Gguf::open(&path).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        let model = Model::load(&path, CpuBackend::new(Some(2)).unwrap()).map_err(|e| e.to_string())?;
+        Ok((model, tokenizer))
+    };
+    let engine = minerva_server::EngineConfig { ctx_size: Some(128), ..common::engine_config(parallel) };
+    start_with(load, engine, common::quiet()).await
+}
+
 /// A random-weight model under a grammar, the strongest test of the mask: the tiny Qwen 2 / 3
 /// (letters, digits and a space in their vocabulary), sampled at temperature 1.5 with several
 /// seeds, answers every regular expression, choice list and Lark grammar exactly, and ends
@@ -48,15 +61,7 @@ async fn random_weights_under_a_grammar_give_valid_output() {
     let word = regex::Regex::new("^[a-z]{2,6}( [0-9]{1,3}){1,2}$").unwrap();
     let lark = regex::Regex::new("^(the|fox)( (the|fox)){0,3} [0-9]$").unwrap();
     for arch in ["qwen2", "qwen3"] {
-        let path = common::root().join("fixtures/model/tiny").join(arch).join("model.gguf");
-        let load = move || {
-            let tokenizer = Tokenizer::from_gguf(&minerva_gguf::Gguf::open(&path).map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
-            let model = Model::load(&path, CpuBackend::new(Some(2)).unwrap()).map_err(|e| e.to_string())?;
-            Ok((model, tokenizer))
-        };
-        let engine = minerva_server::EngineConfig { ctx_size: Some(128), ..common::engine_config(2) };
-        let server = start_with(load, engine, common::quiet()).await;
+        let server = start_tiny(arch, 2).await;
         for seed in 0..4 {
             let ask = |extra: Value| {
                 let mut body = json!({"prompt": "the fox", "max_tokens": 24, "temperature": 1.5, "seed": seed});
@@ -89,15 +94,7 @@ async fn random_weights_under_a_grammar_give_valid_output() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sequence_that_fails_ends_only_its_own_request() {
     use futures_util::StreamExt;
-    let path = common::root().join("fixtures/model/tiny/qwen2/model.gguf");
-    let load = move || {
-        let tokenizer = Tokenizer::from_gguf(&minerva_gguf::Gguf::open(&path).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-        let model = Model::load(&path, CpuBackend::new(Some(2)).unwrap()).map_err(|e| e.to_string())?;
-        Ok((model, tokenizer))
-    };
-    let engine = minerva_server::EngineConfig { ctx_size: Some(128), ..common::engine_config(3) };
-    let server = start_with(load, engine, common::quiet()).await;
+    let server = start_tiny("qwen2", 3).await;
     // End of sequence banned, so the healthy request runs to its limit.
     let healthy = json!({"prompt": "the fox", "max_tokens": 120, "temperature": 0, "logit_bias": {"2": -100}});
     let (_, _, alone) = post(&server.url, "/v1/completions", &healthy).await;

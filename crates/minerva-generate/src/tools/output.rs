@@ -436,24 +436,23 @@ fn push_arguments(out: &mut Vec<OutputPiece>, index: usize, c: char) {
 }
 
 fn push_reasoning(out: &mut Vec<OutputPiece>, text: &str) {
-    if text.is_empty() {
-        return;
-    }
-    if let Some(OutputPiece::Reasoning(r)) = out.last_mut() {
-        r.push_str(text);
-    } else {
-        out.push(OutputPiece::Reasoning(text.to_string()));
-    }
+    push_text(out, text, true);
 }
 
 fn push_answer(out: &mut Vec<OutputPiece>, text: &str) {
+    push_text(out, text, false);
+}
+
+/// Appends `text` as answer (or `reasoning`), to the last piece when it is of the same kind.
+fn push_text(out: &mut Vec<OutputPiece>, text: &str, reasoning: bool) {
     if text.is_empty() {
         return;
     }
-    if let Some(OutputPiece::Answer(a)) = out.last_mut() {
-        a.push_str(text);
-    } else {
-        out.push(OutputPiece::Answer(text.to_string()));
+    match out.last_mut() {
+        Some(OutputPiece::Reasoning(last)) if reasoning => last.push_str(text),
+        Some(OutputPiece::Answer(last)) if !reasoning => last.push_str(text),
+        _ if reasoning => out.push(OutputPiece::Reasoning(text.to_string())),
+        _ => out.push(OutputPiece::Answer(text.to_string())),
     }
 }
 
