@@ -75,6 +75,10 @@ enum Command {
         /// Cut the stream into windows of N tokens and score the second half of each.
         #[arg(long, value_name = "N")]
         ctx: Option<usize>,
+        /// With --text: do not put BOS first in each window (by default it is, where the model's
+        /// tokenizer adds BOS, as llama-perplexity does).
+        #[arg(long, requires = "text")]
+        no_bos: bool,
         /// Write the logits of every scored position as an f32 `.npy` (positions × vocab).
         #[arg(long, value_name = "LOGITS.npy")]
         out: Option<PathBuf>,
@@ -212,9 +216,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Inspect { path: Some(path), json, device: false } => inspect::run(&path, json, &mut out),
         Command::Inspect { json, .. } => device::inspect(json, &mut out),
         Command::Dump { path, tensor, output } => dump::run(&path, &tensor, &output),
-        Command::Score { model, tokens, text, ctx, out: logits } => {
+        Command::Score { model, tokens, text, ctx, out: logits, no_bos } => {
             let text = text.map(|file| read_text(&file)).transpose()?;
-            score::run(&model, tokens, text.as_deref(), score::Options { ctx, out: logits.as_deref() }, &mut out)
+            let opts = score::Options { ctx, out: logits.as_deref(), bos_per_window: !no_bos };
+            score::run(&model, tokens, text.as_deref(), opts, &mut out)
         }
         Command::Run { model, prompt, chat, system, sampling } => {
             run::run(&model, &sampling, &prompt, chat, system.as_deref(), &mut out)

@@ -3,7 +3,9 @@
 //! Without `--ctx` the whole stream is one window and every position but the last is scored (its
 //! logits predict the next token). With `--ctx N` the stream is cut into whole windows of N tokens
 //! (a partial last window is dropped) and, as llama.cpp's `perplexity` tool does, only the second
-//! half of each window is scored, so every scored token has at least N/2 tokens of context.
+//! half of each window is scored, so every scored token has at least N/2 tokens of context. A
+//! `--text` stream has BOS in place of each window's first token where the model's tokenizer
+//! adds BOS (llama-perplexity does the same), so every window starts as the model was trained.
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -20,6 +22,8 @@ pub struct Options<'a> {
     pub ctx: Option<usize>,
     /// Where to write the scored positions' logits.
     pub out: Option<&'a Path>,
+    /// With a text: BOS in place of each window's first token, where the tokenizer adds BOS.
+    pub bos_per_window: bool,
 }
 
 /// Runs the command, printing the perplexity to `stdout`. The tokens are `tokens`, or `text`
@@ -32,17 +36,23 @@ pub fn run(
     stdout: &mut impl Write,
 ) -> Result<(), CliError> {
     let path = load::model_path(args)?;
-    let tokens = match text {
+    let (mut tokens, bos) = match text {
         Some(text) => crate::tokenize::tokens_for_score(&path, text)?,
-        None => tokens,
+        None => (tokens, None),
     };
     let ctx = opts.ctx.unwrap_or(tokens.len());
     if ctx < 2 || tokens.len() < ctx {
         let message = format!("need a window of at least 2 tokens: {} tokens, --ctx {ctx}", tokens.len());
         return Err(CliError::Request { path, message });
     }
+    let bos = bos.filter(|_| opts.bos_per_window);
+    if let Some(bos) = bos {
+        for window in tokens.chunks_exact_mut(ctx) {
+            window[0] = bos;
+        }
+    }
     let args = ModelArgs { path: Some(path), model: None, hf: None, ..args.clone() };
-    load::with_model(&args, Score { tokens: &tokens, ctx, opts: &opts, stdout })
+    load::with_model(&args, Score { tokens: &tokens, ctx, opts: &opts, bos_first: bos.is_some(), stdout })
 }
 
 /// The scoring, on whichever backend the model loaded onto.
@@ -50,6 +60,8 @@ struct Score<'a, W> {
     tokens: &'a [u32],
     ctx: usize,
     opts: &'a Options<'a>,
+    /// Each window starts with BOS (said in the output).
+    bos_first: bool,
     stdout: &'a mut W,
 }
 
@@ -57,7 +69,8 @@ impl<W: Write> ModelTask for Score<'_, W> {
     type Output = ();
 
     fn run<B: Backend>(self, loaded: Loaded<B>) -> Result<(), CliError> {
-        score(&loaded.path, &loaded.model, self.tokens, self.ctx, self.opts, self.stdout)
+        let how = if self.bos_first { ", BOS first in each" } else { "" };
+        score(&loaded.path, &loaded.model, self.tokens, self.ctx, self.opts, how, self.stdout)
     }
 }
 
@@ -67,6 +80,7 @@ fn score<B: Backend>(
     tokens: &[u32],
     ctx: usize,
     opts: &Options<'_>,
+    how: &str,
     stdout: &mut impl Write,
 ) -> Result<(), CliError> {
     let model_err = |source| CliError::Model { path: path.to_path_buf(), source };
@@ -102,6 +116,6 @@ fn score<B: Backend>(
         w.flush().map_err(io)?;
     }
     let ppl = (nll / scored as f64).exp();
-    let _ = writeln!(stdout, "perplexity {ppl:.6} over {scored} scored tokens ({windows} window(s) of {ctx})");
+    let _ = writeln!(stdout, "perplexity {ppl:.6} over {scored} scored tokens ({windows} window(s) of {ctx}{how})");
     Ok(())
 }

@@ -36,8 +36,10 @@ pub fn run(
     Ok(())
 }
 
-/// The tokens of `text` for `minerva score --text`, with the model's BOS policy.
-pub fn tokens_for_score(path: &Path, text: &str) -> Result<Vec<u32>, CliError> {
+/// The tokens of `text` for `minerva score --text` (BOS first where the model adds it), and the
+/// BOS id when the model adds one.
+pub fn tokens_for_score(path: &Path, text: &str) -> Result<(Vec<u32>, Option<u32>), CliError> {
     let tok = load::tokenizer_only(path)?;
-    tok.encode(text, true).map_err(|source| CliError::Generate { path: path.to_path_buf(), source })
+    let ids = tok.encode(text, true).map_err(|source| CliError::Generate { path: path.to_path_buf(), source })?;
+    Ok((ids, tok.bos.filter(|_| tok.add_bos)))
 }

@@ -92,6 +92,22 @@ fn perplexity_within_its_bound_of_llama_perplexity() {
     let off = (ppl / llama - 1.0).abs();
     eprintln!("gemma3 perplexity {ppl:.4} vs llama.cpp {llama:.4}: {:.3} %", off * 100.0);
     assert!(off < PERPLEXITY_VS_LLAMA_CPP, "perplexity {ppl} vs llama.cpp {llama}");
+    // `--text` does the same by itself (BOS first in each window), and says so; `--no-bos`
+    // scores the windows as cut.
+    let file = root().join("fixtures/gemma3/perplexity.txt");
+    let text_args = |extra: &[&str]| {
+        let mut args = vec![os("score"), model.as_os_str(), os("--text"), file.as_os_str(), os("--ctx"), os("256")];
+        args.extend(extra.iter().map(|a| os(a)));
+        success(&minerva(&args))
+    };
+    let stdout = text_args(&[]);
+    assert!(stdout.contains(&format!("{windows} window(s) of {ctx}, BOS first in each")), "{stdout}");
+    let from_text: f64 = stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap();
+    assert_eq!(from_text, ppl, "--text and the same tokens given by hand");
+    let stdout = text_args(&["--no-bos"]);
+    assert!(!stdout.contains("BOS first"), "{stdout}");
+    let no_bos: f64 = stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap();
+    assert!((no_bos / llama - 1.0).abs() > 10.0 * PERPLEXITY_VS_LLAMA_CPP, "without BOS the windows score differently");
 }
 
 #[test]
