@@ -313,12 +313,15 @@ fn group_shape(
     Ok([prefix, &[cols / group as usize]].concat())
 }
 
-/// The parameters for `module`, or `None` when its entry is `false`.
+/// The parameters for `module`, or `None` when its entry is `false`. A module's own entry is
+/// read as MLX reads it: `nn.quantize` passes it alone to `to_quantized`, so a key it leaves out
+/// takes `to_quantized`'s default (4 bits, groups of 64, affine), not the top level's — mlx-lm
+/// writes `{"group_size": 64, "bits": 8}` for the 8-bit layers of an MXFP4 GPT-OSS.
 fn module_params(section: &Value, defaults: &MlxParams, module: &str) -> Result<Option<MlxParams>> {
     match section.get(module) {
         None => Ok(Some(defaults.clone())),
         Some(Value::Bool(false)) => Ok(None),
-        Some(v @ Value::Object(_)) => params(v, Some(defaults), module).map(Some),
+        Some(v @ Value::Object(_)) => params(v, None, module).map(Some),
         Some(_) => Err(quant_error(module, "expected an object or false".into())),
     }
 }
@@ -358,4 +361,30 @@ fn params(v: &Value, base: Option<&MlxParams>, module: &str) -> Result<MlxParams
         other => return Err(quant_error(module, format!("mode {other:?} is not supported (affine, mxfp4)"))),
     }
     Ok(MlxParams { bits, group_size, mode })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_module_entry_without_a_mode_is_affine_as_mlx_reads_it() {
+        // mlx-lm's `convert -q --q-bits 8` of the MXFP4 GPT-OSS: experts stay MXFP4 (the top
+        // level), the router is 8-bit affine in groups of 64 with no `mode` written.
+        let section = serde_json::json!({
+            "bits": 4, "group_size": 32, "mode": "mxfp4",
+            "model.layers.0.mlp.router": {"group_size": 64, "bits": 8},
+            "model.layers.0.mlp.gate": {"bits": 8},
+            "model.layers.0.self_attn.q_proj": false
+        });
+        let defaults = params(&section, None, "quantization").unwrap();
+        assert_eq!((defaults.bits, defaults.group_size, defaults.mode.as_str()), (4, 32, "mxfp4"));
+        let router = module_params(&section, &defaults, "model.layers.0.mlp.router").unwrap().unwrap();
+        assert_eq!((router.bits, router.group_size, router.mode.as_str()), (8, 64, "affine"));
+        let gate = module_params(&section, &defaults, "model.layers.0.mlp.gate").unwrap().unwrap();
+        assert_eq!((gate.bits, gate.group_size, gate.mode.as_str()), (8, 64, "affine"));
+        let experts = module_params(&section, &defaults, "model.layers.0.mlp.experts.up_proj").unwrap().unwrap();
+        assert_eq!((experts.bits, experts.group_size, experts.mode.as_str()), (4, 32, "mxfp4"));
+        assert!(module_params(&section, &defaults, "model.layers.0.self_attn.q_proj").unwrap().is_none());
+    }
 }

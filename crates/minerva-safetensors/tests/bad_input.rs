@@ -284,10 +284,15 @@ fn mlx_affine_checks() {
     let e = open_err(mlx_dir(json!({"bits": 4, "group_size": 64}), &[4, 2], true).path());
     assert!(matches!(e, E::ComponentShape { component, .. } if component == "m.scales"));
     // A per-module override changes the expected shapes: 8-bit → 32 elements per row, one group.
-    let e = open_err(mlx_dir(json!({"bits": 4, "group_size": 32, "m": {"bits": 8}}), &[4, 2], true).path());
+    let m8 = json!({"bits": 4, "group_size": 32, "m": {"bits": 8, "group_size": 32}});
+    let e = open_err(mlx_dir(m8.clone(), &[4, 2], true).path());
     assert!(matches!(e, E::ComponentShape { .. }));
-    let ok = mlx_dir(json!({"bits": 4, "group_size": 32, "m": {"bits": 8}}), &[4, 1], true);
+    let ok = mlx_dir(m8, &[4, 1], true);
     assert_eq!(Checkpoint::open(ok.path()).unwrap().logical_tensor("m.weight").unwrap().shape, [4, 32]);
+    // A key the override leaves out is MLX's `to_quantized` default, not the top level's (as
+    // `nn.quantize` passes the entry alone): groups of 64, which 32 elements per row cannot fill.
+    let e = open_err(mlx_dir(json!({"bits": 4, "group_size": 32, "m": {"bits": 8}}), &[4, 1], true).path());
+    assert!(matches!(&e, E::ComponentShape { expected, .. } if expected.contains("multiple of 64")), "{e:?}");
     // `false` leaves a module unquantized: three plain tensors.
     let plain = mlx_dir(json!({"bits": 4, "group_size": 32, "m": false}), &[4, 2], true);
     let ckpt = Checkpoint::open(plain.path()).unwrap();
