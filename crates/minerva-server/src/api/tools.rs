@@ -81,6 +81,11 @@ pub fn tool_choice(req: &ChatRequest) -> Result<ToolChoice, ApiError> {
     Ok(choice)
 }
 
+/// Lark rules of an optional Harmony analysis message (free reasoning) before the message a
+/// grammar holds: `<|channel|>analysis<|message|>…<|end|><|start|>assistant`.
+const HARMONY_ANALYSIS: &str =
+    "analysis: <|channel|> \"analysis\" <|message|> TEXT <|end|> <|start|> \"assistant\"\nTEXT: /(.|\\n)*/";
+
 /// The Harmony grammar of a completion that must call one of `tools` (all, or the named one): an
 /// optional analysis message, then `<|channel|>commentary to=functions.NAME <|constrain|>json
 /// <|message|>ARGS<|call|>` with ARGS valid under the function's parameters.
@@ -90,11 +95,7 @@ pub fn harmony_call_grammar(tools: &[Tool], choice: &ToolChoice) -> Result<Optio
         ToolChoice::Required => tools.iter().collect(),
         ToolChoice::Named(name) => tools.iter().filter(|t| &t.function.name == name).collect(),
     };
-    let mut rules = vec![
-        "start: analysis? call".to_string(),
-        "analysis: <|channel|> \"analysis\" <|message|> TEXT <|end|> <|start|> \"assistant\"".to_string(),
-        "TEXT: /(.|\\n)*/".to_string(),
-    ];
+    let mut rules = vec!["start: analysis? call".to_string(), HARMONY_ANALYSIS.to_string()];
     let mut calls = Vec::new();
     for (i, t) in allowed.iter().enumerate() {
         let schema = t.function.parameters.clone().unwrap_or_else(|| serde_json::json!({"type": "object"}));
@@ -196,8 +197,7 @@ pub fn harmony_final_grammar(grammar: &Grammar) -> Result<Grammar, String> {
     Ok(Grammar::Lark(
         [
             "start: analysis? final".to_string(),
-            "analysis: <|channel|> \"analysis\" <|message|> TEXT <|end|> <|start|> \"assistant\"".to_string(),
-            "TEXT: /(.|\\n)*/".to_string(),
+            HARMONY_ANALYSIS.to_string(),
             format!("final: <|channel|> \"final\" <|message|> {body} <|return|>"),
         ]
         .join("\n"),
