@@ -120,6 +120,11 @@ impl ToolOutput {
         ToolOutput { format, think, held: String::new(), mode, calls: 0 }
     }
 
+    /// Whether it looks for tool calls (else only reasoning is split off).
+    pub fn has_tools(&self) -> bool {
+        self.format.is_some()
+    }
+
     /// Tool calls read whole so far.
     pub fn tool_calls(&self) -> usize {
         self.calls

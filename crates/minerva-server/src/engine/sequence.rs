@@ -156,8 +156,9 @@ impl Output {
             }
             Split::Text(split) => {
                 // Markers such as Mistral's `[TOOL_CALLS]` are special tokens, which the
-                // detokenizer skips: the splitter reads their text.
-                let text = if tok.is_special(id) && !tok.is_stop(id) {
+                // detokenizer skips: with tools, the splitter reads their text (without, special
+                // tokens stay out of the answer, as in a plain output).
+                let text = if split.has_tools() && tok.is_special(id) && !tok.is_stop(id) {
                     tok.id_to_token(id)
                 } else {
                     self.stream.push(tok, id).map_err(err)?
