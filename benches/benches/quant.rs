@@ -8,8 +8,8 @@
 //!   out × in), throughput in weight bytes read per call. SmolLM2-135M: 576×1536 (ffn_down),
 //!   1536×576 (ffn_up/gate), 49152×576 (output head); GPT-OSS-20B: 4096×2880 (attn q),
 //!   2880×2880 (one MXFP4 expert), 201088×2880 (output head, Q8_0, 615 MB).
-//! * `matmul64/…` — 64 activation vectors at once (prefill); `matmul_batch/<shape>/Q8_0/n{2,4,8,16}`
-//!   — a batch of decodes, `matmul_i16` with a few vectors.
+//! * `matmul64/…` — 64 activation vectors at once (prefill); `matmul_batch/<shape>/<dtype>/n{1..64}`
+//!   — a batch of decodes, `matmul_i16` with 1 to 64 vectors (SmolLM2's Q4_1 layers, its Q8_0 head).
 //!
 //! Weights are random bytes with finite scales (speed does not depend on the values), made once.
 
@@ -255,10 +255,15 @@ fn bench_batch(c: &mut Criterion) {
     let pools = pools();
     let mut group = c.benchmark_group("matmul_batch");
     group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
-    let dtype = DType::Q8_0;
-    for (label, rows, cols) in [("smollm2_1536x576", 1536, 576), ("smollm2_49152x576", 49152, 576)] {
+    let shapes = [
+        ("smollm2_1536x576", DType::Q4_1, 1536, 576),
+        ("smollm2_576x1536", DType::Q4_1, 576, 1536),
+        ("smollm2_1536x576", DType::Q8_0, 1536, 576),
+        ("smollm2_49152x576", DType::Q8_0, 49152, 576),
+    ];
+    for (label, dtype, rows, cols) in shapes {
         let w = weights(dtype, rows * cols);
-        for n in [2, 4, 8, 16] {
+        for n in [1, 2, 4, 8, 16, 32, 64] {
             let xs: Vec<f32> = (0..n * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
             let mut ys = vec![0.0f32; n * rows];
             group.throughput(Throughput::Elements((rows * cols * n) as u64));

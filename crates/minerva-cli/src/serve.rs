@@ -24,9 +24,13 @@ pub struct ServeArgs {
     /// Sequences decoded together (KV-cache slots).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub parallel: u16,
-    /// Context of each sequence (default: the model's, capped so the KV cache of all slots fits memory).
+    /// Context of each sequence (default: the model's, capped so that one sequence fits the KV cache).
     #[arg(long, short = 'c')]
     pub ctx_size: Option<usize>,
+    /// Memory of the KV cache's block pool, shared by all sequences as they grow (`2GiB`, `512MiB`,
+    /// `1.5G`, bytes; default: enough for every slot at full context, within half the free memory).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub kv_memory: Option<u64>,
     /// Most tokens in one forward step (long prompts are prefilled in chunks of this size).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_tokens: u32,
@@ -65,6 +69,27 @@ pub struct ServeArgs {
     /// object that calls or replies; for templates that know no tools).
     #[arg(long, value_parser = parse_tool_format)]
     pub tool_format: Option<minerva_generate::ToolFormat>,
+}
+
+/// A size in bytes: a number with an optional unit (K, M, G, T; KiB… or KB…, all powers of 1024).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("unknown unit {unit:?} (use B, KiB, MiB, GiB or TiB)")),
+    };
+    let value: f64 = number.parse().map_err(|_| format!("{s:?} is not a size such as 2GiB"))?;
+    let bytes = value * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
+        return Err(format!("{s:?} is not a size in range"));
+    }
+    Ok(bytes as u64)
 }
 
 fn parse_tool_format(s: &str) -> Result<minerva_generate::ToolFormat, String> {
@@ -114,6 +139,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         prefill_chunk: args.prefill_chunk as usize,
         max_queue: args.max_queue,
         kv_budget_bytes: kv_budget(),
+        kv_memory: args.kv_memory,
         tool_format: args.tool_format,
     };
     let config = ServerConfig {
@@ -168,12 +194,13 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
                 Some(Ok(info)) => {
                     let device = device.get().map_or("?", String::as_str);
                     eprintln!(
-                        "minerva serve: model {name} ({}, {}) on {device} | {} slots × {} tokens of context ({}) | http://{address}",
+                        "minerva serve: model {name} ({}, {}) on {device} | {} slots × {} tokens of context ({}) | {} | http://{address}",
                         info.arch,
                         path.display(),
                         info.slots,
                         info.ctx_size,
                         info.ctx_note,
+                        info.kv_note,
                     );
                     break;
                 }
@@ -232,5 +259,22 @@ impl ModelTask for ServeTask {
         let _ = self.device.set(device);
         self.runner.run(move || Ok((loaded.model, tokenizer)));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_binary_units() {
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("2 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("GiB").is_err());
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("1e30").is_err());
     }
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use minerva_core::DType;
 
 use crate::error::{ModelError, Result};
+use crate::kv_blocks::KV_BLOCK_SIZE;
 use crate::rope::RopeConfig;
 
 /// Bytes a weight handle may borrow for as long as it lives (a mapped GGUF file, or a buffer).
@@ -110,8 +111,10 @@ pub struct DeviceSampling {
     pub u: f64,
 }
 
-/// The shape of a KV cache: `slots` sequences × `n_layer` layers × `n_head_kv` heads ×
-/// `capacity` positions × `head_dim`.
+/// The shape of a KV cache: a pool of `blocks` blocks of `block_size` positions, each holding
+/// `n_layer` layers × `n_head_kv` heads × `head_dim` values of keys and of values, read by
+/// `slots` sequences of up to `capacity` positions through their block tables (see
+/// [`crate::kv_blocks`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheShape {
     /// Independent sequences.
@@ -122,8 +125,36 @@ pub struct CacheShape {
     pub n_head_kv: usize,
     /// Dimensions per head.
     pub head_dim: usize,
-    /// Positions per slot.
+    /// Positions per sequence, at most.
     pub capacity: usize,
+    /// Positions per block.
+    pub block_size: usize,
+    /// Blocks in the pool.
+    pub blocks: usize,
+}
+
+impl CacheShape {
+    /// A cache in which every slot has blocks of [`KV_BLOCK_SIZE`] for all `capacity` positions
+    /// from the start (the tables of [`BlockTables::contiguous`](crate::kv_blocks::BlockTables)).
+    pub fn contiguous(slots: usize, n_layer: usize, n_head_kv: usize, head_dim: usize, capacity: usize) -> CacheShape {
+        let blocks = slots.saturating_mul(capacity.div_ceil(KV_BLOCK_SIZE));
+        CacheShape { slots, n_layer, n_head_kv, head_dim, capacity, block_size: KV_BLOCK_SIZE, blocks }
+    }
+
+    /// Blocks a slot's table holds at most: enough for `capacity` positions.
+    pub fn blocks_per_slot(&self) -> Result<usize> {
+        if self.block_size == 0 {
+            return Err(ModelError::Resource { message: "a KV cache needs blocks of at least one position".into() });
+        }
+        Ok(self.capacity.div_ceil(self.block_size))
+    }
+
+    /// Values of keys (or of values) in the pool, or `None` if the count overflows.
+    pub fn pool_values(&self) -> Option<usize> {
+        [self.n_layer, self.n_head_kv, self.block_size, self.head_dim]
+            .iter()
+            .try_fold(self.blocks, |a, &b| a.checked_mul(b))
+    }
 }
 
 /// One layer's experts for [`Backend::moe`]: stacked `[n_expert, rows, cols]` matrices in their
@@ -213,12 +244,21 @@ pub trait Backend: Send + Sync {
     /// The logits `x[rows] · headᵀ`, read back to the host row-major (`rows.len() × vocab`).
     fn logits(&self, x: &Self::Tensor, head: &Self::Weight, rows: &[usize]) -> Result<Vec<f32>>;
 
-    /// Copies the keys and values of positions `0..positions` of every layer from cache slot
-    /// `from` to slot `to` (several sampled continuations of one prompt share its prefill).
-    fn copy_slot(&self, cache: &mut Self::Cache, from: usize, to: usize, positions: usize) -> Result<()> {
-        let _ = (cache, from, to, positions);
-        Err(ModelError::UnsupportedOp { op: "copy_slot" })
+    /// Bytes that `values` cached keys or values take in the caches [`Backend::new_cache`] makes
+    /// (4 each in f32, 2 in f16, 34 per 32 in Q8_0): what a KV block costs.
+    fn kv_bytes(&self, values: usize) -> usize {
+        values.saturating_mul(4)
     }
+
+    /// Makes `blocks` the block table of cache slot `slot`: its position `p` is then read and
+    /// written at block `blocks[p / block_size]` (see [`crate::kv_blocks`]). Several slots may
+    /// name the same block; the caller sees that no two write to it.
+    fn set_blocks(&self, cache: &mut Self::Cache, slot: usize, blocks: &[u32]) -> Result<()>;
+
+    /// Copies whole blocks of the pool, every layer's keys and values: for each `(from, to)`,
+    /// block `to` becomes a copy of block `from` (a shared block copied before one of its
+    /// sequences writes to it).
+    fn copy_blocks(&self, cache: &mut Self::Cache, pairs: &[(u32, u32)]) -> Result<()>;
 
     /// Greedy decoding: for each row `r` of `rows`, the index of the largest logit of
     /// `x[r] · headᵀ` (the first on ties). The default computes [`Backend::logits`] and takes the

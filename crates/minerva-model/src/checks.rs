@@ -11,19 +11,12 @@ pub fn operands(op: &'static str, message: String) -> ModelError {
     ModelError::BadOperands { op, message }
 }
 
-/// [`crate::Backend::copy_slot`]'s operands: both slots and the positions inside the cache.
-/// Returns whether there is anything to copy.
-pub fn copy_slot(shape: &CacheShape, from: usize, to: usize, positions: usize) -> Result<bool> {
-    if from >= shape.slots || to >= shape.slots || positions > shape.capacity {
-        return Err(operands(
-            "copy_slot",
-            format!(
-                "slots {from} → {to} and {positions} positions do not fit a cache of {} slots × {}",
-                shape.slots, shape.capacity
-            ),
-        ));
+/// [`crate::Backend::copy_blocks`]'s operands: every block inside the pool.
+pub fn copy_blocks(shape: &CacheShape, pairs: &[(u32, u32)]) -> Result<()> {
+    if let Some(&(from, to)) = pairs.iter().find(|&&(from, to)| from.max(to) as usize >= shape.blocks) {
+        return Err(operands("copy_blocks", format!("blocks {from} → {to} in a pool of {}", shape.blocks)));
     }
-    Ok(from != to && positions > 0)
+    Ok(())
 }
 
 /// A weight tensor's shape read as a matrix.

@@ -117,7 +117,7 @@ pub enum ModelError {
         message: String,
     },
     /// A KV-cache element type the backend does not store.
-    #[error("KV cache dtype {dtype} is not supported (f32, f16)")]
+    #[error("KV cache dtype {dtype} is not supported (f32, f16, q8_0)")]
     KvDType {
         /// The dtype asked for.
         dtype: DType,

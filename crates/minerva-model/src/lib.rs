@@ -59,6 +59,7 @@ pub mod cpu;
 mod error;
 mod gguf_keys;
 mod hf_config;
+pub mod kv_blocks;
 mod model;
 pub mod rope;
 pub mod source;

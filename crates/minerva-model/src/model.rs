@@ -10,6 +10,7 @@ use crate::arch::{self, ModelWeights};
 use crate::backend::{Backend, Batch, CacheShape, DeviceSampling, SeqSpan};
 use crate::config::Config;
 use crate::error::{ModelError, Result};
+use crate::kv_blocks::KV_BLOCK_SIZE;
 use crate::source::SourceFormat;
 
 /// One sequence of a forward batch: new tokens, the position of the first, and its cache slot.
@@ -98,16 +99,30 @@ impl<B: Backend> Model<B> {
         Ok(Model { config, weights, backend, kept_step: Mutex::new(None) })
     }
 
-    /// A preallocated KV cache for `slots` sequences of up to `capacity` positions.
+    /// A KV cache for `slots` sequences of up to `capacity` positions, each slot with its own
+    /// blocks for all of them.
     pub fn new_cache(&self, slots: usize, capacity: usize) -> Result<B::Cache> {
         let c = &self.config;
-        self.backend.new_cache(CacheShape {
-            slots,
-            n_layer: c.n_layer,
-            n_head_kv: c.n_head_kv,
-            head_dim: c.head_dim,
-            capacity,
-        })
+        self.backend.new_cache(CacheShape::contiguous(slots, c.n_layer, c.n_head_kv, c.head_dim, capacity))
+    }
+
+    /// A paged KV cache: a pool of `blocks` blocks of [`KV_BLOCK_SIZE`] positions shared by
+    /// `slots` sequences of up to `capacity` positions, each reading through the block table its
+    /// owner gives it ([`Backend::set_blocks`]; empty until then unless the pool has every
+    /// slot's blocks).
+    pub fn new_paged_cache(&self, slots: usize, capacity: usize, blocks: usize) -> Result<B::Cache> {
+        let c = &self.config;
+        let shape =
+            CacheShape { blocks, ..CacheShape::contiguous(slots, c.n_layer, c.n_head_kv, c.head_dim, capacity) };
+        self.backend.new_cache(shape)
+    }
+
+    /// Bytes of keys and values one block of [`KV_BLOCK_SIZE`] positions holds in this backend's
+    /// caches.
+    pub fn kv_block_bytes(&self) -> usize {
+        let c = &self.config;
+        let per_layer = c.n_head_kv.saturating_mul(c.head_dim).saturating_mul(KV_BLOCK_SIZE);
+        self.backend.kv_bytes(per_layer).saturating_mul(2 * c.n_layer)
     }
 
     /// Runs every sequence's new tokens in one pass (a prompt's prefill, or one decode token each),

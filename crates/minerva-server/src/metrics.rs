@@ -29,7 +29,9 @@ pub struct Metrics {
     pub completion_tokens: Counter,
     /// Requests ended because their client went away.
     pub cancelled: Counter,
-    /// Requests that started from a prompt prefix left in a slot's cache.
+    /// Sequences preempted (their KV blocks freed, to run again) when the pool ran out.
+    pub preemptions: Counter,
+    /// Requests that started from a prompt prefix kept in the KV cache.
     pub prompt_cache_hits: Counter,
     /// Prompt tokens not run again thanks to a cached prefix.
     pub prompt_cached_tokens: Counter,
@@ -62,6 +64,7 @@ impl Metrics {
             prompt_tokens: Counter::default(),
             completion_tokens: Counter::default(),
             cancelled: Counter::default(),
+            preemptions: Counter::default(),
             prompt_cache_hits: Counter::default(),
             prompt_cached_tokens: Counter::default(),
             running: Gauge::default(),
@@ -88,6 +91,11 @@ impl Metrics {
         registry.register("prompt_tokens", "Prompt tokens admitted", m.prompt_tokens.clone());
         registry.register("completion_tokens", "Tokens generated", m.completion_tokens.clone());
         registry.register("cancelled_requests", "Requests ended because the client went away", m.cancelled.clone());
+        registry.register(
+            "preemptions",
+            "Sequences preempted (KV blocks freed, run again) when the pool ran out",
+            m.preemptions.clone(),
+        );
         registry.register(
             "prompt_cache_hits",
             "Requests that reused a cached prompt prefix",

@@ -28,6 +28,12 @@ impl Backend for PanickyBackend {
     fn new_cache(&self, shape: CacheShape) -> minerva_model::Result<CpuCache> {
         self.0.new_cache(shape)
     }
+    fn set_blocks(&self, cache: &mut CpuCache, slot: usize, blocks: &[u32]) -> minerva_model::Result<()> {
+        self.0.set_blocks(cache, slot, blocks)
+    }
+    fn copy_blocks(&self, cache: &mut CpuCache, pairs: &[(u32, u32)]) -> minerva_model::Result<()> {
+        self.0.copy_blocks(cache, pairs)
+    }
     fn embed(&self, table: &CpuWeight, tokens: &[u32]) -> minerva_model::Result<CpuTensor> {
         assert!(!tokens.contains(&POISON), "poisoned token");
         self.0.embed(table, tokens)

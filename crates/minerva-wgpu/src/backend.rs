@@ -9,6 +9,7 @@ use std::sync::{Mutex, PoisonError};
 use minerva_core::DType;
 
 use minerva_model::checks;
+use minerva_model::kv_blocks::BlockTables;
 use minerva_model::{
     Backend, Batch, CacheShape, DeviceSampling, MAX_DEVICE_TOP_K, Mask, ModelError, MoeExperts, MoeParams, Result,
     RopeConfig, RopeStyle, WeightSource,
@@ -17,7 +18,8 @@ use minerva_model::{
 use crate::device::{self, DeviceInfo};
 use crate::error::WgpuError;
 use crate::gpu::{Gpu, RecordStats};
-use crate::kernels::{self, KvElem, attention::AttentionShape, rope::RopeShape};
+use crate::kernels::attention::{AttentionShape, Paging};
+use crate::kernels::{self, KvElem, rope::RopeShape};
 use crate::profile::KernelTime;
 use crate::tensor::WgpuTensor;
 use crate::weight::{self, UploadProgress, WgpuWeight};
@@ -68,13 +70,17 @@ impl Default for WgpuOptions {
     }
 }
 
-/// A KV cache on the GPU: per layer one key and one value buffer, `[slot][kv_head][pos][head_dim]`
-/// f16 or f32 ([`WgpuOptions::kv_dtype`]), allocated (zeroed) once.
+/// A paged KV cache on the GPU: per layer one key and one value buffer laid out
+/// `[kv_head][block][position in block][head_dim]`, f16 or f32 ([`WgpuOptions::kv_dtype`]),
+/// allocated (zeroed) once, and every slot's block table (see `minerva_model::kv_blocks`), kept
+/// on the host and in a buffer the kernels read.
 pub struct WgpuCache {
     shape: CacheShape,
     elem: KvElem,
     k: Vec<wgpu::Buffer>,
     v: Vec<wgpu::Buffer>,
+    tables: BlockTables,
+    table_buffer: wgpu::Buffer,
 }
 
 impl WgpuCache {
@@ -89,6 +95,15 @@ impl WgpuCache {
             KvElem::F32 => DType::F32,
             KvElem::F16 => DType::F16,
         }
+    }
+
+    /// Every slot's block table.
+    pub fn tables(&self) -> &BlockTables {
+        &self.tables
+    }
+
+    fn paging(&self) -> Paging {
+        Paging { block_size: self.shape.block_size, per_slot: self.tables.per_slot(), blocks: self.shape.blocks }
     }
 }
 
@@ -303,6 +318,7 @@ impl WgpuBackend {
         let rows = batch.n_tokens();
         let shape = |t: &WgpuTensor| (t.rows, t.cols);
         checks::attention(shape(q), shape(k), shape(v), &s, layer, batch, None)?;
+        cache.tables.check_batch(batch)?;
         if hd > kernels::attention::MAX_HEAD_DIM {
             let max = kernels::attention::MAX_HEAD_DIM;
             return Err(resource(format!("attention: head dim {hd} exceeds the kernel's {max}")));
@@ -318,7 +334,8 @@ impl WgpuBackend {
             .max()
             .unwrap_or(1);
         let (info, blocks, n_blocks) = self.row_table(batch);
-        let (kc, vc) = (&cache.k[layer], &cache.v[layer]);
+        let (kc, vc, tables) = (&cache.k[layer], &cache.v[layer], &cache.table_buffer);
+        let paging = cache.paging();
         kernels::kv_store::kv_store(
             &self.gpu,
             k.buffer(),
@@ -326,10 +343,11 @@ impl WgpuBackend {
             kc,
             vc,
             &info,
+            tables,
             rows,
             s.n_head_kv,
             hd,
-            s.capacity,
+            paging,
             cache.elem,
         );
         let shape = AttentionShape {
@@ -337,7 +355,7 @@ impl WgpuBackend {
             n_head: q.cols / hd,
             n_kv: s.n_head_kv,
             head_dim: hd,
-            capacity: s.capacity,
+            paging,
             split_len: self.attention_split,
             max_span,
             window,
@@ -350,10 +368,11 @@ impl WgpuBackend {
         let fits = self.gpu.info.max_workgroup_storage as usize >= kernels::attention::PREFILL_WORKGROUP_BYTES;
         if prefill && fits && hd <= kernels::attention::PREFILL_MAX_HEAD_DIM {
             let (qb, ob) = (q.buffer(), out.buffer());
-            kernels::attention::attention_prefill(&self.gpu, qb, kc, vc, &info, &blocks, n_blocks, ob, &shape);
+            kernels::attention::attention_prefill(&self.gpu, qb, kc, vc, &info, &blocks, n_blocks, tables, ob, &shape);
         } else {
             let part = self.tensor(kernels::attention::partial_len(&shape), 1)?;
-            kernels::attention::attention(&self.gpu, q.buffer(), kc, vc, &info, part.buffer(), out.buffer(), &shape);
+            let (qb, pb, ob) = (q.buffer(), part.buffer(), out.buffer());
+            kernels::attention::attention(&self.gpu, qb, kc, vc, &info, tables, pb, ob, &shape);
         }
         Ok(out)
     }
@@ -375,7 +394,8 @@ impl Backend for WgpuBackend {
     fn new_cache(&self, shape: CacheShape) -> Result<WgpuCache> {
         // f16 pairs never cross a head (and copies stay 4-byte aligned) with an even head_dim.
         let elem = if shape.head_dim % 2 == 1 { KvElem::F32 } else { self.kv };
-        let bytes = [shape.slots, shape.n_head_kv, shape.capacity, shape.head_dim, elem.bytes()]
+        let tables = BlockTables::contiguous(&shape)?;
+        let bytes = [shape.n_head_kv, shape.blocks, shape.block_size, shape.head_dim, elem.bytes()]
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
             .filter(|&b| b <= self.max_binding)
@@ -389,42 +409,66 @@ impl Backend for WgpuBackend {
             self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
                 size: bytes.max(4),
-                // Copies: one slot's prefix into another (`copy_slot`).
+                // Copies: a shared block copied before it is written (`copy_blocks`).
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             })
         };
         let k = (0..shape.n_layer).map(|_| make("k cache")).collect();
         let v = (0..shape.n_layer).map(|_| make("v cache")).collect();
-        Ok(WgpuCache { shape, elem, k, v })
+        let ids: &[u8] = bytemuck::cast_slice(tables.ids());
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+        let table_buffer = if ids.is_empty() {
+            self.gpu.init_buffer("block tables", &[0; 4], usage)
+        } else {
+            self.gpu.init_buffer("block tables", ids, usage)
+        };
+        Ok(WgpuCache { shape, elem, k, v, tables, table_buffer })
     }
 
-    fn copy_slot(&self, cache: &mut WgpuCache, from: usize, to: usize, positions: usize) -> Result<()> {
+    fn kv_bytes(&self, values: usize) -> usize {
+        values.saturating_mul(self.kv.bytes())
+    }
+
+    fn set_blocks(&self, cache: &mut WgpuCache, slot: usize, blocks: &[u32]) -> Result<()> {
+        cache.tables.set(slot, blocks)?;
+        if !blocks.is_empty() {
+            // Steps recorded before this one read the old table: they go first.
+            self.gpu.submit();
+            let at = (slot * cache.tables.per_slot() * 4) as u64;
+            self.gpu.queue.write_buffer(&cache.table_buffer, at, bytemuck::cast_slice(blocks));
+        }
+        Ok(())
+    }
+
+    fn copy_blocks(&self, cache: &mut WgpuCache, pairs: &[(u32, u32)]) -> Result<()> {
         let s = cache.shape;
-        if !checks::copy_slot(&s, from, to, positions)? {
+        checks::copy_blocks(&s, pairs)?;
+        let pairs: Vec<(u32, u32)> = pairs.iter().copied().filter(|(from, to)| from != to).collect();
+        if pairs.is_empty() {
             return Ok(());
         }
-        // WebGPU copies never read and write one buffer: go through a scratch buffer holding
-        // one slot's heads, `[kv_head][pos][head_dim]`.
-        let elem = cache.elem.bytes();
-        let row = (positions * s.head_dim * elem) as u64;
-        let head_stride = (s.capacity * s.head_dim * elem) as u64;
-        let slot_stride = head_stride * s.n_head_kv as u64;
+        // WebGPU copies never read and write one buffer: through a scratch buffer holding one
+        // block of every head.
+        let block = (s.block_size * s.head_dim * cache.elem.bytes()) as u64;
+        let head_stride = block * s.blocks as u64;
         let scratch = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("copy_slot scratch"),
-            size: row * s.n_head_kv as u64,
+            label: Some("copy_blocks scratch"),
+            size: block * s.n_head_kv as u64,
             usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         self.gpu.record(|encoder| {
-            for buffer in cache.k.iter().chain(&cache.v) {
-                for head in 0..s.n_head_kv as u64 {
-                    let src = from as u64 * slot_stride + head * head_stride;
-                    encoder.copy_buffer_to_buffer(buffer, src, &scratch, head * row, row);
-                }
-                for head in 0..s.n_head_kv as u64 {
-                    let dst = to as u64 * slot_stride + head * head_stride;
-                    encoder.copy_buffer_to_buffer(&scratch, head * row, buffer, dst, row);
+            for &(from, to) in &pairs {
+                for buffer in cache.k.iter().chain(&cache.v) {
+                    for head in 0..s.n_head_kv as u64 {
+                        let src = head * head_stride + from as u64 * block;
+                        encoder.copy_buffer_to_buffer(buffer, src, &scratch, head * block, block);
+                    }
+                    for head in 0..s.n_head_kv as u64 {
+                        let dst = head * head_stride + to as u64 * block;
+                        encoder.copy_buffer_to_buffer(&scratch, head * block, buffer, dst, block);
+                    }
                 }
             }
         });

@@ -198,17 +198,23 @@ fn rope_styles_and_scalings() {
     }
 }
 
-/// Runs the same steps (a prefill of two sequences, then decode steps) through both backends.
+/// Runs the same steps (a prefill of two sequences, then decode steps) through both backends,
+/// over a paged cache whose block tables jump about; then copies blocks of one sequence and
+/// attends to the copies from the other.
 fn attention_case(g: &WgpuBackend, head_dim: usize, mask: Mask, seed: u64) {
     let c = cpu();
-    let kv_dtype =
-        g.new_cache(CacheShape { slots: 1, n_layer: 1, n_head_kv: 1, head_dim, capacity: 1 }).unwrap().dtype();
+    let kv_dtype = g.new_cache(CacheShape::contiguous(1, 1, 1, head_dim, 1)).unwrap().dtype();
     // The same cache element type on both sides: f16 caches round the same inputs alike.
     let c = c.with_kv_dtype(kv_dtype).unwrap();
     let mut rng = Rng(seed);
     let (n_head, n_kv) = (4, 2);
-    let shape = CacheShape { slots: 2, n_layer: 2, n_head_kv: n_kv, head_dim, capacity: 80 };
+    let shape =
+        CacheShape { slots: 2, n_layer: 2, n_head_kv: n_kv, head_dim, capacity: 80, block_size: 16, blocks: 20 };
     let (mut cc, mut gc) = (c.new_cache(shape).unwrap(), g.new_cache(shape).unwrap());
+    for (slot, table) in [(1, [9, 3, 4, 17, 0]), (0, [12, 5, 6, 7, 1])] {
+        c.set_blocks(&mut cc, slot, &table).unwrap();
+        g.set_blocks(&mut gc, slot, &table).unwrap();
+    }
     // Prefill: slot 1 gets 70 tokens, slot 0 gets 3; then three decode steps of both.
     let mut steps = vec![Batch {
         seqs: vec![SeqSpan { rows: 0..70, start_pos: 0, slot: 1 }, SeqSpan { rows: 70..73, start_pos: 0, slot: 0 }],
@@ -237,6 +243,26 @@ fn attention_case(g: &WgpuBackend, head_dim: usize, mask: Mask, seed: u64) {
             assert_nmse(&what, &want.data, &got);
         }
     }
+    // Slot 1's first two blocks copied (to blocks 2 and 8), and slot 0 reading them: its query at
+    // position 32 attends to slot 1's first 32 keys and values and its own new one.
+    let batch = Batch { seqs: vec![SeqSpan { rows: 0..1, start_pos: 32, slot: 0 }], positions: vec![32] };
+    let q = tensor(&mut rng, 1, n_head * head_dim);
+    let (k, v) = (tensor(&mut rng, 1, n_kv * head_dim), tensor(&mut rng, 1, n_kv * head_dim));
+    c.set_blocks(&mut cc, 0, &[9, 3, 10]).unwrap();
+    let from_originals = c.attention(&q, &k, &v, &mut cc, 1, &batch, mask).unwrap();
+    c.copy_blocks(&mut cc, &[(9, 2), (3, 8)]).unwrap();
+    g.copy_blocks(&mut gc, &[(9, 2), (3, 8)]).unwrap();
+    c.set_blocks(&mut cc, 0, &[2, 8, 10]).unwrap();
+    g.set_blocks(&mut gc, 0, &[2, 8, 10]).unwrap();
+    let want = c.attention(&q, &k, &v, &mut cc, 1, &batch, mask).unwrap();
+    assert_eq!(want, from_originals, "the copies hold what the originals do");
+    let (gq, gk, gv) = (to_gpu(g, &q), to_gpu(g, &k), to_gpu(g, &v));
+    let got = g.download(&g.attention(&gq, &gk, &gv, &mut gc, 1, &batch, mask).unwrap()).unwrap();
+    assert_nmse(&format!("attention to copied blocks {kv_dtype} hd {head_dim} {mask:?}"), &want.data, &got);
+    // A position past the table is an error on both.
+    let past = Batch { seqs: vec![SeqSpan { rows: 0..1, start_pos: 48, slot: 0 }], positions: vec![48] };
+    assert!(c.attention(&q, &k, &v, &mut cc, 1, &past, mask).is_err());
+    assert!(g.attention(&gq, &gk, &gv, &mut gc, 1, &past, mask).is_err());
 }
 
 #[test]

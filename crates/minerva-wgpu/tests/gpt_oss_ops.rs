@@ -40,7 +40,7 @@ fn sinks_case(g: &WgpuBackend, head_dim: usize, mask: Mask, sinks: &[f32], seed:
     let c = cpu();
     let mut rng = Rng(seed);
     let (n_head, n_kv) = (sinks.len(), 2);
-    let shape = CacheShape { slots: 2, n_layer: 1, n_head_kv: n_kv, head_dim, capacity: 48 };
+    let shape = CacheShape::contiguous(2, 1, n_kv, head_dim, 48);
     let (mut cc, mut gc) = (c.new_cache(shape).unwrap(), g.new_cache(shape).unwrap());
     let (cs, gs) = both(&c, g, f32_source("sinks", sinks));
     let mut steps = vec![Batch {

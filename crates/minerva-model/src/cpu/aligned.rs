@@ -5,39 +5,51 @@
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
-/// One cache line of bytes.
+/// Sixteen bytes: the alignment the system allocator's `calloc` gives (std asks `calloc` for
+/// zeroed memory only up to that alignment, and zeroes larger alignments by hand, touching every
+/// page).
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+#[repr(C, align(16))]
+struct Chunk([u8; 16]);
+
+/// Bytes of slack before the first line boundary, at most.
+const SLACK: usize = 64 - 16;
 
 /// `len` values of `T`, all bits zero at first, the first at a 64-byte boundary.
 pub(super) struct LineAligned<T> {
-    lines: Vec<Line>,
+    chunks: Vec<Chunk>,
+    /// Byte offset of the first value in `chunks` (a multiple of 16, below 64).
+    start: usize,
     len: usize,
     values: PhantomData<T>,
 }
 
 impl<T: bytemuck::Pod> LineAligned<T> {
     /// `len` zero values, or `None` if their bytes overflow `usize` or cannot be allocated.
-    /// Allocated zeroed (`calloc`: untouched pages of a large cache cost no memory until used),
-    /// as `vec![0.0f32; len]` was.
+    /// Allocated zeroed through `calloc` (16-byte aligned, the first line found inside), so the
+    /// untouched pages of a large KV pool cost no memory until a sequence writes them.
     pub(super) fn zeroed(len: usize) -> Option<Self> {
-        let bytes = len.checked_mul(size_of::<T>())?;
-        let lines = bytemuck::allocation::try_zeroed_vec(bytes.div_ceil(64)).ok()?;
-        Some(LineAligned { lines, len, values: PhantomData })
+        let bytes = len.checked_mul(size_of::<T>())?.checked_add(SLACK)?;
+        let chunks = bytemuck::allocation::try_zeroed_vec::<Chunk>(bytes.div_ceil(16)).ok()?;
+        let start = (chunks.as_ptr() as usize).wrapping_neg() % 64;
+        Some(LineAligned { chunks, start, len, values: PhantomData })
     }
 
     /// Resized to `len` values (new ones zero; the first `len` kept).
     pub(super) fn resize(&mut self, len: usize) {
-        let bytes = len.checked_mul(size_of::<T>()).expect("a buffer of values that exist in memory");
-        self.lines.resize(bytes.div_ceil(64), Line([0; 64]));
-        self.len = len;
+        if len <= self.len {
+            self.len = len;
+            return;
+        }
+        let mut grown = LineAligned::<T>::zeroed(len).expect("a buffer of values that exist in memory");
+        grown[..self.len].copy_from_slice(self);
+        *self = grown;
     }
 }
 
 impl<T: bytemuck::Pod> Default for LineAligned<T> {
     fn default() -> Self {
-        LineAligned { lines: Vec::new(), len: 0, values: PhantomData }
+        LineAligned { chunks: Vec::new(), start: 0, len: 0, values: PhantomData }
     }
 }
 
@@ -45,13 +57,16 @@ impl<T: bytemuck::Pod> Deref for LineAligned<T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
-        &bytemuck::cast_slice(&self.lines)[..self.len]
+        let bytes: &[u8] = bytemuck::cast_slice(&self.chunks);
+        bytemuck::cast_slice(&bytes[self.start.min(bytes.len())..][..self.len * size_of::<T>()])
     }
 }
 
 impl<T: bytemuck::Pod> DerefMut for LineAligned<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        &mut bytemuck::cast_slice_mut(&mut self.lines)[..self.len]
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.chunks);
+        let start = self.start.min(bytes.len());
+        bytemuck::cast_slice_mut(&mut bytes[start..][..self.len * size_of::<T>()])
     }
 }
 
@@ -68,6 +83,8 @@ mod tests {
         assert_eq!(values.as_ptr() as usize % 64, 0);
         assert_eq!(&values[..6], &[1.0, 2.0, 3.0, 4.0, 5.0, 0.0]);
         assert_eq!(values.len(), 40);
+        values.resize(3);
+        assert_eq!(&values[..], &[1.0, 2.0, 3.0]);
         assert!(LineAligned::<half::f16>::zeroed(usize::MAX).is_none());
     }
 }

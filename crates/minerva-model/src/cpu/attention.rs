@@ -14,6 +14,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use half::slice::HalfFloatSliceExt;
+use minerva_core::DType;
 use minerva_quant::{pool, vector};
 
 use super::{CpuCache, CpuTensor, KvData, LineAligned};
@@ -55,6 +56,7 @@ pub(super) fn attention(
     let rows = batch.n_tokens();
     let shape = |t: &CpuTensor| (t.rows, t.cols);
     let n_head = checks::attention(shape(q), shape(k), shape(v), &s, layer, batch, sinks.map(<[f32]>::len))?;
+    cache.tables.check_batch(batch)?;
     // Store this step's keys and values.
     for seq in &batch.seqs {
         for r in seq.rows.clone() {
@@ -206,7 +208,14 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
         let span = run.rows.clone().map(self.window).reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
         let Some(span) = span else { return };
         let block = (BLOCK_BYTES / (4 * hd.max(1))).max(1);
-        let base = self.cache.index(run.slot, self.layer, run.kv_head, 0);
+        // The window's positions in runs that lie one after another in the cache, at most a
+        // block's worth each: (positions, element offset of the first).
+        let runs = || {
+            self.cache
+                .tables
+                .runs(run.slot, span.clone(), block)
+                .map(|(positions, b, at)| (positions, self.cache.offset(self.layer, run.kv_head, b) + at * hd))
+        };
         // `f(query, its row, its head, its window's part in the block as (in window, in block))`
         // for each query that attends to some position of the block.
         let each_query = |from: usize, to: usize, f: &mut dyn FnMut(usize, usize, Range<usize>, Range<usize>)| {
@@ -220,9 +229,9 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
                 }
             }
         };
-        for from in span.clone().step_by(block) {
-            let to = (from + block).min(span.end);
-            let keys = self.cache.k.load(base + from * hd..base + to * hd, keys);
+        for (positions, base) in runs() {
+            let (from, to) = (positions.start, positions.end);
+            let keys = self.cache.k.load(base..base + (to - from) * hd, keys);
             let mut dots = |i: usize, h: usize, in_window: Range<usize>, in_block: Range<usize>| {
                 let r = run.rows.start + i / run.heads.len();
                 let query = &self.q.data[r * self.q.cols + h * hd..][..hd];
@@ -242,9 +251,9 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
             vector::softmax(&mut scores[at..end], self.scale, self.sinks.map(|sinks| sinks[h]));
         }
         let heads = run.heads.len();
-        for from in span.clone().step_by(block) {
-            let to = (from + block).min(span.end);
-            let values = self.cache.v.load(base + from * hd..base + to * hd, values);
+        for (positions, base) in runs() {
+            let (from, to) = (positions.start, positions.end);
+            let values = self.cache.v.load(base..base + (to - from) * hd, values);
             // A row's heads share its window: their sums go through the block together.
             for (ri, r) in run.rows.clone().enumerate() {
                 let w = (self.window)(r);
@@ -294,16 +303,27 @@ impl KvData {
         match self {
             KvData::F32(data) => data[at..at + values.len()].copy_from_slice(values),
             KvData::F16(data) => data[at..at + values.len()].convert_from_f32_slice(values),
+            KvData::Q8_0(data) => {
+                let bytes = &mut data[at / 32 * 34..(at + values.len()) / 32 * 34];
+                minerva_quant::quantize(DType::Q8_0, values, bytes).expect("whole Q8_0 blocks of a head");
+            }
         }
     }
 
-    /// Elements `range` as f32: borrowed from an f32 cache, widened into `buf` from an f16 one.
+    /// Elements `range` as f32: borrowed from an f32 cache, widened into `buf` from an f16 one,
+    /// dequantized into it from a Q8_0 one.
     fn load<'a>(&'a self, range: Range<usize>, buf: &'a mut LineAligned<f32>) -> &'a [f32] {
         match self {
             KvData::F32(data) => &data[range],
             KvData::F16(data) => {
                 buf.resize(range.len());
                 data[range].convert_to_f32_slice(buf);
+                buf
+            }
+            KvData::Q8_0(data) => {
+                buf.resize(range.len());
+                let bytes = &data[range.start / 32 * 34..range.end / 32 * 34];
+                minerva_quant::dequantize_fast(DType::Q8_0, bytes, buf).expect("whole Q8_0 blocks of a head");
                 buf
             }
         }
@@ -318,6 +338,7 @@ mod tests {
     use super::super::{CpuCache, CpuTensor, KvData, LineAligned};
     use super::attention;
     use crate::backend::{Batch, CacheShape, Mask, SeqSpan};
+    use crate::kv_blocks::BlockTables;
 
     fn values(n: usize, seed: usize) -> Vec<f32> {
         (0..n).map(|i| ((i * 37 + seed * 11) % 101) as f32 / 25.0 - 2.0).collect()
@@ -346,14 +367,18 @@ mod tests {
                     Mask::SlidingWindow(w) => (pos + 1).saturating_sub(w),
                 };
                 for h in 0..n_head {
-                    let base = cache.index(seq.slot, 0, h / (n_head / s.n_head_kv), 0);
-                    let window = base + lo * hd..base + (pos + 1) * hd;
-                    let (mut kb, mut vb) = (LineAligned::default(), LineAligned::default());
-                    let (keys, vals) = (cache.k.load(window.clone(), &mut kb), cache.v.load(window, &mut vb));
+                    // The window's keys and values gathered position by position through the table.
+                    let (mut keys, mut vals) = (Vec::new(), Vec::new());
+                    for p in lo..=pos {
+                        let at = cache.index(seq.slot, 0, h / (n_head / s.n_head_kv), p);
+                        let (mut kb, mut vb) = (LineAligned::default(), LineAligned::default());
+                        keys.extend_from_slice(cache.k.load(at..at + hd, &mut kb));
+                        vals.extend_from_slice(cache.v.load(at..at + hd, &mut vb));
+                    }
                     let mut scores = vec![0.0f32; pos + 1 - lo];
-                    vector::dots(&mut scores, &q.data[(r * n_head + h) * hd..][..hd], keys);
+                    vector::dots(&mut scores, &q.data[(r * n_head + h) * hd..][..hd], &keys);
                     vector::softmax(&mut scores, 1.0 / (hd as f32).sqrt(), sinks.map(|s| s[h]));
-                    vector::weighted_sum(&mut out[(r * n_head + h) * hd..][..hd], &scores, vals);
+                    vector::weighted_sum(&mut out[(r * n_head + h) * hd..][..hd], &scores, &vals);
                 }
             }
         }
@@ -364,16 +389,17 @@ mod tests {
     /// has nothing to do and returns zero columns rather than dividing by the empty head group.
     #[test]
     fn no_heads_attend_to_nothing() {
-        let shape = CacheShape { slots: 1, n_layer: 1, n_head_kv: 0, head_dim: 8, capacity: 4 };
-        let mut cache =
-            CpuCache { shape, k: KvData::zeros(DType::F32, 0).unwrap(), v: KvData::zeros(DType::F32, 0).unwrap() };
+        let shape = CacheShape::contiguous(1, 1, 0, 8, 4);
+        let (k, v) = (KvData::zeros(DType::F32, 0).unwrap(), KvData::zeros(DType::F32, 0).unwrap());
+        let mut cache = CpuCache { shape, tables: BlockTables::contiguous(&shape).unwrap(), k, v };
         let batch = Batch { seqs: vec![SeqSpan { rows: 0..2, start_pos: 0, slot: 0 }], positions: vec![0, 1] };
         let empty = tensor(2, 0, 0);
         let out = attention(&empty, &empty, &empty, &mut cache, 0, &batch, Mask::Causal, None).unwrap();
         assert_eq!((out.rows, out.cols, out.data.len()), (2, 0, 0));
     }
 
-    /// Two sequences (the second resuming at position 5) in one batch, with every grouping of
+    /// Two sequences (the second resuming at position 5) in one batch, their positions in blocks
+    /// of 4 whose ids jump about (so a window reads as several runs), with every grouping of
     /// rows and heads into tasks that 1, 3 and 16 threads lead to, an f32 and an f16 cache, head
     /// sizes with and without a tail past whole 8-value chunks, causal and sliding masks, with
     /// and without sinks: every query's output equals its attention computed alone, bit for bit.
@@ -384,9 +410,20 @@ mod tests {
         {
             for (mask, with_sinks) in [(Mask::Causal, false), (Mask::SlidingWindow(7), true), (Mask::Causal, true)] {
                 let (n_head, n_head_kv) = (6, 2);
-                let shape = CacheShape { slots: 2, n_layer: 1, n_head_kv, head_dim: hd, capacity: 40 };
-                let zeros = || KvData::zeros(dtype, 2 * n_head_kv * 40 * hd).unwrap();
-                let mut cache = CpuCache { shape, k: zeros(), v: zeros() };
+                let shape = CacheShape {
+                    slots: 2,
+                    n_layer: 1,
+                    n_head_kv,
+                    head_dim: hd,
+                    capacity: 40,
+                    block_size: 4,
+                    blocks: 20,
+                };
+                let zeros = || KvData::zeros(dtype, shape.pool_values().unwrap()).unwrap();
+                let mut tables = BlockTables::contiguous(&shape).unwrap();
+                tables.set(0, &[7, 8, 9, 3, 4, 0, 19, 18, 12, 13]).unwrap();
+                tables.set(1, &[1, 2, 5, 6, 10, 11, 14, 15, 16, 17]).unwrap();
+                let mut cache = CpuCache { shape, tables, k: zeros(), v: zeros() };
                 let sinks: Vec<f32> = (0..n_head).map(|h| h as f32 * 0.3 - 1.0).collect();
                 let sinks = with_sinks.then_some(&sinks[..]);
                 let pool = ComputePool::new(threads).unwrap();

@@ -16,6 +16,7 @@ use minerva_quant::{ComputePool, pool};
 use crate::backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, WeightSource};
 use crate::checks::{self, MatrixShape};
 use crate::error::{ModelError, Result};
+use crate::kv_blocks::BlockTables;
 use crate::rope::{RopeConfig, RopeStyle};
 use aligned::LineAligned;
 
@@ -76,10 +77,13 @@ impl CpuWeight {
     }
 }
 
-/// Cached keys or values, in the cache's dtype.
+/// Cached keys or values, in the cache's dtype. Offsets count values in every dtype; a Q8_0
+/// cache keeps each 32 values as one 34-byte block (an f16 scale and 32 `i8`, llama.cpp's
+/// `-ctk q8_0`), so its offsets are multiples of 32 (head dims are, checked at creation).
 enum KvData {
     F32(LineAligned<f32>),
     F16(LineAligned<half::f16>),
+    Q8_0(LineAligned<u8>),
 }
 
 impl KvData {
@@ -87,15 +91,45 @@ impl KvData {
     fn zeros(dtype: DType, len: usize) -> Option<KvData> {
         match dtype {
             DType::F16 => LineAligned::zeroed(len).map(KvData::F16),
+            DType::Q8_0 => LineAligned::zeroed(len.div_ceil(32).checked_mul(34)?).map(KvData::Q8_0),
             _ => LineAligned::zeroed(len).map(KvData::F32),
+        }
+    }
+
+    /// Bytes held.
+    fn byte_len(&self) -> usize {
+        match self {
+            KvData::F32(v) => v.len() * 4,
+            KvData::F16(v) => v.len() * 2,
+            KvData::Q8_0(v) => v.len(),
+        }
+    }
+
+    /// Copies `len` values from offset `src` to offset `dst`.
+    fn copy_within(&mut self, src: usize, dst: usize, len: usize) {
+        match self {
+            KvData::F32(d) => d.copy_within(src..src + len, dst),
+            KvData::F16(d) => d.copy_within(src..src + len, dst),
+            KvData::Q8_0(d) => d.copy_within(src / 32 * 34..(src + len) / 32 * 34, dst / 32 * 34),
         }
     }
 }
 
-/// A KV cache in f32 or f16 ([`CpuBackend::with_kv_dtype`]), laid out
-/// `[slot][layer][kv_head][position][head_dim]`.
+/// Bytes of `values` cached values of `dtype` (the CPU's KV types).
+fn kv_bytes(dtype: DType, values: usize) -> usize {
+    match dtype {
+        DType::F16 => values * 2,
+        DType::Q8_0 => values.div_ceil(32) * 34,
+        _ => values * 4,
+    }
+}
+
+/// A paged KV cache in f32, f16 or Q8_0 ([`CpuBackend::with_kv_dtype`]): a pool of blocks laid out
+/// `[layer][kv_head][block][position in block][head_dim]`, read through each slot's block table
+/// (see [`crate::kv_blocks`]).
 pub struct CpuCache {
     shape: CacheShape,
+    tables: BlockTables,
     k: KvData,
     v: KvData,
 }
@@ -106,27 +140,35 @@ impl CpuCache {
         self.shape
     }
 
-    /// The element type of the cached keys and values (`F32` or `F16`).
+    /// Every slot's block table.
+    pub fn tables(&self) -> &BlockTables {
+        &self.tables
+    }
+
+    /// The element type of the cached keys and values (`F32`, `F16` or `Q8_0`).
     pub fn dtype(&self) -> DType {
         match self.k {
             KvData::F32(_) => DType::F32,
             KvData::F16(_) => DType::F16,
+            KvData::Q8_0(_) => DType::Q8_0,
         }
     }
 
     /// Bytes held by the keys and values.
     pub fn byte_len(&self) -> usize {
-        let len = |d: &KvData| match d {
-            KvData::F32(v) => v.len() * 4,
-            KvData::F16(v) => v.len() * 2,
-        };
-        len(&self.k) + len(&self.v)
+        self.k.byte_len() + self.v.byte_len()
     }
 
-    /// Offset of `(slot, layer, kv_head, pos)`.
-    fn index(&self, slot: usize, layer: usize, head: usize, pos: usize) -> usize {
+    /// Offset of the first value of `block` for `(layer, kv_head)`.
+    fn offset(&self, layer: usize, head: usize, block: usize) -> usize {
         let s = &self.shape;
-        (((slot * s.n_layer + layer) * s.n_head_kv + head) * s.capacity + pos) * s.head_dim
+        ((layer * s.n_head_kv + head) * s.blocks + block) * s.block_size * s.head_dim
+    }
+
+    /// Offset of `(slot, layer, kv_head, pos)`, a position inside the slot's table.
+    fn index(&self, slot: usize, layer: usize, head: usize, pos: usize) -> usize {
+        let (block, at) = self.tables.locate(slot, pos);
+        self.offset(layer, head, block) + at * self.shape.head_dim
     }
 }
 
@@ -161,10 +203,12 @@ impl CpuBackend {
         self
     }
 
-    /// The element type of new KV caches: `F32` (the default, exact) or `F16` (half the memory;
-    /// keys and values rounded to 11 significant bits). Other dtypes are refused.
+    /// The element type of new KV caches: `F32` (the default, exact), `F16` (half the memory;
+    /// keys and values rounded to 11 significant bits) or `Q8_0` (about a quarter: each 32 values
+    /// of a head as 8-bit integers and one f16 scale, as llama.cpp's `-ctk/-ctv q8_0`; head dims
+    /// must be multiples of 32). Other dtypes are refused.
     pub fn with_kv_dtype(mut self, dtype: DType) -> Result<CpuBackend> {
-        if !matches!(dtype, DType::F32 | DType::F16) {
+        if !matches!(dtype, DType::F32 | DType::F16 | DType::Q8_0) {
             return Err(ModelError::KvDType { dtype });
         }
         self.kv_dtype = dtype;
@@ -240,28 +284,36 @@ impl Backend for CpuBackend {
 
     fn new_cache(&self, shape: CacheShape) -> Result<CpuCache> {
         let too_large = || ModelError::Resource { message: format!("KV cache {shape:?} is too large") };
-        let len = [shape.slots, shape.n_layer, shape.n_head_kv, shape.capacity, shape.head_dim]
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(too_large)?;
+        let tables = BlockTables::contiguous(&shape)?;
+        let len = shape.pool_values().ok_or_else(too_large)?;
+        if self.kv_dtype == DType::Q8_0 && !shape.head_dim.is_multiple_of(32) {
+            let message = format!("a Q8_0 KV cache needs head dims that are multiples of 32, not {}", shape.head_dim);
+            return Err(ModelError::Resource { message });
+        }
+        // Zeroed pages the system maps on first touch: a pool sized for the whole of memory
+        // costs only what the sequences have written.
         let zeros = || KvData::zeros(self.kv_dtype, len).ok_or_else(too_large);
-        Ok(CpuCache { shape, k: zeros()?, v: zeros()? })
+        Ok(CpuCache { shape, tables, k: zeros()?, v: zeros()? })
     }
 
-    fn copy_slot(&self, cache: &mut CpuCache, from: usize, to: usize, positions: usize) -> Result<()> {
+    fn kv_bytes(&self, values: usize) -> usize {
+        kv_bytes(self.kv_dtype, values)
+    }
+
+    fn set_blocks(&self, cache: &mut CpuCache, slot: usize, blocks: &[u32]) -> Result<()> {
+        cache.tables.set(slot, blocks)
+    }
+
+    fn copy_blocks(&self, cache: &mut CpuCache, pairs: &[(u32, u32)]) -> Result<()> {
         let s = cache.shape;
-        if !checks::copy_slot(&s, from, to, positions)? {
-            return Ok(());
-        }
-        let len = positions * s.head_dim;
-        for layer in 0..s.n_layer {
-            for head in 0..s.n_head_kv {
-                let (src, dst) = (cache.index(from, layer, head, 0), cache.index(to, layer, head, 0));
-                for data in [&mut cache.k, &mut cache.v] {
-                    match data {
-                        KvData::F32(d) => d.copy_within(src..src + len, dst),
-                        KvData::F16(d) => d.copy_within(src..src + len, dst),
-                    }
+        checks::copy_blocks(&s, pairs)?;
+        let len = s.block_size * s.head_dim;
+        for &(from, to) in pairs.iter().filter(|(from, to)| from != to) {
+            for layer in 0..s.n_layer {
+                for head in 0..s.n_head_kv {
+                    let (src, dst) = (cache.offset(layer, head, from as usize), cache.offset(layer, head, to as usize));
+                    cache.k.copy_within(src, dst, len);
+                    cache.v.copy_within(src, dst, len);
                 }
             }
         }

@@ -13,9 +13,10 @@
 //! [`ModelInfo`] the engine publishes once the model is loaded, and reads events from a channel.
 //! A dropped receiver (the client went away) cancels the request at the next step.
 
+mod blocks;
+mod paging;
 mod scheduler;
 mod sequence;
-mod slots;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -99,6 +100,8 @@ pub struct ModelInfo {
     pub arch: String,
     /// How the context size was chosen (for the startup line).
     pub ctx_note: String,
+    /// The KV cache's blocks, tokens and bytes (for the startup line).
+    pub kv_note: String,
     /// Compiles structured-output grammars for this vocabulary.
     pub grammar: Arc<GrammarSlot>,
 }
@@ -146,8 +149,11 @@ pub struct EngineConfig {
     pub prefill_chunk: usize,
     /// Most requests waiting for a slot; more are refused with 503.
     pub max_queue: usize,
-    /// Bytes the KV cache of all slots may take when the context size is chosen automatically.
+    /// Bytes the KV cache may take when `kv_memory` is not set: the pool then holds at most
+    /// every slot at full context, and the context is capped so one sequence fits.
     pub kv_budget_bytes: u64,
+    /// Bytes of the KV cache's block pool (`--kv-memory`), shared by every sequence.
+    pub kv_memory: Option<u64>,
     /// The tool-call format, over the one found from the chat template (`--tool-format`).
     pub tool_format: Option<minerva_generate::ToolFormat>,
 }

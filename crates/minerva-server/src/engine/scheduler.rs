@@ -9,11 +9,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use minerva_generate::{ChatTemplate, Sampler, Tokenizer};
+use minerva_model::kv_blocks::KV_BLOCK_SIZE;
 use minerva_model::{Backend, DeviceSampling, LogitsFor, MAX_DEVICE_TOP_K, Model, SequenceInput};
 use tokio::sync::mpsc as tokio_mpsc;
 
+use super::blocks::BlockPool;
 use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
-use super::slots::Slots;
 use super::{ChatFormat, EngineConfig, GrammarSlot, ModelInfo, SeqEvent, Submission, TemplateChat};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -32,21 +33,26 @@ struct Request {
     live_choices: usize,
 }
 
-struct Scheduler<B: Backend> {
-    model: Model<B>,
-    cache: B::Cache,
+pub(super) struct Scheduler<B: Backend> {
+    pub(super) model: Model<B>,
+    pub(super) cache: B::Cache,
     tokenizer: Arc<Tokenizer>,
     ctx_size: usize,
     batch_tokens: usize,
     prefill_chunk: usize,
-    shared: Shared,
+    pub(super) shared: Shared,
     waiting: VecDeque<Submission>,
-    running: Vec<Sequence>,
+    pub(super) running: Vec<Sequence>,
+    /// Sequences preempted for blocks, oldest first: they run again before any new request.
+    pub(super) preempted: VecDeque<Sequence>,
     requests: HashMap<u64, Request>,
-    slots: Slots,
+    /// The KV cache's blocks.
+    pub(super) pool: BlockPool,
+    /// Cache slots (block tables) no sequence uses.
+    pub(super) free_slots: Vec<usize>,
     next_request: u64,
-    /// The backend copies cache slots, so choices share their prompt's prefill.
-    share_prompt: bool,
+    /// Admissions so far: each sequence's `order`.
+    admitted: u64,
 }
 
 /// The engine thread's body.
@@ -63,7 +69,7 @@ where
         }
     };
     loop {
-        if sched.running.is_empty() && sched.waiting.is_empty() {
+        if sched.running.is_empty() && sched.waiting.is_empty() && sched.preempted.is_empty() {
             // Idle: block until a request comes (or every handle is gone).
             match receive.recv() {
                 Ok(s) => sched.waiting.push_back(s),
@@ -97,32 +103,45 @@ where
     }
 }
 
-/// Picks the context size: the one asked for, or the model's trained context capped so the KV
-/// cache of every slot fits the budget. Returns it with a note for the startup line.
-fn choose_ctx(trained: usize, bytes_per_position: u64, config: &EngineConfig) -> Result<(usize, String), String> {
+/// How the KV cache is sized: its blocks, the context of one sequence, and notes for the
+/// start-up line.
+#[derive(Debug, PartialEq, Eq)]
+struct Sizing {
+    blocks: usize,
+    ctx: usize,
+    ctx_note: String,
+}
+
+/// Sizes the KV pool and picks the context: `--ctx-size` or the model's trained context (capped
+/// so that one sequence fits the pool), and `--kv-memory` worth of blocks, or by default as
+/// many as every slot at full context needs, within the memory budget. The pool always holds at
+/// least one sequence at full context, so a request that fits the context never fails for blocks.
+fn size_kv(trained: usize, block_bytes: u64, block_size: usize, config: &EngineConfig) -> Result<Sizing, String> {
     let trained_or_default = if trained > 0 { trained } else { 4096 };
-    if let Some(ctx) = config.ctx_size {
-        if trained > 0 && ctx > trained {
+    let budget = config.kv_memory.unwrap_or(config.kv_budget_bytes);
+    let budget_blocks = usize::try_from(budget / block_bytes.max(1)).unwrap_or(usize::MAX);
+    let budget_tokens = budget_blocks.saturating_mul(block_size);
+    let (ctx, ctx_note) = match config.ctx_size {
+        Some(ctx) if trained > 0 && ctx > trained => {
             return Err(format!("--ctx-size {ctx} is larger than the model's trained context of {trained}"));
         }
-        if ctx < 2 {
-            return Err(format!("--ctx-size {ctx} is too small"));
+        Some(ctx) if ctx < 2 => return Err(format!("--ctx-size {ctx} is too small")),
+        Some(ctx) if ctx > budget_tokens => {
+            let what = if config.kv_memory.is_some() { "--kv-memory" } else { "the memory for the KV cache" };
+            return Err(format!("{what} holds {budget_tokens} tokens, fewer than --ctx-size {ctx}"));
         }
-        return Ok((ctx, "as asked".into()));
-    }
-    let per_slot = bytes_per_position.max(1) * config.parallel as u64;
-    let fits = (config.kv_budget_bytes / per_slot) as usize;
-    if fits >= trained_or_default {
-        return Ok((trained_or_default, "the model's trained context".into()));
-    }
-    if fits < 256 {
-        return Err(format!(
-            "the KV cache of {} slots does not fit in memory even at 256 positions; use fewer --parallel slots",
-            config.parallel
-        ));
-    }
-    let ctx = fits / 256 * 256;
-    Ok((ctx, format!("capped from {trained_or_default} so the KV cache of all slots fits memory")))
+        Some(ctx) => (ctx, "as asked".to_string()),
+        None if budget_tokens >= trained_or_default => (trained_or_default, "the model's trained context".into()),
+        None if budget_tokens < 256 => {
+            return Err(format!("the KV cache holds {budget_tokens} tokens, fewer than 256; raise --kv-memory"));
+        }
+        None => {
+            (budget_tokens / 256 * 256, format!("capped from {trained_or_default} so one sequence fits the KV cache"))
+        }
+    };
+    let full = config.parallel.saturating_mul(ctx.div_ceil(block_size));
+    let blocks = if config.kv_memory.is_some() { budget_blocks } else { budget_blocks.min(full) };
+    Ok(Sizing { blocks, ctx, ctx_note })
 }
 
 impl<B: Backend> Scheduler<B> {
@@ -134,17 +153,22 @@ impl<B: Backend> Scheduler<B> {
             Ok(x) => x,
             Err(e) => return Err((shared, e)),
         };
-        let c = &model.config;
-        // f32 keys and values: the largest a backend's cache holds per position.
-        let bytes_per_position = (c.n_layer * c.n_head_kv * c.head_dim * 2 * 4) as u64;
-        let (ctx_size, ctx_note) = match choose_ctx(c.context_length, bytes_per_position, config) {
+        let block_bytes = model.kv_block_bytes() as u64;
+        let sizing = match size_kv(model.config.context_length, block_bytes, KV_BLOCK_SIZE, config) {
             Ok(x) => x,
             Err(e) => return Err((shared, e)),
         };
-        let cache = match model.new_cache(config.parallel, ctx_size) {
+        let Sizing { blocks, ctx: ctx_size, ctx_note } = sizing;
+        let cache = match model.new_paged_cache(config.parallel, ctx_size, blocks) {
             Ok(c) => c,
             Err(e) => return Err((shared, format!("cannot allocate the KV cache: {e}"))),
         };
+        let kv_note = format!(
+            "KV cache {} blocks × {KV_BLOCK_SIZE} = {} tokens, {} MiB",
+            blocks,
+            blocks * KV_BLOCK_SIZE,
+            (blocks as u64 * block_bytes) >> 20
+        );
         let arch = model.config.arch.clone();
         let chat = if arch == "gpt-oss" || arch == "gpt_oss" {
             ChatFormat::Harmony
@@ -161,8 +185,16 @@ impl<B: Backend> Scheduler<B> {
         let grammar = Arc::new(GrammarSlot::new(tokenizer.clone(), model.config.vocab));
         let building = grammar.clone();
         let _ = std::thread::Builder::new().name("minerva-grammar".into()).spawn(move || building.compiler());
-        let info =
-            ModelInfo { tokenizer: tokenizer.clone(), chat, ctx_size, slots: config.parallel, arch, ctx_note, grammar };
+        let info = ModelInfo {
+            tokenizer: tokenizer.clone(),
+            chat,
+            ctx_size,
+            slots: config.parallel,
+            arch,
+            ctx_note,
+            kv_note,
+            grammar,
+        };
         let _ = shared.info.set(Ok(Arc::new(info)));
         Ok(Scheduler {
             model,
@@ -174,10 +206,13 @@ impl<B: Backend> Scheduler<B> {
             shared,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            preempted: VecDeque::new(),
             requests: HashMap::new(),
-            slots: Slots::new(config.parallel),
+            pool: BlockPool::new(blocks, KV_BLOCK_SIZE),
+            // Popped from the end: slot 0 first.
+            free_slots: (0..config.parallel).rev().collect(),
             next_request: 0,
-            share_prompt: true,
+            admitted: 0,
         })
     }
 
@@ -206,19 +241,43 @@ impl<B: Backend> Scheduler<B> {
         let gone: Vec<u64> = self.requests.iter().filter(|(_, r)| r.events.is_closed()).map(|(&id, _)| id).collect();
         for id in gone {
             self.requests.remove(&id);
-            for seq in self.running.iter().filter(|s| s.request == id) {
-                // Its cache holds every token it ran.
-                self.slots.give_back(seq.slot, &seq.tokens[..seq.fed]);
+            let mut i = 0;
+            while i < self.running.len() {
+                if self.running[i].request == id {
+                    // Its blocks hold every token it ran.
+                    let mut seq = self.running.swap_remove(i);
+                    self.let_go(&mut seq);
+                } else {
+                    i += 1;
+                }
             }
-            self.running.retain(|s| s.request != id);
+            self.preempted.retain(|s| s.request != id);
             self.shared.metrics.cancelled.inc();
         }
     }
 
-    /// Moves waiting requests, oldest first, into free slots (all `n` choices at once).
+    /// Resumes preempted sequences, then moves waiting requests, oldest first, into free slots
+    /// (all `n` choices at once) while the KV pool has blocks for their prompts.
     fn admit(&mut self) {
-        while let Some(head) = self.waiting.front() {
-            if head.request.n > self.slots.free() {
+        while let Some(seq) = self.preempted.front() {
+            // Room for all it had, or nothing else runs (then it has the whole pool).
+            if self.free_slots.is_empty() || !(self.running.is_empty() || self.fits(seq.tokens.len(), 0)) {
+                break;
+            }
+            let (Some(mut seq), Some(slot)) = (self.preempted.pop_front(), self.free_slots.pop()) else { break };
+            self.place(&mut seq, slot);
+            self.running.push(seq);
+        }
+        while self.preempted.is_empty()
+            && let Some(head) = self.waiting.front()
+        {
+            if head.request.n > self.free_slots.len() {
+                break;
+            }
+            let found = self.pool.lookup(&head.request.prompt);
+            let fits = self.running.is_empty() || self.fits(head.request.prompt.len(), found.whole.len());
+            self.pool.release(&found.blocks());
+            if !fits {
                 break;
             }
             let Some(s) = self.waiting.pop_front() else { break };
@@ -237,21 +296,21 @@ impl<B: Backend> Scheduler<B> {
                         break;
                     }
                 };
-                let Some((slot, cached)) = self.slots.take(&r.prompt) else { break };
-                // Run at least the prompt's last token: its logits give the first new one.
-                let reuse = if choice == 0 { cached.min(r.prompt.len() - 1) } else { 0 };
-                if reuse > 0 {
-                    self.shared.metrics.prompt_cache_hits.inc();
-                    self.shared.metrics.prompt_cached_tokens.inc_by(reuse as u64);
-                }
-                self.running.push(Sequence {
+                let Some(slot) = self.free_slots.pop() else { break };
+                self.admitted += 1;
+                let mut seq = Sequence {
                     request: id,
                     choice,
+                    order: self.admitted,
                     slot,
+                    blocks: Vec::new(),
+                    noted: (0, 0),
+                    table_changed: true,
                     tokens: r.prompt.clone(),
                     prompt_len: r.prompt.len(),
-                    fed: reuse,
-                    cached: reuse,
+                    prefill_to: r.prompt.len(),
+                    fed: 0,
+                    cached: 0,
                     sampler,
                     constraint: r.constraint.clone(),
                     output: Output::new(r.stop.clone(), r.output),
@@ -260,8 +319,18 @@ impl<B: Backend> Scheduler<B> {
                     deadline: r.deadline,
                     received: s.received,
                     last_token_at: None,
-                    waits_for_leader: choice > 0 && self.share_prompt,
-                });
+                    waits_for_leader: choice > 0,
+                };
+                // The other choices start from choice 0's blocks once it has run the prompt.
+                if choice == 0 {
+                    let reuse = self.place(&mut seq, slot);
+                    seq.cached = reuse;
+                    if reuse > 0 {
+                        self.shared.metrics.prompt_cache_hits.inc();
+                        self.shared.metrics.prompt_cached_tokens.inc_by(reuse as u64);
+                    }
+                }
+                self.running.push(seq);
             }
             let live = self.running.iter().filter(|q| q.request == id).count();
             if live == 0 {
@@ -273,10 +342,10 @@ impl<B: Backend> Scheduler<B> {
         self.shared.metrics.queued.set(self.shared.queued.load(Ordering::Relaxed) as i64);
     }
 
-    /// One forward step over every running sequence, then sampling and output.
-    fn step(&mut self) -> Result<(), ApiError> {
-        // Which tokens each sequence runs: decoding ones their one new token; prefilling ones
-        // the next chunk of their prompt, within what is left of the step's budget.
+    /// Which tokens each running sequence runs next, as (index into `running`, count): decoding
+    /// ones their one new token; prefilling ones the next chunk of their prompt, within what is
+    /// left of the step's budget.
+    fn plan(&self) -> Vec<(usize, usize)> {
         let mut budget = self.batch_tokens;
         let mut plan: Vec<(usize, usize)> = Vec::new(); // (index into running, tokens to run)
         for (i, seq) in self.running.iter().enumerate() {
@@ -291,16 +360,31 @@ impl<B: Backend> Scheduler<B> {
         }
         for (i, seq) in self.running.iter().enumerate() {
             if !seq.prefilled() && !seq.waits_for_leader && budget > 0 {
-                let chunk = (seq.prompt_len - seq.fed).min(budget);
+                let chunk = (seq.prefill_to - seq.fed).min(budget);
                 plan.push((i, chunk));
                 budget -= chunk;
             }
+        }
+        plan
+    }
+
+    /// One forward step over every running sequence, then sampling and output.
+    fn step(&mut self) -> Result<(), ApiError> {
+        // Blocks for every new position, or fewer sequences (preempted) and a new plan.
+        let plan = loop {
+            let plan = self.plan();
+            if plan.is_empty() || self.reserve(&plan)? {
+                break plan;
+            }
+        };
+        if plan.is_empty() {
+            return Ok(());
         }
         // Sequences that get a token this step first: a prompt chunk that does not end its prompt
         // only fills the cache, and needs no row of the (vocabulary-wide) LM head.
         let (mut plan, rest): (Vec<_>, Vec<_>) = plan.into_iter().partition(|&(i, len)| {
             let seq = &self.running[i];
-            seq.fed + len >= seq.prompt_len
+            seq.fed + len >= seq.prefill_to
         });
         let with_logits = plan.len();
         plan.extend(rest);
@@ -402,6 +486,7 @@ impl<B: Backend> Scheduler<B> {
             }
             self.sample_and_send(i, pick, &mut finished)?;
         }
+        self.note_written();
         // Remove finished sequences, highest index first so the others keep theirs.
         finished.sort_by_key(|f| std::cmp::Reverse(f.0));
         for (i, finish) in finished {
@@ -413,40 +498,40 @@ impl<B: Backend> Scheduler<B> {
         Ok(())
     }
 
-    /// The share of the cache's positions the running sequences hold, for `/metrics`.
+    /// The share of the KV pool's blocks that running sequences hold, for `/metrics`.
     fn note_kv_usage(&self) {
-        let held: usize = self.running.iter().map(|s| s.fed).sum();
-        let total = (self.slots.len() * self.ctx_size).max(1);
-        self.shared.metrics.kv_cache_usage.set(held as f64 / total as f64);
+        let total = self.pool.len().max(1);
+        self.shared.metrics.kv_cache_usage.set(self.pool.held() as f64 / total as f64);
     }
 
     /// Choice 0 of a request (at `leader`) has run its prompt: the request's other choices start
-    /// from a copy of its cache slot and sample their first token from the same logits.
+    /// from its blocks, shared (the partly filled last one is copied by the first to write to it),
+    /// and sample their first token from the same logits.
     fn start_followers(
         &mut self,
         leader: usize,
         logits: &[f32],
         finished: &mut Vec<(usize, Finish)>,
     ) -> Result<(), ApiError> {
-        let (request, from, positions) = {
+        let (request, blocks, noted, positions) = {
             let l = &self.running[leader];
-            (l.request, l.slot, l.fed)
+            (l.request, l.blocks.clone(), l.noted, l.fed)
         };
         let followers: Vec<usize> = (0..self.running.len())
             .filter(|&j| self.running[j].request == request && self.running[j].waits_for_leader)
             .collect();
         for j in followers {
-            self.running[j].waits_for_leader = false;
-            match self.model.backend.copy_slot(&mut self.cache, from, self.running[j].slot, positions) {
-                Ok(()) => {
-                    self.running[j].fed = positions;
-                    let mut row = logits.to_vec();
-                    self.sample_and_send(j, Pick::Logits(&mut row), finished)?;
-                }
-                // This backend cannot copy slots: the follower runs the prompt itself.
-                Err(minerva_model::ModelError::UnsupportedOp { .. }) => self.share_prompt = false,
-                Err(e) => return Err(ApiError::internal(format!("copying a cache slot: {e}"))),
+            for &b in &blocks {
+                self.pool.share(b);
             }
+            let seq = &mut self.running[j];
+            seq.waits_for_leader = false;
+            seq.blocks = blocks.clone();
+            seq.noted = noted;
+            seq.table_changed = true;
+            seq.fed = positions;
+            let mut row = logits.to_vec();
+            self.sample_and_send(j, Pick::Logits(&mut row), finished)?;
         }
         Ok(())
     }
@@ -508,8 +593,8 @@ impl<B: Backend> Scheduler<B> {
         Ok(())
     }
 
-    fn finish(&mut self, seq: Sequence, reason: Finish) {
-        self.slots.give_back(seq.slot, &seq.tokens[..seq.fed]);
+    fn finish(&mut self, mut seq: Sequence, reason: Finish) {
+        self.let_go(&mut seq);
         let Some(r) = self.requests.get_mut(&seq.request) else { return };
         let _ = r.events.send(SeqEvent::Finish {
             choice: seq.choice,
@@ -528,10 +613,12 @@ impl<B: Backend> Scheduler<B> {
         for (_, r) in self.requests.drain() {
             let _ = r.events.send(SeqEvent::Error(error.clone()));
         }
-        // A step failed part-way: what the slots hold is unknown.
-        for seq in self.running.drain(..) {
-            self.slots.give_back_empty(seq.slot);
+        // A step failed part-way: what its blocks hold is unknown.
+        for mut seq in std::mem::take(&mut self.running) {
+            self.drop_blocks(&mut seq);
         }
+        // Preempted sequences hold no blocks or slot; their requests were just ended.
+        self.preempted.clear();
         self.shared.metrics.running.set(0);
         self.shared.metrics.kv_cache_usage.set(0.0);
     }
@@ -622,7 +709,7 @@ fn sample_one(
 mod tests {
     use super::*;
 
-    fn config(parallel: usize, ctx: Option<usize>, budget: u64) -> EngineConfig {
+    fn config(parallel: usize, ctx: Option<usize>, budget: u64, kv_memory: Option<u64>) -> EngineConfig {
         EngineConfig {
             parallel,
             ctx_size: ctx,
@@ -630,29 +717,46 @@ mod tests {
             prefill_chunk: 64,
             max_queue: 8,
             kv_budget_bytes: budget,
+            kv_memory,
             tool_format: None,
         }
     }
 
     #[test]
-    fn context_is_the_trained_one_when_it_fits() {
-        let (ctx, note) = choose_ctx(8192, 1000, &config(4, None, 1 << 40)).unwrap();
-        assert_eq!((ctx, note.as_str()), (8192, "the model's trained context"));
+    fn by_default_the_pool_holds_every_slot_at_the_trained_context() {
+        // 1000 bytes per block of 32.
+        let sizing = size_kv(8192, 1000, 32, &config(4, None, 1 << 40, None)).unwrap();
+        assert_eq!(sizing, Sizing { blocks: 4 * 256, ctx: 8192, ctx_note: "the model's trained context".into() });
     }
 
     #[test]
-    fn context_is_capped_to_the_memory_budget() {
-        // 4 slots × 1000 bytes per position within 10 MB: 2500 positions, rounded down to 2304.
-        let (ctx, note) = choose_ctx(131072, 1000, &config(4, None, 10_000_000)).unwrap();
-        assert_eq!(ctx, 2304);
-        assert!(note.contains("capped from 131072"), "{note}");
-        assert!(choose_ctx(131072, 1000, &config(4, None, 100_000)).unwrap_err().contains("fewer --parallel"));
+    fn a_small_budget_caps_the_context_to_what_one_sequence_may_hold() {
+        // 10 MB: 10 000 blocks, 320 000 tokens; one sequence of 131072 does not fit 4 times.
+        let sizing = size_kv(131072, 1000, 32, &config(4, None, 10_000_000, None)).unwrap();
+        assert_eq!((sizing.blocks, sizing.ctx), (10_000, 131072));
+        // 1 MB: 1000 blocks, 32 000 tokens (a multiple of 256): the context is cut to them.
+        let sizing = size_kv(131072, 1000, 32, &config(4, None, 1_000_000, None)).unwrap();
+        assert_eq!((sizing.blocks, sizing.ctx), (1000, 32_000));
+        let sizing = size_kv(131072, 1000, 32, &config(4, None, 999_000, None)).unwrap();
+        assert_eq!(sizing.ctx, 31_744, "999 blocks: 31 968 tokens, cut to a multiple of 256");
+        assert!(sizing.ctx_note.contains("capped from 131072"), "{}", sizing.ctx_note);
+        let err = size_kv(131072, 1000, 32, &config(4, None, 7_000, None)).unwrap_err();
+        assert!(err.contains("fewer than 256"), "{err}");
+    }
+
+    #[test]
+    fn kv_memory_sizes_the_pool_and_must_hold_the_asked_context() {
+        // 2 MB: 2000 blocks whatever --parallel asks.
+        let sizing = size_kv(8192, 1000, 32, &config(64, Some(4096), 0, Some(2_000_000))).unwrap();
+        assert_eq!((sizing.blocks, sizing.ctx), (2000, 4096));
+        let err = size_kv(8192, 1000, 32, &config(2, Some(8192), 0, Some(100_000))).unwrap_err();
+        assert_eq!(err, "--kv-memory holds 3200 tokens, fewer than --ctx-size 8192");
     }
 
     #[test]
     fn an_asked_context_is_checked_against_the_trained_one() {
-        assert_eq!(choose_ctx(2048, 1000, &config(2, Some(1024), 0)).unwrap().0, 1024);
-        let err = choose_ctx(2048, 1000, &config(2, Some(4096), 0)).unwrap_err();
+        assert_eq!(size_kv(2048, 1000, 32, &config(2, Some(1024), 1 << 30, None)).unwrap().ctx, 1024);
+        let err = size_kv(2048, 1000, 32, &config(2, Some(4096), 1 << 30, None)).unwrap_err();
         assert_eq!(err, "--ctx-size 4096 is larger than the model's trained context of 2048");
     }
 }

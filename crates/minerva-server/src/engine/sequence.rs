@@ -203,13 +203,26 @@ pub(super) struct Sequence {
     /// The request it belongs to (index into the scheduler's requests).
     pub(super) request: u64,
     pub(super) choice: usize,
+    /// When it was admitted (a counter): the newest is preempted first.
+    pub(super) order: u64,
+    /// Its cache slot (its block table's place), while it runs.
     pub(super) slot: usize,
+    /// The KV blocks of its positions, in order (`blocks[i]`: positions `i·B..(i+1)·B`).
+    pub(super) blocks: Vec<u32>,
+    /// Leading blocks whose content the pool knows (`BlockPool::note_full`), and the content id
+    /// of the last.
+    pub(super) noted: (usize, u64),
+    /// `blocks` changed since the backend's table was last set.
+    pub(super) table_changed: bool,
     /// Prompt and generated ids: what the penalties see, and what the cache holds up to `fed`.
     pub(super) tokens: Vec<u32>,
     pub(super) prompt_len: usize,
+    /// Tokens run as a prompt before it samples: `prompt_len`, or after a preemption every
+    /// token it had (its cache is rebuilt, then it samples its next one).
+    pub(super) prefill_to: usize,
     /// Tokens already run through the model (in the slot's cache).
     pub(super) fed: usize,
-    /// Prompt tokens the slot's cache held from an earlier request (not run again).
+    /// Prompt tokens the cache held from an earlier request (not run again).
     pub(super) cached: usize,
     pub(super) sampler: Sampler,
     /// The grammar its output is held to, if any: masks its logits before sampling.
@@ -221,7 +234,7 @@ pub(super) struct Sequence {
     pub(super) received: Instant,
     pub(super) last_token_at: Option<Instant>,
     /// A choice after the first of its request: it waits for choice 0's prefill and starts from
-    /// a copy of its cache slot.
+    /// its blocks, shared.
     pub(super) waits_for_leader: bool,
 }
 
@@ -231,9 +244,9 @@ impl Sequence {
         self.tokens.len() - self.prompt_len
     }
 
-    /// Whether the whole prompt has been run.
+    /// Whether the whole prompt (or what a preemption left to run again) has been run.
     pub(super) fn prefilled(&self) -> bool {
-        self.fed >= self.prompt_len
+        self.fed >= self.prefill_to
     }
 }
 

@@ -31,6 +31,7 @@ pub fn engine_config(parallel: usize) -> EngineConfig {
         prefill_chunk: 64,
         max_queue: 16,
         kv_budget_bytes: 1 << 30,
+        kv_memory: None,
         tool_format: None,
     }
 }

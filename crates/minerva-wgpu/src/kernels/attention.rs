@@ -11,7 +11,8 @@ pub(crate) struct AttentionShape {
     pub n_head: usize,
     pub n_kv: usize,
     pub head_dim: usize,
-    pub capacity: usize,
+    /// The cache's paging: positions per block, table entries per slot, blocks in the pool.
+    pub paging: Paging,
     /// Keys per split (a workgroup's share of one query's positions).
     pub split_len: usize,
     /// The most positions any row sees.
@@ -26,11 +27,19 @@ pub(crate) struct AttentionShape {
     pub kv: KvElem,
 }
 
+/// How a cache's layer is paged (see `minerva_model::kv_blocks`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Paging {
+    pub block_size: usize,
+    pub per_slot: usize,
+    pub blocks: usize,
+}
+
 /// The largest head dimension the kernel's accumulator holds (64 threads × 4).
 pub(crate) const MAX_HEAD_DIM: usize = 256;
 
 /// Records `out = softmax(q kᵀ / √d) v` for every (row, head), reading the cached keys/values
-/// `kc`/`vc` at each row's slot from `info`; `part` is scratch of [`partial_len`] f32. The
+/// `kc`/`vc` at each row's slot from `info` through the slots' block `tables`; `part` is scratch of [`partial_len`] f32. The
 /// reduction adds `s.sinks`' logit per head to every softmax when set.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
@@ -39,6 +48,7 @@ pub(crate) fn attention(
     kc: &wgpu::Buffer,
     vc: &wgpu::Buffer,
     info: &wgpu::Buffer,
+    tables: &wgpu::Buffer,
     part: &wgpu::Buffer,
     out: &wgpu::Buffer,
     s: &AttentionShape,
@@ -49,11 +59,15 @@ pub(crate) fn attention(
         s.n_head as u32,
         s.n_kv as u32,
         s.head_dim as u32,
-        s.capacity as u32,
         n_splits as u32,
         s.split_len as u32,
         s.window as u32,
         scale.to_bits(),
+        s.paging.block_size as u32,
+        s.paging.per_slot as u32,
+        s.paging.blocks as u32,
+        0,
+        0,
     ];
     let groups = [n_splits as u32, s.n_head as u32, s.rows as u32];
     let source = || s.kv.source(include_str!("attention.wgsl"));
@@ -61,7 +75,7 @@ pub(crate) fn attention(
         KvElem::F32 => "attention/f32",
         KvElem::F16 => "attention/f16",
     };
-    gpu.dispatch(key, source, &[q, kc, vc, info, part], &params, groups);
+    gpu.dispatch(key, source, &[q, kc, vc, info, part, tables], &params, groups);
     let params = [s.n_head as u32, s.head_dim as u32, n_splits as u32, s.sinks.is_some() as u32];
     let source = || include_str!("attention_reduce.wgsl").to_string();
     let sinks = s.sinks.as_ref().unwrap_or(&s.no_sinks);
@@ -107,6 +121,7 @@ pub(crate) fn attention_prefill(
     info: &wgpu::Buffer,
     blocks: &wgpu::Buffer,
     n_blocks: usize,
+    tables: &wgpu::Buffer,
     out: &wgpu::Buffer,
     s: &AttentionShape,
 ) {
@@ -115,10 +130,12 @@ pub(crate) fn attention_prefill(
         s.n_head as u32,
         s.n_kv as u32,
         s.head_dim as u32,
-        s.capacity as u32,
         s.window as u32,
         scale.to_bits(),
         s.sinks.is_some() as u32,
+        s.paging.block_size as u32,
+        s.paging.per_slot as u32,
+        s.paging.blocks as u32,
         0,
     ];
     let source = || s.kv.source(include_str!("attention_prefill.wgsl"));
@@ -128,5 +145,5 @@ pub(crate) fn attention_prefill(
         KvElem::F32 => "attention_prefill/f32",
         KvElem::F16 => "attention_prefill/f16",
     };
-    gpu.dispatch(key, source, &[q, kc, vc, info, blocks, out, sinks], &params, groups);
+    gpu.dispatch(key, source, &[q, kc, vc, info, blocks, out, sinks, tables], &params, groups);
 }

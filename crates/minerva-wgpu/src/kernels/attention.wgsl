@@ -8,11 +8,15 @@ struct Params {
     n_head: u32,
     n_kv: u32,
     head_dim: u32,
-    capacity: u32,
     n_splits: u32,
     split_len: u32,
     window: u32,     // 0: causal
     scale: f32,
+    block_size: u32,
+    per_slot: u32,   // block-table entries per slot
+    blocks: u32,     // blocks in the pool
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -20,7 +24,15 @@ struct Params {
 @group(0) @binding(2) var<storage, read> vc: array<KV>;
 @group(0) @binding(3) var<storage, read> info: array<vec2<u32>>; // (slot, position) per row
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
-@group(0) @binding(5) var<uniform> p: Params;
+@group(0) @binding(5) var<storage, read> tables: array<u32>; // per_slot block ids per slot
+@group(0) @binding(6) var<uniform> p: Params;
+
+// Element offset of position `pos` of `slot` for KV head `kvh`: through the slot's block table,
+// in a layer laid out `[kv_head][block][position in block][head_dim]`.
+fn kv_off(slot: u32, kvh: u32, pos: u32) -> u32 {
+    let block = tables[slot * p.per_slot + pos / p.block_size];
+    return ((kvh * p.blocks + block) * p.block_size + pos % p.block_size) * p.head_dim;
+}
 
 const NEG: f32 = -3.0e38;
 const MAX_HD: u32 = 256u;
@@ -43,7 +55,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let s0 = lo + split * p.split_len;
     let s1 = min(pos + 1u, s0 + p.split_len);
     let kvh = h / (p.n_head / p.n_kv);
-    let cache_base = (slot * p.n_kv + kvh) * p.capacity * hd;
     let qo = (r * p.n_head + h) * hd;
     for (var d = lid.x; d < hd; d += 64u) {
         qs[d] = q[qo + d];
@@ -56,7 +67,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         let key = t + lid.x;
         var s = NEG;
         if (key < s1) {
-            let ko = cache_base + key * hd;
+            let ko = kv_off(slot, kvh, key);
             s = 0.0;
             for (var d = 0u; d < hd; d++) {
                 s += qs[d] * k_at(ko + d);
@@ -78,7 +89,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         for (var i = 0u; i < n; i++) {
             let e = exp(score[i] - m_new);
             l += e;
-            let vo = cache_base + (t + i) * hd;
+            let vo = kv_off(slot, kvh, t + i);
             for (var j = 0u; j < 4u; j++) {
                 let d = lid.x + 64u * j;
                 if (d < hd) {

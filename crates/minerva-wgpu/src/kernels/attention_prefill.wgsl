@@ -10,11 +10,13 @@ struct Params {
     n_head: u32,
     n_kv: u32,
     head_dim: u32,
-    capacity: u32,
     window: u32,     // 0: causal
     scale: f32,
     has_sinks: u32,  // 1: sinks[h] joins every softmax of head h
-    _pad1: u32,
+    block_size: u32,
+    per_slot: u32,   // block-table entries per slot
+    blocks: u32,     // blocks in the pool
+    _pad: u32,
 }
 
 struct Block {
@@ -31,7 +33,15 @@ struct Block {
 @group(0) @binding(4) var<storage, read> blocks: array<Block>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read> sinks: array<f32>;
-@group(0) @binding(7) var<uniform> p: Params;
+@group(0) @binding(7) var<storage, read> tables: array<u32>; // per_slot block ids per slot
+@group(0) @binding(8) var<uniform> p: Params;
+
+// Element offset of position `pos` of `slot` for KV head `kvh`: through the slot's block table,
+// in a layer laid out `[kv_head][block][position in block][head_dim]`.
+fn kv_off(slot: u32, kvh: u32, pos: u32) -> u32 {
+    let block = tables[slot * p.per_slot + pos / p.block_size];
+    return ((kvh * p.blocks + block) * p.block_size + pos % p.block_size) * p.head_dim;
+}
 
 const QB: u32 = 16u;
 const KT: u32 = 16u;
@@ -56,7 +66,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let h = wid.y;
     let hd = p.head_dim;
     let kvh = h / (p.n_head / p.n_kv);
-    let cache_base = (blk.slot * p.n_kv + kvh) * p.capacity * hd;
     // The key range any query of the block sees.
     var k_lo = 0xffffffffu;
     var k_hi = 0u;
@@ -86,7 +95,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         let n = min(KT, k_hi - t);
         workgroupBarrier();
         for (var i = lid.x; i < n * hd; i += 64u) {
-            let at = cache_base + t * hd + i;
+            let at = kv_off(blk.slot, kvh, t + i / hd) + i % hd;
             ks[i] = k_at(at);
             vs[i] = v_at(at);
         }

@@ -1,11 +1,15 @@
 // Copies this step's keys and values (rows × n_kv·head_dim) into one layer's cache
-// (`[slot][kv_head][position][head_dim]`), each row at its (slot, position) from `info`.
+// (`[kv_head][block][position in block][head_dim]`), each row at its (slot, position) from `info`, found
+// through the slot's block table.
 
 struct Params {
     rows: u32,
     n_kv: u32,
     head_dim: u32,
-    capacity: u32,
+    block_size: u32,
+    per_slot: u32,   // block-table entries per slot
+    blocks: u32,     // blocks in the pool
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<storage, read> k: array<f32>;
@@ -13,7 +17,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> kc: array<f32>;
 @group(0) @binding(3) var<storage, read_write> vc: array<f32>;
 @group(0) @binding(4) var<storage, read> info: array<vec2<u32>>; // (slot, position) per row
-@group(0) @binding(5) var<uniform> p: Params;
+@group(0) @binding(5) var<storage, read> tables: array<u32>; // per_slot block ids per slot
+@group(0) @binding(6) var<uniform> p: Params;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -25,7 +30,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let r = i / kv_dim;
     let h = (i % kv_dim) / p.head_dim;
     let d = i % p.head_dim;
-    let at = ((info[r].x * p.n_kv + h) * p.capacity + info[r].y) * p.head_dim + d;
+    let pos = info[r].y;
+    let block = tables[info[r].x * p.per_slot + pos / p.block_size];
+    let at = ((h * p.blocks + block) * p.block_size + pos % p.block_size) * p.head_dim + d;
     kc[at] = k[i];
     vc[at] = v[i];
 }

@@ -1,12 +1,15 @@
 // Copies this step's keys and values (rows × n_kv·head_dim) into one layer of an f16 cache
-// (`[slot][kv_head][position][head_dim]`, two values per u32), each row at its (slot, position)
-// from `info`. One thread per pair of values: head_dim is even, so a pair never crosses a head.
+// (`[kv_head][block][position in block][head_dim]`, two values per u32), each row at its (slot, position)
+// from `info` through the slot's block table. One thread per pair of values: head_dim is even, so a pair never crosses a head.
 
 struct Params {
     rows: u32,
     n_kv: u32,
     head_dim: u32,
-    capacity: u32,
+    block_size: u32,
+    per_slot: u32,   // block-table entries per slot
+    blocks: u32,     // blocks in the pool
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<storage, read> k: array<f32>;
@@ -14,7 +17,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> kc: array<u32>;
 @group(0) @binding(3) var<storage, read_write> vc: array<u32>;
 @group(0) @binding(4) var<storage, read> info: array<vec2<u32>>; // (slot, position) per row
-@group(0) @binding(5) var<uniform> p: Params;
+@group(0) @binding(5) var<storage, read> tables: array<u32>; // per_slot block ids per slot
+@group(0) @binding(6) var<uniform> p: Params;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -26,7 +30,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let r = i / kv_dim;
     let h = (i % kv_dim) / p.head_dim;
     let d = i % p.head_dim;
-    let at = ((info[r].x * p.n_kv + h) * p.capacity + info[r].y) * p.head_dim + d;
+    let pos = info[r].y;
+    let block = tables[info[r].x * p.per_slot + pos / p.block_size];
+    let at = ((h * p.blocks + block) * p.block_size + pos % p.block_size) * p.head_dim + d;
     kc[at / 2u] = pack2x16float(vec2<f32>(k[i], k[i + 1u]));
     vc[at / 2u] = pack2x16float(vec2<f32>(v[i], v[i + 1u]));
 }
