@@ -52,8 +52,9 @@ fn score_runs_the_tiny_gpt_oss_in_every_layout() {
             let dir = tempfile::tempdir().unwrap();
             let npy = dir.path().join("logits.npy");
             let list = tokens.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-            let mut args =
-                vec![os("score"), model.as_os_str(), os("--tokens"), os(&list), os("--out"), npy.as_os_str()];
+            // An f32 KV cache, as the reference computes.
+            let mut args = vec![os("score"), model.as_os_str(), os("--kv-type"), os("f32")];
+            args.extend([os("--tokens"), os(&list), os("--out"), npy.as_os_str()]);
             args.extend(flags.iter().map(|f| os(f)));
             let out = minerva(&args);
             let stdout = String::from_utf8_lossy(&out.stdout);

@@ -19,7 +19,9 @@ fn score_reads_a_safetensors_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let npy = tmp.path().join("logits.npy");
     let joined = tokens.join(",");
-    let out = minerva(&[os("score"), dir.as_os_str(), os("--tokens"), os(&joined), os("--out"), npy.as_os_str()]);
+    // An f32 KV cache, as the reference computes.
+    let args = [os("score"), dir.as_os_str(), os("--kv-type"), os("f32"), os("--tokens"), os(&joined)];
+    let out = minerva(&[&args[..], &[os("--out"), npy.as_os_str()]].concat());
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("over {} scored tokens", n - 1)));
     let logits = Npy::read(&npy);
