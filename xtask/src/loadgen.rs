@@ -6,6 +6,10 @@
 //! threads (each sends its next request when the last one ends). A token is a streamed content
 //! chunk; the server's `usage` (asked with `stream_options.include_usage`) counts them when it
 //! sends one.
+//!
+//! As a soak: many levels of short requests over keep-alive (`--concurrency 8,8,8,8`), some of
+//! them cancelled by the client after their first token (`--cancel-every`), and the server's
+//! resident memory read after each level (`--server-pid`): it should stay flat.
 
 use std::io::BufRead;
 use std::sync::Mutex;
@@ -42,6 +46,13 @@ pub struct LoadgenArgs {
     /// names its conversation, so a load balancer can route each conversation to one replica.
     #[arg(long, value_name = "NAME")]
     pub session_header: Option<String>,
+    /// Every N-th request of a level disconnects after its first token, as a client that goes
+    /// away (counted as cancelled, not as an error).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub cancel_every: Option<u64>,
+    /// The server's process id (on this machine): its resident memory is read after each level.
+    #[arg(long, value_name = "PID")]
+    pub server_pid: Option<u32>,
     /// A JSON object whose fields are added to every request (`'{"response_format": {"type":
     /// "json_object"}}'` measures constrained decoding).
     #[arg(long, value_name = "JSON", value_parser = parse_extra)]
@@ -65,6 +76,8 @@ struct Sample {
     gaps: Vec<Duration>,
     tokens: usize,
     error: Option<String>,
+    /// The client went away after the first token (`--cancel-every`).
+    cancelled: bool,
 }
 
 /// One concurrency level's figures.
@@ -73,6 +86,7 @@ pub struct Row {
     concurrency: usize,
     requests: usize,
     errors: usize,
+    cancelled: usize,
     output_tokens: usize,
     wall_s: f64,
     output_tok_s: f64,
@@ -81,6 +95,8 @@ pub struct Row {
     ttft_p99_ms: f64,
     itl_p50_ms: f64,
     itl_p99_ms: f64,
+    /// The server's resident memory after the level (`--server-pid`).
+    rss_mib: Option<f64>,
 }
 
 /// Runs every level and prints the table.
@@ -91,21 +107,26 @@ pub fn run(args: &LoadgenArgs) -> Result<()> {
     let endpoint = format!("{}/v1/chat/completions", args.url.trim_end_matches('/'));
     let mut rows = Vec::new();
     for &concurrency in &args.concurrency {
-        let row = level(&endpoint, args, concurrency);
+        let mut row = level(&endpoint, args, concurrency);
+        row.rss_mib = args.server_pid.and_then(resident_mib);
         eprintln!(
             "xtask loadgen: {concurrency} clients: {:.1} tok/s, TTFT p50 {:.0} ms, ITL p50 {:.1} ms, {} errors",
             row.output_tok_s, row.ttft_p50_ms, row.itl_p50_ms, row.errors
         );
         rows.push(row);
     }
-    println!("| clients | requests | errors | output tok/s | req/s | TTFT p50 / p99 ms | ITL p50 / p99 ms |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| clients | requests | errors | cancelled | output tok/s | req/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | server RSS MiB |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
+        let rss = r.rss_mib.map_or_else(|| "—".to_string(), |m| format!("{m:.0}"));
         println!(
-            "| {} | {} | {} | {:.1} | {:.2} | {:.0} / {:.0} | {:.1} / {:.1} |",
+            "| {} | {} | {} | {} | {:.1} | {:.2} | {:.0} / {:.0} | {:.1} / {:.1} | {rss} |",
             r.concurrency,
             r.requests,
             r.errors,
+            r.cancelled,
             r.output_tok_s,
             r.requests_s,
             r.ttft_p50_ms,
@@ -121,12 +142,21 @@ pub fn run(args: &LoadgenArgs) -> Result<()> {
     Ok(())
 }
 
-/// A distinct prompt of about `words` words.
-fn prompt(index: usize, words: usize) -> String {
+/// The resident memory of process `pid` in MiB (`VmRSS` of `/proc/PID/status`), if readable.
+fn resident_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 =
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// A prompt of about `words` words, distinct for each (level, index): a server's prefix cache
+/// finds nothing of one level's prompts in another's.
+fn prompt(level: usize, index: usize, words: usize) -> String {
     const TEXT: &str =
         "the quick brown fox jumps over a lazy dog while seven bright stars watch quietly from far above";
     let body: Vec<&str> = TEXT.split(' ').cycle().take(words.saturating_sub(9)).collect();
-    format!("Request {index}. Continue this story in your own words: {}", body.join(" "))
+    format!("Request {level}-{index}. Continue this story in your own words: {}", body.join(" "))
 }
 
 fn level(endpoint: &str, args: &LoadgenArgs, concurrency: usize) -> Row {
@@ -158,7 +188,7 @@ fn level(endpoint: &str, args: &LoadgenArgs, concurrency: usize) -> Row {
 
 fn one(agent: &ureq::Agent, endpoint: &str, args: &LoadgenArgs, concurrency: usize, index: usize) -> Sample {
     let mut body = serde_json::json!({
-        "messages": [{"role": "user", "content": prompt(index, args.prompt_tokens)}],
+        "messages": [{"role": "user", "content": prompt(concurrency, index, args.prompt_tokens)}],
         "max_tokens": args.max_tokens, "temperature": 0, "stream": true,
         "stream_options": {"include_usage": true},
     });
@@ -177,11 +207,13 @@ fn one(agent: &ureq::Agent, endpoint: &str, args: &LoadgenArgs, concurrency: usi
         Ok(r) => r,
         Err(e) => return Sample { error: Some(e.to_string()), ..Sample::default() },
     };
-    read_stream(std::io::BufReader::new(response.into_reader()), sent)
+    let cancel = args.cancel_every.is_some_and(|n| (index as u64 + 1).is_multiple_of(n));
+    read_stream(std::io::BufReader::new(response.into_reader()), sent, cancel)
 }
 
-/// Reads an SSE chat stream: content chunk times, the usage count, an error event.
-fn read_stream(reader: impl BufRead, sent: Instant) -> Sample {
+/// Reads an SSE chat stream: content chunk times, the usage count, an error event. With
+/// `cancel`, stops after the first content chunk (the connection is then dropped unread).
+fn read_stream(reader: impl BufRead, sent: Instant, cancel: bool) -> Sample {
     let mut sample = Sample::default();
     let mut last: Option<Instant> = None;
     let mut chunks = 0;
@@ -219,6 +251,11 @@ fn read_stream(reader: impl BufRead, sent: Instant) -> Sample {
             }
             last = Some(now);
             chunks += 1;
+            if cancel {
+                sample.cancelled = true;
+                sample.tokens = 1;
+                return sample;
+            }
         }
     }
     if !done && sample.error.is_none() {
@@ -239,7 +276,8 @@ fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
 }
 
 fn summarize(concurrency: usize, samples: &[Sample], wall_s: f64) -> Row {
-    let ok: Vec<&Sample> = samples.iter().filter(|s| s.error.is_none()).collect();
+    let ok: Vec<&Sample> = samples.iter().filter(|s| s.error.is_none() && !s.cancelled).collect();
+    let cancelled = samples.iter().filter(|s| s.error.is_none() && s.cancelled).count();
     let mut ttft: Vec<Duration> = ok.iter().filter_map(|s| s.ttft).collect();
     let mut gaps: Vec<Duration> = ok.iter().flat_map(|s| s.gaps.iter().copied()).collect();
     ttft.sort();
@@ -248,7 +286,8 @@ fn summarize(concurrency: usize, samples: &[Sample], wall_s: f64) -> Row {
     Row {
         concurrency,
         requests: samples.len(),
-        errors: samples.len() - ok.len(),
+        errors: samples.len() - ok.len() - cancelled,
+        cancelled,
         output_tokens,
         wall_s,
         output_tok_s: output_tokens as f64 / wall_s.max(1e-9),
@@ -257,6 +296,7 @@ fn summarize(concurrency: usize, samples: &[Sample], wall_s: f64) -> Row {
         ttft_p99_ms: quantile_ms(&ttft, 0.99),
         itl_p50_ms: quantile_ms(&gaps, 0.5),
         itl_p99_ms: quantile_ms(&gaps, 0.99),
+        rss_mib: None,
     }
 }
 
@@ -272,18 +312,21 @@ mod tests {
                       data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n\
                       data: {\"choices\":[],\"usage\":{\"completion_tokens\":3}}\n\n\
                       data: [DONE]\n\n";
-        let s = read_stream(stream.as_bytes(), Instant::now());
+        let s = read_stream(stream.as_bytes(), Instant::now(), false);
         assert!(s.ttft.is_some() && s.error.is_none());
         assert_eq!((s.gaps.len(), s.tokens), (1, 3));
         let broken =
             "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"error\":{\"message\":\"boom\"}}\n\n";
-        let s = read_stream(broken.as_bytes(), Instant::now());
+        let s = read_stream(broken.as_bytes(), Instant::now(), false);
         assert!(s.error.as_deref().is_some_and(|e| e.contains("boom")));
         // Without usage, content chunks count.
         assert_eq!(s.tokens, 1);
         let cut = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
-        let s = read_stream(cut.as_bytes(), Instant::now());
+        let s = read_stream(cut.as_bytes(), Instant::now(), false);
         assert_eq!(s.error.as_deref(), Some("stream ended after 1 chunks without [DONE]"));
+        // A cancelling client stops at the first token: neither an error nor a whole answer.
+        let s = read_stream(stream.as_bytes(), Instant::now(), true);
+        assert!(s.cancelled && s.error.is_none() && s.gaps.is_empty());
     }
 
     #[test]
@@ -293,19 +336,21 @@ mod tests {
         assert_eq!((quantile_ms(&sorted, 0.5), quantile_ms(&sorted, 0.99)), (50.0, 99.0));
         assert_eq!(quantile_ms(&[ms(7)], 0.99), 7.0);
         let samples = [
-            Sample { ttft: Some(ms(10)), gaps: vec![ms(2), ms(4)], tokens: 3, error: None },
-            Sample { ttft: Some(ms(30)), gaps: vec![ms(6)], tokens: 2, error: None },
+            Sample { ttft: Some(ms(10)), gaps: vec![ms(2), ms(4)], tokens: 3, ..Sample::default() },
+            Sample { ttft: Some(ms(30)), gaps: vec![ms(6)], tokens: 2, ..Sample::default() },
             Sample { error: Some("refused".into()), ..Sample::default() },
+            Sample { ttft: Some(ms(1)), tokens: 1, cancelled: true, ..Sample::default() },
         ];
         let row = summarize(2, &samples, 0.5);
-        assert_eq!((row.requests, row.errors, row.output_tokens), (3, 1, 5));
+        assert_eq!((row.requests, row.errors, row.cancelled, row.output_tokens), (4, 1, 1, 5));
         assert_eq!((row.output_tok_s, row.requests_s), (10.0, 4.0));
         assert_eq!((row.ttft_p50_ms, row.itl_p50_ms, row.itl_p99_ms), (10.0, 4.0, 6.0));
     }
 
     #[test]
     fn prompts_differ_and_have_about_the_asked_length() {
-        assert_ne!(prompt(1, 64), prompt(2, 64));
-        assert_eq!(prompt(3, 64).split(' ').count(), 64);
+        assert_ne!(prompt(1, 1, 64), prompt(1, 2, 64));
+        assert_ne!(prompt(1, 1, 64), prompt(2, 1, 64));
+        assert_eq!(prompt(1, 3, 64).split(' ').count(), 64);
     }
 }
