@@ -18,21 +18,9 @@ CLIENTS=${CLIENTS:-8}; REQUESTS=${REQUESTS:-48}; MAX_TOKENS=${MAX_TOKENS:-48}
 PARALLEL=${PARALLEL:-4}; THREADS=${THREADS:-1}
 PORT_A=18081; PORT_B=18082; PORT_LB=18080
 command -v nginx >/dev/null || { echo "nginx_failover: needs nginx (apt-get install nginx-light)" >&2; exit 1; }
-[ -x "$MINERVA" ] || { echo "nginx_failover: no $MINERVA (cargo build --release -p minerva-cli)" >&2; exit 1; }
-DIR=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-for port in $PORT_A $PORT_B; do
-    "$MINERVA" serve -m "$MODEL" --port "$port" --parallel "$PARALLEL" --threads "$THREADS" \
-        >"$DIR/replica-$port.log" 2>&1 &
-    PIDS+=($!)
-done
+. "$ROOT/benches/serving/replicas.sh"
+start_replicas $PORT_A $PORT_B
 PID_A=${PIDS[0]}
-for port in $PORT_A $PORT_B; do
-    until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.2; done
-done
 mkdir -p "$DIR"/{body,proxy,fastcgi,uwsgi,scgi}
 sed -e "s|@DIR@|$DIR|g" -e "s|@PORT_A@|$PORT_A|g" -e "s|@PORT_B@|$PORT_B|g" -e "s|@PORT_LB@|$PORT_LB|g" \
     "$ROOT/benches/serving/nginx-minerva.conf" >"$DIR/nginx.conf"

@@ -20,20 +20,8 @@ PORT_A=18181; PORT_B=18182; PORT_LB=18180; PORT_PROM=18190
 for tool in nginx prometheus; do
     command -v $tool >/dev/null || { echo "prometheus_replicas: needs $tool (apt-get install nginx-light prometheus)" >&2; exit 1; }
 done
-[ -x "$MINERVA" ] || { echo "prometheus_replicas: no $MINERVA (cargo build --release -p minerva-cli)" >&2; exit 1; }
-DIR=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-for port in $PORT_A $PORT_B; do
-    "$MINERVA" serve -m "$MODEL" --port "$port" --parallel "$PARALLEL" --threads "$THREADS" \
-        >"$DIR/replica-$port.log" 2>&1 &
-    PIDS+=($!)
-done
-for port in $PORT_A $PORT_B; do
-    until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.2; done
-done
+. "$ROOT/benches/serving/replicas.sh"
+start_replicas $PORT_A $PORT_B
 mkdir -p "$DIR"/{body,proxy,fastcgi,uwsgi,scgi,tsdb}
 fill() { sed -e "s|@DIR@|$DIR|g" -e "s|@PORT_A@|$PORT_A|g" -e "s|@PORT_B@|$PORT_B|g" -e "s|@PORT_LB@|$PORT_LB|g" "$1"; }
 fill "$ROOT/benches/serving/nginx-minerva.conf" >"$DIR/nginx.conf"
