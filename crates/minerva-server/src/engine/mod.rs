@@ -1,9 +1,10 @@
-//! The engine: one thread that owns the model and a KV cache of `parallel` slots, and runs
-//! continuous batching over every request the HTTP side submits.
+//! The engine: one thread that owns the model and a paged KV cache (a pool of blocks shared by
+//! up to `parallel` sequences), and runs continuous batching over every request the HTTP side
+//! submits.
 //!
 //! ```text
-//! handlers ──submit(GenerationRequest)──► queue (≤ max_queue) ──admit when n slots are free──┐
-//!    ▲                                                                                       ▼
+//! handlers ──submit(GenerationRequest)──► queue (≤ max_queue) ──admit: n slots, blocks for the prompt──┐
+//!    ▲                                                                                                 ▼
 //!    └──── SeqEvent (delta / finish / error) per choice ◄── sample each row ◄── one forward: every
 //!                                                                  running sequence's next token +
 //!                                                                  prompt chunks (≤ batch_tokens)

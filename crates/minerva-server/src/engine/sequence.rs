@@ -220,7 +220,7 @@ pub(super) struct Sequence {
     /// Tokens run as a prompt before it samples: `prompt_len`, or after a preemption every
     /// token it had (its cache is rebuilt, then it samples its next one).
     pub(super) prefill_to: usize,
-    /// Tokens already run through the model (in the slot's cache).
+    /// Tokens already run through the model (their keys and values in its blocks).
     pub(super) fed: usize,
     /// Prompt tokens the cache held from an earlier request (not run again).
     pub(super) cached: usize,

@@ -51,7 +51,7 @@ pub(crate) struct ChoiceResult {
     pub(crate) logprobs: Vec<TokenLogprob>,
     pub(crate) finish: Option<Finish>,
     pub(crate) tokens: usize,
-    /// Prompt tokens its slot's cache already held.
+    /// Prompt tokens the KV cache already held (the prefix cache).
     pub(crate) cached: usize,
 }
 
