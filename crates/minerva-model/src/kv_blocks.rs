@@ -46,11 +46,6 @@ impl BlockTables {
         Ok(BlockTables { block_size: shape.block_size, blocks: shape.blocks, per_slot, ids, lens })
     }
 
-    /// Positions per block.
-    pub fn block_size(&self) -> usize {
-        self.block_size
-    }
-
     /// Entries per slot.
     pub fn per_slot(&self) -> usize {
         self.per_slot

@@ -97,11 +97,6 @@ impl WgpuCache {
         }
     }
 
-    /// Every slot's block table.
-    pub fn tables(&self) -> &BlockTables {
-        &self.tables
-    }
-
     fn paging(&self) -> Paging {
         Paging { block_size: self.shape.block_size, per_slot: self.tables.per_slot(), blocks: self.shape.blocks }
     }

@@ -140,11 +140,6 @@ impl CpuCache {
         self.shape
     }
 
-    /// Every slot's block table.
-    pub fn tables(&self) -> &BlockTables {
-        &self.tables
-    }
-
     /// The element type of the cached keys and values (`F32`, `F16` or `Q8_0`).
     pub fn dtype(&self) -> DType {
         match self.k {

@@ -19,10 +19,12 @@ struct Content {
     tokens: Box<[u32]>,
 }
 
-/// What [`BlockPool::lookup`] found: whole blocks, then a block sharing `.1` of the next tokens.
+/// What [`BlockPool::lookup`] found: whole blocks (with their content ids, for noting what
+/// follows them), then a block sharing `.1` of the next tokens.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Found {
     pub(super) whole: Vec<u32>,
+    pub(super) ids: Vec<u64>,
     pub(super) part: Option<(u32, usize)>,
 }
 
@@ -45,6 +47,8 @@ pub(super) struct BlockPool {
     block_size: usize,
     /// Per block: the sequences holding it.
     refs: Vec<u32>,
+    /// Blocks with a holder (kept as blocks change hands, for the usage gauge of every step).
+    held: usize,
     /// Blocks holding nothing worth keeping.
     free: Vec<u32>,
     /// Per block: what it is cached as, if it is.
@@ -66,6 +70,7 @@ impl BlockPool {
         BlockPool {
             block_size: block_size.max(1),
             refs: vec![0; blocks],
+            held: 0,
             // Popped from the end: block 0 first, so memory is touched from its start.
             free: (0..blocks as u32).rev().collect(),
             cached_as: vec![None; blocks],
@@ -89,7 +94,7 @@ impl BlockPool {
 
     /// Blocks held by a running sequence.
     pub(super) fn held(&self) -> usize {
-        self.refs.iter().filter(|&&r| r > 0).count()
+        self.held
     }
 
     /// Blocks [`BlockPool::take`] can still give: free ones and cached ones no one holds.
@@ -109,16 +114,18 @@ impl BlockPool {
             }
         };
         self.refs[block as usize] = 1;
+        self.held += 1;
         Some(block)
     }
 
     /// One more holder of `block` (a sequence sharing it).
     pub(super) fn share(&mut self, block: u32) {
         let b = block as usize;
-        if self.refs[b] == 0
-            && let Some(cached) = &self.cached_as[b]
-        {
-            self.idle.remove(&cached.since);
+        if self.refs[b] == 0 {
+            self.held += 1;
+            if let Some(cached) = &self.cached_as[b] {
+                self.idle.remove(&cached.since);
+            }
         }
         self.refs[b] += 1;
     }
@@ -139,6 +146,7 @@ impl BlockPool {
             if self.refs[b] > 0 {
                 continue;
             }
+            self.held -= 1;
             match &mut self.cached_as[b] {
                 Some(cached) => {
                     self.clock += 1;
@@ -155,13 +163,14 @@ impl BlockPool {
     /// it shares — to be continued in a copy. Each found block is now held once more by the
     /// caller.
     pub(super) fn lookup(&mut self, tokens: &[u32]) -> Found {
-        let mut whole = Vec::new();
+        let (mut whole, mut ids) = (Vec::new(), Vec::new());
         let mut parent = 0;
         for chunk in tokens.chunks_exact(self.block_size) {
             let key = Content { parent, tokens: chunk.into() };
             let Some(&(block, id)) = self.index.get(&key) else { break };
             self.share(block);
             whole.push(block);
+            ids.push(id);
             parent = id;
         }
         let rest = &tokens[whole.len() * self.block_size..];
@@ -174,7 +183,7 @@ impl BlockPool {
         if let Some((block, _)) = part {
             self.share(block);
         }
-        Found { whole, part }
+        Found { whole, ids, part }
     }
 
     /// Notes what the whole blocks of a sequence hold, `tokens` being its tokens from position
@@ -276,7 +285,7 @@ mod tests {
         pool.release(&blocks);
         // Whole blocks only, in order, and only after the same tokens.
         let found = pool.lookup(&[1, 2, 3, 4, 9]);
-        assert_eq!(found, Found { whole: vec![blocks[0], blocks[1]], part: None });
+        assert_eq!((&found.whole, found.part), (&vec![blocks[0], blocks[1]], None));
         assert_eq!(pool.lookup(&[3, 4]), Found::default(), "the same tokens at another place");
         pool.release(&found.blocks());
         // Free blocks go first; then the least recently let go of the cached ones.
@@ -298,11 +307,13 @@ mod tests {
         pool.release(&blocks);
         // Diverging inside the second block: the first whole, 2 of the second's tokens shared.
         let found = pool.lookup(&[1, 2, 3, 4, 5, 6, 0, 0, 0]);
-        assert_eq!(found, Found { whole: vec![blocks[0]], part: Some((blocks[1], 2)) });
+        assert_eq!((&found.whole, found.part), (&vec![blocks[0]], Some((blocks[1], 2))));
         pool.release(&found.blocks());
         // Past the whole blocks, the tail: 9 of 9, 10, 11 shared.
         let found = pool.lookup(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 11]);
-        assert_eq!(found, Found { whole: vec![blocks[0], blocks[1]], part: Some((blocks[2], 1)) });
+        assert_eq!((&found.whole, found.part), (&vec![blocks[0], blocks[1]], Some((blocks[2], 1))));
+        // The ids chain on as noting the blocks did.
+        assert_eq!(found.ids.last(), Some(&chain));
         assert_eq!(pool.held(), 3);
         pool.release(&found.blocks());
         // Taking the tail's block for new content forgets it.

@@ -111,7 +111,7 @@ impl<B: Backend> Scheduler<B> {
         let bs = self.pool.block_size();
         let wanted = &seq.tokens[..seq.prefill_to];
         let last = wanted.len().saturating_sub(1);
-        let Found { mut whole, mut part } = self.pool.lookup(wanted);
+        let Found { mut whole, ids, mut part } = self.pool.lookup(wanted);
         if whole.len() * bs > last {
             // Every token is in whole blocks: the last block is continued in a copy instead, so
             // that the last token runs.
@@ -120,8 +120,8 @@ impl<B: Backend> Scheduler<B> {
             }
             part = whole.pop().map(|b| (b, bs));
         }
-        let (mut known, mut chain) = (0, 0);
-        self.pool.note_full(&whole, &wanted[..whole.len() * bs], &mut known, &mut chain);
+        // The whole blocks are noted already: the next to note follows the last of them.
+        let noted = (whole.len(), whole.len().checked_sub(1).map_or(0, |last| ids[last]));
         let mut fed = whole.len() * bs;
         if let Some((shared, n)) = part {
             let n = n.min(last - fed);
@@ -140,7 +140,7 @@ impl<B: Backend> Scheduler<B> {
         }
         seq.slot = slot;
         seq.fed = fed;
-        seq.noted = (known, chain);
+        seq.noted = noted;
         seq.blocks = whole;
         seq.table_changed = true;
         fed
