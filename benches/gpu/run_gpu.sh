@@ -8,13 +8,24 @@
 # It measures the device's copy bandwidth (PyTorch, when the machine has it; else set BANDWIDTH in
 # GB/s), writes the synthetic models on the machine's disk (`xtask synth`: GPT-OSS-20B MXFP4,
 # SmolLM2-135M's shapes, Llama-3.1-8B's shapes at Q4_0) and runs `bench_gpu` on each: prefill,
-# decode against the roofline, batched decode, and the kernels' times from timestamp queries.
+# decode against the roofline, batched decode, and the kernels' times from timestamp queries;
+# then again with the older matrix kernels (`--no-block-decode --tiled-from 0`), and, where
+# LLAMA_BENCH names a llama-bench built with llama.cpp's Vulkan backend, llama.cpp on the same
+# model and card.
 # Each step has its own time limit, so one slow step leaves the others' figures.
 set -u
 BIN=${1:-.gpubin}
 OUT=${2:-${OUT:-/tmp/minerva-gpu-out}}
 WORK=${WORK:-/tmp/minerva-gpu-models}
 STEP_LIMIT=${STEP_LIMIT:-150}
+# SMOKE=1: the same steps on the small presets with short prompts, so the script runs end to end
+# on lavapipe (`SMOKE=1 benches/gpu/run_gpu.sh .gpubin`), as a check before a GPU call.
+if [ "${SMOKE:-0}" = 1 ]; then
+    LLAMA_SMALL=tiny LLAMA_BIG=tiny GPT_OSS=tiny P=32 D=8 P_LONG=64 D_LONG=4 BATCHES=4
+else
+    LLAMA_SMALL=135m LLAMA_BIG=8b GPT_OSS=20b P=512 D=128 P_LONG=4096 D_LONG=16 BATCHES=8,16
+fi
+D_BIG=$((D / 2))
 mkdir -p "$OUT" "$WORK"
 log() { echo "== $(date +%T) $*"; }
 
@@ -51,17 +62,33 @@ synth() { # NAME ARGS...
     log "synth $name"
     timeout "$STEP_LIMIT" "$BIN/xtask" synth "$@" "$WORK/$name.gguf" 2>&1 | tail -n 3
 }
-bench() { # NAME ARGS...
-    local name=$1; shift
-    log "bench_gpu $name $*"
-    timeout "$STEP_LIMIT" "$BIN/bench_gpu" "$WORK/$name.gguf" "${bw_arg[@]}" "$@" 2>&1 | tee "$OUT/$name.txt"
+bench() { # LABEL MODEL ARGS...: bench_gpu on MODEL, output kept as OUT/LABEL.txt
+    local label=$1 name=$2; shift 2
+    log "bench_gpu $label: $name $*"
+    timeout "$STEP_LIMIT" "$BIN/bench_gpu" "$WORK/$name.gguf" "${bw_arg[@]}" "$@" 2>&1 | tee "$OUT/$label.txt"
 }
+# llama.cpp's Vulkan backend on the same model, when its llama-bench was brought (LLAMA_BENCH).
+peer() { # LABEL MODEL ARGS...
+    local label=$1 name=$2; shift 2
+    [ -x "${LLAMA_BENCH:-}" ] || return 0
+    log "llama-bench (Vulkan) $label: $name $*"
+    timeout "$STEP_LIMIT" "$LLAMA_BENCH" -m "$WORK/$name.gguf" -ngl 99 -r 3 "$@" 2>&1 | tee "$OUT/$label.txt"
+}
+# The kernels this backend had before the block decode and the tiles, for ratios in one run.
+OLD=(--no-block-decode --tiled-from 0)
 
-synth smollm2-q8_0 --arch llama --preset 135m --format gguf --quant q8_0
-bench smollm2-q8_0 --prompt 512 --decode 128 --batch 8,16 --profile
-synth gpt-oss-20b --arch gpt-oss --preset 20b --format gguf
-bench gpt-oss-20b --prompt 512 --decode 128 --batch 8,16 --profile --no-cpu
-rm -f "$WORK/gpt-oss-20b.gguf"
-synth llama-8b-q4_0 --arch llama --preset 8b --format gguf --quant q4_0
-bench llama-8b-q4_0 --prompt 512 --decode 64 --profile --no-cpu
+synth smollm2-q8_0 --arch llama --preset $LLAMA_SMALL --format gguf --quant q8_0
+bench smollm2 smollm2-q8_0 --prompt $P --decode $D --batch $BATCHES --profile
+bench smollm2-old smollm2-q8_0 --prompt $P --decode $D --batch $BATCHES --no-cpu "${OLD[@]}"
+peer smollm2-vulkan smollm2-q8_0 -p $P -n $D
+synth llama-8b-q4_0 --arch llama --preset $LLAMA_BIG --format gguf --quant q4_0
+bench llama-8b llama-8b-q4_0 --prompt $P --decode $D_BIG --batch $BATCHES --profile --no-cpu
+bench llama-8b-old llama-8b-q4_0 --prompt $P --decode $D_BIG --batch $BATCHES --no-cpu "${OLD[@]}"
+peer llama-8b-vulkan llama-8b-q4_0 -p $P -n $D_BIG
+rm -f "$WORK/llama-8b-q4_0.gguf"
+synth gpt-oss-20b --arch gpt-oss --preset $GPT_OSS --format gguf
+bench gpt-oss-20b gpt-oss-20b --prompt $P --decode $D_BIG --batch $BATCHES --profile --no-cpu
+bench gpt-oss-20b-old gpt-oss-20b --prompt $P --decode $D_BIG --no-cpu "${OLD[@]}"
+peer gpt-oss-20b-vulkan gpt-oss-20b -p $P,$P_LONG -n $D_BIG
+bench gpt-oss-20b-long gpt-oss-20b --prompt $P_LONG --decode $D_LONG --no-cpu
 log done

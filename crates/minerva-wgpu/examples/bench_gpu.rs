@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release -p minerva-wgpu --example bench_gpu -- MODEL.gguf [--prompt N] [--decode N]
 //!     [--bandwidth GB/s] [--batch N,N,...] [--profile] [--attention-split N] [--no-cpu] [--no-subgroups]
+//!     [--no-block-decode] [--tiled-from N]
 //! ```
 //!
 //! Prints tokens/s for a prefill of `--prompt` tokens (default 128) and `--decode` greedy steps
@@ -12,7 +13,9 @@
 //! one embedding row, the KV cache up to the mean position) ÷ bandwidth. `--batch` decodes that
 //! many sequences at once (aggregate tokens/s, against one sequence decoded the same way);
 //! `--profile` times every kernel with timestamp queries in one more prefill and decode;
-//! `--attention-split` sets the keys per decode-attention workgroup (default: 64 on a GPU). Set
+//! `--attention-split` sets the keys per decode-attention workgroup (default: 64 on a GPU);
+//! `--no-block-decode` and `--tiled-from N` (0: never) choose the matrix kernels, to compare
+//! them in one run (`WgpuOptions::block_decode`, `WgpuOptions::tiled_from`). Set
 //! `MINERVA_ADAPTER` to pick the GPU.
 
 use std::time::Instant;
@@ -31,10 +34,13 @@ struct Args {
     cpu: bool,
     subgroups: bool,
     attention_split: Option<usize>,
+    block_decode: bool,
+    tiled_from: usize,
 }
 
 const USAGE: &str = "usage: bench_gpu MODEL.gguf [--prompt N] [--decode N] [--bandwidth GB/s] [--batch N,N,...] \
-                     [--profile] [--attention-split N] [--no-cpu] [--no-subgroups]";
+                     [--profile] [--attention-split N] [--no-cpu] [--no-subgroups] \
+                     [--no-block-decode] [--tiled-from N]";
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -48,6 +54,8 @@ fn parse() -> Result<Args, String> {
         cpu: true,
         subgroups: true,
         attention_split: None,
+        block_decode: true,
+        tiled_from: minerva_wgpu::DEFAULT_TILED_FROM,
     };
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -73,6 +81,10 @@ fn parse() -> Result<Args, String> {
             }
             "--no-cpu" => args.cpu = false,
             "--no-subgroups" => args.subgroups = false,
+            "--no-block-decode" => args.block_decode = false,
+            "--tiled-from" => {
+                args.tiled_from = value("--tiled-from")?.parse().map_err(|e| format!("--tiled-from: {e}"))?
+            }
             _ if args.model.is_empty() && !a.starts_with("--") => args.model = a,
             _ => return Err(format!("unexpected argument {a:?}")),
         }
@@ -171,14 +183,24 @@ fn print_kernels(title: &str, times: &[KernelTime], units: f64, per: &str, wall:
         total * 1e6 / units,
         wall * 1e6 / units
     );
-    for t in times.iter().take(12) {
+    println!(
+        "    {:<40} {:>13} {:>7} {:>17} {:>10} {:>9}",
+        "kernel", "time", "share", "dispatches", "MB moved", "GB/s"
+    );
+    for t in times.iter().take(14) {
         let secs = t.gpu.as_secs_f64();
+        let (mb, gbs) = match t.gigabytes_per_second() {
+            Some(gbs) => (format!("{:.2}", t.bytes as f64 / units / 1e6), format!("{gbs:.0}")),
+            None => ("—".to_string(), "—".to_string()),
+        };
         println!(
-            "    {:<40} {:>10.1} µs {:>5.1} % {:>6.1} dispatches",
+            "    {:<40} {:>10.1} µs {:>5.1} % {:>6.1} dispatches {:>10} {:>9}",
             t.kernel,
             secs * 1e6 / units,
             100.0 * secs / total.max(1e-12),
-            t.dispatches as f64 / units
+            t.dispatches as f64 / units,
+            mb,
+            gbs
         );
     }
 }
@@ -201,12 +223,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
     let bytes = std::fs::metadata(&args.model)?.len() as f64;
     let t = Instant::now();
-    let mut options = WgpuOptions { subgroups: args.subgroups, profile: args.profile, ..WgpuOptions::default() };
+    let mut options = WgpuOptions {
+        subgroups: args.subgroups,
+        profile: args.profile,
+        block_decode: args.block_decode,
+        tiled_from: args.tiled_from,
+        ..WgpuOptions::default()
+    };
     if let Some(split) = args.attention_split {
         options.attention_split = split;
     }
     let gpu = Model::load(&args.model, WgpuBackend::new(options)?)?;
-    println!("device: {} (subgroup kernels: {})", gpu.backend.info().name, gpu.backend.uses_subgroups());
+    println!(
+        "device: {} (subgroup kernels: {}, block decode: {}, tiled from {} rows)",
+        gpu.backend.info().name,
+        gpu.backend.uses_subgroups(),
+        args.block_decode,
+        args.tiled_from
+    );
     println!("model:  {} ({:.1} MiB), upload {:.2} s", args.model, bytes / (1 << 20) as f64, t.elapsed().as_secs_f64());
     let c = &gpu.config;
     // Per decoded token: the weights it touches, plus the KV cache (f16 on the GPU by default)

@@ -40,6 +40,13 @@ pub struct WgpuOptions {
     /// Use subgroup operations where the device offers them (`false`: the workgroup-memory
     /// fallbacks everywhere, as on a device without subgroups).
     pub subgroups: bool,
+    /// Single-row matrix products (decode) read whole blocks per thread where the columns are a
+    /// multiple of 32 (`false`: the 8-values-per-load kernel everywhere, for comparisons).
+    pub block_decode: bool,
+    /// Matrix products of at least this many activation rows (prefill, batched decode, the
+    /// tokens of an expert matmul) run on shared-memory tiles of 64 × 64 where the columns are a
+    /// multiple of 32; 0: never (tiles of 8 rows, for comparisons).
+    pub tiled_from: usize,
     /// Called with the byte count of every piece of weight data written to the GPU (a progress
     /// bar while a model uploads).
     pub on_upload: Option<UploadProgress>,
@@ -62,6 +69,8 @@ impl Default for WgpuOptions {
             max_binding: None,
             attention_split: 0,
             subgroups: true,
+            block_decode: true,
+            tiled_from: DEFAULT_TILED_FROM,
             on_upload: None,
             kv_dtype: DType::F16,
             device_sampling: true,
@@ -117,8 +126,9 @@ pub struct WgpuBackend {
     /// Bytes per weight chunk ([`WgpuOptions::max_binding`], at most the device's limit).
     max_binding: u64,
     attention_split: usize,
-    /// Whether kernels use subgroup shuffles (offered, wanted, and subgroups of at least 8).
-    subgroups: bool,
+    /// Which matrix kernels to record; its `subgroups`: whether kernels use subgroup shuffles
+    /// (offered, wanted, and subgroups of at least 8).
+    matmul: kernels::MatmulPlan,
     tables: Mutex<StepTables>,
     /// Bound in place of attention sinks when a model has none.
     no_sinks: wgpu::Buffer,
@@ -126,6 +136,11 @@ pub struct WgpuBackend {
     kv: KvElem,
     device_sampling: bool,
 }
+
+/// [`WgpuOptions::tiled_from`]'s default: from 8 activation rows a tile of 64 wastes at most 7/8
+/// of its multiplies, which cost less than re-reading the weights (a matrix product that small
+/// is bound by its weight bytes).
+pub const DEFAULT_TILED_FROM: usize = 8;
 
 /// The most rows (tokens) a batch may have: WebGPU's minimum for workgroups per dimension, which
 /// row-per-workgroup kernels (embed, rms_norm, attention, argmax) dispatch along.
@@ -152,6 +167,7 @@ impl WgpuBackend {
             DType::F16 => KvElem::F16,
             other => return Err(WgpuError::KvDtype(other)),
         };
+        let info_storage = info.max_workgroup_storage as usize;
         let gpu = Gpu::new(dev, queue, info);
         let no_sinks = gpu.init_buffer("no sinks", &[0; 4], wgpu::BufferUsages::STORAGE);
         Ok(WgpuBackend {
@@ -163,7 +179,15 @@ impl WgpuBackend {
                 0 => 64,
                 split => split,
             },
-            subgroups,
+            matmul: kernels::MatmulPlan {
+                subgroups,
+                block_decode: options.block_decode,
+                tiled_from: if info_storage >= kernels::mul_mat::TILED_WORKGROUP_BYTES {
+                    options.tiled_from
+                } else {
+                    0
+                },
+            },
             tables: Mutex::new(StepTables::default()),
             on_upload: options.on_upload,
             kv,
@@ -201,7 +225,7 @@ impl WgpuBackend {
 
     /// Whether the kernels use subgroup operations on this device.
     pub fn uses_subgroups(&self) -> bool {
-        self.subgroups
+        self.matmul.subgroups
     }
 
     /// A tensor holding `data` (`rows × cols`).
@@ -510,7 +534,7 @@ impl Backend for WgpuBackend {
     fn matmul_q(&self, w: &WgpuWeight, x: &WgpuTensor) -> Result<WgpuTensor> {
         checks::matmul(&w.name, w.shape(), x.cols)?;
         let out = self.tensor(x.rows, w.rows)?;
-        kernels::mul_mat::mul_mat(&self.gpu, w, x.buffer(), x.rows, out.buffer(), self.subgroups);
+        kernels::mul_mat::mul_mat(&self.gpu, w, x.buffer(), x.rows, out.buffer(), &self.matmul);
         Ok(out)
     }
 
@@ -605,7 +629,7 @@ impl Backend for WgpuBackend {
         experts: &MoeExperts<'_, WgpuWeight>,
         params: &MoeParams,
     ) -> Result<WgpuTensor> {
-        crate::moe::moe(&self.gpu, self.subgroups, x, router_logits, experts, params)
+        crate::moe::moe(&self.gpu, &self.matmul, x, router_logits, experts, params)
     }
 
     fn add(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<()> {

@@ -9,7 +9,7 @@ use wgpu::util::DeviceExt;
 
 use crate::device::DeviceInfo;
 use crate::error::WgpuError;
-use crate::profile::{KernelTime, MAX_PROFILED_DISPATCHES, Profiler};
+use crate::profile::{KernelTime, MAX_PROFILED_DISPATCHES, Profiled, Profiler};
 
 /// Buffers of activations, by exact byte size, waiting to be reused. Shapes repeat from one
 /// step to the next, so after the first step a forward pass allocates nothing.
@@ -99,8 +99,8 @@ struct Step {
     profiler: Option<Profiler>,
     /// Whether dispatches are timed now (each in a pass of its own).
     profiling: bool,
-    /// The keys of the dispatches timed in this submission, in order.
-    profiled: Vec<String>,
+    /// The dispatches timed in this submission, in order.
+    profiled: Vec<Profiled>,
 }
 
 /// What a dispatch binds: its pipeline (compared by identity), its buffers in binding order, and
@@ -240,6 +240,17 @@ impl Gpu {
         stats.cpu += started.elapsed();
     }
 
+    /// Counts `bytes` (the fewest its work must move through device memory) for the dispatch
+    /// recorded last, when it is being timed: the profile's achieved bandwidth per kernel.
+    pub(crate) fn moved(&self, bytes: u64) {
+        let mut step = lock(&self.step);
+        if step.profiling
+            && let Some(last) = step.profiled.last_mut()
+        {
+            last.bytes = bytes;
+        }
+    }
+
     fn record_dispatch(
         &self,
         key: &str,
@@ -293,7 +304,7 @@ impl Gpu {
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
             drop(pass);
-            profiled.push(label.to_string());
+            profiled.push(Profiled { kernel: label.to_string(), bytes: 0 });
             return;
         }
         if step.pass.is_none() {

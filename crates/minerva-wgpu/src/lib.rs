@@ -24,7 +24,7 @@ mod profile;
 mod tensor;
 mod weight;
 
-pub use backend::{WgpuBackend, WgpuCache, WgpuOptions};
+pub use backend::{DEFAULT_TILED_FROM, WgpuBackend, WgpuCache, WgpuOptions};
 pub use device::{DeviceInfo, list_adapters};
 pub use error::WgpuError;
 pub use gpu::RecordStats;

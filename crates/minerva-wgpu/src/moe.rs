@@ -27,13 +27,14 @@ const MAX_PAIRS: usize = 65535;
 /// See [`minerva_model::Backend::moe`].
 pub(crate) fn moe(
     gpu: &Gpu,
-    subgroups: bool,
+    plan: &kernels::MatmulPlan,
     x: &WgpuTensor,
     router_logits: &WgpuTensor,
     experts: &MoeExperts<'_, WgpuWeight>,
     p: &MoeParams,
 ) -> Result<WgpuTensor> {
     let (rows, n_embd, n_expert, k) = (x.rows, x.cols, p.n_expert, p.n_expert_used);
+    let rows_in = rows;
     checks::moe(rows, (router_logits.rows, router_logits.cols), p)?;
     let pairs = rows * k;
     if pairs > MAX_PAIRS {
@@ -56,9 +57,9 @@ pub(crate) fn moe(
     // Decode: one workgroup set per pair; prefill: per expert, over the pairs routed to it.
     let expert_matmul = |w: &WgpuWeight, rows: usize, x: &wgpu::Buffer, x_div: usize, y: &wgpu::Buffer| {
         if pairs <= k {
-            kernels::mul_mat_id::mul_mat_id(gpu, w, rows, x, x_div, ids, pairs, y, subgroups);
+            kernels::mul_mat_id::mul_mat_id(gpu, w, rows, x, x_div, ids, pairs, y, plan);
         } else {
-            kernels::mul_mat_id_grouped::mul_mat_id_grouped(gpu, w, rows, x, x_div, ids, pairs, y);
+            kernels::mul_mat_id_grouped::mul_mat_id_grouped(gpu, w, rows, x, x_div, ids, pairs, rows_in, y, plan);
         }
     };
     let gate = WgpuTensor::new(gpu, pairs, n_ff)?;

@@ -22,6 +22,24 @@ pub struct KernelTime {
     pub dispatches: u64,
     /// Their summed GPU time (from each dispatch's first to its last timestamp).
     pub gpu: Duration,
+    /// The fewest bytes their work must move through device memory (each weight, activation
+    /// and cache value read once, each output written once), summed; 0 for kernels that do not
+    /// count theirs. Over [`KernelTime::gpu`] it is the achieved bandwidth.
+    pub bytes: u64,
+}
+
+impl KernelTime {
+    /// Achieved GB/s ([`KernelTime::bytes`] over the time), when the kernel counts its bytes.
+    pub fn gigabytes_per_second(&self) -> Option<f64> {
+        (self.bytes > 0 && !self.gpu.is_zero()).then(|| self.bytes as f64 / self.gpu.as_secs_f64() / 1e9)
+    }
+}
+
+/// One timed dispatch of a submission: its pipeline key and the bytes it counts.
+#[derive(Clone, Debug)]
+pub(crate) struct Profiled {
+    pub kernel: String,
+    pub bytes: u64,
 }
 
 /// The query set and buffers the timestamps go through, and the times gathered so far.
@@ -80,8 +98,8 @@ impl Profiler {
     }
 
     /// After the submission that resolved them: waits for it and adds the dispatches' times to
-    /// their kernels' sums (`kernels[i]` is dispatch `i`'s key).
-    pub(crate) fn collect(&mut self, device: &wgpu::Device, kernels: &[String]) -> Result<(), String> {
+    /// their kernels' sums (`kernels[i]` is dispatch `i`).
+    pub(crate) fn collect(&mut self, device: &wgpu::Device, kernels: &[Profiled]) -> Result<(), String> {
         let bytes = kernels.len() as u64 * 16;
         let slice = self.read.slice(..bytes);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -93,14 +111,16 @@ impl Profiler {
         {
             let data = slice.get_mapped_range().map_err(|e| e.to_string())?;
             let ticks: &[u64] = bytemuck::cast_slice(&data);
-            for (kernel, pair) in kernels.iter().zip(ticks.chunks_exact(2)) {
+            for (dispatch, pair) in kernels.iter().zip(ticks.chunks_exact(2)) {
                 let ns = pair[1].saturating_sub(pair[0]) as f64 * self.period_ns;
+                let kernel = &dispatch.kernel;
                 if !self.times.contains_key(kernel) {
                     self.times.insert(kernel.clone(), KernelTime { kernel: kernel.clone(), ..KernelTime::default() });
                 }
                 let entry = self.times.get_mut(kernel).expect("inserted above");
                 entry.dispatches += 1;
                 entry.gpu += Duration::from_nanos(ns as u64);
+                entry.bytes += dispatch.bytes;
             }
         }
         self.read.unmap();

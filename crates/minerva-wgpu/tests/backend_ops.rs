@@ -30,7 +30,8 @@ fn cols_for(dtype: DType, base: usize) -> usize {
 #[test]
 fn matmul_every_dtype_decode_and_prefill() {
     let g = gpu(WgpuOptions::default());
-    // Lavapipe offers subgroups of 8: the default run takes the subgroup reduction.
+    // Lavapipe offers subgroups of 8: the default run takes the subgroup reduction, the block
+    // kernel for one row and the tiles from 8 rows (columns a multiple of 32).
     eprintln!("subgroup reduction: {}", g.uses_subgroups());
     matmul_cases(&g);
 }
@@ -42,14 +43,38 @@ fn matmul_without_subgroups_uses_the_workgroup_fallback() {
     matmul_cases(&g);
 }
 
+#[test]
+fn matmul_eight_row_kernels() {
+    // Neither the block kernel nor the tiles: every shape through mul_mat.wgsl, as on a device
+    // with too little workgroup memory for the tiles (and for comparisons).
+    matmul_cases(&gpu(WgpuOptions { block_decode: false, tiled_from: 0, ..WgpuOptions::default() }));
+}
+
+#[test]
+fn matmul_tiles_from_two_rows() {
+    // The tiles at their smallest batches: 5 rows fill 5 of a tile's 64.
+    matmul_cases(&gpu(WgpuOptions { tiled_from: 2, ..WgpuOptions::default() }));
+}
+
 fn matmul_cases(g: &WgpuBackend) {
     let c = cpu();
     let mut rng = Rng(1);
     for dtype in WEIGHT_DTYPES {
-        // (out rows, base cols, tokens): rows not a multiple of anything; 1 token is the decode
-        // path, 5 a partial prefill tile, 17 two full tiles and a partial one.
-        for (rows, base, n_tok) in [(37, 256, 1), (37, 256, 5), (70, 512, 17)] {
-            let cols = cols_for(dtype, base);
+        // (out rows, columns, tokens): rows not a multiple of anything; 1 token is decode (the
+        // block kernel where the columns are a multiple of 32, else the 8-value loads; float
+        // dtypes take both), 5 a partial tile, 17 a partial tile of 64 (or two full 8-row tiles
+        // and a partial one; the tiles need columns a multiple of 32), 70 two tiles of 64 (over 9
+        // steps of 32 columns where the blocks allow).
+        let aligned = |base: usize| base.next_multiple_of(dtype.block_elems().max(32));
+        let cases = [
+            (37, cols_for(dtype, 256), 1),
+            (37, aligned(256), 1),
+            (37, cols_for(dtype, 256), 5),
+            (70, cols_for(dtype, 512), 17),
+            (37, aligned(256), 17),
+            (70, aligned(288), 70),
+        ];
+        for (rows, cols, n_tok) in cases {
             let src = source("w", dtype, &[rows, cols], weight_bytes(&mut rng, dtype, rows, cols));
             let (cw, gw) = both(&c, g, src);
             let x = tensor(&mut rng, n_tok, cols);

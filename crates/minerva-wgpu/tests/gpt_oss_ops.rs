@@ -130,7 +130,8 @@ fn moe_case(dtype: DType, bias_dtype: DType, rows: usize, options: WgpuOptions, 
 
 #[test]
 fn moe_decode_and_prefill() {
-    // 37 rows × top 2 over 5 experts: about 15 pairs per expert, two tiles of the grouped kernel.
+    // 37 rows × top 2 over 5 experts: about 15 pairs per expert, one group of the tiled kernel;
+    // 7 rows stay under `tiled_from` (8-pair groups).
     for rows in [1, 7, 37] {
         // GGUF: MXFP4 experts, f32 biases; MLX: affine experts dequantized to bf16, bf16 biases.
         moe_case(DType::MXFP4, DType::F32, rows, WgpuOptions::default(), 20 + rows as u64);
@@ -138,6 +139,20 @@ fn moe_decode_and_prefill() {
     }
     // The decode kernel's workgroup-memory reduction (devices without subgroups).
     moe_case(DType::MXFP4, DType::F32, 1, WgpuOptions { subgroups: false, ..WgpuOptions::default() }, 50);
+}
+
+#[test]
+fn moe_tiles_and_eight_row_kernels() {
+    // 200 rows × top 2 over 5 experts: about 80 pairs per expert, so the tiled kernel's experts
+    // take two groups of 64 pairs, and some groups find none.
+    moe_case(DType::MXFP4, DType::F32, 200, WgpuOptions::default(), 60);
+    moe_case(DType::BF16, DType::BF16, 200, WgpuOptions::default(), 61);
+    // The kernels the tiles replace: 8 values per load in decode, 8-pair groups in prefill.
+    let old = WgpuOptions { block_decode: false, tiled_from: 0, ..WgpuOptions::default() };
+    for rows in [1, 37] {
+        moe_case(DType::MXFP4, DType::F32, rows, old.clone(), 70 + rows as u64);
+        moe_case(DType::BF16, DType::BF16, rows, old.clone(), 80 + rows as u64);
+    }
 }
 
 #[test]

@@ -3,7 +3,11 @@
 //! reordering the parameter ring, and profiling changes no result. Needs a wgpu adapter with
 //! timestamp queries (lavapipe offers them) and fails without one.
 
+mod common;
+
 use std::path::Path;
+
+use minerva_core::DType;
 
 use minerva_model::{Backend, LogitsFor, Model, SequenceInput};
 use minerva_wgpu::{WgpuBackend, WgpuError, WgpuOptions};
@@ -41,7 +45,7 @@ fn profiled_steps_time_every_dispatch_and_change_no_result() {
     assert_eq!(plain, profiled, "profiling changes no result");
     let timed: u64 = times.iter().map(|t| t.dispatches).sum();
     assert_eq!(timed, recorded, "every recorded dispatch is timed once: {times:?}");
-    for kernel in ["mul_mat_id/MXFP4", "attention", "moe_route", "rms_norm"] {
+    for kernel in ["mul_mat_id_vec/MXFP4", "attention", "moe_route", "rms_norm"] {
         assert!(times.iter().any(|t| t.kernel.starts_with(kernel)), "{kernel} missing from {times:?}");
     }
     assert!(times.iter().map(|t| t.gpu).sum::<std::time::Duration>() > std::time::Duration::ZERO);
@@ -70,6 +74,28 @@ fn a_submission_longer_than_one_query_set_is_timed_whole() {
     let times = gpu.take_kernel_times();
     assert_eq!(times.len(), 1, "{times:?}");
     assert_eq!((times[0].kernel.as_str(), times[0].dispatches), ("add", n as u64));
+    // Each add reads two rows of 4 f32 and writes one.
+    assert_eq!(times[0].bytes, n as u64 * 3 * 4 * 4);
+    assert!(times[0].gigabytes_per_second().is_some());
+}
+
+#[test]
+fn matrix_kernels_count_the_bytes_they_must_move() {
+    let gpu = profiling_backend();
+    // 70 rows of 256 Q8_0 values (8 blocks of 34 bytes a row), times 1 and 20 activation rows:
+    // the block kernel and the tiles.
+    let (rows, cols, row_bytes) = (70, 256, 8 * 34);
+    let bytes: Vec<u8> = (0..rows * row_bytes).map(|i| (i * 7 % 251) as u8 & 0x3f).collect();
+    let w = gpu.weight(common::source("w", DType::Q8_0, &[rows, cols], bytes)).unwrap();
+    gpu.set_profiling(true).unwrap();
+    for n_tok in [1, 20] {
+        let x = gpu.upload(&vec![0.5; n_tok * cols], n_tok, cols).unwrap();
+        gpu.download(&gpu.matmul_q(&w, &x).unwrap()).unwrap();
+        let times = gpu.take_kernel_times();
+        let kernel = if n_tok == 1 { "mul_mat_vec/Q8_0/1/subgroup" } else { "mul_mat_tiled/Q8_0" };
+        let t = times.iter().find(|t| t.kernel == kernel).unwrap_or_else(|| panic!("{kernel} in {times:?}"));
+        assert_eq!(t.bytes, (rows * row_bytes + 4 * n_tok * (cols + rows)) as u64, "{kernel}");
+    }
 }
 
 #[test]

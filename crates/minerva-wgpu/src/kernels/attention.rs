@@ -76,6 +76,8 @@ pub(crate) fn attention(
         KvElem::F16 => "attention/f16",
     };
     gpu.dispatch(key, source, &[q, kc, vc, info, part, tables], &params, groups);
+    // Decode: each row its own sequence's cache.
+    gpu.moved(s.rows as u64 * cache_bytes(s) + 4 * (s.rows * s.n_head * s.head_dim + partial_len(s)) as u64);
     let params = [s.n_head as u32, s.head_dim as u32, n_splits as u32, s.sinks.is_some() as u32];
     let source = || include_str!("attention_reduce.wgsl").to_string();
     let sinks = s.sinks.as_ref().unwrap_or(&s.no_sinks);
@@ -146,4 +148,12 @@ pub(crate) fn attention_prefill(
         KvElem::F16 => "attention_prefill/f16",
     };
     gpu.dispatch(key, source, &[q, kc, vc, info, blocks, out, sinks, tables], &params, groups);
+    gpu.moved(cache_bytes(s) + 8 * (s.rows * s.n_head * s.head_dim) as u64);
+}
+
+/// The keys and values one sequence's attention reads: the longest span (the window where there
+/// is one) of every KV head, once.
+fn cache_bytes(s: &AttentionShape) -> u64 {
+    let span = if s.window > 0 { s.max_span.min(s.window) } else { s.max_span };
+    (2 * span * s.n_kv * s.head_dim * s.kv.bytes()) as u64
 }

@@ -38,4 +38,5 @@ pub(crate) fn kv_store(
         KvElem::F16 => ("kv_store_f16", include_str!("kv_store_f16.wgsl"), values / 2),
     };
     gpu.dispatch(key, || source.to_string(), &[k, v, kc, vc, info, tables], &params, groups_1d(threads.div_ceil(64)));
+    gpu.moved(2 * u64::from(values) * (4 + elem.bytes() as u64));
 }

@@ -64,20 +64,39 @@ impl KvElem {
 struct WeightFormat {
     dtype: DType,
     dequant_wgsl: &'static str,
+    /// `dot32` (32 weights of a row times 32 activations read as vec4s) reading the whole block
+    /// in aligned words, for the block kernels; `None`: the generic one through `load8`.
+    dot32_wgsl: Option<&'static str>,
 }
 
 /// One row per dtype the kernels read directly (matmul and embedding).
 const WEIGHT_FORMATS: [WeightFormat; 10] = [
-    WeightFormat { dtype: DType::F32, dequant_wgsl: include_str!("dequant/f32.wgsl") },
-    WeightFormat { dtype: DType::F16, dequant_wgsl: include_str!("dequant/f16.wgsl") },
-    WeightFormat { dtype: DType::BF16, dequant_wgsl: include_str!("dequant/bf16.wgsl") },
-    WeightFormat { dtype: DType::Q8_0, dequant_wgsl: include_str!("dequant/q8_0.wgsl") },
-    WeightFormat { dtype: DType::Q4_0, dequant_wgsl: include_str!("dequant/q4_0.wgsl") },
-    WeightFormat { dtype: DType::Q4_1, dequant_wgsl: include_str!("dequant/q4_1.wgsl") },
-    WeightFormat { dtype: DType::Q5_0, dequant_wgsl: include_str!("dequant/q5_0.wgsl") },
-    WeightFormat { dtype: DType::Q4_K, dequant_wgsl: include_str!("dequant/q4_k.wgsl") },
-    WeightFormat { dtype: DType::Q6_K, dequant_wgsl: include_str!("dequant/q6_k.wgsl") },
-    WeightFormat { dtype: DType::MXFP4, dequant_wgsl: include_str!("dequant/mxfp4.wgsl") },
+    WeightFormat { dtype: DType::F32, dequant_wgsl: include_str!("dequant/f32.wgsl"), dot32_wgsl: None },
+    WeightFormat { dtype: DType::F16, dequant_wgsl: include_str!("dequant/f16.wgsl"), dot32_wgsl: None },
+    WeightFormat { dtype: DType::BF16, dequant_wgsl: include_str!("dequant/bf16.wgsl"), dot32_wgsl: None },
+    WeightFormat {
+        dtype: DType::Q8_0,
+        dequant_wgsl: include_str!("dequant/q8_0.wgsl"),
+        dot32_wgsl: Some(include_str!("dequant/dot32_q8_0.wgsl")),
+    },
+    WeightFormat {
+        dtype: DType::Q4_0,
+        dequant_wgsl: include_str!("dequant/q4_0.wgsl"),
+        dot32_wgsl: Some(include_str!("dequant/dot32_q4_0.wgsl")),
+    },
+    WeightFormat {
+        dtype: DType::Q4_1,
+        dequant_wgsl: include_str!("dequant/q4_1.wgsl"),
+        dot32_wgsl: Some(include_str!("dequant/dot32_q4_1.wgsl")),
+    },
+    WeightFormat { dtype: DType::Q5_0, dequant_wgsl: include_str!("dequant/q5_0.wgsl"), dot32_wgsl: None },
+    WeightFormat { dtype: DType::Q4_K, dequant_wgsl: include_str!("dequant/q4_k.wgsl"), dot32_wgsl: None },
+    WeightFormat { dtype: DType::Q6_K, dequant_wgsl: include_str!("dequant/q6_k.wgsl"), dot32_wgsl: None },
+    WeightFormat {
+        dtype: DType::MXFP4,
+        dequant_wgsl: include_str!("dequant/mxfp4.wgsl"),
+        dot32_wgsl: Some(include_str!("dequant/dot32_mxfp4.wgsl")),
+    },
 ];
 
 /// The dtypes whose weights the kernels read directly (matmul and embedding).
@@ -105,4 +124,44 @@ fn with_dequant(dtype: DType, kernel: &str) -> String {
     let dequant = weight_format(dtype).expect("weights are checked at upload").dequant_wgsl;
     let (elems, bytes) = (dtype.block_elems(), dtype.block_bytes());
     format!("{COMMON}\nconst BLOCK_ELEMS: u32 = {elems}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n{dequant}\n{kernel}")
+}
+
+/// [`with_dequant`] plus the dtype's `dot32`, for the block kernels (which bind `x4`).
+fn with_dot32(dtype: DType, kernel: &str) -> String {
+    let format = weight_format(dtype).expect("weights are checked at upload");
+    let dot32 = format.dot32_wgsl.unwrap_or(include_str!("dequant/dot32_generic.wgsl"));
+    with_dequant(dtype, &format!("{dot32}\n{kernel}"))
+}
+
+/// Which matrix kernels the backend records ([`crate::WgpuOptions`]), so that benchmarks and
+/// tests can run each against the others.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MatmulPlan {
+    /// Row reductions by subgroup shuffles instead of workgroup memory.
+    pub subgroups: bool,
+    /// Single-row products (decode) read whole blocks per thread (`mul_mat_vec`,
+    /// `mul_mat_id_vec`) where the columns are a multiple of 32.
+    pub block_decode: bool,
+    /// Products of at least this many activation rows use the shared-memory tiles
+    /// (`mul_mat_tiled`, `mul_mat_id_tiled`) where the columns are a multiple of 32; 0: never.
+    pub tiled_from: usize,
+}
+
+impl MatmulPlan {
+    fn tiled(&self, rows: usize, cols: usize) -> bool {
+        self.tiled_from > 0 && rows >= self.tiled_from && cols.is_multiple_of(32)
+    }
+
+    fn block(&self, cols: usize) -> bool {
+        self.block_decode && cols.is_multiple_of(32)
+    }
+
+    /// The row-reduction snippet and its name (for pipeline keys).
+    fn reduce(&self) -> (&'static str, &'static str) {
+        if self.subgroups {
+            (include_str!("mul_mat_reduce_subgroup.wgsl"), "subgroup")
+        } else {
+            (include_str!("mul_mat_reduce_workgroup.wgsl"), "workgroup")
+        }
+    }
 }

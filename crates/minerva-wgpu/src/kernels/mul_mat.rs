@@ -1,9 +1,14 @@
-//! `mul_mat.wgsl`: `y = x · Wᵀ` straight from the stored (quantized) weight.
+//! `y = x · Wᵀ` straight from the stored (quantized) weight, by one of three kernels:
+//! `mul_mat_vec.wgsl` (one activation row, whole blocks per thread), `mul_mat_tiled.wgsl` (many
+//! rows: shared-memory tiles of 64 × 64) and `mul_mat.wgsl` (every other case: any column count,
+//! tiles of 8 activation rows).
 
+use super::MatmulPlan;
 use crate::gpu::{Gpu, groups_1d};
 use crate::weight::WgpuWeight;
 
-/// Tokens per workgroup in prefill: each dequantized weight chunk is used this many times.
+/// Tokens per workgroup in `mul_mat.wgsl`'s prefill path: each dequantized weight chunk is used
+/// this many times.
 pub(crate) const PREFILL_TILE: usize = 8;
 
 /// Threads per weight row (`TPR` in the shader) in a decode step (one token): a row's 32 threads
@@ -17,34 +22,64 @@ const PREFILL_LANES: usize = 8;
 /// Threads per workgroup in the matrix kernels (`WG` in the shaders).
 pub(crate) const WORKGROUP: usize = 64;
 
-/// Records `y[n_tok × w.rows] = x[n_tok × w.cols] · Wᵀ`, one dispatch per chunk of the weight.
-///
-/// With `subgroups`, the per-row reduction uses subgroup shuffles instead of workgroup memory.
-pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer, subgroups: bool) {
+/// Weight rows and activation rows per workgroup of the tiled kernels (`BM`, `BN` in tile.wgsl).
+pub(crate) const TILE: usize = 64;
+
+/// Workgroup memory the tiled kernels declare: the two tiles (16 KiB, WebGPU's guaranteed
+/// minimum) and `mul_mat_id_tiled`'s counts, pair list and total. A device with less keeps the
+/// 8-row kernels.
+pub(crate) const TILED_WORKGROUP_BYTES: usize = 16384 + 256 * 4 + 64 * 4 + 4;
+
+/// Records `y[n_tok × w.rows] = x[n_tok × w.cols] · Wᵀ`, one dispatch per chunk of the weight,
+/// with the kernel `plan` picks for this shape.
+pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer, plan: &MatmulPlan) {
+    if plan.tiled(n_tok, w.cols) {
+        return mul_mat_tiled(gpu, w, x, n_tok, y);
+    }
+    let block = n_tok == 1 && plan.block(w.cols);
     let (tile, lanes) = if n_tok == 1 { (1, DECODE_LANES) } else { (PREFILL_TILE, PREFILL_LANES) };
-    let reduce = if subgroups {
-        include_str!("mul_mat_reduce_subgroup.wgsl")
-    } else {
-        include_str!("mul_mat_reduce_workgroup.wgsl")
-    };
-    let key = format!("mul_mat/{}/{tile}/{}", w.dtype.name(), if subgroups { "subgroup" } else { "workgroup" });
+    let (reduce, reduce_name) = plan.reduce();
+    let kind = if block { "mul_mat_vec" } else { "mul_mat" };
+    let key = format!("{kind}/{}/{tile}/{reduce_name}", w.dtype.name());
     for chunk in &w.chunks {
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(WORKGROUP / lanes) as u32);
-        let params = [
-            w.cols as u32,
-            chunk.rows as u32,
-            n_tok as u32,
-            w.row_bytes as u32,
-            chunk.row_start as u32,
-            w.rows as u32,
-            gx,
-            0,
-        ];
+        let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
         let source = || {
-            let kernel = format!("{}\n{reduce}", include_str!("mul_mat.wgsl"));
-            let kernel = kernel.replace("{{TILE_T}}", &tile.to_string()).replace("{{TPR}}", &lanes.to_string());
-            super::with_dequant(w.dtype, &kernel)
+            if block {
+                super::with_dot32(w.dtype, &format!("{}\n{reduce}", include_str!("mul_mat_vec.wgsl")))
+            } else {
+                let kernel = format!("{}\n{reduce}", include_str!("mul_mat.wgsl"));
+                let kernel = kernel.replace("{{TILE_T}}", &tile.to_string()).replace("{{TPR}}", &lanes.to_string());
+                super::with_dequant(w.dtype, &kernel)
+            }
         };
         gpu.dispatch(&key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(tile) as u32]);
+        gpu.moved(moved(w, chunk.rows, n_tok));
     }
+}
+
+/// `mul_mat` through the shared-memory tiles: one workgroup per 64 rows × 64 activation rows.
+fn mul_mat_tiled(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer) {
+    let key = format!("mul_mat_tiled/{}", w.dtype.name());
+    for chunk in &w.chunks {
+        let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(TILE) as u32);
+        let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
+        let source = || {
+            let kernel = format!("{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_tiled.wgsl"));
+            super::with_dequant(w.dtype, &kernel)
+        };
+        gpu.dispatch(&key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(TILE) as u32]);
+        gpu.moved(moved(w, chunk.rows, n_tok));
+    }
+}
+
+/// The bytes a product of `rows` weight rows with `n_tok` activation rows must move: the
+/// weights once, the activations read, the outputs written.
+pub(crate) fn moved(w: &WgpuWeight, rows: usize, n_tok: usize) -> u64 {
+    (rows * w.row_bytes + 4 * n_tok * (w.cols + rows)) as u64
+}
+
+/// The kernels' shared `Params`: (cols, rows, n_tok, row_bytes, y_offset, y_stride, groups_x, 0).
+fn params(w: &WgpuWeight, rows: usize, row_start: usize, n_tok: usize, groups_x: u32) -> [u32; 8] {
+    [w.cols as u32, rows as u32, n_tok as u32, w.row_bytes as u32, row_start as u32, w.rows as u32, groups_x, 0]
 }

@@ -1,5 +1,7 @@
-//! `mul_mat_id.wgsl`: each (token, slot) pair's row times its picked expert's matrix.
+//! `mul_mat_id.wgsl` / `mul_mat_id_vec.wgsl`: each (token, slot) pair's row times its picked
+//! expert's matrix (decode), the block kernel where the columns are a multiple of 32.
 
+use super::MatmulPlan;
 use super::mul_mat::{DECODE_LANES, WORKGROUP};
 use crate::gpu::{Gpu, groups_1d};
 use crate::weight::WgpuWeight;
@@ -16,14 +18,12 @@ pub(crate) fn mul_mat_id(
     ids: &wgpu::Buffer,
     pairs: usize,
     y: &wgpu::Buffer,
-    subgroups: bool,
+    plan: &MatmulPlan,
 ) {
-    let reduce = if subgroups {
-        include_str!("mul_mat_reduce_subgroup.wgsl")
-    } else {
-        include_str!("mul_mat_reduce_workgroup.wgsl")
-    };
-    let key = format!("mul_mat_id/{}/{}", w.dtype.name(), if subgroups { "subgroup" } else { "workgroup" });
+    let (reduce, reduce_name) = plan.reduce();
+    let block = plan.block(w.cols);
+    let kind = if block { "mul_mat_id_vec" } else { "mul_mat_id" };
+    let key = format!("{kind}/{}/{reduce_name}", w.dtype.name());
     let [gx, gy, _] = groups_1d(expert_rows.div_ceil(WORKGROUP / DECODE_LANES) as u32);
     for chunk in &w.chunks {
         let params = [
@@ -41,10 +41,17 @@ pub(crate) fn mul_mat_id(
             0,
         ];
         let source = || {
-            let kernel = format!("{}\n{reduce}", include_str!("mul_mat_id.wgsl"));
-            let kernel = kernel.replace("{{TPR}}", &DECODE_LANES.to_string());
-            super::with_dequant(w.dtype, &kernel)
+            if block {
+                super::with_dot32(w.dtype, &format!("{}\n{reduce}", include_str!("mul_mat_id_vec.wgsl")))
+            } else {
+                let kernel = format!("{}\n{reduce}", include_str!("mul_mat_id.wgsl"));
+                let kernel = kernel.replace("{{TPR}}", &DECODE_LANES.to_string());
+                super::with_dequant(w.dtype, &kernel)
+            }
         };
         gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, pairs as u32]);
+        // Each pair reads its expert's rows (pairs of a token pick distinct experts; a batch's
+        // pairs may share one, counted once per pair here).
+        gpu.moved(pairs as u64 * super::mul_mat::moved(w, expert_rows, 1));
     }
 }

@@ -1,15 +1,19 @@
-//! `mul_mat_id_grouped.wgsl`: prefill's expert matmul with the pairs grouped by expert, so each
-//! picked expert's weights are dequantized once per tile of 8 pairs instead of once per pair.
+//! Prefill's expert matmul with the pairs grouped by expert, so each picked expert's weights are
+//! dequantized once per tile of pairs instead of once per pair: `mul_mat_id_tiled.wgsl` (tiles of
+//! 64 rows × 64 pairs in workgroup memory, columns a multiple of 32) or `mul_mat_id_grouped.wgsl`
+//! (tiles of 8 pairs, any column count).
 
+use super::MatmulPlan;
+use super::mul_mat::TILE;
 use crate::gpu::{Gpu, groups_1d};
 use crate::weight::WgpuWeight;
 
-/// Weight rows per workgroup (`RPW` in the shader).
+/// Weight rows per workgroup of `mul_mat_id_grouped.wgsl` (`RPW` in the shader).
 const ROWS_PER_WORKGROUP: usize = 8;
 
-/// Records `y[i] = x[i / x_div] · W[ids[i]]ᵀ` for `pairs` pairs, as
-/// [`super::mul_mat_id::mul_mat_id`], with one workgroup per (8 rows, expert) walking the pairs
-/// routed to its expert.
+/// Records `y[i] = x[i / x_div] · W[ids[i]]ᵀ` for `pairs` pairs of `tokens` tokens (each token
+/// routes to distinct experts, so an expert gets at most `tokens` pairs), as
+/// [`super::mul_mat_id::mul_mat_id`], walking the pairs routed to each expert.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn mul_mat_id_grouped(
     gpu: &Gpu,
@@ -19,23 +23,43 @@ pub(crate) fn mul_mat_id_grouped(
     x_div: usize,
     ids: &wgpu::Buffer,
     pairs: usize,
+    tokens: usize,
     y: &wgpu::Buffer,
+    plan: &MatmulPlan,
 ) {
-    let key = format!("mul_mat_id_grouped/{}", w.dtype.name());
-    let [gx, gy, _] = groups_1d(expert_rows.div_ceil(ROWS_PER_WORKGROUP) as u32);
+    let groups_t = tokens.div_ceil(TILE);
+    let tiled = plan.tiled(tokens, w.cols);
+    let rows_per_group = if tiled { TILE } else { ROWS_PER_WORKGROUP };
+    let key = format!("{}/{}", if tiled { "mul_mat_id_tiled" } else { "mul_mat_id_grouped" }, w.dtype.name());
+    let [gx, gy, _] = groups_1d(expert_rows.div_ceil(rows_per_group) as u32);
     for chunk in &w.chunks {
-        let params = [
-            w.cols as u32,
-            expert_rows as u32,
-            pairs as u32,
-            w.row_bytes as u32,
-            expert_rows as u32,
-            gx,
-            (chunk.row_start / expert_rows) as u32,
-            x_div as u32,
-        ];
-        let source = || super::with_dequant(w.dtype, include_str!("mul_mat_id_grouped.wgsl"));
-        let experts = (chunk.rows / expert_rows) as u32;
-        gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, experts]);
+        let experts = chunk.rows / expert_rows;
+        let first = (chunk.row_start / expert_rows) as u32;
+        let (cols, rows, n_pairs, row_bytes) = (w.cols as u32, expert_rows as u32, pairs as u32, w.row_bytes as u32);
+        // An expert's groups of 64 pairs go along z with the experts; past 65535 the 8-pair kernel.
+        if tiled && experts * groups_t <= 65535 {
+            let params = [cols, rows, n_pairs, row_bytes, rows, gx, first, x_div as u32, groups_t as u32, 0, 0, 0];
+            let source = || {
+                let kernel = format!("{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_id_tiled.wgsl"));
+                super::with_dequant(w.dtype, &kernel)
+            };
+            let z = (experts * groups_t) as u32;
+            gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, z]);
+            gpu.moved(moved(w, expert_rows, experts, pairs));
+        } else {
+            let [gx, gy, _] = groups_1d(expert_rows.div_ceil(ROWS_PER_WORKGROUP) as u32);
+            let params = [cols, rows, n_pairs, row_bytes, rows, gx, first, x_div as u32];
+            let source = || super::with_dequant(w.dtype, include_str!("mul_mat_id_grouped.wgsl"));
+            let key = format!("mul_mat_id_grouped/{}", w.dtype.name());
+            gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, experts as u32]);
+            gpu.moved(moved(w, expert_rows, experts, pairs));
+        }
     }
+}
+
+/// The bytes the chunk's experts must move at least: the weights of as many experts as there are
+/// pairs (at most all of them), every pair's activations and outputs.
+fn moved(w: &WgpuWeight, expert_rows: usize, experts: usize, pairs: usize) -> u64 {
+    let weights = (experts.min(pairs) * expert_rows * w.row_bytes) as u64;
+    weights + (4 * pairs * (w.cols + expert_rows)) as u64
 }

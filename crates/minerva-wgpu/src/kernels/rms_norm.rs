@@ -14,4 +14,5 @@ pub(crate) fn rms_norm(
 ) {
     let params = [cols as u32, eps.to_bits(), 0, 0];
     gpu.dispatch("rms_norm", || include_str!("rms_norm.wgsl").to_string(), &[x, g, out], &params, [rows as u32, 1, 1]);
+    gpu.moved(4 * (2 * rows + 1) as u64 * cols as u64);
 }

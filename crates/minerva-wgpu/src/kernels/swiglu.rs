@@ -7,4 +7,5 @@ pub(crate) fn swiglu(gpu: &Gpu, gate: &wgpu::Buffer, up: &wgpu::Buffer, out: &wg
     let params = [n as u32, 0, 0, 0];
     let groups = groups_1d((n as u32).div_ceil(256));
     gpu.dispatch("swiglu", || include_str!("swiglu.wgsl").to_string(), &[gate, up, out], &params, groups);
+    gpu.moved(12 * n as u64);
 }

@@ -1,0 +1,29 @@
+// MXFP4 dot32 (see dot32_generic.wgsl): a block is 17 bytes at any offset; its five covering
+// words hold it, the quants shifted by 8·(offset % 4 + 1) bits. E2M1 nibbles become f32 by their
+// bits (no table, which would sit in slow per-thread memory): ggml's doubled values are
+// 2^e·(1 + m/2) for exponent e > 0 and m for e = 0.
+fn e2m1x4(n: vec4<u32>) -> vec4<f32> {
+    let e = (n >> vec4<u32>(1u)) & vec4<u32>(3u);
+    let m = n & vec4<u32>(1u);
+    let normal = ((e + vec4<u32>(127u)) << vec4<u32>(23u)) | (m << vec4<u32>(22u));
+    let bits = select(m * 0x3f800000u, normal, e > vec4<u32>(0u));
+    return bitcast<vec4<f32>>(bits | ((n & vec4<u32>(8u)) << vec4<u32>(28u)));
+}
+
+fn dot32(rb: u32, k: u32, xo: u32) -> f32 {
+    let blk = rb + (k / 32u) * 17u;
+    let i = blk >> 2u;
+    let sh = 8u * ((blk & 3u) + 1u);
+    let a = vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
+    let b = vec4<u32>(a.yzw, w[i + 4u]);
+    let d = e8m0_half((a.x >> (sh - 8u)) & 0xffu);
+    // A shift by 32 is a shift by 0 in WGSL: the word-aligned case takes `b` as it is.
+    let q = select((a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh)), b, sh == 32u);
+    let lo = q & vec4<u32>(0x0f0f0f0fu);
+    let hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu);
+    let sum = dot(e2m1x4(unpack4xU8(lo.x)), x4[xo]) + dot(e2m1x4(unpack4xU8(lo.y)), x4[xo + 1u])
+        + dot(e2m1x4(unpack4xU8(lo.z)), x4[xo + 2u]) + dot(e2m1x4(unpack4xU8(lo.w)), x4[xo + 3u])
+        + dot(e2m1x4(unpack4xU8(hi.x)), x4[xo + 4u]) + dot(e2m1x4(unpack4xU8(hi.y)), x4[xo + 5u])
+        + dot(e2m1x4(unpack4xU8(hi.z)), x4[xo + 6u]) + dot(e2m1x4(unpack4xU8(hi.w)), x4[xo + 7u]);
+    return d * sum;
+}

@@ -1,0 +1,117 @@
+// Tiled expert matmul for prefill: y[i, r] = Σ_c W[e][r, c] · x[i / x_div, c] for every (token,
+// slot) pair i routed to expert e, from a chunk of a stacked expert weight [n_expert, rows, cols]
+// (columns a multiple of 32).
+//
+// One workgroup of 256 threads per (64 rows of expert e, e, j-th group of 64 pairs routed to e).
+// The workgroup finds its group without a sort or a read-back: each thread counts the pairs
+// routed to e in its own run of `ids`, a scan of the 256 counts numbers them in pair order, and
+// the pairs numbered 64·j .. 64·j + 63 form the tile. A group past the expert's count (most of
+// them for an expert few tokens picked) ends after the scan, reading no weight. Then the tile of
+// tile.wgsl: each weight dequantized once per 64 pairs.
+
+struct Params {
+    cols: u32,
+    rows: u32,          // rows per expert
+    n_pairs: u32,
+    row_bytes: u32,
+    y_stride: u32,      // = rows
+    groups_x: u32,
+    expert_first: u32,  // first expert in this chunk
+    x_div: u32,
+    groups_t: u32,      // groups of 64 pairs per expert (z = expert_in_chunk · groups_t + j)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> ids: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+
+var<workgroup> counts: array<u32, 256>;
+var<workgroup> pairs: array<u32, 64>;
+var<workgroup> found: u32;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let li = lid.x;
+    let e_local = wid.z / p.groups_t;
+    let e = p.expert_first + e_local;
+    let first = (wid.z % p.groups_t) * BN;
+
+    // Number the pairs routed to e: each thread's run, then an inclusive scan of the counts.
+    let span = (p.n_pairs + 255u) / 256u;
+    let lo = min(li * span, p.n_pairs);
+    let hi = min(lo + span, p.n_pairs);
+    var mine = 0u;
+    for (var i = lo; i < hi; i++) {
+        mine += u32(ids[i] == e);
+    }
+    counts[li] = mine;
+    for (var off = 1u; off < 256u; off <<= 1u) {
+        workgroupBarrier();
+        var v = counts[li];
+        if (li >= off) {
+            v += counts[li - off];
+        }
+        workgroupBarrier();
+        counts[li] = v;
+    }
+    workgroupBarrier();
+    var n = counts[li] - mine;
+    for (var i = lo; i < hi; i++) {
+        if (ids[i] == e) {
+            if (n >= first && n < first + BN) {
+                pairs[n - first] = i;
+            }
+            n++;
+        }
+    }
+    if (li == 255u) {
+        found = min(counts[255] - min(counts[255], first), BN);
+    }
+    let n_tile = workgroupUniformLoad(&found);
+    if (n_tile == 0u) {
+        return;
+    }
+
+    let r0 = (wid.x + wid.y * p.groups_x) * BM;
+    let sr = li / 4u;
+    let sk = (li % 4u) * 8u;
+    let w_ok = r0 + sr < p.rows;
+    let rb = (e_local * p.rows + r0 + sr) * p.row_bytes;
+    let x_ok = sr < n_tile;
+    var xo = 0u;
+    if (x_ok) {
+        xo = ((pairs[sr] / p.x_div) * p.cols + sk) / 4u;
+    }
+    var acc: array<vec4<f32>, 4>;
+    for (var k0 = 0u; k0 < p.cols; k0 += BK) {
+        var v: array<f32, 8>;
+        if (w_ok) {
+            v = load8(rb, k0 + sk);
+        }
+        var a = vec4<f32>(0.0);
+        var b = vec4<f32>(0.0);
+        if (x_ok) {
+            a = x4[xo + k0 / 4u];
+            b = x4[xo + k0 / 4u + 1u];
+        }
+        stage(li, v, a, b);
+        multiply(li, &acc);
+    }
+    let r = r0 + (li % 16u) * 4u;
+    let tq = (li / 16u) * 4u;
+    for (var j = 0u; j < 4u; j++) {
+        if (tq + j < n_tile) {
+            let o = pairs[tq + j] * p.y_stride;
+            for (var i = 0u; i < 4u; i++) {
+                if (r + i < p.rows) {
+                    y[o + r + i] = acc[j][i];
+                }
+            }
+        }
+    }
+}
