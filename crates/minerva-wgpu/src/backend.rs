@@ -137,10 +137,10 @@ pub struct WgpuBackend {
     device_sampling: bool,
 }
 
-/// [`WgpuOptions::tiled_from`]'s default: from 8 activation rows a tile of 64 wastes at most 7/8
-/// of its multiplies, which cost less than re-reading the weights (a matrix product that small
-/// is bound by its weight bytes).
-pub const DEFAULT_TILED_FROM: usize = 8;
+/// [`WgpuOptions::tiled_from`]'s default: below it the block kernels (each weight dequantized
+/// once for up to 8 activation rows, many workgroups), from it the 64 × 64 tiles (each weight
+/// dequantized once per 64 rows, fewer workgroups). Measured on an H200 (docs/wgpu.md).
+pub const DEFAULT_TILED_FROM: usize = 32;
 
 /// The most rows (tokens) a batch may have: WebGPU's minimum for workgroups per dimension, which
 /// row-per-workgroup kernels (embed, rms_norm, attention, argmax) dispatch along.

@@ -24,6 +24,11 @@ use crate::weight::WgpuWeight;
 /// The most (token, slot) pairs one step may route (workgroups along z).
 const MAX_PAIRS: usize = 65535;
 
+/// The most experts `moe_route.wgsl` picks from (its bit mask of picked experts) and picks
+/// (`MAX_K`, the picked logits it holds).
+const MAX_EXPERTS: usize = 256;
+const MAX_EXPERTS_USED: usize = 32;
+
 /// See [`minerva_model::Backend::moe`].
 pub(crate) fn moe(
     gpu: &Gpu,
@@ -37,6 +42,11 @@ pub(crate) fn moe(
     let rows_in = rows;
     checks::moe(rows, (router_logits.rows, router_logits.cols), p)?;
     let pairs = rows * k;
+    if n_expert > MAX_EXPERTS || k > MAX_EXPERTS_USED {
+        let message =
+            format!("moe: {n_expert} experts, top {k}: the GPU routes at most top {MAX_EXPERTS_USED} of {MAX_EXPERTS}");
+        return Err(ModelError::Resource { message });
+    }
     if pairs > MAX_PAIRS {
         let message = format!("moe: {rows} rows × top {k} exceed the GPU limit of {MAX_PAIRS} pairs");
         return Err(ModelError::Resource { message });

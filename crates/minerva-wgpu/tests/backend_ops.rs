@@ -60,16 +60,20 @@ fn matmul_cases(g: &WgpuBackend) {
     let c = cpu();
     let mut rng = Rng(1);
     for dtype in WEIGHT_DTYPES {
-        // (out rows, columns, tokens): rows not a multiple of anything; 1 token is decode (the
-        // block kernel where the columns are a multiple of 32, else the 8-value loads; float
-        // dtypes take both), 5 a partial tile, 17 a partial tile of 64 (or two full 8-row tiles
-        // and a partial one; the tiles need columns a multiple of 32), 70 two tiles of 64 (over 9
-        // steps of 32 columns where the blocks allow).
+        // (out rows, columns, tokens): rows not a multiple of anything. Under `tiled_from` (32)
+        // the block kernel takes columns that are a multiple of 32 (float dtypes take both
+        // kinds of column count), in workgroups of 1 activation row (1 token), 4 (3 tokens) or 8
+        // (5: one partial; 17: two full and a partial); otherwise 8-value loads in tiles of 8
+        // tokens. 70 tokens: two tiles of 64 (over 9 steps of 32 columns where the blocks allow);
+        // with `tiled_from: 2` the tiles take every batch. 1056 columns: every one of a row's
+        // 32 threads has a block, and one has two.
         let aligned = |base: usize| base.next_multiple_of(dtype.block_elems().max(32));
         let cases = [
             (37, cols_for(dtype, 256), 1),
             (37, aligned(256), 1),
             (37, cols_for(dtype, 256), 5),
+            (37, aligned(256), 3),
+            (20, aligned(1056), 2),
             (70, cols_for(dtype, 512), 17),
             (37, aligned(256), 17),
             (70, aligned(288), 70),
@@ -307,24 +311,35 @@ fn attention_gqa_causal_and_sliding_window() {
     attention_case(&g, 16, Mask::SlidingWindow(1), 8);
     // Head dims over 128 take the split kernel for prefill too.
     attention_case(&g, 144, Mask::Causal, 9);
+    // An odd head dim keeps an f32 cache; the decode kernel's keys come in pairs and one more.
+    attention_case(&g, 33, Mask::Causal, 10);
 }
 
 #[test]
 fn argmax_rows() {
     let g = gpu(WgpuOptions::default());
     let mut rng = Rng(9);
-    let (rows, cols) = (3, 1001);
+    // 5001 columns: three parts of 2048 read by three workgroups, then reduced.
+    let (rows, cols) = (3, 5001);
     let mut data = rng.vec(rows * cols);
-    // Row 1: a tie between 400 and 900 resolves to the first; row 2: the maximum is the last.
+    // Row 0: the maximum is the last value of a part; row 1: a tie between 400 and 4500 (other
+    // parts) resolves to the first, as does one within a part (900); row 2: the maximum is the
+    // last.
+    data[2047] = 6.0;
     data[cols + 400] = 5.0;
     data[cols + 900] = 5.0;
+    data[cols + 4500] = 5.0;
     data[2 * cols + cols - 1] = 7.0;
-    let want: Vec<u32> = data
-        .chunks_exact(cols)
-        .map(|row| row.iter().enumerate().fold(0, |b, (i, &v)| if v > row[b] { i } else { b }) as u32)
-        .collect();
-    assert_eq!(want[1], 400);
+    let first_max = |row: &[f32]| row.iter().enumerate().fold(0, |b, (i, &v)| if v > row[b] { i } else { b }) as u32;
+    let want: Vec<u32> = data.chunks_exact(cols).map(first_max).collect();
+    assert_eq!(want, [2047, 400, cols as u32 - 1]);
     assert_eq!(g.argmax(&g.upload(&data, rows, cols).unwrap()).unwrap(), want);
+    // 301 parts: the reduction's threads take two parts each (part 44 and part 300 tie).
+    let cols = 301 * 2048;
+    let mut data = rng.vec(cols);
+    data[44 * 2048 + 5] = 9.0;
+    data[300 * 2048 + 5] = 9.0;
+    assert_eq!(g.argmax(&g.upload(&data, 1, cols).unwrap()).unwrap(), [44 * 2048 + 5]);
 }
 
 #[test]

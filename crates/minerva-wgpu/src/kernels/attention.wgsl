@@ -68,9 +68,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         var s = NEG;
         if (key < s1) {
             let ko = kv_off(slot, kvh, key);
-            s = 0.0;
-            for (var d = 0u; d < hd; d++) {
-                s += qs[d] * k_at(ko + d);
+            // Pairs of keys: one word each from an f16 cache (the head dim is even there).
+            var d2 = vec2<f32>(0.0);
+            let even = hd & ~1u;
+            for (var d = 0u; d < even; d += 2u) {
+                d2 += vec2<f32>(qs[d], qs[d + 1u]) * k_pair(ko + d);
+            }
+            s = d2.x + d2.y;
+            if (even < hd) {
+                s += qs[even] * k_at(ko + even);
             }
             s *= p.scale;
         }
@@ -82,18 +88,42 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             m_new = max(m_new, score[i]);
         }
         let alpha = exp(m - m_new);
+        // Each thread turns its own key's score into its weight once, for all threads to read.
+        var e = 0.0;
+        if (lid.x < n) {
+            e = exp(s - m_new);
+        }
+        workgroupBarrier();
+        score[lid.x] = e;
+        workgroupBarrier();
         l *= alpha;
         for (var j = 0u; j < 4u; j++) {
             acc[j] *= alpha;
         }
-        for (var i = 0u; i < n; i++) {
-            let e = exp(score[i] - m_new);
-            l += e;
+        // Four keys' values per pass: their loads are in flight together.
+        var i = 0u;
+        for (; i + 4u <= n; i += 4u) {
+            let e4 = vec4<f32>(score[i], score[i + 1u], score[i + 2u], score[i + 3u]);
+            l += e4.x + e4.y + e4.z + e4.w;
+            let v0 = kv_off(slot, kvh, t + i);
+            let v1 = kv_off(slot, kvh, t + i + 1u);
+            let v2 = kv_off(slot, kvh, t + i + 2u);
+            let v3 = kv_off(slot, kvh, t + i + 3u);
+            for (var j = 0u; j < 4u; j++) {
+                let d = lid.x + 64u * j;
+                if (d < hd) {
+                    acc[j] += dot(e4, vec4<f32>(v_at(v0 + d), v_at(v1 + d), v_at(v2 + d), v_at(v3 + d)));
+                }
+            }
+        }
+        for (; i < n; i++) {
+            let ei = score[i];
+            l += ei;
             let vo = kv_off(slot, kvh, t + i);
             for (var j = 0u; j < 4u; j++) {
                 let d = lid.x + 64u * j;
                 if (d < hd) {
-                    acc[j] += e * v_at(vo + d);
+                    acc[j] += ei * v_at(vo + d);
                 }
             }
         }

@@ -10,3 +10,8 @@ fn k_at(i: u32) -> f32 {
 fn v_at(i: u32) -> f32 {
     return unpack2x16float(vc[i >> 1u])[i & 1u];
 }
+
+// Keys i and i + 1 (i even: one word).
+fn k_pair(i: u32) -> vec2<f32> {
+    return unpack2x16float(kc[i >> 1u]);
+}

@@ -64,38 +64,38 @@ impl KvElem {
 struct WeightFormat {
     dtype: DType,
     dequant_wgsl: &'static str,
-    /// `dot32` (32 weights of a row times 32 activations read as vec4s) reading the whole block
-    /// in aligned words, for the block kernels; `None`: the generic one through `load8`.
-    dot32_wgsl: Option<&'static str>,
+    /// `block32` (32 dequantized weights of a row as vec4s) reading the whole block in aligned
+    /// words, for the block kernels; `None`: the generic one through `load8`.
+    block32_wgsl: Option<&'static str>,
 }
 
 /// One row per dtype the kernels read directly (matmul and embedding).
 const WEIGHT_FORMATS: [WeightFormat; 10] = [
-    WeightFormat { dtype: DType::F32, dequant_wgsl: include_str!("dequant/f32.wgsl"), dot32_wgsl: None },
-    WeightFormat { dtype: DType::F16, dequant_wgsl: include_str!("dequant/f16.wgsl"), dot32_wgsl: None },
-    WeightFormat { dtype: DType::BF16, dequant_wgsl: include_str!("dequant/bf16.wgsl"), dot32_wgsl: None },
+    WeightFormat { dtype: DType::F32, dequant_wgsl: include_str!("dequant/f32.wgsl"), block32_wgsl: None },
+    WeightFormat { dtype: DType::F16, dequant_wgsl: include_str!("dequant/f16.wgsl"), block32_wgsl: None },
+    WeightFormat { dtype: DType::BF16, dequant_wgsl: include_str!("dequant/bf16.wgsl"), block32_wgsl: None },
     WeightFormat {
         dtype: DType::Q8_0,
         dequant_wgsl: include_str!("dequant/q8_0.wgsl"),
-        dot32_wgsl: Some(include_str!("dequant/dot32_q8_0.wgsl")),
+        block32_wgsl: Some(include_str!("dequant/block32_q8_0.wgsl")),
     },
     WeightFormat {
         dtype: DType::Q4_0,
         dequant_wgsl: include_str!("dequant/q4_0.wgsl"),
-        dot32_wgsl: Some(include_str!("dequant/dot32_q4_0.wgsl")),
+        block32_wgsl: Some(include_str!("dequant/block32_q4_0.wgsl")),
     },
     WeightFormat {
         dtype: DType::Q4_1,
         dequant_wgsl: include_str!("dequant/q4_1.wgsl"),
-        dot32_wgsl: Some(include_str!("dequant/dot32_q4_1.wgsl")),
+        block32_wgsl: Some(include_str!("dequant/block32_q4_1.wgsl")),
     },
-    WeightFormat { dtype: DType::Q5_0, dequant_wgsl: include_str!("dequant/q5_0.wgsl"), dot32_wgsl: None },
-    WeightFormat { dtype: DType::Q4_K, dequant_wgsl: include_str!("dequant/q4_k.wgsl"), dot32_wgsl: None },
-    WeightFormat { dtype: DType::Q6_K, dequant_wgsl: include_str!("dequant/q6_k.wgsl"), dot32_wgsl: None },
+    WeightFormat { dtype: DType::Q5_0, dequant_wgsl: include_str!("dequant/q5_0.wgsl"), block32_wgsl: None },
+    WeightFormat { dtype: DType::Q4_K, dequant_wgsl: include_str!("dequant/q4_k.wgsl"), block32_wgsl: None },
+    WeightFormat { dtype: DType::Q6_K, dequant_wgsl: include_str!("dequant/q6_k.wgsl"), block32_wgsl: None },
     WeightFormat {
         dtype: DType::MXFP4,
         dequant_wgsl: include_str!("dequant/mxfp4.wgsl"),
-        dot32_wgsl: Some(include_str!("dequant/dot32_mxfp4.wgsl")),
+        block32_wgsl: Some(include_str!("dequant/block32_mxfp4.wgsl")),
     },
 ];
 
@@ -126,11 +126,16 @@ fn with_dequant(dtype: DType, kernel: &str) -> String {
     format!("{COMMON}\nconst BLOCK_ELEMS: u32 = {elems}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n{dequant}\n{kernel}")
 }
 
-/// [`with_dequant`] plus the dtype's `dot32`, for the block kernels (which bind `x4`).
-fn with_dot32(dtype: DType, kernel: &str) -> String {
+/// [`with_dequant`] plus the dtype's `block32` and the row-sum snippet, for the block kernels.
+fn with_block32(dtype: DType, kernel: &str, plan: &MatmulPlan) -> String {
     let format = weight_format(dtype).expect("weights are checked at upload");
-    let dot32 = format.dot32_wgsl.unwrap_or(include_str!("dequant/dot32_generic.wgsl"));
-    with_dequant(dtype, &format!("{dot32}\n{kernel}"))
+    let block32 = format.block32_wgsl.unwrap_or(include_str!("dequant/block32_generic.wgsl"));
+    let reduce = if plan.subgroups {
+        include_str!("mul_mat_vec_reduce_subgroup.wgsl")
+    } else {
+        include_str!("mul_mat_vec_reduce_workgroup.wgsl")
+    };
+    with_dequant(dtype, &format!("{block32}\n{kernel}\n{reduce}"))
 }
 
 /// Which matrix kernels the backend records ([`crate::WgpuOptions`]), so that benchmarks and
@@ -139,8 +144,8 @@ fn with_dot32(dtype: DType, kernel: &str) -> String {
 pub(crate) struct MatmulPlan {
     /// Row reductions by subgroup shuffles instead of workgroup memory.
     pub subgroups: bool,
-    /// Single-row products (decode) read whole blocks per thread (`mul_mat_vec`,
-    /// `mul_mat_id_vec`) where the columns are a multiple of 32.
+    /// Products of fewer rows than `tiled_from` (decode, small batches) read whole blocks per
+    /// thread (`mul_mat_vec`, `mul_mat_id_vec`) where the columns are a multiple of 32.
     pub block_decode: bool,
     /// Products of at least this many activation rows use the shared-memory tiles
     /// (`mul_mat_tiled`, `mul_mat_id_tiled`) where the columns are a multiple of 32; 0: never.

@@ -4,7 +4,9 @@
 //   logits [rows × n_expert]  ->  ids [rows × k] (u32), weights [rows × k] (f32)
 //
 // One thread per row: k and n_expert are small (4 of 32 for GPT-OSS-20B), so k selection passes
-// over the logits cost less than a sort.
+// over the logits cost less than a sort. The experts already picked are a bit mask in registers
+// (at most 256 experts, checked by the caller) and the picked logits stay in registers until
+// the softmax: nothing written is read back from memory.
 
 struct Params {
     rows: u32,
@@ -20,6 +22,8 @@ struct Params {
 
 const NONE: u32 = 0xffffffffu;
 
+const MAX_K: u32 = 32u;
+
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let r = gid.x + gid.y * 65535u * 64u;
@@ -28,32 +32,31 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let base = r * p.n_expert;
     let out = r * p.k;
+    var taken: array<u32, 8>;
+    var picked: array<f32, MAX_K>;
     for (var j = 0u; j < p.k; j++) {
         var best = NONE;
         var best_v = 0.0;
         for (var e = 0u; e < p.n_expert; e++) {
-            var taken = false;
-            for (var i = 0u; i < j; i++) {
-                taken = taken || ids[out + i] == e;
-            }
             let v = logits[base + e];
-            if (!taken && (best == NONE || v > best_v)) {
+            let free = (taken[e / 32u] & (1u << (e % 32u))) == 0u;
+            if (free && (best == NONE || v > best_v)) {
                 best = e;
                 best_v = v;
             }
         }
+        taken[best / 32u] |= 1u << (best % 32u);
         ids[out + j] = best;
-        weights[out + j] = best_v;
+        picked[j] = best_v;
     }
     // Softmax over the k picked logits; the first is the largest.
-    let top = weights[out];
+    let top = picked[0];
     var total = 0.0;
     for (var j = 0u; j < p.k; j++) {
-        let e = exp(weights[out + j] - top);
-        weights[out + j] = e;
-        total += e;
+        picked[j] = exp(picked[j] - top);
+        total += picked[j];
     }
     for (var j = 0u; j < p.k; j++) {
-        weights[out + j] /= total;
+        weights[out + j] = picked[j] / total;
     }
 }

@@ -1,7 +1,7 @@
 //! `y = x · Wᵀ` straight from the stored (quantized) weight, by one of three kernels:
-//! `mul_mat_vec.wgsl` (one activation row, whole blocks per thread), `mul_mat_tiled.wgsl` (many
-//! rows: shared-memory tiles of 64 × 64) and `mul_mat.wgsl` (every other case: any column count,
-//! tiles of 8 activation rows).
+//! `mul_mat_vec.wgsl` (decode and small batches: whole blocks per thread, up to 8 activation
+//! rows per workgroup), `mul_mat_tiled.wgsl` (many rows: shared-memory tiles of 64 × 64) and
+//! `mul_mat.wgsl` (columns not a multiple of 32, or both others turned off).
 
 use super::MatmulPlan;
 use crate::gpu::{Gpu, groups_1d};
@@ -30,30 +30,51 @@ pub(crate) const TILE: usize = 64;
 /// 8-row kernels.
 pub(crate) const TILED_WORKGROUP_BYTES: usize = 16384 + 256 * 4 + 64 * 4 + 4;
 
+/// Activation rows per workgroup of `mul_mat_vec.wgsl` at most: each dequantized block serves
+/// this many.
+const VEC_ROWS: usize = 8;
+
+/// Weight rows per workgroup of the block kernels (`RPW` in `mul_mat_vec.wgsl`).
+pub(crate) const VEC_WEIGHT_ROWS: usize = 8;
+
 /// Records `y[n_tok × w.rows] = x[n_tok × w.cols] · Wᵀ`, one dispatch per chunk of the weight,
 /// with the kernel `plan` picks for this shape.
 pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer, plan: &MatmulPlan) {
     if plan.tiled(n_tok, w.cols) {
         return mul_mat_tiled(gpu, w, x, n_tok, y);
     }
-    let block = n_tok == 1 && plan.block(w.cols);
+    if plan.block(w.cols) {
+        return mul_mat_vec(gpu, w, x, n_tok, y, plan);
+    }
     let (tile, lanes) = if n_tok == 1 { (1, DECODE_LANES) } else { (PREFILL_TILE, PREFILL_LANES) };
     let (reduce, reduce_name) = plan.reduce();
-    let kind = if block { "mul_mat_vec" } else { "mul_mat" };
-    let key = format!("{kind}/{}/{tile}/{reduce_name}", w.dtype.name());
+    let key = format!("mul_mat/{}/{tile}/{reduce_name}", w.dtype.name());
     for chunk in &w.chunks {
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(WORKGROUP / lanes) as u32);
         let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
         let source = || {
-            if block {
-                super::with_dot32(w.dtype, &format!("{}\n{reduce}", include_str!("mul_mat_vec.wgsl")))
-            } else {
-                let kernel = format!("{}\n{reduce}", include_str!("mul_mat.wgsl"));
-                let kernel = kernel.replace("{{TILE_T}}", &tile.to_string()).replace("{{TPR}}", &lanes.to_string());
-                super::with_dequant(w.dtype, &kernel)
-            }
+            let kernel = format!("{}\n{reduce}", include_str!("mul_mat.wgsl"));
+            let kernel = kernel.replace("{{TILE_T}}", &tile.to_string()).replace("{{TPR}}", &lanes.to_string());
+            super::with_dequant(w.dtype, &kernel)
         };
         gpu.dispatch(&key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(tile) as u32]);
+        gpu.moved(moved(w, chunk.rows, n_tok));
+    }
+}
+
+/// `mul_mat` by the block kernel: 8 weight rows × up to 8 activation rows per workgroup.
+fn mul_mat_vec(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer, plan: &MatmulPlan) {
+    let nt = n_tok.next_power_of_two().min(VEC_ROWS);
+    let (_, reduce_name) = plan.reduce();
+    let key = format!("mul_mat_vec/{}/{nt}/{reduce_name}", w.dtype.name());
+    for chunk in &w.chunks {
+        let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(VEC_WEIGHT_ROWS) as u32);
+        let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
+        let source = || {
+            let kernel = include_str!("mul_mat_vec.wgsl").replace("{{NT}}", &nt.to_string());
+            super::with_block32(w.dtype, &kernel, plan)
+        };
+        gpu.dispatch(&key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(nt) as u32]);
         gpu.moved(moved(w, chunk.rows, n_tok));
     }
 }

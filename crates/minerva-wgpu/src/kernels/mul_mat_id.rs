@@ -2,7 +2,7 @@
 //! expert's matrix (decode), the block kernel where the columns are a multiple of 32.
 
 use super::MatmulPlan;
-use super::mul_mat::{DECODE_LANES, WORKGROUP};
+use super::mul_mat::{DECODE_LANES, VEC_WEIGHT_ROWS, WORKGROUP};
 use crate::gpu::{Gpu, groups_1d};
 use crate::weight::WgpuWeight;
 
@@ -24,7 +24,8 @@ pub(crate) fn mul_mat_id(
     let block = plan.block(w.cols);
     let kind = if block { "mul_mat_id_vec" } else { "mul_mat_id" };
     let key = format!("{kind}/{}/{reduce_name}", w.dtype.name());
-    let [gx, gy, _] = groups_1d(expert_rows.div_ceil(WORKGROUP / DECODE_LANES) as u32);
+    let rows_per_group = if block { VEC_WEIGHT_ROWS } else { WORKGROUP / DECODE_LANES };
+    let [gx, gy, _] = groups_1d(expert_rows.div_ceil(rows_per_group) as u32);
     for chunk in &w.chunks {
         let params = [
             w.cols as u32,
@@ -42,7 +43,7 @@ pub(crate) fn mul_mat_id(
         ];
         let source = || {
             if block {
-                super::with_dot32(w.dtype, &format!("{}\n{reduce}", include_str!("mul_mat_id_vec.wgsl")))
+                super::with_block32(w.dtype, include_str!("mul_mat_id_vec.wgsl"), plan)
             } else {
                 let kernel = format!("{}\n{reduce}", include_str!("mul_mat_id.wgsl"));
                 let kernel = kernel.replace("{{TPR}}", &DECODE_LANES.to_string());

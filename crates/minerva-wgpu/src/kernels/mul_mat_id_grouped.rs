@@ -28,7 +28,9 @@ pub(crate) fn mul_mat_id_grouped(
     plan: &MatmulPlan,
 ) {
     let groups_t = tokens.div_ceil(TILE);
-    let tiled = plan.tiled(tokens, w.cols);
+    // The tiles pay once an expert has enough pairs to share each weight: 8 on average.
+    let n_expert = w.rows / expert_rows.max(1);
+    let tiled = plan.tiled(tokens, w.cols) && pairs >= 8 * n_expert;
     let rows_per_group = if tiled { TILE } else { ROWS_PER_WORKGROUP };
     let key = format!("{}/{}", if tiled { "mul_mat_id_tiled" } else { "mul_mat_id_grouped" }, w.dtype.name());
     let [gx, gy, _] = groups_1d(expert_rows.div_ceil(rows_per_group) as u32);

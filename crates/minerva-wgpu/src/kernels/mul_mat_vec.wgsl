@@ -1,12 +1,13 @@
-// Decode matrix-vector product over whole blocks: y[t, off + r] = Σ_k W[r, k] · x[t, k] for a
-// weight chunk of `rows` rows whose columns are a multiple of 32.
+// Matrix-vector products over whole blocks, for decode and small batches: y[t, off + r] =
+// Σ_k W[r, k] · x[t, k] for a weight chunk of `rows` rows whose columns are a multiple of 32,
+// NT activation rows per workgroup.
 //
-// One workgroup of 64 threads per (2 weight rows, token), 32 threads per row. Each thread takes a
-// whole block of 32 values at a time (`dot32`, from the dtype's snippet: the block's covering
-// words read once, the activations as vec4s), so a row's 32 threads read 1024 consecutive values
-// per pass with a few wide loads each, where mul_mat.wgsl's decode path reads 8 values per
-// thread through byte-addressed loads. The row's partial sums are reduced by `reduce_and_store`
-// (mul_mat_reduce_{workgroup,subgroup}.wgsl).
+// One workgroup of 256 threads per (8 weight rows, NT activation rows), 32 threads per row. Each
+// thread dequantizes a whole block of 32 values at a time (`block32`, from the dtype's snippet:
+// the block's covering words read once) and multiplies it into its NT activation rows (read as
+// vec4s), so a row's 32 threads read 1024 consecutive values per pass, each weight once for the
+// NT rows. The row's partial sums are added by `stash` (mul_mat_vec_reduce_*.wgsl) and one
+// thread per (row, activation row).
 
 struct Params {
     cols: u32,
@@ -24,24 +25,41 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 
-const WG: u32 = 64u;
+const WG: u32 = 256u;
 const TPR: u32 = 32u;       // threads per row
 const RPW: u32 = WG / TPR;  // rows per workgroup
-const TILE_T: u32 = 1u;
+const NT: u32 = {{NT}}u;    // activation rows per workgroup
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let lane = lid.x % TPR;
     let r = (wid.x + wid.y * p.groups_x) * RPW + lid.x / TPR;
-    let t = wid.z;
-    let in_range = r < p.rows;
+    let t0 = wid.z * NT;
     let rb = r * p.row_bytes;
-    let xo = t * (p.cols / 4u);
-    var acc: array<f32, 1>;
-    if (in_range) {
+    let c4 = p.cols / 4u;
+    var acc: array<f32, NT>;
+    if (r < p.rows) {
         for (var k = lane * 32u; k < p.cols; k += TPR * 32u) {
-            acc[0] += dot32(rb, k, xo + k / 4u);
+            let v = block32(rb, k);
+            for (var t = 0u; t < NT; t++) {
+                if (t0 + t < p.n_tok) {
+                    let xo = (t0 + t) * c4 + k / 4u;
+                    acc[t] += dot(v[0], x4[xo]) + dot(v[1], x4[xo + 1u]) + dot(v[2], x4[xo + 2u])
+                        + dot(v[3], x4[xo + 3u]) + dot(v[4], x4[xo + 4u]) + dot(v[5], x4[xo + 5u])
+                        + dot(v[6], x4[xo + 6u]) + dot(v[7], x4[xo + 7u]);
+                }
+            }
         }
     }
-    reduce_and_store(acc, in_range, lane, lid.x, r, t);
+    stash(acc, lid.x);
+    workgroupBarrier();
+    // Thread i < RPW·NT adds row i % RPW's partial sums for activation row i / RPW.
+    if (lid.x < RPW * NT) {
+        let row = lid.x % RPW;
+        let t = lid.x / RPW;
+        let out_row = (wid.x + wid.y * p.groups_x) * RPW + row;
+        if (out_row < p.rows && t0 + t < p.n_tok) {
+            y[(t0 + t) * p.y_stride + p.y_offset + out_row] = row_sum(t, row);
+        }
+    }
 }

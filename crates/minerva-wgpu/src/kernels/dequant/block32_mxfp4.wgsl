@@ -1,4 +1,4 @@
-// MXFP4 dot32 (see dot32_generic.wgsl): a block is 17 bytes at any offset; its five covering
+// MXFP4 block32 (see block32_generic.wgsl): a block is 17 bytes at any offset; its five covering
 // words hold it, the quants shifted by 8·(offset % 4 + 1) bits. E2M1 nibbles become f32 by their
 // bits (no table, which would sit in slow per-thread memory): ggml's doubled values are
 // 2^e·(1 + m/2) for exponent e > 0 and m for e = 0.
@@ -10,7 +10,7 @@ fn e2m1x4(n: vec4<u32>) -> vec4<f32> {
     return bitcast<vec4<f32>>(bits | ((n & vec4<u32>(8u)) << vec4<u32>(28u)));
 }
 
-fn dot32(rb: u32, k: u32, xo: u32) -> f32 {
+fn block32(rb: u32, k: u32) -> array<vec4<f32>, 8> {
     let blk = rb + (k / 32u) * 17u;
     let i = blk >> 2u;
     let sh = 8u * ((blk & 3u) + 1u);
@@ -21,9 +21,9 @@ fn dot32(rb: u32, k: u32, xo: u32) -> f32 {
     let q = select((a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh)), b, sh == 32u);
     let lo = q & vec4<u32>(0x0f0f0f0fu);
     let hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu);
-    let sum = dot(e2m1x4(unpack4xU8(lo.x)), x4[xo]) + dot(e2m1x4(unpack4xU8(lo.y)), x4[xo + 1u])
-        + dot(e2m1x4(unpack4xU8(lo.z)), x4[xo + 2u]) + dot(e2m1x4(unpack4xU8(lo.w)), x4[xo + 3u])
-        + dot(e2m1x4(unpack4xU8(hi.x)), x4[xo + 4u]) + dot(e2m1x4(unpack4xU8(hi.y)), x4[xo + 5u])
-        + dot(e2m1x4(unpack4xU8(hi.z)), x4[xo + 6u]) + dot(e2m1x4(unpack4xU8(hi.w)), x4[xo + 7u]);
-    return d * sum;
+    return array<vec4<f32>, 8>(
+        d * e2m1x4(unpack4xU8(lo.x)), d * e2m1x4(unpack4xU8(lo.y)),
+        d * e2m1x4(unpack4xU8(lo.z)), d * e2m1x4(unpack4xU8(lo.w)),
+        d * e2m1x4(unpack4xU8(hi.x)), d * e2m1x4(unpack4xU8(hi.y)),
+        d * e2m1x4(unpack4xU8(hi.z)), d * e2m1x4(unpack4xU8(hi.w)));
 }
