@@ -21,9 +21,9 @@ STEP_LIMIT=${STEP_LIMIT:-150}
 # SMOKE=1: the same steps on the small presets with short prompts, so the script runs end to end
 # on lavapipe (`SMOKE=1 benches/gpu/run_gpu.sh .gpubin`), as a check before a GPU call.
 if [ "${SMOKE:-0}" = 1 ]; then
-    LLAMA_SMALL=tiny LLAMA_BIG=tiny GPT_OSS=tiny P=32 D=8 P_LONG=64 D_LONG=4 BATCHES=4
+    LLAMA_SMALL=tiny LLAMA_BIG=tiny GPT_OSS=tiny P=32 D=8 P_LONG=64 D_LONG=4 BATCHES=4 BATCHES_OLD=4 VOCAB=
 else
-    LLAMA_SMALL=135m LLAMA_BIG=8b GPT_OSS=20b P=512 D=128 P_LONG=4096 D_LONG=16 BATCHES=8,16
+    LLAMA_SMALL=135m LLAMA_BIG=8b GPT_OSS=20b P=512 D=128 P_LONG=4096 D_LONG=16 BATCHES=8,16,32,64 BATCHES_OLD=8,16 VOCAB=--vocab
 fi
 D_BIG=$((D / 2))
 mkdir -p "$OUT" "$WORK"
@@ -60,7 +60,7 @@ bw_arg=()
 synth() { # NAME ARGS...
     local name=$1; shift
     log "synth $name"
-    timeout "$STEP_LIMIT" "$BIN/xtask" synth "$@" "$WORK/$name.gguf" 2>&1 | tail -n 3
+    timeout "$STEP_LIMIT" "$BIN/xtask" synth "$@" $VOCAB "$WORK/$name.gguf" 2>&1 | tail -n 3
 }
 bench() { # LABEL MODEL ARGS...: bench_gpu on MODEL, output kept as OUT/LABEL.txt
     local label=$1 name=$2; shift 2
@@ -79,16 +79,18 @@ OLD=(--no-block-decode --tiled-from 0)
 
 synth smollm2-q8_0 --arch llama --preset $LLAMA_SMALL --format gguf --quant q8_0
 bench smollm2 smollm2-q8_0 --prompt $P --decode $D --batch $BATCHES --profile
-bench smollm2-old smollm2-q8_0 --prompt $P --decode $D --batch $BATCHES --no-cpu "${OLD[@]}"
+bench smollm2-old smollm2-q8_0 --prompt $P --decode $D --batch $BATCHES_OLD --no-cpu "${OLD[@]}"
 peer smollm2-vulkan smollm2-q8_0 -p $P -n $D
 synth llama-8b-q4_0 --arch llama --preset $LLAMA_BIG --format gguf --quant q4_0
 bench llama-8b llama-8b-q4_0 --prompt $P --decode $D_BIG --batch $BATCHES --profile --no-cpu
-bench llama-8b-old llama-8b-q4_0 --prompt $P --decode $D_BIG --batch $BATCHES --no-cpu "${OLD[@]}"
+bench llama-8b-old llama-8b-q4_0 --prompt $P --decode $D_BIG --batch $BATCHES_OLD --no-cpu "${OLD[@]}"
+# Where the tiles start paying: the same batches with the tiles from 8 rows.
+bench llama-8b-tiled8 llama-8b-q4_0 --prompt 64 --decode 16 --batch $BATCHES --no-cpu --tiled-from 8
 peer llama-8b-vulkan llama-8b-q4_0 -p $P -n $D_BIG
 rm -f "$WORK/llama-8b-q4_0.gguf"
 synth gpt-oss-20b --arch gpt-oss --preset $GPT_OSS --format gguf
 bench gpt-oss-20b gpt-oss-20b --prompt $P --decode $D_BIG --batch $BATCHES --profile --no-cpu
-bench gpt-oss-20b-old gpt-oss-20b --prompt $P --decode $D_BIG --no-cpu "${OLD[@]}"
+bench gpt-oss-20b-old gpt-oss-20b --prompt $P --decode $D_BIG --batch $BATCHES_OLD --no-cpu "${OLD[@]}"
 peer gpt-oss-20b-vulkan gpt-oss-20b -p $P,$P_LONG -n $D_BIG
 bench gpt-oss-20b-long gpt-oss-20b --prompt $P_LONG --decode $D_LONG --no-cpu
 log done

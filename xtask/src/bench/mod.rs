@@ -125,6 +125,7 @@ fn prepare(args: &BenchArgs, arch: Arch, dir: &Path, format: &str) -> Result<Pat
             seed: 0x5EED,
             out: partial.clone(),
             shard_bytes: synth::MAX_SHARD,
+            vocab: false,
         };
         eprintln!("xtask bench: writing the {} {} weights …", args.arch, args.preset);
         synth::synth(&opts)?;

@@ -15,8 +15,8 @@ type TensorDecl = (String, DType, Vec<usize>);
 /// Writes `opts.out` as one GGUF file; returns its size.
 pub fn write(opts: &Options, rng: &mut Rng) -> Result<u64> {
     let (writer, tensors) = match opts.arch {
-        Arch::GptOss(s) => (gpt_oss_gguf_header(&s, false), gpt_oss_gguf_tensors(&s)),
-        Arch::Llama(s) => llama_header(&s, opts.quant)?,
+        Arch::GptOss(s) => (gpt_oss_gguf_header(&s, opts.vocab), gpt_oss_gguf_tensors(&s)),
+        Arch::Llama(s) => llama_header(&s, opts.quant, opts.vocab)?,
     };
     let file = std::fs::File::create(&opts.out).with_context(|| format!("cannot create {}", opts.out.display()))?;
     let mut data = writer.write_header(std::io::BufWriter::with_capacity(1 << 20, file))?;
@@ -30,9 +30,10 @@ pub fn write(opts: &Options, rng: &mut Rng) -> Result<u64> {
     Ok(std::fs::metadata(&opts.out)?.len())
 }
 
-/// A LLaMA GGUF header as llama.cpp's converter writes it (without tokenizer), every matrix in
-/// `quant` as `llama-quantize --pure` makes them, norms F32.
-fn llama_header(s: &LlamaShape, quant: DType) -> Result<(GgufWriter, Vec<TensorDecl>)> {
+/// A LLaMA GGUF header as llama.cpp's converter writes it (with `vocab`, a SentencePiece
+/// tokenizer of `<unk>`, `<s>`, `</s>`, the 256 byte tokens and `t<i>` up to the preset's size),
+/// every matrix in `quant` as `llama-quantize --pure` makes them, norms F32.
+fn llama_header(s: &LlamaShape, quant: DType, vocab: bool) -> Result<(GgufWriter, Vec<TensorDecl>)> {
     let (q, kv) = (s.heads * s.head_dim(), s.kv_heads * s.head_dim());
     let mut tensors = vec![("token_embd.weight".to_string(), quant, vec![s.vocab, s.hidden])];
     for l in 0..s.layers {
@@ -71,6 +72,22 @@ fn llama_header(s: &LlamaShape, quant: DType) -> Result<(GgufWriter, Vec<TensorD
     let mut w = GgufWriter::new();
     for (k, v) in meta {
         w.add_metadata(k, v)?;
+    }
+    if vocab {
+        // SentencePiece token types: 1 normal, 2 unknown, 3 control, 6 byte.
+        let token = |i: usize| match i {
+            0 => ("<unk>".to_string(), 2),
+            1 => ("<s>".to_string(), 3),
+            2 => ("</s>".to_string(), 3),
+            3..259 => (format!("<0x{:02X}>", i - 3), 6),
+            _ => (format!("t{i}"), 1),
+        };
+        w.add_metadata("tokenizer.ggml.model", MetadataValue::from("llama"))?;
+        w.add_metadata("tokenizer.ggml.tokens", MetadataValue::strings((0..s.vocab).map(|i| token(i).0)))?;
+        w.add_metadata("tokenizer.ggml.scores", MetadataValue::f32s((0..s.vocab).map(|i| -(i as f32))))?;
+        w.add_metadata("tokenizer.ggml.token_type", MetadataValue::i32s((0..s.vocab).map(|i| token(i).1)))?;
+        w.add_metadata("tokenizer.ggml.bos_token_id", MetadataValue::from(1u32))?;
+        w.add_metadata("tokenizer.ggml.eos_token_id", MetadataValue::from(2u32))?;
     }
     for (name, dtype, shape) in &tensors {
         w.add_tensor_info(name.as_str(), *dtype, shape)?;

@@ -4,11 +4,13 @@
 //! ```text
 //! cargo xtask synth --arch gpt-oss --preset 20b|tiny --format gguf|safetensors|mlx [--seed S] OUT
 //! cargo xtask synth --arch llama --preset 8b|1b|135m|tiny --format gguf|safetensors [--quant q4_0|q8_0] [--seed S] OUT
+//! (GGUF: [--vocab])
 //! ```
 //!
 //! GGUF writes one file `OUT`; SafeTensors (Hugging Face layout) and MLX write a directory `OUT`
 //! with `config.json` and `model.safetensors` (or 5 GB shards plus `model.safetensors.index.json`,
-//! as the real checkpoints). No tokenizer: run the files with token ids (`minerva score --tokens`).
+//! as the real checkpoints). No tokenizer (run the files with token ids: `minerva score --tokens`),
+//! except GGUF with `--vocab`: a stand-in vocabulary so that llama.cpp's tools load the file.
 //!
 //! Every byte is generated and written chunk by chunk ([`CHUNK`]), so memory stays bounded whatever
 //! the model size. The values are random but sane, so activations stay finite and the router spreads
@@ -53,6 +55,9 @@ pub struct Options {
     pub out: PathBuf,
     /// Largest SafeTensors shard (5 GB as `save_pretrained`; tests use less to make shards).
     pub shard_bytes: u64,
+    /// GGUF: also write a stand-in tokenizer (a vocabulary of the preset's size), so that
+    /// llama.cpp's tools load the file (they refuse one without `tokenizer.ggml.model`).
+    pub vocab: bool,
 }
 
 /// A model architecture at a preset's shapes.
@@ -98,6 +103,11 @@ pub struct SynthArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 0x5EED)]
     seed: u64,
+    /// GGUF: write a stand-in tokenizer too, so that llama.cpp's tools (llama-bench) load the
+    /// file: GPT-OSS a GPT-4o-sized BPE vocabulary, LLaMA a SentencePiece one (byte tokens,
+    /// then `t<i>`).
+    #[arg(long)]
+    vocab: bool,
     /// Output file (GGUF) or directory (SafeTensors, MLX).
     out: PathBuf,
 }
@@ -114,7 +124,7 @@ pub fn parse_args(args: &[String]) -> Result<Options> {
 impl SynthArgs {
     /// What to write: the preset's shapes, the format and the matrix type.
     pub fn options(&self) -> Result<Options> {
-        let SynthArgs { arch, preset, format, quant, seed, out } = self;
+        let SynthArgs { arch, preset, format, quant, seed, vocab, out } = self;
         let format = match format.as_str() {
             "gguf" => Format::Gguf,
             "safetensors" | "hf" => Format::Safetensors,
@@ -143,7 +153,10 @@ impl SynthArgs {
         if matches!((arch, format), (Arch::Llama(_), Format::Mlx)) {
             bail!("--arch llama --format mlx: not supported (MLX is written for gpt-oss only)");
         }
-        Ok(Options { arch, format, quant, seed: *seed, out: out.clone(), shard_bytes: MAX_SHARD })
+        if *vocab && format != Format::Gguf {
+            bail!("--vocab: only for --format gguf (the other layouts carry no tokenizer here)");
+        }
+        Ok(Options { arch, format, quant, seed: *seed, out: out.clone(), shard_bytes: MAX_SHARD, vocab: *vocab })
     }
 }
 
