@@ -97,9 +97,9 @@ pub(crate) fn partial_len(s: &AttentionShape) -> usize {
 pub(crate) const PREFILL_ROWS: usize = 16;
 /// The largest head dimension the prefill kernel's tiles hold.
 pub(crate) const PREFILL_MAX_HEAD_DIM: usize = 128;
-/// Workgroup memory the prefill kernel declares (queries, keys and values of 16 × 128, 16 × 16
-/// scores): more than WebGPU's guaranteed 16 KiB, so devices with less use the split kernels.
-pub(crate) const PREFILL_WORKGROUP_BYTES: usize = (3 * 2048 + 256) * 4;
+/// Workgroup memory the prefill kernel declares (queries, keys and values of 16 × 128, the keys
+/// padded by a word a row, 16 × 16 scores): more than WebGPU's guaranteed 16 KiB, so devices with less use the split kernels.
+pub(crate) const PREFILL_WORKGROUP_BYTES: usize = (3 * 2048 + 16 + 256) * 4;
 
 /// Cuts every sequence's rows into blocks of up to [`PREFILL_ROWS`]: `(first row, rows, slot, 0)`.
 pub(crate) fn prefill_blocks(batch: &minerva_model::Batch) -> Vec<u32> {

@@ -49,7 +49,9 @@ const MAX_HD: u32 = 128u;
 const NEG: f32 = -3.0e38;
 
 var<workgroup> qs: array<f32, 2048>;   // QB × MAX_HD
-var<workgroup> ks: array<f32, 2048>;   // KT × MAX_HD
+// Keys at a row stride of hd + 1: the 16 keys a warp's score loop reads at once then fall in 16
+// banks, where a stride of hd (a multiple of 32 words) puts them all in one.
+var<workgroup> ks: array<f32, 2064>;   // KT × (MAX_HD + 1)
 var<workgroup> vs: array<f32, 2048>;   // KT × MAX_HD
 var<workgroup> sc: array<f32, 256>;    // QB × KT
 
@@ -96,7 +98,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
         for (var i = lid.x; i < n * hd; i += 64u) {
             let at = kv_off(blk.slot, kvh, t + i / hd) + i % hd;
-            ks[i] = k_at(at);
+            ks[(i / hd) * (hd + 1u) + i % hd] = k_at(at);
             vs[i] = v_at(at);
         }
         workgroupBarrier();
@@ -111,7 +113,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 if (key <= pos && key >= lo_of(pos)) {
                     var d = 0.0;
                     for (var i = 0u; i < hd; i++) {
-                        d += qs[a * hd + i] * ks[b * hd + i];
+                        d += qs[a * hd + i] * ks[b * (hd + 1u) + i];
                     }
                     v = d * p.scale;
                 }
