@@ -12,9 +12,9 @@ pub(crate) fn argmax(gpu: &Gpu, x: &wgpu::Buffer, out: &wgpu::Buffer, rows: usiz
     let parts = cols.div_ceil(PART_LEN).max(1);
     let best = gpu.scratch((rows * parts * 8) as u64);
     let params = [cols as u32, PART_LEN as u32, parts as u32, 0];
-    let source = || include_str!("argmax.wgsl").to_string();
+    let source = || format!("{}\n{}", include_str!("argmax_tree.wgsl"), include_str!("argmax.wgsl"));
     gpu.dispatch("argmax", source, &[x, best.buffer()], &params, [parts as u32, rows as u32, 1]);
     gpu.moved(4 * (rows * cols) as u64);
-    let source = || include_str!("argmax_reduce.wgsl").to_string();
+    let source = || format!("{}\n{}", include_str!("argmax_tree.wgsl"), include_str!("argmax_reduce.wgsl"));
     gpu.dispatch("argmax_reduce", source, &[best.buffer(), out], &params, [rows as u32, 1, 1]);
 }

@@ -14,8 +14,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> best: array<vec2<u32>>;
 @group(0) @binding(2) var<uniform> p: Params;
 
-var<workgroup> best_v: array<f32, 256>;
-var<workgroup> best_i: array<u32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -31,20 +29,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             bi = c;
         }
     }
-    best_v[lid.x] = bv;
-    best_i[lid.x] = bi;
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        workgroupBarrier();
-        if (lid.x < s) {
-            let ov = best_v[lid.x + s];
-            let oi = best_i[lid.x + s];
-            if (ov > best_v[lid.x] || (ov == best_v[lid.x] && oi < best_i[lid.x])) {
-                best_v[lid.x] = ov;
-                best_i[lid.x] = oi;
-            }
-        }
-    }
+    let top = best_of_workgroup(lid.x, bv, bi);
     if (lid.x == 0u) {
-        best[wid.y * p.parts + wid.x] = vec2<u32>(bitcast<u32>(best_v[0]), best_i[0]);
+        best[wid.y * p.parts + wid.x] = vec2<u32>(bitcast<u32>(top.v), top.i);
     }
 }

@@ -30,6 +30,9 @@ pub(crate) const TILE: usize = 64;
 /// 8-row kernels.
 pub(crate) const TILED_WORKGROUP_BYTES: usize = 16384 + 256 * 4 + 64 * 4 + 4;
 
+/// The matrix kernels' shared `Params` and bindings (filled by [`params`]).
+const PARAMS: &str = include_str!("mul_mat_params.wgsl");
+
 /// Activation rows per workgroup of `mul_mat_vec.wgsl` at most: each dequantized block serves
 /// this many.
 const VEC_ROWS: usize = 8;
@@ -53,7 +56,7 @@ pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize,
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(WORKGROUP / lanes) as u32);
         let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
         let source = || {
-            let kernel = format!("{}\n{reduce}", include_str!("mul_mat.wgsl"));
+            let kernel = format!("{PARAMS}\n{}\n{reduce}", include_str!("mul_mat.wgsl"));
             let kernel = kernel.replace("{{TILE_T}}", &tile.to_string()).replace("{{TPR}}", &lanes.to_string());
             super::with_dequant(w.dtype, &kernel)
         };
@@ -71,7 +74,7 @@ fn mul_mat_vec(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wg
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(VEC_WEIGHT_ROWS) as u32);
         let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
         let source = || {
-            let kernel = include_str!("mul_mat_vec.wgsl").replace("{{NT}}", &nt.to_string());
+            let kernel = format!("{PARAMS}\n{}", include_str!("mul_mat_vec.wgsl")).replace("{{NT}}", &nt.to_string());
             super::with_block32(w.dtype, &kernel, plan)
         };
         gpu.dispatch(&key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(nt) as u32]);
@@ -86,7 +89,7 @@ fn mul_mat_tiled(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(TILE) as u32);
         let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
         let source = || {
-            let kernel = format!("{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_tiled.wgsl"));
+            let kernel = format!("{PARAMS}\n{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_tiled.wgsl"));
             super::with_dequant(w.dtype, &kernel)
         };
         gpu.dispatch(&key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(TILE) as u32]);

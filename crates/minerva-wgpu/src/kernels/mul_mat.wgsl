@@ -9,21 +9,8 @@
 // latency; prefill (TILE_T = 8, a weight read serves 8 tokens) runs 8 per row. The reduction,
 // `reduce_and_store`, comes from mul_mat_reduce_{workgroup,subgroup}.wgsl.
 
-struct Params {
-    cols: u32,
-    rows: u32,
-    n_tok: u32,
-    row_bytes: u32,
-    y_offset: u32,   // first output column of this chunk
-    y_stride: u32,   // output columns (all chunks)
-    groups_x: u32,   // workgroups along x (rows may exceed the 65535 per-dimension limit)
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+// Params and the bindings w, y, p: mul_mat_params.wgsl.
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
 
 const WG: u32 = 64u;
 const TPR: u32 = {{TPR}}u;  // threads per row

@@ -6,6 +6,9 @@ use super::mul_mat::{DECODE_LANES, VEC_WEIGHT_ROWS, WORKGROUP};
 use crate::gpu::{Gpu, groups_1d};
 use crate::weight::WgpuWeight;
 
+/// The decode expert kernels' shared `Params` and bindings.
+const PARAMS: &str = include_str!("mul_mat_id_params.wgsl");
+
 /// Records `y[i] = x[i / x_div] · W[ids[i]]ᵀ` for `pairs` pairs, `W` a stacked weight of
 /// `expert_rows` rows per expert whose chunks hold whole experts (checked by the caller).
 #[allow(clippy::too_many_arguments)]
@@ -43,9 +46,9 @@ pub(crate) fn mul_mat_id(
         ];
         let source = || {
             if block {
-                super::with_block32(w.dtype, include_str!("mul_mat_id_vec.wgsl"), plan)
+                super::with_block32(w.dtype, &format!("{PARAMS}\n{}", include_str!("mul_mat_id_vec.wgsl")), plan)
             } else {
-                let kernel = format!("{}\n{reduce}", include_str!("mul_mat_id.wgsl"));
+                let kernel = format!("{PARAMS}\n{}\n{reduce}", include_str!("mul_mat_id.wgsl"));
                 let kernel = kernel.replace("{{TPR}}", &DECODE_LANES.to_string());
                 super::with_dequant(w.dtype, &kernel)
             }

@@ -8,26 +8,8 @@
 // One workgroup per (64 / TPR weight rows, pair), TPR threads per row, as mul_mat's decode path;
 // the reduction `reduce_and_store` is mul_mat's (workgroup memory or subgroup shuffles).
 
-struct Params {
-    cols: u32,
-    rows: u32,          // rows per expert
-    n_tok: u32,         // pairs
-    row_bytes: u32,
-    y_offset: u32,      // 0: every chunk writes whole expert rows
-    y_stride: u32,      // = rows
-    groups_x: u32,
-    expert_first: u32,  // first expert in this chunk
-    n_expert: u32,      // experts in this chunk
-    x_div: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+// Params and the bindings w, ids, y, p: mul_mat_id_params.wgsl.
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> ids: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
 
 const WG: u32 = 64u;
 const TPR: u32 = {{TPR}}u;  // threads per row

@@ -8,6 +8,9 @@ use super::mul_mat::TILE;
 use crate::gpu::{Gpu, groups_1d};
 use crate::weight::WgpuWeight;
 
+/// The prefill expert kernels' shared `Params` and bindings.
+const PARAMS: &str = include_str!("mul_mat_id_grouped_params.wgsl");
+
 /// Weight rows per workgroup of `mul_mat_id_grouped.wgsl` (`RPW` in the shader).
 const ROWS_PER_WORKGROUP: usize = 8;
 
@@ -42,7 +45,8 @@ pub(crate) fn mul_mat_id_grouped(
         if tiled && experts * groups_t <= 65535 {
             let params = [cols, rows, n_pairs, row_bytes, rows, gx, first, x_div as u32, groups_t as u32, 0, 0, 0];
             let source = || {
-                let kernel = format!("{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_id_tiled.wgsl"));
+                let kernel =
+                    format!("{PARAMS}\n{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_id_tiled.wgsl"));
                 super::with_dequant(w.dtype, &kernel)
             };
             let z = (experts * groups_t) as u32;
@@ -50,8 +54,9 @@ pub(crate) fn mul_mat_id_grouped(
             gpu.moved(moved(w, expert_rows, experts, pairs));
         } else {
             let [gx, gy, _] = groups_1d(expert_rows.div_ceil(ROWS_PER_WORKGROUP) as u32);
-            let params = [cols, rows, n_pairs, row_bytes, rows, gx, first, x_div as u32];
-            let source = || super::with_dequant(w.dtype, include_str!("mul_mat_id_grouped.wgsl"));
+            let params = [cols, rows, n_pairs, row_bytes, rows, gx, first, x_div as u32, 0, 0, 0, 0];
+            let source =
+                || super::with_dequant(w.dtype, &format!("{PARAMS}\n{}", include_str!("mul_mat_id_grouped.wgsl")));
             let key = format!("mul_mat_id_grouped/{}", w.dtype.name());
             gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, experts as u32]);
             gpu.moved(moved(w, expert_rows, experts, pairs));

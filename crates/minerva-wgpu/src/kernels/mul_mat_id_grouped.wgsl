@@ -9,22 +9,8 @@
 //
 //   ids:  [e3 e0 | e1 e3 | e3 e2 | ...]   (k per token)  -> tile for e3: pairs 0, 3, 4, ...
 
-struct Params {
-    cols: u32,
-    rows: u32,          // rows per expert
-    n_pairs: u32,
-    row_bytes: u32,
-    y_stride: u32,      // = rows
-    groups_x: u32,
-    expert_first: u32,  // first expert in this chunk
-    x_div: u32,
-}
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+// Params and the bindings w, ids, y, p: mul_mat_id_grouped_params.wgsl.
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> ids: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
 
 const WG: u32 = 64u;
 const TPR: u32 = 8u;  // threads per row

@@ -9,26 +9,8 @@
 // them for an expert few tokens picked) ends after the scan, reading no weight. Then the tile of
 // tile.wgsl: each weight dequantized once per 64 pairs.
 
-struct Params {
-    cols: u32,
-    rows: u32,          // rows per expert
-    n_pairs: u32,
-    row_bytes: u32,
-    y_stride: u32,      // = rows
-    groups_x: u32,
-    expert_first: u32,  // first expert in this chunk
-    x_div: u32,
-    groups_t: u32,      // groups of 64 pairs per expert (z = expert_in_chunk · groups_t + j)
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+// Params and the bindings w, ids, y, p: mul_mat_id_grouped_params.wgsl.
 @group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> ids: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
 
 var<workgroup> counts: array<u32, 256>;
 var<workgroup> pairs: array<u32, 64>;
@@ -87,21 +69,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     if (x_ok) {
         xo = ((pairs[sr] / p.x_div) * p.cols + sk) / 4u;
     }
-    var acc: array<vec4<f32>, 4>;
-    for (var k0 = 0u; k0 < p.cols; k0 += BK) {
-        var v: array<f32, 8>;
-        if (w_ok) {
-            v = load8(rb, k0 + sk);
-        }
-        var a = vec4<f32>(0.0);
-        var b = vec4<f32>(0.0);
-        if (x_ok) {
-            a = x4[xo + k0 / 4u];
-            b = x4[xo + k0 / 4u + 1u];
-        }
-        stage(li, v, a, b);
-        multiply(li, &acc);
-    }
+    let acc = tile_products(li, w_ok, rb, x_ok, xo);
     let r = r0 + (li % 16u) * 4u;
     let tq = (li / 16u) * 4u;
     for (var j = 0u; j < 4u; j++) {

@@ -3,26 +3,8 @@
 // mul_mat_vec.wgsl's loads: 256 threads per (8 rows, pair), each of a row's 32 threads
 // dequantizing a whole block of 32 values at a time (`block32`). Columns are a multiple of 32.
 
-struct Params {
-    cols: u32,
-    rows: u32,          // rows per expert
-    n_tok: u32,         // pairs
-    row_bytes: u32,
-    y_offset: u32,      // 0: every chunk writes whole expert rows
-    y_stride: u32,      // = rows
-    groups_x: u32,
-    expert_first: u32,  // first expert in this chunk
-    n_expert: u32,      // experts in this chunk
-    x_div: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+// Params and the bindings w, ids, y, p: mul_mat_id_params.wgsl.
 @group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> ids: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
 
 const WG: u32 = 256u;
 const TPR: u32 = 32u;

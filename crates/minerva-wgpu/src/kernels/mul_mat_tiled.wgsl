@@ -3,21 +3,8 @@
 // One workgroup of 256 threads per tile of 64 rows × 64 activation rows (tile.wgsl): each weight
 // is dequantized once per 64 activation rows, against 8 in mul_mat.wgsl's prefill path.
 
-struct Params {
-    cols: u32,
-    rows: u32,
-    n_tok: u32,
-    row_bytes: u32,
-    y_offset: u32,   // first output column of this chunk
-    y_stride: u32,   // output columns (all chunks)
-    groups_x: u32,   // workgroups along x (tiles of rows may exceed the 65535 per-dimension limit)
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+// Params and the bindings w, y, p: mul_mat_params.wgsl.
 @group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -30,21 +17,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let rb = (r0 + sr) * p.row_bytes;
     let x_ok = t0 + sr < p.n_tok;
     let xo = ((t0 + sr) * p.cols + sk) / 4u;
-    var acc: array<vec4<f32>, 4>;
-    for (var k0 = 0u; k0 < p.cols; k0 += BK) {
-        var v: array<f32, 8>;
-        if (w_ok) {
-            v = load8(rb, k0 + sk);
-        }
-        var a = vec4<f32>(0.0);
-        var b = vec4<f32>(0.0);
-        if (x_ok) {
-            a = x4[xo + k0 / 4u];
-            b = x4[xo + k0 / 4u + 1u];
-        }
-        stage(li, v, a, b);
-        multiply(li, &acc);
-    }
+    let acc = tile_products(li, w_ok, rb, x_ok, xo);
     let r = r0 + (li % 16u) * 4u;
     let t = t0 + (li / 16u) * 4u;
     for (var j = 0u; j < 4u; j++) {

@@ -9,21 +9,8 @@
 // NT rows. The row's partial sums are added by `stash` (mul_mat_vec_reduce_*.wgsl) and one
 // thread per (row, activation row).
 
-struct Params {
-    cols: u32,
-    rows: u32,
-    n_tok: u32,
-    row_bytes: u32,
-    y_offset: u32,   // first output column of this chunk
-    y_stride: u32,   // output columns (all chunks)
-    groups_x: u32,   // workgroups along x (rows may exceed the 65535 per-dimension limit)
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+// Params and the bindings w, y, p: mul_mat_params.wgsl.
 @group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
 
 const WG: u32 = 256u;
 const TPR: u32 = 32u;       // threads per row

@@ -16,6 +16,29 @@ const BK: u32 = 32u;  // columns per step
 var<workgroup> ws: array<vec4<f32>, 512>;
 var<workgroup> xs: array<vec4<f32>, 512>;
 
+// This thread's 4 × 4 sums over every column (`p.cols`, a multiple of 32): per step it stages
+// the weights of row byte `rb` (when `w_ok`) and the activations from vec4 index `xo` (when
+// `x_ok`; zeros otherwise) at its place in the tile, then multiplies its share.
+fn tile_products(li: u32, w_ok: bool, rb: u32, x_ok: bool, xo: u32) -> array<vec4<f32>, 4> {
+    let sk = (li % 4u) * 8u;
+    var acc: array<vec4<f32>, 4>;
+    for (var k0 = 0u; k0 < p.cols; k0 += BK) {
+        var v: array<f32, 8>;
+        if (w_ok) {
+            v = load8(rb, k0 + sk);
+        }
+        var a = vec4<f32>(0.0);
+        var b = vec4<f32>(0.0);
+        if (x_ok) {
+            a = x4[xo + k0 / 4u];
+            b = x4[xo + k0 / 4u + 1u];
+        }
+        stage(li, v, a, b);
+        multiply(li, &acc);
+    }
+    return acc;
+}
+
 // Writes this thread's 8 weights and 8 activations of the step into the tile (after the barrier
 // that ends the previous step's reads).
 fn stage(li: u32, v: array<f32, 8>, a: vec4<f32>, b: vec4<f32>) {

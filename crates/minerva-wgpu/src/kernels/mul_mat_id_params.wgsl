@@ -1,0 +1,22 @@
+// The parameters and bindings shared by the decode expert kernels (mul_mat_id, mul_mat_id_vec),
+// which bind the activations at 1 in their own type.
+
+struct Params {
+    cols: u32,
+    rows: u32,          // rows per expert
+    n_tok: u32,         // pairs
+    row_bytes: u32,
+    y_offset: u32,      // 0: every chunk writes whole expert rows
+    y_stride: u32,      // = rows
+    groups_x: u32,
+    expert_first: u32,  // first expert in this chunk
+    n_expert: u32,      // experts in this chunk
+    x_div: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> ids: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
