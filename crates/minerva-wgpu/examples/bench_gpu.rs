@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p minerva-wgpu --example bench_gpu -- MODEL.gguf [--prompt N] [--decode N]
 //!     [--bandwidth GB/s] [--batch N,N,...] [--profile] [--attention-split N] [--no-cpu] [--no-subgroups]
-//!     [--no-block-decode] [--tiled-from N]
+//!     [--no-block-decode] [--tiled-from N] [--submit-every N]
 //! ```
 //!
 //! Prints tokens/s for a prefill of `--prompt` tokens (default 128) and `--decode` greedy steps
@@ -15,7 +15,9 @@
 //! `--profile` times every kernel with timestamp queries in one more prefill and decode;
 //! `--attention-split` sets the keys per decode-attention workgroup (default: 64 on a GPU);
 //! `--no-block-decode` and `--tiled-from N` (0: never) choose the matrix kernels, to compare
-//! them in one run (`WgpuOptions::block_decode`, `WgpuOptions::tiled_from`). Set
+//! them in one run (`WgpuOptions::block_decode`, `WgpuOptions::tiled_from`); `--submit-every N`
+//! submits a step in parts of N dispatches (18446744073709551615, `usize::MAX`: whole steps; 0:
+//! the device's default, 128 on a GPU). Set
 //! `MINERVA_ADAPTER` to pick the GPU.
 
 use std::time::Instant;
@@ -36,11 +38,12 @@ struct Args {
     attention_split: Option<usize>,
     block_decode: bool,
     tiled_from: usize,
+    submit_every: usize,
 }
 
 const USAGE: &str = "usage: bench_gpu MODEL.gguf [--prompt N] [--decode N] [--bandwidth GB/s] [--batch N,N,...] \
                      [--profile] [--attention-split N] [--no-cpu] [--no-subgroups] \
-                     [--no-block-decode] [--tiled-from N]";
+                     [--no-block-decode] [--tiled-from N] [--submit-every N]";
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -56,6 +59,7 @@ fn parse() -> Result<Args, String> {
         attention_split: None,
         block_decode: true,
         tiled_from: minerva_wgpu::DEFAULT_TILED_FROM,
+        submit_every: 0,
     };
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -84,6 +88,9 @@ fn parse() -> Result<Args, String> {
             "--no-block-decode" => args.block_decode = false,
             "--tiled-from" => {
                 args.tiled_from = value("--tiled-from")?.parse().map_err(|e| format!("--tiled-from: {e}"))?
+            }
+            "--submit-every" => {
+                args.submit_every = value("--submit-every")?.parse().map_err(|e| format!("--submit-every: {e}"))?
             }
             _ if args.model.is_empty() && !a.starts_with("--") => args.model = a,
             _ => return Err(format!("unexpected argument {a:?}")),
@@ -232,6 +239,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         profile: args.profile,
         block_decode: args.block_decode,
         tiled_from: args.tiled_from,
+        submit_every: args.submit_every,
         ..WgpuOptions::default()
     };
     if let Some(split) = args.attention_split {

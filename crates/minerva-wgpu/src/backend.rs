@@ -47,6 +47,10 @@ pub struct WgpuOptions {
     /// tokens of an expert matmul) run on shared-memory tiles of 64 × 64 where the columns are a
     /// multiple of 32; 0: never (tiles of 8 rows, for comparisons).
     pub tiled_from: usize,
+    /// Submit a step in parts of this many dispatches, so the GPU runs each part while the host
+    /// records the next; 0 picks by device (128 on a GPU, whole steps on a CPU adapter, which
+    /// shares the host's cores), `usize::MAX` submits whole steps.
+    pub submit_every: usize,
     /// Called with the byte count of every piece of weight data written to the GPU (a progress
     /// bar while a model uploads).
     pub on_upload: Option<UploadProgress>,
@@ -71,6 +75,7 @@ impl Default for WgpuOptions {
             subgroups: true,
             block_decode: true,
             tiled_from: DEFAULT_TILED_FROM,
+            submit_every: 0,
             on_upload: None,
             kv_dtype: DType::F16,
             device_sampling: true,
@@ -142,6 +147,9 @@ pub struct WgpuBackend {
 /// dequantized once per 64 rows, fewer workgroups). Measured on an H200 (docs/wgpu.md).
 pub const DEFAULT_TILED_FROM: usize = 32;
 
+/// Dispatches per submitted part of a step on a GPU ([`WgpuOptions::submit_every`]'s default).
+const SUBMIT_EVERY: usize = 128;
+
 /// The most rows (tokens) a batch may have: WebGPU's minimum for workgroups per dimension, which
 /// row-per-workgroup kernels (embed, rms_norm, attention, argmax) dispatch along.
 const MAX_ROWS: usize = 65535;
@@ -168,7 +176,13 @@ impl WgpuBackend {
             other => return Err(WgpuError::KvDtype(other)),
         };
         let info_storage = info.max_workgroup_storage as usize;
-        let gpu = Gpu::new(dev, queue, info);
+        let submit_every = match options.submit_every {
+            0 if on_cpu => 0,
+            0 => SUBMIT_EVERY,
+            usize::MAX => 0,
+            n => n,
+        };
+        let gpu = Gpu::new(dev, queue, info, submit_every);
         let no_sinks = gpu.init_buffer("no sinks", &[0; 4], wgpu::BufferUsages::STORAGE);
         Ok(WgpuBackend {
             gpu,

@@ -60,6 +60,9 @@ pub(crate) struct Gpu {
     errors: Arc<Mutex<Vec<String>>>,
     /// What recording has cost the host so far.
     recorded: Mutex<RecordStats>,
+    /// Submit a step in parts of this many dispatches (0: only when something is read back), so
+    /// the GPU runs the first part while the host records the rest.
+    submit_every: usize,
 }
 
 /// Host-side cost of recording dispatches: how many, and the CPU time spent in
@@ -71,6 +74,8 @@ pub struct RecordStats {
     pub dispatches: u64,
     /// Time spent recording them.
     pub cpu: std::time::Duration,
+    /// Command buffers submitted (a step in parts submits several).
+    pub submissions: u64,
 }
 
 /// Bytes of the parameter ring: 8192 dispatches of 256-byte-aligned parameters per submission
@@ -89,6 +94,8 @@ struct Step {
     encoder: Option<wgpu::CommandEncoder>,
     /// The ring's contents so far.
     params: Vec<u8>,
+    /// Dispatches recorded into the encoder since the last submission.
+    in_encoder: usize,
     /// Bind groups of this submission and of the one before, by what they bind. A steady
     /// decode records the same dispatches on the same pooled buffers and ring offsets every step,
     /// so it finds them here; one not used for two submissions is dropped with the buffers it
@@ -118,7 +125,7 @@ const ACTIVATION: wgpu::BufferUsages =
     wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
 
 impl Gpu {
-    pub(crate) fn new(device: wgpu::Device, queue: wgpu::Queue, info: DeviceInfo) -> Gpu {
+    pub(crate) fn new(device: wgpu::Device, queue: wgpu::Queue, info: DeviceInfo, submit_every: usize) -> Gpu {
         // wgpu's default handler panics; keep the message and report it at the next read-back.
         let errors: Arc<Mutex<Vec<String>>> = Arc::default();
         let sink = errors.clone();
@@ -142,6 +149,7 @@ impl Gpu {
             pipelines: Mutex::new(HashMap::new()),
             pool: Arc::new(Mutex::new(HashMap::new())),
             recorded: Mutex::new(RecordStats::default()),
+            submit_every,
         }
     }
 
@@ -263,11 +271,14 @@ impl Gpu {
         let bytes: &[u8] = bytemuck::cast_slice(params);
         let mut step = lock(&self.step);
         // Before this dispatch's parameters join the ring: a submission writes the whole ring.
+        let part_done = !step.profiling && self.submit_every > 0 && step.in_encoder >= self.submit_every;
         if step.params.len() + bytes.len() > RING_BYTES
             || (step.profiling && step.profiled.len() == MAX_PROFILED_DISPATCHES)
+            || part_done
         {
-            self.submit_locked(&mut step);
+            self.submit_part(&mut step);
         }
+        step.in_encoder += 1;
         let offset = step.params.len();
         step.params.extend_from_slice(bytes);
         step.params.resize((offset + bytes.len()).next_multiple_of(self.param_align), 0);
@@ -359,16 +370,19 @@ impl Gpu {
         f(self.encoder(&mut step));
     }
 
-    /// Submits everything recorded so far as one command buffer.
+    /// Submits everything recorded so far as one command buffer: the end of a step (bind groups
+    /// unused since the last end are dropped).
     pub(crate) fn submit(&self) {
-        self.submit_locked(&mut lock(&self.step));
+        let mut step = lock(&self.step);
+        self.submit_part(&mut step);
+        step.previous_bind_groups = std::mem::take(&mut step.bind_groups);
     }
 
     /// Writes the ring (queue writes land before the command buffers of the same submission,
     /// after those of earlier ones), then submits the encoder.
-    fn submit_locked(&self, step: &mut Step) {
+    fn submit_part(&self, step: &mut Step) {
         step.pass = None;
-        step.previous_bind_groups = std::mem::take(&mut step.bind_groups);
+        step.in_encoder = 0;
         if !step.params.is_empty() {
             self.queue.write_buffer(&self.ring, 0, &step.params);
             step.params.clear();
@@ -380,6 +394,7 @@ impl Gpu {
                 profiler.resolve(&mut encoder, profiled.len());
             }
             self.queue.submit([encoder.finish()]);
+            lock(&self.recorded).submissions += 1;
             if let Some(profiler) = profiler
                 && let Err(e) = profiler.collect(&self.device, &profiled)
             {

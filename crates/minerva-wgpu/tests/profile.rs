@@ -57,6 +57,27 @@ fn profiled_steps_time_every_dispatch_and_change_no_result() {
 }
 
 #[test]
+fn steps_submitted_in_parts_give_the_same_results() {
+    // Parts of 7 dispatches cut a GPT-OSS step (about 100 dispatches) mid-layer: the parameter
+    // ring is rewritten between parts and pooled buffers are reused across them.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/gpt_oss/gpt_oss.gguf");
+    let model = |submit_every| {
+        let options = WgpuOptions { submit_every, ..WgpuOptions::default() };
+        Model::load(&path, WgpuBackend::new(options).expect("a wgpu adapter")).unwrap()
+    };
+    let submissions = |m: &Model<WgpuBackend>| {
+        m.backend.take_record_stats();
+        let out = logits(m);
+        (out, m.backend.take_record_stats().submissions)
+    };
+    let (whole, steps) = submissions(&model(usize::MAX));
+    let (parts, submitted) = submissions(&model(7));
+    assert_eq!(parts, whole);
+    assert!(submitted > 4 * steps, "{submitted} submissions for {steps} whole steps");
+    assert_eq!(logits(&model(1)), whole);
+}
+
+#[test]
 fn a_submission_longer_than_one_query_set_is_timed_whole() {
     let gpu = profiling_backend();
     gpu.set_profiling(true).unwrap();
