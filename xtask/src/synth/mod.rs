@@ -156,6 +156,12 @@ impl SynthArgs {
         if *vocab && format != Format::Gguf {
             bail!("--vocab: only for --format gguf (the other layouts carry no tokenizer here)");
         }
+        // GPT-OSS's stand-in tokenizer has the real special tokens' ids (199 998 …).
+        if let (true, Arch::GptOss(s)) = (*vocab, arch)
+            && s.vocab <= 200_002
+        {
+            bail!("--vocab: the gpt-oss tokenizer needs the 20b preset's vocabulary ({} tokens here)", s.vocab);
+        }
         Ok(Options { arch, format, quant, seed: *seed, out: out.clone(), shard_bytes: MAX_SHARD, vocab: *vocab })
     }
 }

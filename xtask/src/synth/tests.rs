@@ -92,9 +92,34 @@ fn bad_arguments_are_one_clear_error() {
         ("--arch llama --preset 1b --format mlx", "--format mlx"),
         ("--arch gpt-oss --preset 20b --format onnx", "--format onnx"),
         ("--arch gpt-oss --preset 20b --format gguf --seed x", "--seed"),
+        ("--arch llama --preset tiny --format safetensors --vocab", "only for --format gguf"),
+        ("--arch gpt-oss --preset tiny --format gguf --vocab", "needs the 20b preset"),
     ] {
         let err = parse_args(&args(spec, out)).unwrap_err().to_string();
         assert!(err.contains(expected), "{spec}: {err}");
     }
     assert!(parse_args(&["--arch".into()]).unwrap_err().to_string().contains("a value is required for '--arch"));
+}
+
+#[test]
+fn vocab_writes_a_sentencepiece_tokenizer() {
+    // The layout llama.cpp's SentencePiece vocabulary expects (its llama-perplexity and
+    // llama-bench loaded such a file, by hand: llama.cpp is not built in CI).
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tiny.gguf");
+    synth(&parse_args(&args("--arch llama --preset tiny --format gguf --vocab", &out)).unwrap()).unwrap();
+    let gguf = minerva_gguf::Gguf::open(&out).unwrap();
+    let text = |key: &str| gguf.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    assert_eq!(text("tokenizer.ggml.model").as_deref(), Some("llama"));
+    let array = |key: &str| gguf.get(key).and_then(|v| v.as_array()).unwrap_or_else(|| panic!("{key}"));
+    let tokens: Vec<String> = array("tokenizer.ggml.tokens").strings().unwrap().map(str::to_string).collect();
+    assert_eq!(tokens.len(), 512, "one token per row of the embedding");
+    assert_eq!(&tokens[..4], ["<unk>", "<s>", "</s>", "<0x00>"]);
+    assert_eq!((tokens[258].as_str(), tokens[259].as_str()), ("<0xFF>", "t259"));
+    let types = array("tokenizer.ggml.token_type").to_i64_vec().unwrap();
+    assert_eq!((types[0], types[1], types[3], types[258], types[259]), (2, 3, 6, 6, 1));
+    assert_eq!(array("tokenizer.ggml.scores").len(), 512);
+    assert_eq!(gguf.get("tokenizer.ggml.bos_token_id").and_then(|v| v.to_u64()), Some(1));
+    // The weights are the same as without a tokenizer: the model still loads and runs.
+    run_model(&out, 512);
 }
