@@ -94,5 +94,5 @@ bench gpt-oss-20b-old gpt-oss-20b --prompt $P --decode $D_BIG --batch $BATCHES_O
 peer gpt-oss-20b-vulkan gpt-oss-20b -p $P,$P_LONG -n $D_BIG
 bench gpt-oss-20b-long gpt-oss-20b --prompt $P_LONG --decode $D_LONG --no-cpu
 # Whole steps submitted at the read-back, against the default parts of 128 dispatches.
-bench gpt-oss-20b-whole gpt-oss-20b --prompt $P --decode $D_BIG --no-cpu --submit-every 18446744073709551615
+bench gpt-oss-20b-whole gpt-oss-20b --prompt $P --decode $D_BIG --no-cpu --submit-every 0
 log done

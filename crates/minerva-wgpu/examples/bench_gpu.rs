@@ -16,8 +16,8 @@
 //! `--attention-split` sets the keys per decode-attention workgroup (default: 64 on a GPU);
 //! `--no-block-decode` and `--tiled-from N` (0: never) choose the matrix kernels, to compare
 //! them in one run (`WgpuOptions::block_decode`, `WgpuOptions::tiled_from`); `--submit-every N`
-//! submits a step in parts of N dispatches (18446744073709551615, `usize::MAX`: whole steps; 0:
-//! the device's default, 128 on a GPU). Set
+//! submits a step in parts of N dispatches (0: whole steps; without it, the device's default,
+//! 128 on a GPU). Set
 //! `MINERVA_ADAPTER` to pick the GPU.
 
 use std::time::Instant;
@@ -38,7 +38,7 @@ struct Args {
     attention_split: Option<usize>,
     block_decode: bool,
     tiled_from: usize,
-    submit_every: usize,
+    submit_every: Option<usize>,
 }
 
 const USAGE: &str = "usage: bench_gpu MODEL.gguf [--prompt N] [--decode N] [--bandwidth GB/s] [--batch N,N,...] \
@@ -59,7 +59,7 @@ fn parse() -> Result<Args, String> {
         attention_split: None,
         block_decode: true,
         tiled_from: minerva_wgpu::DEFAULT_TILED_FROM,
-        submit_every: 0,
+        submit_every: None,
     };
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -90,7 +90,8 @@ fn parse() -> Result<Args, String> {
                 args.tiled_from = value("--tiled-from")?.parse().map_err(|e| format!("--tiled-from: {e}"))?
             }
             "--submit-every" => {
-                args.submit_every = value("--submit-every")?.parse().map_err(|e| format!("--submit-every: {e}"))?
+                let n = value("--submit-every")?.parse().map_err(|e| format!("--submit-every: {e}"))?;
+                args.submit_every = Some(n);
             }
             _ if args.model.is_empty() && !a.starts_with("--") => args.model = a,
             _ => return Err(format!("unexpected argument {a:?}")),

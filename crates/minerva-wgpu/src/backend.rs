@@ -40,17 +40,18 @@ pub struct WgpuOptions {
     /// Use subgroup operations where the device offers them (`false`: the workgroup-memory
     /// fallbacks everywhere, as on a device without subgroups).
     pub subgroups: bool,
-    /// Single-row matrix products (decode) read whole blocks per thread where the columns are a
-    /// multiple of 32 (`false`: the 8-values-per-load kernel everywhere, for comparisons).
+    /// Matrix products of fewer activation rows than `tiled_from` (decode, small batches) read
+    /// whole blocks per thread where the columns are a multiple of 32 (`false`: the
+    /// 8-values-per-load kernels, for comparisons).
     pub block_decode: bool,
     /// Matrix products of at least this many activation rows (prefill, batched decode, the
     /// tokens of an expert matmul) run on shared-memory tiles of 64 × 64 where the columns are a
     /// multiple of 32; 0: never (tiles of 8 rows, for comparisons).
     pub tiled_from: usize,
     /// Submit a step in parts of this many dispatches, so the GPU runs each part while the host
-    /// records the next; 0 picks by device (128 on a GPU, whole steps on a CPU adapter, which
-    /// shares the host's cores), `usize::MAX` submits whole steps.
-    pub submit_every: usize,
+    /// records the next; `Some(0)` submits whole steps (at the read-back); `None` (the default)
+    /// picks by device: 128 on a GPU, whole steps on a CPU adapter, which shares the host's cores.
+    pub submit_every: Option<usize>,
     /// Called with the byte count of every piece of weight data written to the GPU (a progress
     /// bar while a model uploads).
     pub on_upload: Option<UploadProgress>,
@@ -75,7 +76,7 @@ impl Default for WgpuOptions {
             subgroups: true,
             block_decode: true,
             tiled_from: DEFAULT_TILED_FROM,
-            submit_every: 0,
+            submit_every: None,
             on_upload: None,
             kv_dtype: DType::F16,
             device_sampling: true,
@@ -176,12 +177,7 @@ impl WgpuBackend {
             other => return Err(WgpuError::KvDtype(other)),
         };
         let info_storage = info.max_workgroup_storage as usize;
-        let submit_every = match options.submit_every {
-            0 if on_cpu => 0,
-            0 => SUBMIT_EVERY,
-            usize::MAX => 0,
-            n => n,
-        };
+        let submit_every = options.submit_every.unwrap_or(if on_cpu { 0 } else { SUBMIT_EVERY });
         let gpu = Gpu::new(dev, queue, info, submit_every);
         let no_sinks = gpu.init_buffer("no sinks", &[0; 4], wgpu::BufferUsages::STORAGE);
         Ok(WgpuBackend {

@@ -39,7 +39,6 @@ pub(crate) fn moe(
     p: &MoeParams,
 ) -> Result<WgpuTensor> {
     let (rows, n_embd, n_expert, k) = (x.rows, x.cols, p.n_expert, p.n_expert_used);
-    let rows_in = rows;
     checks::moe(rows, (router_logits.rows, router_logits.cols), p)?;
     let pairs = rows * k;
     if n_expert > MAX_EXPERTS || k > MAX_EXPERTS_USED {
@@ -65,11 +64,11 @@ pub(crate) fn moe(
     let ids = ids.buffer();
 
     // Decode: one workgroup set per pair; prefill: per expert, over the pairs routed to it.
-    let expert_matmul = |w: &WgpuWeight, rows: usize, x: &wgpu::Buffer, x_div: usize, y: &wgpu::Buffer| {
+    let expert_matmul = |w: &WgpuWeight, expert_rows: usize, x: &wgpu::Buffer, x_div: usize, y: &wgpu::Buffer| {
         if pairs <= k {
-            kernels::mul_mat_id::mul_mat_id(gpu, w, rows, x, x_div, ids, pairs, y, plan);
+            kernels::mul_mat_id::mul_mat_id(gpu, w, expert_rows, x, x_div, ids, pairs, y, plan);
         } else {
-            kernels::mul_mat_id_grouped::mul_mat_id_grouped(gpu, w, rows, x, x_div, ids, pairs, rows_in, y, plan);
+            kernels::mul_mat_id_grouped::mul_mat_id_grouped(gpu, w, expert_rows, x, x_div, ids, pairs, rows, y, plan);
         }
     };
     let gate = WgpuTensor::new(gpu, pairs, n_ff)?;

@@ -70,11 +70,11 @@ fn steps_submitted_in_parts_give_the_same_results() {
         let out = logits(m);
         (out, m.backend.take_record_stats().submissions)
     };
-    let (whole, steps) = submissions(&model(usize::MAX));
-    let (parts, submitted) = submissions(&model(7));
+    let (whole, steps) = submissions(&model(Some(0)));
+    let (parts, submitted) = submissions(&model(Some(7)));
     assert_eq!(parts, whole);
     assert!(submitted > 4 * steps, "{submitted} submissions for {steps} whole steps");
-    assert_eq!(logits(&model(1)), whole);
+    assert_eq!(logits(&model(Some(1))), whole);
 }
 
 #[test]

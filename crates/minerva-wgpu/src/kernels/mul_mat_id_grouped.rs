@@ -31,36 +31,30 @@ pub(crate) fn mul_mat_id_grouped(
     plan: &MatmulPlan,
 ) {
     let groups_t = tokens.div_ceil(TILE);
-    // The tiles pay once an expert has enough pairs to share each weight: 8 on average.
+    // The tiles pay once an expert has enough pairs to share each weight: 8 on average. An
+    // expert's groups of 64 pairs go along z with the experts (at most 65535 workgroups).
     let n_expert = w.rows / expert_rows.max(1);
-    let tiled = plan.tiled(tokens, w.cols) && pairs >= 8 * n_expert;
-    let rows_per_group = if tiled { TILE } else { ROWS_PER_WORKGROUP };
-    let key = format!("{}/{}", if tiled { "mul_mat_id_tiled" } else { "mul_mat_id_grouped" }, w.dtype.name());
+    let tiled = plan.tiled(tokens, w.cols) && pairs >= 8 * n_expert && n_expert * groups_t <= 65535;
+    let (kernel, rows_per_group) =
+        if tiled { ("mul_mat_id_tiled", TILE) } else { ("mul_mat_id_grouped", ROWS_PER_WORKGROUP) };
+    let key = format!("{kernel}/{}", w.dtype.name());
     let [gx, gy, _] = groups_1d(expert_rows.div_ceil(rows_per_group) as u32);
+    let source = || {
+        let kernel = if tiled {
+            format!("{PARAMS}\n{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_id_tiled.wgsl"))
+        } else {
+            format!("{PARAMS}\n{}", include_str!("mul_mat_id_grouped.wgsl"))
+        };
+        super::with_dequant(w.dtype, &kernel)
+    };
     for chunk in &w.chunks {
         let experts = chunk.rows / expert_rows;
         let first = (chunk.row_start / expert_rows) as u32;
         let (cols, rows, n_pairs, row_bytes) = (w.cols as u32, expert_rows as u32, pairs as u32, w.row_bytes as u32);
-        // An expert's groups of 64 pairs go along z with the experts; past 65535 the 8-pair kernel.
-        if tiled && experts * groups_t <= 65535 {
-            let params = [cols, rows, n_pairs, row_bytes, rows, gx, first, x_div as u32, groups_t as u32, 0, 0, 0];
-            let source = || {
-                let kernel =
-                    format!("{PARAMS}\n{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_id_tiled.wgsl"));
-                super::with_dequant(w.dtype, &kernel)
-            };
-            let z = (experts * groups_t) as u32;
-            gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, z]);
-            gpu.moved(moved(w, expert_rows, experts, pairs));
-        } else {
-            let [gx, gy, _] = groups_1d(expert_rows.div_ceil(ROWS_PER_WORKGROUP) as u32);
-            let params = [cols, rows, n_pairs, row_bytes, rows, gx, first, x_div as u32, 0, 0, 0, 0];
-            let source =
-                || super::with_dequant(w.dtype, &format!("{PARAMS}\n{}", include_str!("mul_mat_id_grouped.wgsl")));
-            let key = format!("mul_mat_id_grouped/{}", w.dtype.name());
-            gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, experts as u32]);
-            gpu.moved(moved(w, expert_rows, experts, pairs));
-        }
+        let params = [cols, rows, n_pairs, row_bytes, rows, gx, first, x_div as u32, groups_t as u32, 0, 0, 0];
+        let z = if tiled { experts * groups_t } else { experts } as u32;
+        gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, z]);
+        gpu.moved(moved(w, expert_rows, experts, pairs));
     }
 }
 
