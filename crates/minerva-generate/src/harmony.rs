@@ -178,7 +178,7 @@ pub fn developer_content(instructions: &str) -> String {
 /// Whether a model of architecture `arch` (`general.architecture` or `model_type`) chats in
 /// Harmony.
 pub fn is_harmony_arch(arch: &str) -> bool {
-    matches!(arch, "gpt-oss" | "gpt_oss")
+    minerva_model::arch::registry::find(arch).is_some_and(|a| a.chat == minerva_model::arch::ChatFormat::Harmony)
 }
 
 /// The Harmony prompt of a plain chat (`minerva run --chat`, `minerva chat`): `system` and

@@ -18,6 +18,7 @@ use minijinja::{Environment, ErrorKind};
 use serde::Serialize;
 
 use crate::error::{GenerateError, Result};
+use minerva_model::arch::ChatFormat;
 
 /// One chat message, with the fields tool-calling templates read (absent fields are undefined
 /// in the template, as in transformers).
@@ -181,13 +182,13 @@ const QWEN2_CHATML: &str = concat!(
 const QWEN3_CHATML: &str = chatml_body!();
 
 /// The chat template built in for architecture `arch` (GGUF `general.architecture` or
-/// `config.json` `model_type`), used when a model's files carry none — llama.cpp has such
-/// templates built in too. `None` for architectures without one.
+/// `config.json` `model_type`, looked up in the architecture table), used when a model's files
+/// carry none — llama.cpp has such templates built in too. `None` for architectures without one.
 pub fn builtin_template(arch: &str) -> Option<&'static str> {
-    match arch {
-        "qwen2" => Some(QWEN2_CHATML),
-        "qwen3" => Some(QWEN3_CHATML),
-        "gemma" | "gemma2" | "gemma3" | "gemma3_text" => Some(GEMMA_TEMPLATE),
+    match minerva_model::arch::registry::find(arch)?.chat {
+        ChatFormat::Qwen2ChatMl => Some(QWEN2_CHATML),
+        ChatFormat::Qwen3ChatMl => Some(QWEN3_CHATML),
+        ChatFormat::Gemma => Some(GEMMA_TEMPLATE),
         _ => None,
     }
 }

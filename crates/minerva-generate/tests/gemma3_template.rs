@@ -36,11 +36,13 @@ fn gemma3_gguf_gets_the_built_in_template() {
 
 #[test]
 fn built_in_templates_by_architecture() {
-    for arch in ["gemma", "gemma2", "gemma3"] {
+    // The architecture table's names for Gemma 3 (GGUF, transformers' text and multimodal types).
+    for arch in ["gemma3", "gemma3_text"] {
         assert_eq!(
             minerva_generate::template::builtin_template(arch),
             Some(minerva_generate::template::GEMMA_TEMPLATE)
         );
     }
     assert_eq!(minerva_generate::template::builtin_template("llama"), None);
+    assert_eq!(minerva_generate::template::builtin_template("gemma2"), None, "no graph, no row, no template");
 }

@@ -16,7 +16,7 @@ pub enum ModelError {
     #[error(transparent)]
     Safetensors(Box<minerva_safetensors::SafetensorsError>),
     /// `general.architecture` names a family this crate has no graph for.
-    #[error("unsupported architecture {arch:?} (supported: llama, mistral, phi3, gpt-oss)")]
+    #[error("unsupported architecture {arch:?} (supported: {})", crate::arch::registry::supported_names())]
     UnsupportedArch {
         /// The architecture as stored.
         arch: String,

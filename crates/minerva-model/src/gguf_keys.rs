@@ -3,6 +3,7 @@
 
 use minerva_gguf::Gguf;
 
+use crate::arch::registry::{self, ArchSpec, Graph};
 use crate::config::{ConfigKeys, Key};
 use crate::error::{ModelError, Result};
 
@@ -12,16 +13,18 @@ pub(crate) struct GgufKeys<'a, D: AsRef<[u8]>> {
     pub g: &'a Gguf<D>,
     /// `general.architecture`.
     pub arch: String,
+    /// Its row of the architecture table.
+    pub spec: &'static ArchSpec,
 }
 
 impl<'a, D: AsRef<[u8]>> GgufKeys<'a, D> {
-    /// The metadata of `g`, whose architecture must be one of `supported`.
-    pub(crate) fn new(g: &'a Gguf<D>, supported: &[&str]) -> Result<GgufKeys<'a, D>> {
+    /// The metadata of `g`, whose architecture must run `graph`.
+    pub(crate) fn new(g: &'a Gguf<D>, graph: Graph) -> Result<GgufKeys<'a, D>> {
         let arch = g.architecture()?.to_string();
-        if !supported.contains(&arch.as_str()) {
-            return Err(ModelError::UnsupportedArch { arch });
+        match registry::for_gguf(&arch) {
+            Some(spec) if spec.graph == graph => Ok(GgufKeys { g, arch, spec }),
+            _ => Err(ModelError::UnsupportedArch { arch }),
         }
-        Ok(GgufKeys { g, arch })
     }
 
     /// The full key of `suffix` (`{arch}.{suffix}`).

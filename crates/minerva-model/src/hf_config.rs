@@ -7,6 +7,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::arch::registry::{self, ArchSpec, Graph};
 use crate::config::{ConfigKeys, Key};
 use crate::error::{ModelError, Result};
 
@@ -32,6 +33,15 @@ impl<'a> HfKeys<'a> {
     /// `model_type`, which must be present.
     pub(crate) fn model_type(&self) -> Result<&'a str> {
         self.get("model_type").and_then(Value::as_str).ok_or_else(|| self.missing("model_type"))
+    }
+
+    /// The row of the architecture table `model_type` names, which must run `graph`.
+    pub(crate) fn spec(&self, graph: Graph) -> Result<&'static ArchSpec> {
+        let model_type = self.model_type()?;
+        match registry::for_hf(model_type) {
+            Some(spec) if spec.graph == graph => Ok(spec),
+            _ => Err(ModelError::UnsupportedArch { arch: model_type.to_string() }),
+        }
     }
 
     /// The nested object `name` (`prefix` is its dotted path with a trailing dot, as errors print

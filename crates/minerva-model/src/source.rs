@@ -90,7 +90,7 @@ pub fn hf_name(arch: &str, gguf_name: &str) -> String {
     let Some((layer, suffix)) = gguf_name.strip_prefix("blk.").and_then(|rest| rest.split_once('.')) else {
         return gguf_name.to_string();
     };
-    match crate::arch::hf_layer_name(arch, suffix) {
+    match crate::arch::registry::find(arch).and_then(|a| a.hf_layer_name(suffix)) {
         Some(hf) => format!("model.layers.{layer}.{hf}"),
         None => gguf_name.to_string(),
     }
@@ -104,7 +104,8 @@ pub fn gguf_name(arch: &str, hf: &str) -> Option<String> {
     }
     let (layer, rest) = hf.strip_prefix("model.layers.")?.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    crate::arch::gguf_layer_suffix(arch, rest).map(|suffix| format!("blk.{layer}.{suffix}"))
+    let spec = crate::arch::registry::find(arch)?;
+    spec.gguf_layer_suffix(rest).map(|suffix| format!("blk.{layer}.{suffix}"))
 }
 
 /// A model's tensors by stored name, each a [`WeightSource`] over the shared map.

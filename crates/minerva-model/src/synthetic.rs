@@ -125,7 +125,7 @@ pub fn gpt_oss_gguf_header(s: &GptOssShape, tokenizer: bool) -> GgufWriter {
     let count = |n: usize| MetadataValue::from(u32::try_from(n).unwrap_or(u32::MAX));
     let mut w = GgufWriter::new();
     let mut meta = |k: &str, v: MetadataValue| w_add(&mut w, k, v);
-    meta("general.architecture", "gpt-oss".into());
+    meta("general.architecture", crate::arch::gpt_oss::GPT_OSS.gguf_output.into());
     meta("general.type", "model".into());
     meta("general.name", "Gpt Oss 20b".into());
     meta("general.basename", "gpt-oss".into());

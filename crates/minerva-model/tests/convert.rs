@@ -175,39 +175,23 @@ fn rel_err(a: &[f32], b: &[f32]) -> f32 {
     diff / b.iter().map(|v| v.abs()).fold(0.0, f32::max)
 }
 
-/// GGUF (Q/K permuted, adjacent-pair RoPE) against SafeTensors (`rotate_half`): summation order
-/// only, as `tests/tiny_models.rs` measures (≤ 9e-7).
-const GGUF_VS_HF: f32 = 1e-5;
 /// `--quant q8_0` against the f32 SafeTensors: max relative error 4.0e-2 / 4.7e-2 / 5.1e-2 for
 /// llama / mistral / phi3, all in the weights (f32 activations give the same; transformers on
 /// gguf-py's Q8_0 of the same weights: 4.0056e-2 for llama) — these random tiny models amplify
 /// weight noise. docs/model.md, "Tolerances".
 const Q8_0_MAX: f32 = 6e-2;
 
+/// Round trips of every architecture are `tests/registry.rs`'s; this is the lossy path.
 #[test]
-fn llama_family_round_trips_gguf_safetensors_gguf() {
+fn llama_family_quantizes_on_convert_within_tolerance() {
     for name in ["llama", "mistral", "phi3"] {
         let dir = tempfile::tempdir().unwrap();
         let p = |f: &str| dir.path().join(f);
         let hf = fixtures().join("model/tiny").join(name);
-        assert!(to(&hf, &p("a.gguf"), Target::Gguf).is_lossless());
-        assert!(to(&p("a.gguf"), &p("hf"), Target::SafeTensors).is_lossless());
-        assert!(to(&p("hf"), &p("b.gguf"), Target::Gguf).is_lossless());
-        assert_eq!(
-            std::fs::read(p("a.gguf")).unwrap(),
-            std::fs::read(p("b.gguf")).unwrap(),
-            "{name}: GGUF → HF → GGUF"
-        );
-        // Q/K rows un-permuted on the way back: the HF copy is the fixture's tensors exactly.
-        assert_eq!(tensors(&hf), tensors(&p("hf")), "{name}: HF → GGUF → HF");
         let reference = logits(&hf, &LLAMA_TOKENS);
-        assert_eq!(logits(&p("hf"), &LLAMA_TOKENS), reference, "{name}");
-        let err = rel_err(&logits(&p("a.gguf"), &LLAMA_TOKENS), &reference);
-        assert!(err <= GGUF_VS_HF, "{name}: GGUF vs SafeTensors {err}");
-
         let mut q8 = ConvertOptions::new(Target::Gguf);
         q8.quant = Some(DType::Q8_0);
-        let report = run(&p("hf"), &p("q8.gguf"), &q8).unwrap();
+        let report = run(&hf, &p("q8.gguf"), &q8).unwrap();
         assert!(report.lossy.contains_key(&(DType::F32, DType::Q8_0)), "{}", report.summary());
         let g = Gguf::open(p("q8.gguf")).unwrap();
         assert_eq!(

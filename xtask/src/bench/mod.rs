@@ -210,17 +210,7 @@ pub fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     if !matches!(args.device.as_str(), "cpu" | "wgpu") {
         bail!("--device {}: cpu or wgpu", args.device);
     }
-    let arch = match args.arch.as_str() {
-        "gpt-oss" | "gpt_oss" => Arch::GptOss(
-            synth::gpt_oss_preset(&args.preset)
-                .with_context(|| format!("--preset {}: gpt-oss has 20b, tiny", args.preset))?,
-        ),
-        "llama" => Arch::Llama(
-            synth::llama_preset(&args.preset)
-                .with_context(|| format!("--preset {}: llama has 8b, 1b, 135m, tiny", args.preset))?,
-        ),
-        a => bail!("--arch {a}: gpt-oss or llama"),
-    };
+    let arch = synth::preset_arch(&args.arch, &args.preset)?;
     ensure!(args.prompt > 0 && args.gen_tokens > 0, "--prompt and --gen must be positive");
     let work = args.work.clone().unwrap_or_else(|| root.join("target/xtask-bench"));
     let dir = work.join(format!("{}-{}", args.arch, args.preset));

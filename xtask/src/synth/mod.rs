@@ -32,6 +32,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use minerva_core::DType;
+use minerva_model::arch::{ARCHITECTURES, Graph, registry};
 
 pub use minerva_model::synthetic::{LlamaShape, gpt_oss_preset, llama_preset};
 use rng::Rng;
@@ -112,6 +113,27 @@ pub struct SynthArgs {
     out: PathBuf,
 }
 
+/// The shapes of `--arch A --preset P`, by the architecture table's row for `A` (its
+/// `synthetic_presets`; the graph picks the generator).
+pub fn preset_arch(arch: &str, preset: &str) -> Result<Arch> {
+    let with_presets = || {
+        let rows = ARCHITECTURES.iter().filter(|a| !a.synthetic_presets.is_empty());
+        rows.map(|a| a.name).collect::<Vec<_>>().join(" or ")
+    };
+    let spec = registry::find(arch).with_context(|| format!("--arch {arch}: {}", with_presets()))?;
+    if !spec.synthetic_presets.contains(&preset) {
+        match spec.synthetic_presets {
+            [] => bail!("--arch {arch}: no synthetic presets (they exist for {})", with_presets()),
+            names => bail!("--preset {preset}: {} has {}", spec.name, names.join(", ")),
+        }
+    }
+    let missing = || anyhow::anyhow!("--preset {preset}: listed for {} but not defined", spec.name);
+    Ok(match spec.graph {
+        Graph::GptOss => Arch::GptOss(gpt_oss_preset(preset).ok_or_else(missing)?),
+        _ => Arch::Llama(llama_preset(preset).ok_or_else(missing)?),
+    })
+}
+
 /// Parses `synth`'s arguments (those after `synth`) into what to write (the tests' entry point;
 /// `main` parses them as part of `cargo xtask`).
 #[cfg(test)]
@@ -131,15 +153,7 @@ impl SynthArgs {
             "mlx" => Format::Mlx,
             f => bail!("--format {f}: gguf, safetensors or mlx"),
         };
-        let arch = match arch.as_str() {
-            "gpt-oss" | "gpt_oss" => Arch::GptOss(
-                gpt_oss_preset(preset).with_context(|| format!("--preset {preset}: gpt-oss has 20b, tiny"))?,
-            ),
-            "llama" => Arch::Llama(
-                llama_preset(preset).with_context(|| format!("--preset {preset}: llama has 8b, 1b, 135m, tiny"))?,
-            ),
-            a => bail!("--arch {a}: gpt-oss or llama"),
-        };
+        let arch = preset_arch(arch, preset)?;
         let quant = match (quant.as_deref(), arch, format) {
             (None, Arch::Llama(_), Format::Gguf) => DType::Q4_0,
             (Some("q4_0"), Arch::Llama(_), Format::Gguf) => DType::Q4_0,

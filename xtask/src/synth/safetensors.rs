@@ -219,7 +219,7 @@ fn gpt_oss_config(s: &GptOssShape, mlx: bool) -> Value {
         (0..s.layers).map(|l| if l % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
     let mut cfg = json!({
         "architectures": ["GptOssForCausalLM"],
-        "model_type": "gpt_oss",
+        "model_type": minerva_model::arch::gpt_oss::GPT_OSS.hf_output,
         "attention_bias": true,
         "head_dim": s.head_dim,
         "hidden_size": s.hidden,

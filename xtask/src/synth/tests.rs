@@ -94,6 +94,13 @@ fn bad_arguments_are_one_clear_error() {
         ("--arch gpt-oss --preset 20b --format gguf --seed x", "--seed"),
         ("--arch llama --preset tiny --format safetensors --vocab", "only for --format gguf"),
         ("--arch gpt-oss --preset tiny --format gguf --vocab", "needs the 20b preset"),
+        // The architecture table answers: its names in both formats, and which rows have presets.
+        (
+            "--arch qwen3 --preset tiny --format gguf",
+            "--arch qwen3: no synthetic presets (they exist for llama or gpt-oss)",
+        ),
+        ("--arch falcon --preset tiny --format gguf", "--arch falcon: llama or gpt-oss"),
+        ("--arch gpt_oss --preset 1b --format gguf", "--preset 1b: gpt-oss has 20b, tiny"),
     ] {
         let err = parse_args(&args(spec, out)).unwrap_err().to_string();
         assert!(err.contains(expected), "{spec}: {err}");

@@ -1,9 +1,11 @@
 //! Architectures, one folder each (config from GGUF and `config.json`, weight names, forward),
-//! and the registry that picks one for a file.
+//! and the table that describes them.
 //!
 //! ```text
 //! arch/
-//!   mod.rs        the registry: ModelWeights (one variant per architecture), load, forward, head
+//!   registry.rs   the table: one ArchSpec row per architecture (names, graph, tensor names,
+//!                 converter conventions, chat format, presets), exported by each folder
+//!   mod.rs        ModelWeights (one variant per graph), load (by the table's graph), forward, head
 //!   block.rs      what the graphs share: the residual loop and self-attention
 //!   llama/        LLaMA, Mistral, Phi-3: config.rs, weights.rs (HF names), mod.rs (forward)
 //!   gpt_oss/      GPT-OSS: config.rs, weights.rs (GGUF / HF MXFP4 / MLX), mod.rs (forward)
@@ -11,16 +13,17 @@
 //!   qwen/         Qwen 2 (QKV biases) and Qwen 3 (QK-norm): config.rs, weights.rs, mod.rs
 //! ```
 //!
-//! Adding an architecture: a folder with the same three parts, a `ModelWeights`
-//! variant and one arm in each `match` below. Shared hyper-parameter keys are read by
-//! [`crate::Config`]; tensors are looked up by llama.cpp name through [`TensorSource`], which
-//! asks [`hf_layer_name`] for their Hugging Face names.
+//! Adding an architecture: a folder with the same three parts and its row in
+//! [`registry::ARCHITECTURES`]; a new graph also needs a `ModelWeights` variant and one arm in each
+//! `match` below. Shared hyper-parameter keys are read by [`crate::Config`]; tensors are looked up
+//! by llama.cpp name through [`TensorSource`], which asks the row for their Hugging Face names.
 
 mod block;
 pub mod gemma3;
 pub mod gpt_oss;
 pub mod llama;
 pub mod qwen;
+pub mod registry;
 
 use std::sync::Arc;
 
@@ -35,6 +38,7 @@ use gemma3::{Gemma3Config, Gemma3Weights};
 use gpt_oss::{GptOssConfig, GptOssWeights};
 use llama::Weights;
 use qwen::QwenWeights;
+pub use registry::{ARCHITECTURES, ArchSpec, ChatFormat, Graph};
 
 /// The weights of one of the architectures, which also picks the graph.
 pub enum ModelWeights<W> {
@@ -48,33 +52,6 @@ pub enum ModelWeights<W> {
     Qwen(QwenWeights<W>),
 }
 
-/// The Hugging Face name of the block tensor llama.cpp calls `blk.N.{suffix}` in architecture
-/// `arch` (GGUF `general.architecture` or `config.json` `model_type`), without the
-/// `model.layers.N.` prefix.
-pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
-    match arch {
-        "gpt-oss" | "gpt_oss" => gpt_oss::weights::hf_layer_name(suffix),
-        "gemma3" | "gemma3_text" => gemma3::weights::hf_layer_name(suffix),
-        "qwen2" | "qwen3" => qwen::weights::hf_layer_name(arch, suffix),
-        _ => llama::weights::hf_layer_name(arch, suffix),
-    }
-}
-
-/// The llama.cpp suffix of the block tensor Hugging Face calls `model.layers.N.{hf}` in `arch`:
-/// the inverse of [`hf_layer_name`], used by the converter.
-pub(crate) fn gguf_layer_suffix(arch: &str, hf: &str) -> Option<&'static str> {
-    match arch {
-        "gpt-oss" | "gpt_oss" => gpt_oss::weights::gguf_layer_suffix(hf),
-        _ => llama::weights::gguf_layer_suffix(arch, hf),
-    }
-}
-
-/// Whether GGUF files of `arch` hold the Q/K rows permuted for adjacent-pair RoPE (llama.cpp's
-/// converter does so for LLaMA and Mistral only).
-pub(crate) fn gguf_permutes_qk(arch: &str) -> bool {
-    llama::weights::gguf_permutes_qk(arch)
-}
-
 /// Reads the config and loads every weight of a GGUF file.
 pub(crate) fn load_gguf<B, D>(gguf: &Arc<Gguf<D>>, backend: &B) -> Result<(Config, ModelWeights<B::Weight>)>
 where
@@ -83,24 +60,29 @@ where
 {
     let source = TensorSource::from_gguf(gguf)?;
     let arch = gguf.architecture()?;
-    if arch == "gemma3" {
-        let cfg = Gemma3Config::from_gguf(gguf)?;
-        let weights = Gemma3Weights::load(backend, &source, &cfg)?;
-        return Ok((cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights)))));
-    }
-    if arch == "gpt-oss" {
-        let cfg = GptOssConfig::from_gguf(gguf)?;
-        let weights = GptOssWeights::load(backend, &source, &cfg)?;
-        return Ok((cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights)))));
-    }
-    if qwen::config::ARCHS.contains(&arch) {
-        let config = qwen::config::from_gguf(gguf)?;
-        let weights = QwenWeights::load(backend, &source, &config)?;
-        return Ok((config, ModelWeights::Qwen(weights)));
-    }
-    let config = Config::from_gguf(gguf)?;
-    let weights = Weights::load(backend, &source, &config)?;
-    Ok((config, ModelWeights::Llama(weights)))
+    let spec = registry::for_gguf(arch).ok_or_else(|| ModelError::UnsupportedArch { arch: arch.to_string() })?;
+    Ok(match spec.graph {
+        Graph::Gemma3 => {
+            let cfg = Gemma3Config::from_gguf(gguf)?;
+            let weights = Gemma3Weights::load(backend, &source, &cfg)?;
+            (cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights))))
+        }
+        Graph::GptOss => {
+            let cfg = GptOssConfig::from_gguf(gguf)?;
+            let weights = GptOssWeights::load(backend, &source, &cfg)?;
+            (cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights))))
+        }
+        Graph::Qwen => {
+            let config = qwen::config::from_gguf(gguf)?;
+            let weights = QwenWeights::load(backend, &source, &config)?;
+            (config, ModelWeights::Qwen(weights))
+        }
+        Graph::Llama => {
+            let config = Config::from_gguf(gguf)?;
+            let weights = Weights::load(backend, &source, &config)?;
+            (config, ModelWeights::Llama(weights))
+        }
+    })
 }
 
 /// Reads `config.json` and loads every weight of a SafeTensors checkpoint.
@@ -112,27 +94,34 @@ pub(crate) fn load_checkpoint<B: Backend>(
         path: checkpoint.dir().map_or_else(|| "checkpoint".into(), |d| d.display().to_string()),
     })?;
     let model_type = json.get("model_type").and_then(serde_json::Value::as_str);
-    if matches!(model_type, Some("gemma3" | "gemma3_text")) {
-        let cfg = Gemma3Config::from_hf_config(json)?;
-        let source = TensorSource::from_checkpoint(checkpoint, "gemma3_text");
-        let weights = Gemma3Weights::load(backend, &source, &cfg)?;
-        return Ok((cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights)))));
-    }
-    if model_type == Some("gpt_oss") {
-        let cfg = GptOssConfig::from_hf_config(json)?;
-        let weights = GptOssWeights::from_safetensors(backend, checkpoint, &cfg)?;
-        return Ok((cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights)))));
-    }
-    if model_type.is_some_and(|t| qwen::config::ARCHS.contains(&t)) {
-        let config = qwen::config::from_hf_config(json)?;
-        let source = checkpoint_source(checkpoint, json, &config)?;
-        let weights = QwenWeights::load(backend, &source, &config)?;
-        return Ok((config, ModelWeights::Qwen(weights)));
-    }
-    let config = Config::from_hf_config(json)?;
-    let source = checkpoint_source(checkpoint, json, &config)?;
-    let weights = Weights::load(backend, &source, &config)?;
-    Ok((config, ModelWeights::Llama(weights)))
+    let spec = model_type
+        .and_then(registry::for_hf)
+        .ok_or_else(|| ModelError::UnsupportedArch { arch: model_type.unwrap_or("(no model_type)").to_string() })?;
+    Ok(match spec.graph {
+        Graph::Gemma3 => {
+            let cfg = Gemma3Config::from_hf_config(json)?;
+            let source = TensorSource::from_checkpoint(checkpoint, spec.name);
+            let weights = Gemma3Weights::load(backend, &source, &cfg)?;
+            (cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights))))
+        }
+        Graph::GptOss => {
+            let cfg = GptOssConfig::from_hf_config(json)?;
+            let weights = GptOssWeights::from_safetensors(backend, checkpoint, &cfg)?;
+            (cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights))))
+        }
+        Graph::Qwen => {
+            let config = qwen::config::from_hf_config(json)?;
+            let source = checkpoint_source(checkpoint, json, &config)?;
+            let weights = QwenWeights::load(backend, &source, &config)?;
+            (config, ModelWeights::Qwen(weights))
+        }
+        Graph::Llama => {
+            let config = Config::from_hf_config(json)?;
+            let source = checkpoint_source(checkpoint, json, &config)?;
+            let weights = Weights::load(backend, &source, &config)?;
+            (config, ModelWeights::Llama(weights))
+        }
+    })
 }
 
 /// A checkpoint's tensors under llama.cpp names; an untied one (`tie_word_embeddings` false or

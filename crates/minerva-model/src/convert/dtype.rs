@@ -108,6 +108,31 @@ pub(crate) fn record(report: &mut Report, t: &CanonTensor, to: DType, repacked: 
     *map.entry((from, to)).or_default() += 1;
 }
 
+/// Gemma norm factors between Hugging Face's `w` and GGUF's `1 + w`: `values` (of `from`) plus
+/// `delta` (1 or −1), in f32, as f32 bytes; and whether subtracting `delta` again gives back every
+/// input value exactly (so that the reverse conversion restores the source bit for bit).
+pub(crate) fn shift_norm(name: &str, from: DType, bytes: &[u8], delta: f32) -> Result<(Vec<u8>, bool)> {
+    let n = bytes.len() / from.info().block_bytes.max(1) as usize;
+    let mut values = vec![0.0f32; n];
+    minerva_quant::dequantize(from, bytes, &mut values)
+        .map_err(|source| ConvertError::Quant { tensor: name.to_string(), source })?;
+    let mut exact = true;
+    let shifted: Vec<f32> = values
+        .iter()
+        .map(|&w| {
+            let v = w + delta;
+            exact &= (v - delta).to_bits() == w.to_bits();
+            v
+        })
+        .collect();
+    Ok((float_bytes(DType::F32, &shifted), exact))
+}
+
+/// Counts a Gemma norm written shifted; `exact`: shifting back restores the source.
+pub(crate) fn record_shift(report: &mut Report, exact: bool) {
+    if exact { report.shifted += 1 } else { report.shift_rounded += 1 }
+}
+
 /// Values per conversion chunk: bounded memory for any tensor size.
 const CHUNK_VALUES: usize = 1 << 20;
 

@@ -171,6 +171,10 @@ pub struct Report {
     pub lossy: BTreeMap<(DType, DType), usize>,
     /// MLX affine tensors written as the float values `mx.dequantize` gives (the codes are gone).
     pub mlx_affine_dequantized: usize,
+    /// Gemma norm factors written shifted (`w` ↔ `1 + w`) such that shifting back restores them.
+    pub shifted: usize,
+    /// Gemma norm factors whose shift rounded some value (a `w` finer than f32 holds at 1).
+    pub shift_rounded: usize,
     /// Bytes of tensor data written.
     pub bytes_written: u64,
 }
@@ -178,7 +182,7 @@ pub struct Report {
 impl Report {
     /// Whether every value of the source is in the output exactly.
     pub fn is_lossless(&self) -> bool {
-        self.lossy.is_empty() && self.mlx_affine_dequantized == 0
+        self.lossy.is_empty() && self.mlx_affine_dequantized == 0 && self.shift_rounded == 0
     }
 
     /// One line: lossless, or which conversions lost precision.
@@ -193,10 +197,19 @@ impl Report {
         if !self.widened.is_empty() {
             kept += &format!(", widened {}", pairs(&self.widened));
         }
+        if self.shifted > 0 {
+            kept += &format!(", {} norms shifted exactly (w ↔ 1 + w)", self.shifted);
+        }
         let mut lost = pairs(&self.lossy);
-        if self.mlx_affine_dequantized > 0 {
+        let mut add = |what: String| {
             let sep = if lost.is_empty() { "" } else { ", " };
-            lost += &format!("{sep}{} MLX affine→float", self.mlx_affine_dequantized);
+            lost += &format!("{sep}{what}");
+        };
+        if self.mlx_affine_dequantized > 0 {
+            add(format!("{} MLX affine→float", self.mlx_affine_dequantized));
+        }
+        if self.shift_rounded > 0 {
+            add(format!("{} norms rounded by the w ↔ 1 + w shift", self.shift_rounded));
         }
         if self.is_lossless() { format!("lossless: {kept}") } else { format!("lossy: converted {lost} ({kept})") }
     }

@@ -7,9 +7,11 @@
 //! | LLaMA Q/K rows | as stored (permuted) | permuted as llama.cpp's converter does | same as HF |
 //! | GPT-OSS experts | MXFP4 as stored | `_blocks`/`_scales` → GGML MXFP4, gate/up de-interleaved | mxfp4 → GGML MXFP4 |
 //! | MLX affine | — | — | dequantized as `mx.dequantize` (the loader's values) |
+//! | Gemma norms | `1 + w` as stored | `1 + w` in f32 (transformers' `1.0 + w.float()`) | same as HF |
 //! | RoPE factor tensors | left to the config | — | — |
 //!
-//! Every step is lossless except the last row of the table.
+//! Every step is lossless except MLX affine and, for a `w` finer than f32 holds at 1, the Gemma
+//! shift (the report says which).
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -19,10 +21,12 @@ use minerva_core::DType;
 use minerva_gguf::{Gguf, Mmap};
 use minerva_safetensors::{Checkpoint, Encoding};
 
-use super::dtype::permute_qk_rows;
+use super::dtype::{permute_qk_rows, shift_norm};
 use super::{ConvertError, Result, unsupported};
-use crate::arch::gguf_permutes_qk;
+use crate::arch::gemma3::Gemma3Config;
 use crate::arch::gpt_oss::GptOssConfig;
+use crate::arch::qwen;
+use crate::arch::registry::{self, ArchSpec, Graph};
 use crate::config::Config;
 use crate::error::ModelError;
 use crate::source::{SourceFormat, gguf_name};
@@ -38,11 +42,14 @@ pub enum Layout {
     Mlx,
 }
 
-/// The architecture and its hyper-parameters.
+/// The architecture's hyper-parameters, by graph.
 #[derive(Clone, Debug)]
 pub(crate) enum Family {
-    /// LLaMA / Mistral / Phi-3; `tied` when the LM head is the embedding matrix.
-    Llama { config: Config, tied: bool },
+    /// LLaMA / Mistral / Phi-3 / Qwen (the shared config); `tied` when the LM head is the
+    /// embedding matrix.
+    Dense { config: Config, tied: bool },
+    /// Gemma 3, with its layer pattern and RoPEs.
+    Gemma3 { config: Box<Gemma3Config>, tied: bool },
     /// GPT-OSS.
     GptOss(Box<GptOssConfig>),
 }
@@ -50,7 +57,8 @@ pub(crate) enum Family {
 impl Family {
     pub(crate) fn base(&self) -> &Config {
         match self {
-            Family::Llama { config, .. } => config,
+            Family::Dense { config, .. } => config,
+            Family::Gemma3 { config, .. } => &config.base,
             Family::GptOss(c) => &c.base,
         }
     }
@@ -62,8 +70,8 @@ enum Origin {
     /// Tensor `index` of the GGUF file, as stored.
     Gguf { index: usize },
     /// A plain or MLX-affine SafeTensors tensor; rows permuted over `permute_heads` heads (HF
-    /// LLaMA Q/K → llama.cpp order).
-    Stored { stored: String, permute_heads: Option<usize> },
+    /// LLaMA Q/K → llama.cpp order); `plus_one`: a Gemma norm `w` read as f32 `1 + w`.
+    Stored { stored: String, permute_heads: Option<usize>, plus_one: bool },
     /// HF MXFP4 `X_blocks`/`X_scales` as GGML blocks: every row, or (`part` 0/1) the even (gate)
     /// or odd (up) rows of an interleaved `gate_up_proj`.
     HfMxfp4 { stored: String, part: Option<usize> },
@@ -96,6 +104,12 @@ impl CanonTensor {
         }
     }
 
+    /// Whether the values are Gemma norm factors shifted between `w` (Hugging Face) and `1 + w`
+    /// (GGUF, canonical): read so from a checkpoint, or written so to one.
+    pub(crate) fn norm_plus_one(&self, spec: &ArchSpec) -> bool {
+        spec.norm_plus_one && self.name.ends_with("norm.weight")
+    }
+
     /// Whether the stored tensor is MLX affine, dequantized on reading.
     pub(crate) fn mlx_affine(&self) -> bool {
         self.mlx_affine
@@ -106,6 +120,8 @@ impl CanonTensor {
 pub struct SourceModel {
     /// The layout it was read from.
     pub layout: Layout,
+    /// Its architecture's row of the table.
+    pub spec: &'static ArchSpec,
     pub(crate) family: Family,
     pub(crate) tensors: Vec<CanonTensor>,
     gguf: Option<Arc<Gguf<Mmap>>>,
@@ -126,11 +142,14 @@ impl SourceModel {
 
     fn open_gguf(path: &Path) -> Result<SourceModel> {
         let gguf = Arc::new(Gguf::open(path).map_err(ModelError::from)?);
-        let family = if gguf.architecture().map_err(ModelError::from)? == "gpt-oss" {
-            Family::GptOss(Box::new(GptOssConfig::from_gguf(&gguf)?))
-        } else {
-            let config = Config::from_gguf(&gguf)?;
-            Family::Llama { config, tied: gguf.tensor_info("output.weight").is_err() }
+        let arch = gguf.architecture().map_err(ModelError::from)?;
+        let spec = registry::for_gguf(arch).ok_or_else(|| ModelError::UnsupportedArch { arch: arch.to_string() })?;
+        let tied = gguf.tensor_info("output.weight").is_err();
+        let family = match spec.graph {
+            Graph::GptOss => Family::GptOss(Box::new(GptOssConfig::from_gguf(&gguf)?)),
+            Graph::Gemma3 => Family::Gemma3 { config: Box::new(Gemma3Config::from_gguf(&gguf)?), tied },
+            Graph::Qwen => Family::Dense { config: qwen::config::from_gguf(&gguf)?, tied },
+            Graph::Llama => Family::Dense { config: Config::from_gguf(&gguf)?, tied },
         };
         let tensors = gguf
             .tensor_infos()
@@ -145,22 +164,30 @@ impl SourceModel {
                 mlx_affine: false,
             })
             .collect();
-        Ok(SourceModel { layout: Layout::Gguf, family, tensors, gguf: Some(gguf), ckpt: None })
+        Ok(SourceModel { layout: Layout::Gguf, spec, family, tensors, gguf: Some(gguf), ckpt: None })
     }
 
     fn open_checkpoint(path: &Path) -> Result<SourceModel> {
         let ckpt = Arc::new(Checkpoint::open(path).map_err(ModelError::from)?);
         let json = ckpt.config().ok_or_else(|| ModelError::MissingConfig { path: path.display().to_string() })?;
         let mlx = json.get("quantization").is_some();
-        let gpt_oss = json.get("model_type").and_then(serde_json::Value::as_str) == Some("gpt_oss");
-        let family = if gpt_oss {
-            Family::GptOss(Box::new(GptOssConfig::from_hf_config(json)?))
-        } else {
-            let config = Config::from_hf_config(json)?;
-            let tied = json.get("tie_word_embeddings").and_then(serde_json::Value::as_bool).unwrap_or(false);
-            Family::Llama { config, tied }
+        let model_type = json.get("model_type").and_then(serde_json::Value::as_str);
+        let spec = model_type
+            .and_then(registry::for_hf)
+            .ok_or_else(|| ModelError::UnsupportedArch { arch: model_type.unwrap_or("(no model_type)").to_string() })?;
+        let tied = json.get("tie_word_embeddings").and_then(serde_json::Value::as_bool);
+        let family = match spec.graph {
+            Graph::GptOss => Family::GptOss(Box::new(GptOssConfig::from_hf_config(json)?)),
+            // Gemma 3 ties its head unless told otherwise (transformers' default).
+            Graph::Gemma3 => Family::Gemma3 {
+                config: Box::new(Gemma3Config::from_hf_config(json)?),
+                tied: tied.unwrap_or(ckpt.tensor("lm_head.weight").is_none()),
+            },
+            Graph::Qwen => Family::Dense { config: qwen::config::from_hf_config(json)?, tied: tied.unwrap_or(false) },
+            Graph::Llama => Family::Dense { config: Config::from_hf_config(json)?, tied: tied.unwrap_or(false) },
         };
-        let arch = family.base().arch.clone();
+        let gpt_oss = spec.graph == Graph::GptOss;
+        let arch = spec.name;
         let mut tensors = Vec::new();
         for lt in ckpt.logical_tensors() {
             let shape = lt.shape.to_vec();
@@ -168,7 +195,7 @@ impl SourceModel {
                 tensors.extend(experts);
                 continue;
             }
-            let name = gguf_name(&arch, lt.name).ok_or_else(|| {
+            let name = gguf_name(arch, lt.name).ok_or_else(|| {
                 unsupported(format!("tensor {}", lt.name), format!("no llama.cpp name for it in {arch}"))
             })?;
             let dtype = match lt.encoding {
@@ -178,16 +205,19 @@ impl SourceModel {
             };
             let c = family.base();
             let permute_heads = match name.rsplit_once('.').map(|(n, _)| n.rsplit('.').next()) {
-                Some(Some("attn_q")) if gguf_permutes_qk(&arch) => Some(c.n_head),
-                Some(Some("attn_k")) if gguf_permutes_qk(&arch) => Some(c.n_head_kv),
+                Some(Some("attn_q")) if spec.permutes_qk => Some(c.n_head),
+                Some(Some("attn_k")) if spec.permutes_qk => Some(c.n_head_kv),
                 _ => None,
             };
-            let origin = Origin::Stored { stored: lt.name.to_string(), permute_heads };
+            let plus_one = spec.norm_plus_one && name.ends_with("norm.weight");
+            // A shifted norm is canonical in f32, as llama.cpp stores norms.
+            let dtype = if plus_one { DType::F32 } else { dtype };
+            let origin = Origin::Stored { stored: lt.name.to_string(), permute_heads, plus_one };
             let mlx_affine = matches!(lt.encoding, Encoding::MlxAffine { .. });
             tensors.push(CanonTensor { name, dtype, shape, origin, mlx_affine });
         }
         let layout = if mlx { Layout::Mlx } else { Layout::Hf };
-        Ok(SourceModel { layout, family, tensors, gguf: None, ckpt: Some(ckpt) })
+        Ok(SourceModel { layout, spec, family, tensors, gguf: None, ckpt: Some(ckpt) })
     }
 
     /// The shared hyper-parameters.
@@ -215,7 +245,7 @@ impl SourceModel {
                 let info = gguf.tensor_infos().get(*index).ok_or_else(|| missing(&t.name))?;
                 Ok(Cow::Borrowed(gguf.tensor_bytes(info)))
             }
-            Origin::Stored { stored, permute_heads } => {
+            Origin::Stored { stored, permute_heads, plus_one } => {
                 let lt = self.logical(stored)?;
                 let bytes = match lt.encoding {
                     Encoding::Plain(view) => Cow::Borrowed(view.bytes),
@@ -234,6 +264,14 @@ impl SourceModel {
                     }
                     _ => return Err(missing(stored)),
                 };
+                if *plus_one {
+                    let from = match lt.encoding {
+                        Encoding::MlxAffine { scales, .. } => scales.dtype,
+                        Encoding::Plain(view) => view.dtype,
+                        _ => return Err(missing(stored)),
+                    };
+                    return Ok(Cow::Owned(shift_norm(&t.name, from, &bytes, 1.0)?.0));
+                }
                 match permute_heads {
                     Some(heads) => {
                         let rows = t.shape.first().copied().unwrap_or(0);
@@ -260,6 +298,31 @@ impl SourceModel {
                 Ok(Cow::Owned(elems.flatten().copied().collect()))
             }
         }
+    }
+
+    /// For a Gemma norm read from a checkpoint: the tensor as stored (`w`, its own dtype) and its
+    /// bytes, so that a checkpoint output copies it instead of shifting twice. `None` for every
+    /// other tensor.
+    pub(crate) fn read_unshifted(&self, t: &CanonTensor) -> Result<Option<(CanonTensor, Cow<'_, [u8]>)>> {
+        let Origin::Stored { stored, plus_one: true, .. } = &t.origin else { return Ok(None) };
+        let dtype = match self.logical(stored)?.encoding {
+            Encoding::Plain(view) => view.dtype,
+            Encoding::MlxAffine { scales, .. } => scales.dtype,
+            _ => return Ok(None),
+        };
+        let origin = Origin::Stored { stored: stored.clone(), permute_heads: None, plus_one: false };
+        let unshifted = CanonTensor { dtype, origin, ..t.clone() };
+        let bytes = self.read(&unshifted)?;
+        Ok(Some((unshifted, bytes)))
+    }
+
+    /// For a Gemma norm read from a checkpoint: whether `1 + w` in f32 gives back every stored
+    /// `w` (false when some `w` has bits below f32's precision at 1).
+    pub(crate) fn shift_is_exact(&self, t: &CanonTensor) -> Result<bool> {
+        let Origin::Stored { stored, plus_one: true, .. } = &t.origin else { return Ok(true) };
+        let lt = self.logical(stored)?;
+        let Encoding::Plain(view) = lt.encoding else { return Ok(false) };
+        Ok(shift_norm(&t.name, view.dtype, view.bytes, 1.0)?.1)
     }
 
     fn logical(&self, name: &str) -> Result<minerva_safetensors::LogicalTensor<'_>> {
@@ -362,7 +425,7 @@ fn gpt_oss_experts(name: &str, encoding: &Encoding<'_>, shape: &[usize]) -> Resu
             ]
         }
         ("down_proj_bias", Encoding::Plain(_)) => {
-            let origin = Origin::Stored { stored, permute_heads: None };
+            let origin = Origin::Stored { stored, permute_heads: None, plus_one: false };
             vec![tensor(p("ffn_down_exps.bias"), bias_dtype.ok_or_else(bad)?, shape.to_vec(), origin)]
         }
         (mlx, Encoding::MlxMxfp4 { .. }) => {
@@ -376,7 +439,7 @@ fn gpt_oss_experts(name: &str, encoding: &Encoding<'_>, shape: &[usize]) -> Resu
         }
         (mlx, Encoding::Plain(view)) if mlx.ends_with("_proj.bias") => {
             let proj = mlx.strip_suffix("_proj.bias").ok_or_else(bad)?;
-            let origin = Origin::Stored { stored, permute_heads: None };
+            let origin = Origin::Stored { stored, permute_heads: None, plus_one: false };
             vec![tensor(p(&format!("ffn_{proj}_exps.bias")), view.dtype, shape.to_vec(), origin)]
         }
         _ => return Err(bad()),

@@ -9,9 +9,11 @@ use std::path::Path;
 use minerva_core::DType;
 use minerva_gguf::{GgufWriter, MetadataValue};
 
-use super::dtype::{convert_bytes, output_dtype, record};
-use super::source::{Family, SourceModel};
+use super::dtype::{convert_bytes, output_dtype, record, record_shift};
+use super::source::{Family, Layout, SourceModel};
 use super::{ConvertOptions, Extras, Progress, Report, Result, io_error, unsupported};
+use crate::arch::gemma3::Gemma3Config;
+use crate::arch::gemma3::config::default_pattern as default_gemma3_pattern;
 use crate::arch::gpt_oss::{GptOssConfig, SWIGLU_ALPHA, SWIGLU_LIMIT};
 use crate::config::Config;
 use crate::rope::RopeScaling;
@@ -65,10 +67,9 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-/// LLaMA-family keys and the RoPE factor tensors: llama.cpp's `llama` architecture for LLaMA and
-/// Mistral (as its converter writes Mistral), `phi3` for Phi-3.
-fn llama_keys(c: &Config) -> Result<(Keys, ConfigTensors)> {
-    let arch = if c.arch == "phi3" { "phi3" } else { "llama" };
+/// Keys of the LLaMA-block architectures (LLaMA, Mistral, Phi-3, Qwen) under the row's GGUF name
+/// (`llama` for Mistral, as llama.cpp's converter writes it), and the RoPE factor tensors.
+fn dense_keys(c: &Config, arch: &str) -> Result<(Keys, ConfigTensors)> {
     let mut keys = vec![("general.architecture".to_string(), MetadataValue::from(arch))];
     keys.extend(base_keys(c, arch));
     keys.push((format!("{arch}.rope.dimension_count"), count(c.rope.dim)));
@@ -91,11 +92,46 @@ fn llama_keys(c: &Config) -> Result<(Keys, ConfigTensors)> {
     Ok((keys, tensors))
 }
 
+/// Gemma 3 keys, as llama.cpp's converter writes them (no `rope.dimension_count`), plus the
+/// layer pattern when it is not the default every-6th-global one; refuses what GGUF cannot say.
+fn gemma3_keys(g: &Gemma3Config, arch: &str) -> Result<Keys> {
+    let c = &g.base;
+    let k = |s: &str| format!("{arch}.{s}");
+    // GGUF has no key for the query scale: readers take 1/√head_dim (1/√(n_embd/n_head) at 62 layers).
+    let scalar = if c.n_layer == 62 { (c.n_embd / c.n_head).max(1) as f32 } else { c.head_dim as f32 };
+    if (g.query_scale - (c.head_dim as f32 / scalar).sqrt()).abs() > 1e-6 {
+        let pre = c.head_dim as f32 / (g.query_scale * g.query_scale);
+        return Err(unsupported(
+            format!("query_pre_attn_scalar {pre}"),
+            format!("GGUF has no key for it (readers assume {scalar})"),
+        ));
+    }
+    if g.local_rope.scaling != RopeScaling::None {
+        return Err(unsupported("sliding_attention rope scaling", "GGUF scales only the global layers' RoPE"));
+    }
+    let mut keys = vec![("general.architecture".to_string(), MetadataValue::from(arch))];
+    keys.extend(base_keys(c, arch));
+    keys.push((k("rope.freq_base_swa"), g.local_rope.base.into()));
+    match &c.rope.scaling {
+        RopeScaling::None => {}
+        RopeScaling::Linear { factor } => {
+            keys.push((k("rope.scaling.type"), "linear".into()));
+            keys.push((k("rope.scaling.factor"), (*factor).into()));
+        }
+        other => return Err(unsupported("rope scaling", format!("{other:?} has no GGUF form for gemma3"))),
+    }
+    if c.sliding_window.is_some() && g.sliding_layers != default_gemma3_pattern(c.n_layer) {
+        let values = g.sliding_layers.iter().map(|&s| MetadataValue::Bool(s)).collect();
+        let flags = MetadataValue::Array { elem_type: minerva_gguf::ValueType::Bool, values };
+        keys.push((k("attention.sliding_window_pattern"), flags));
+    }
+    Ok(keys)
+}
+
 /// GPT-OSS keys; refuses what GGUF cannot say (llama.cpp fixes the SwiGLU constants, the even
 /// sliding-layer pattern and YaRN without truncation).
-fn gpt_oss_keys(g: &GptOssConfig) -> Result<Vec<(String, MetadataValue)>> {
+fn gpt_oss_keys(g: &GptOssConfig, arch: &str) -> Result<Vec<(String, MetadataValue)>> {
     let c = &g.base;
-    let arch = "gpt-oss";
     if g.swiglu_alpha != SWIGLU_ALPHA || g.swiglu_limit != SWIGLU_LIMIT {
         return Err(unsupported("swiglu_alpha / swiglu_limit", "GGUF has no key; llama.cpp uses 1.702 / 7.0"));
     }
@@ -136,9 +172,11 @@ pub(crate) fn write(
     extras: &Extras,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Report> {
+    let arch = model.spec.gguf_output;
     let (model_keys, config_tensors) = match &model.family {
-        Family::Llama { config, .. } => llama_keys(config)?,
-        Family::GptOss(g) => (gpt_oss_keys(g)?, Vec::new()),
+        Family::Dense { config, .. } => dense_keys(config, arch)?,
+        Family::Gemma3 { config, .. } => (gemma3_keys(config, arch)?, Vec::new()),
+        Family::GptOss(g) => (gpt_oss_keys(g, arch)?, Vec::new()),
     };
     let gpt_oss = matches!(model.family, Family::GptOss(_));
     let out_dtypes = model.tensors.iter().map(|t| output_dtype(t, opts)).collect::<Result<Vec<_>>>()?;
@@ -205,7 +243,11 @@ pub(crate) fn write(
         let bytes = convert_bytes(&t.name, t.dtype, *dtype, &stored, cols)?;
         data.write_chunk(&bytes)?;
         report.bytes_written += bytes.len() as u64;
-        record(&mut report, t, *dtype, false);
+        if t.norm_plus_one(model.spec) && model.layout != Layout::Gguf {
+            record_shift(&mut report, model.shift_is_exact(t)?);
+        } else {
+            record(&mut report, t, *dtype, false);
+        }
         progress(Progress { tensor: &t.name, done: config_tensors.len() + i + 1, total });
     }
     data.finish()?.flush().map_err(io_error(path))?;

@@ -18,19 +18,21 @@ use minerva_core::DType;
 use minerva_safetensors::SafetensorsWriter;
 use serde_json::{Map, Value, json};
 
-use super::dtype::{convert_bytes, output_dtype, permute_qk_rows, record};
+use super::dtype::{convert_bytes, output_dtype, permute_qk_rows, record, record_shift, shift_norm};
 use super::source::{CanonTensor, Family, SourceModel};
 use super::{ConvertError, ConvertOptions, Extras, Progress, Report, Result, Target, io_error, unsupported};
-use crate::arch::gguf_permutes_qk;
+use crate::arch::gemma3::Gemma3Config;
 use crate::arch::gpt_oss::GptOssConfig;
+use crate::arch::registry::{ARCHITECTURES, ArchSpec, Graph};
 use crate::config::Config;
 use crate::rope::{RopeConfig, RopeScaling, llama3_factors};
 use crate::source::hf_name;
 
 /// One unit of output: one or two canonical tensors → one or two stored tensors.
 enum Item<'m> {
-    /// A tensor under its HF name, in `dtype`, rows un-permuted over `permute_heads` heads.
-    Single { t: &'m CanonTensor, name: String, dtype: DType, permute_heads: Option<usize> },
+    /// A tensor under its HF name, in `dtype`, rows un-permuted over `permute_heads` heads;
+    /// `minus_one`: a Gemma norm factor `1 + w` written as `w` (f32).
+    Single { t: &'m CanonTensor, name: String, dtype: DType, permute_heads: Option<usize>, minus_one: bool },
     /// GGML MXFP4 experts → HF `{base}_blocks` + `_scales`, or MLX `{base}.weight` + `.scales`.
     Mxfp4 { t: &'m CanonTensor, base: String, mlx: bool },
     /// GGML MXFP4 gate and up experts → one HF `gate_up_proj`, rows interleaved (gate even).
@@ -106,7 +108,7 @@ fn expert_parts(name: &str) -> Option<(&str, &str, &str)> {
 fn plan<'m>(model: &'m SourceModel, opts: &ConvertOptions) -> Result<Vec<Item<'m>>> {
     let mlx = opts.target == Target::Mlx;
     let c = model.config();
-    let arch = c.arch.as_str();
+    let spec = model.spec;
     let find = |name: &str| model.tensors.iter().find(|t| t.name == name);
     let mut items = Vec::new();
     for t in &model.tensors {
@@ -117,13 +119,21 @@ fn plan<'m>(model: &'m SourceModel, opts: &ConvertOptions) -> Result<Vec<Item<'m
             let missing = || unsupported(format!("tensor {}", t.name), "its gate/up partner is missing");
             let item = match (mlx, proj, kind) {
                 (true, _, "weight") => Item::Mxfp4 { t, base: format!("{base}{proj}_proj"), mlx },
-                (true, _, _) => {
-                    Item::Single { t, name: format!("{base}{proj}_proj.bias"), dtype: t.dtype, permute_heads: None }
-                }
+                (true, _, _) => Item::Single {
+                    t,
+                    name: format!("{base}{proj}_proj.bias"),
+                    dtype: t.dtype,
+                    permute_heads: None,
+                    minus_one: false,
+                },
                 (false, "down", "weight") => Item::Mxfp4 { t, base: format!("{base}down_proj"), mlx },
-                (false, "down", _) => {
-                    Item::Single { t, name: format!("{base}down_proj_bias"), dtype: t.dtype, permute_heads: None }
-                }
+                (false, "down", _) => Item::Single {
+                    t,
+                    name: format!("{base}down_proj_bias"),
+                    dtype: t.dtype,
+                    permute_heads: None,
+                    minus_one: false,
+                },
                 (false, "up", _) => continue, // written with its gate
                 (false, "gate", "weight") => Item::GateUp {
                     gate: t,
@@ -145,16 +155,18 @@ fn plan<'m>(model: &'m SourceModel, opts: &ConvertOptions) -> Result<Vec<Item<'m
             items.push(item);
             continue;
         }
-        let name = hf_name(arch, &t.name);
+        let name = hf_name(spec.name, &t.name);
         if name == t.name {
-            return Err(unsupported(format!("tensor {}", t.name), format!("no Hugging Face name for it in {arch}")));
+            let reason = format!("no Hugging Face name for it in {}", spec.name);
+            return Err(unsupported(format!("tensor {}", t.name), reason));
         }
         let permute_heads = match t.name.rsplit('.').nth(1) {
-            Some("attn_q") if gguf_permutes_qk(arch) => Some(c.n_head),
-            Some("attn_k") if gguf_permutes_qk(arch) => Some(c.n_head_kv),
+            Some("attn_q") if spec.permutes_qk => Some(c.n_head),
+            Some("attn_k") if spec.permutes_qk => Some(c.n_head_kv),
             _ => None,
         };
-        items.push(Item::Single { t, name, dtype: output_dtype(t, opts)?, permute_heads });
+        let minus_one = t.norm_plus_one(spec);
+        items.push(Item::Single { t, name, dtype: output_dtype(t, opts)?, permute_heads, minus_one });
     }
     Ok(items)
 }
@@ -249,6 +261,18 @@ fn item_bytes<'m>(model: &'m SourceModel, item: &Item<'m>, report: &mut Report) 
         Ok(vec![Cow::Owned(blocks), Cow::Owned(scales)])
     };
     Ok(match item {
+        Item::Single { t, dtype, minus_one: true, .. } => {
+            let cols = t.shape.last().copied().unwrap_or(1);
+            // From a checkpoint, the stored `w` as it is (widened to f32 as the canonical form
+            // is); from GGUF, `1 + w` shifted back.
+            if let Some((stored, w)) = model.read_unshifted(t)? {
+                record(report, &stored, *dtype, false);
+                return Ok(vec![Cow::Owned(convert_bytes(&t.name, stored.dtype, *dtype, &w, cols)?.into_owned())]);
+            }
+            let (shifted, exact) = shift_norm(&t.name, t.dtype, &model.read(t)?, -1.0)?;
+            record_shift(report, exact);
+            vec![Cow::Owned(convert_bytes(&t.name, DType::F32, *dtype, &shifted, cols)?.into_owned())]
+        }
         Item::Single { t, dtype, permute_heads, .. } => {
             let stored = model.read(t)?;
             let cols = t.shape.last().copied().unwrap_or(1);
@@ -383,11 +407,10 @@ fn base_config(c: &Config) -> Result<Map<String, Value>> {
     Ok(m)
 }
 
-fn gpt_oss_config(g: &GptOssConfig, target: Target) -> Result<Map<String, Value>> {
+fn gpt_oss_config(spec: &ArchSpec, g: &GptOssConfig, target: Target) -> Result<Map<String, Value>> {
     let c = &g.base;
     let mut m = base_config(c)?;
-    m.insert("architectures".into(), json!(["GptOssForCausalLM"]));
-    m.insert("model_type".into(), json!("gpt_oss"));
+    identify(&mut m, spec, false);
     m.insert("attention_bias".into(), json!(true));
     let layer_types: Vec<&str> =
         g.sliding_layers.iter().map(|&s| if s { "sliding_attention" } else { "full_attention" }).collect();
@@ -397,7 +420,6 @@ fn gpt_oss_config(g: &GptOssConfig, target: Target) -> Result<Map<String, Value>
     m.insert("sliding_window".into(), json!(c.sliding_window));
     m.insert("swiglu_limit".into(), json!(g.swiglu_limit));
     m.insert("swiglu_alpha".into(), json!(g.swiglu_alpha));
-    m.insert("tie_word_embeddings".into(), json!(false));
     if let Some(rope) = m.get("rope_parameters").cloned() {
         m.insert("rope_scaling".into(), rope);
     }
@@ -417,27 +439,72 @@ fn gpt_oss_config(g: &GptOssConfig, target: Target) -> Result<Map<String, Value>
     Ok(m)
 }
 
-fn llama_config(c: &Config, tied: bool) -> Result<Map<String, Value>> {
+/// The config of the LLaMA-block architectures (LLaMA, Mistral, Phi-3, Qwen).
+fn dense_config(model: &SourceModel, c: &Config, tied: bool) -> Result<Map<String, Value>> {
+    // llama.cpp writes Mistral as `llama`: a window on a row that ignores windows means the row
+    // of the same graph and Q/K order that honours one.
+    let mut spec = model.spec;
+    if c.sliding_window.is_some() && !spec.hf_sliding_window {
+        let windowed = ARCHITECTURES
+            .iter()
+            .find(|a| a.graph == spec.graph && a.hf_sliding_window && a.permutes_qk == spec.permutes_qk);
+        spec = windowed.copied().unwrap_or(spec);
+    }
     let mut m = base_config(c)?;
-    // llama.cpp writes Mistral as `llama`; a sliding window says it is Mistral.
-    let model_type = match (c.arch.as_str(), c.sliding_window) {
-        ("phi3", _) => "phi3",
-        ("mistral", _) | (_, Some(_)) => "mistral",
-        _ => "llama",
-    };
-    let class = match model_type {
-        "phi3" => "Phi3ForCausalLM",
-        "mistral" => "MistralForCausalLM",
-        _ => "LlamaForCausalLM",
-    };
-    m.insert("architectures".into(), json!([class]));
-    m.insert("model_type".into(), json!(model_type));
-    m.insert("attention_bias".into(), json!(false));
-    m.insert("mlp_bias".into(), json!(false));
-    m.insert("tie_word_embeddings".into(), json!(tied));
-    if model_type != "llama" {
+    identify(&mut m, spec, tied);
+    match spec.graph {
+        Graph::Qwen => {
+            m.insert("use_sliding_window".into(), json!(false));
+            if spec.qk_norm {
+                let biased = model.tensors.iter().any(|t| t.name.ends_with("attn_q.bias"));
+                m.insert("attention_bias".into(), json!(biased));
+            }
+        }
+        _ => {
+            m.insert("attention_bias".into(), json!(false));
+            m.insert("mlp_bias".into(), json!(false));
+        }
+    }
+    if spec.hf_sliding_window {
         m.insert("sliding_window".into(), json!(c.sliding_window));
     }
+    Ok(m)
+}
+
+/// `architectures`, `model_type` and `tie_word_embeddings`.
+fn identify(m: &mut Map<String, Value>, spec: &ArchSpec, tied: bool) {
+    m.insert("architectures".into(), json!([spec.hf_class]));
+    m.insert("model_type".into(), json!(spec.hf_output));
+    m.insert("tie_word_embeddings".into(), json!(tied));
+}
+
+/// `Gemma3TextConfig`: both layer kinds' RoPE (transformers 5's nested `rope_parameters` and the
+/// older `rope_theta` / `rope_local_base_freq`), the layer pattern and the query scale.
+fn gemma3_config(spec: &ArchSpec, g: &Gemma3Config, tied: bool) -> Result<Map<String, Value>> {
+    let c = &g.base;
+    let mut m = base_config(c)?;
+    identify(&mut m, spec, tied);
+    m.insert("hidden_act".into(), json!("gelu_pytorch_tanh"));
+    m.insert("hidden_activation".into(), json!("gelu_pytorch_tanh"));
+    m.insert("attention_bias".into(), json!(false));
+    let local = match g.local_rope.scaling {
+        RopeScaling::None => json!({ "rope_type": "default", "rope_theta": g.local_rope.base }),
+        _ => return Err(unsupported("sliding_attention rope scaling", "Gemma 3 scales only the global layers")),
+    };
+    m.insert("rope_parameters".into(), json!({ "full_attention": rope_parameters(c)?, "sliding_attention": local }));
+    m.insert("rope_local_base_freq".into(), json!(g.local_rope.base));
+    let layer_types: Vec<&str> =
+        g.sliding_layers.iter().map(|&s| if s { "sliding_attention" } else { "full_attention" }).collect();
+    m.insert("layer_types".into(), json!(layer_types));
+    m.insert("sliding_window".into(), json!(c.sliding_window));
+    // Released configs say a whole number (256, 168), and transformers' `Gemma3TextConfig` types it
+    // `int`; the config keeps only its square root.
+    let scalar = c.head_dim as f32 / (g.query_scale * g.query_scale);
+    let scalar = match (scalar - scalar.round()).abs() < 1e-3 {
+        true => json!(scalar.round() as i64),
+        false => json!(scalar),
+    };
+    m.insert("query_pre_attn_scalar".into(), scalar);
     Ok(m)
 }
 
@@ -445,8 +512,9 @@ fn llama_config(c: &Config, tied: bool) -> Result<Map<String, Value>> {
 /// SafeTensors source's other keys (token ids, …) are kept.
 fn config_json(model: &SourceModel, target: Target, dtype: Option<DType>) -> Result<Value> {
     let generated = match &model.family {
-        Family::Llama { config, tied } => llama_config(config, *tied)?,
-        Family::GptOss(g) => gpt_oss_config(g, target)?,
+        Family::Dense { config, tied } => dense_config(model, config, *tied)?,
+        Family::Gemma3 { config, tied } => gemma3_config(model.spec, config, *tied)?,
+        Family::GptOss(g) => gpt_oss_config(model.spec, g, target)?,
     };
     let mut m = match model.checkpoint().and_then(|c| c.config()) {
         Some(Value::Object(source)) => source.clone(),

@@ -170,7 +170,7 @@ impl<B: Backend> Scheduler<B> {
             (blocks as u64 * block_bytes) >> 20
         );
         let arch = model.config.arch.clone();
-        let chat = if arch == "gpt-oss" || arch == "gpt_oss" {
+        let chat = if minerva_generate::harmony::is_harmony_arch(&arch) {
             ChatFormat::Harmony
         } else if let Some(source) = &tokenizer.chat_template {
             match ChatTemplate::from_tokenizer(&tokenizer) {

@@ -12,6 +12,7 @@
 use minerva_gguf::Gguf;
 use serde_json::Value;
 
+use crate::arch::registry::Graph;
 use crate::backend::Mask;
 use crate::config::{Config, ConfigKeys, Defaults, Key};
 use crate::error::{ModelError, Result};
@@ -51,13 +52,13 @@ pub struct Gemma3Config {
 impl Gemma3Config {
     /// Reads `gemma3.*` metadata as llama.cpp's converter writes it. Errors name the key.
     pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<Gemma3Config> {
-        let keys = GgufKeys::new(g, &["gemma3"])?;
+        let keys = GgufKeys::new(g, Graph::Gemma3)?;
         if keys.opt_f32(SOFTCAP)?.is_some() {
             return Err(keys.bad(SOFTCAP, "final logit soft-capping is not supported".into()));
         }
         let n_ff = keys.count(Key::N_FF)?;
         let defaults = Defaults { context_length: 131072, rms_eps: Some(1e-6) };
-        let base = Config::read(&keys, "gemma3", n_ff, defaults, |head_dim, _| {
+        let base = Config::read(&keys, super::GEMMA3.name, n_ff, defaults, |head_dim, _| {
             let scaling = match keys.opt_str("rope.scaling.type").as_deref() {
                 None | Some("none") => RopeScaling::None,
                 Some("linear") => RopeScaling::Linear { factor: keys.f32(ROPE_FACTOR)? },
@@ -93,13 +94,15 @@ impl Gemma3Config {
     /// multimodal config) whose `text_config` is read. Errors name the key.
     pub fn from_hf_config(json: &Value) -> Result<Gemma3Config> {
         let top = HfKeys::new(json)?;
-        let keys = match top.model_type()? {
-            "gemma3_text" => top,
-            "gemma3" => match top.get("text_config") {
+        let spec = top.spec(Graph::Gemma3)?;
+        // The text model's own type (`gemma3_text`) is read as it is; the multimodal config
+        // (`gemma3`) holds the text model's in `text_config`.
+        let keys = match top.model_type()? == spec.hf_output {
+            true => top,
+            false => match top.get("text_config") {
                 Some(text @ Value::Object(_)) => HfKeys::new(text)?,
                 _ => return Err(top.missing("text_config")),
             },
-            other => return Err(ModelError::UnsupportedArch { arch: other.to_string() }),
         };
         if let Some(act) = keys.get("hidden_activation").or_else(|| keys.get("hidden_act"))
             && act.as_str() != Some("gelu_pytorch_tanh")
@@ -116,7 +119,7 @@ impl Gemma3Config {
         let n_ff = keys.count(Key::N_FF)?;
         let defaults = Defaults { context_length: 131072, rms_eps: Some(1e-6) };
         let rope = |name: &str, base: f32, head_dim: usize| hf_rope(&keys, name, base, head_dim);
-        let base = Config::read(&keys, "gemma3", n_ff, defaults, |head_dim, _| {
+        let base = Config::read(&keys, super::GEMMA3.name, n_ff, defaults, |head_dim, _| {
             rope("full_attention", DEFAULT_GLOBAL_BASE, head_dim)
         })?;
         let local_rope = rope("sliding_attention", DEFAULT_LOCAL_BASE, base.head_dim)?;
@@ -146,6 +149,12 @@ impl Gemma3Config {
             _ => &self.base.rope,
         }
     }
+}
+
+/// The layer pattern a GGUF file without `attention.sliding_window_pattern` has: every 6th layer
+/// global.
+pub(crate) fn default_pattern(n_layer: usize) -> Vec<bool> {
+    every_nth_global(n_layer, DEFAULT_PATTERN)
 }
 
 /// Layer `il` is local unless it is the last of each run of `pattern` (llama.cpp's

@@ -25,6 +25,26 @@ pub(crate) mod weights;
 pub use config::Gemma3Config;
 pub use weights::{Gemma3Layer, Gemma3Weights};
 
+use super::registry::{ArchSpec, ChatFormat, Graph};
+
+/// Gemma 3 (text; the multimodal config's `text_config` too).
+pub const GEMMA3: ArchSpec = ArchSpec {
+    name: "gemma3",
+    gguf_names: &["gemma3"],
+    hf_model_types: &["gemma3_text", "gemma3"],
+    gguf_output: "gemma3",
+    hf_output: "gemma3_text",
+    hf_class: "Gemma3ForCausalLM",
+    graph: Graph::Gemma3,
+    layer_names: &[weights::GEMMA3_LAYER_NAMES],
+    permutes_qk: false,
+    norm_plus_one: true,
+    hf_sliding_window: true,
+    qk_norm: true,
+    chat: ChatFormat::Gemma,
+    synthetic_presets: &[],
+};
+
 use crate::backend::{Backend, Batch};
 use crate::error::Result;
 

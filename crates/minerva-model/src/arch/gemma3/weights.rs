@@ -9,12 +9,13 @@ use std::sync::Arc;
 use minerva_core::DType;
 
 use super::config::Gemma3Config;
+use crate::arch::registry::LayerNames;
 use crate::backend::{Backend, ByteSource, WeightSource};
 use crate::error::{ModelError, Result};
 use crate::source::{SourceFormat, TensorSource};
 
 /// GGUF block-tensor suffix → Hugging Face module path.
-const HF_LAYER_NAMES: &[(&str, &str)] = &[
+pub(crate) const GEMMA3_LAYER_NAMES: LayerNames = &[
     ("attn_norm.weight", "input_layernorm.weight"),
     ("attn_q.weight", "self_attn.q_proj.weight"),
     ("attn_k.weight", "self_attn.k_proj.weight"),
@@ -29,11 +30,6 @@ const HF_LAYER_NAMES: &[(&str, &str)] = &[
     ("ffn_down.weight", "mlp.down_proj.weight"),
     ("post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
 ];
-
-/// The Hugging Face name of the block tensor llama.cpp calls `blk.{layer}.{suffix}`.
-pub(crate) fn hf_layer_name(suffix: &str) -> Option<&'static str> {
-    HF_LAYER_NAMES.iter().find(|(g, _)| *g == suffix).map(|(_, hf)| *hf)
-}
 
 /// One Gemma 3 block's weights (GGUF names `blk.{i}.*`). Norm weights hold the factor the
 /// normed values are multiplied by (`1 + w` of Hugging Face's parameter).

@@ -5,6 +5,7 @@
 use minerva_gguf::Gguf;
 use serde_json::Value;
 
+use crate::arch::registry::Graph;
 use crate::backend::{Mask, MoeParams};
 use crate::config::{Config, ConfigKeys, Defaults, Key};
 use crate::error::{ModelError, Result};
@@ -53,13 +54,13 @@ impl GptOssConfig {
     /// Reads `gpt-oss.*` metadata as llama.cpp's converter writes it, and the vocabulary from
     /// `token_embd.weight`. Errors name the key.
     pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<GptOssConfig> {
-        let keys = GgufKeys::new(g, &["gpt-oss"])?;
+        let keys = GgufKeys::new(g, Graph::GptOss)?;
         let n_ff = match keys.opt_count(EXPERT_FF)? {
             Some(n) if n > 0 => n,
             _ => keys.count(Key::N_FF)?,
         };
         let defaults = Defaults { context_length: 4096, rms_eps: None };
-        let base = Config::read(&keys, "gpt-oss", n_ff, defaults, |head_dim, _| {
+        let base = Config::read(&keys, super::GPT_OSS.name, n_ff, defaults, |head_dim, _| {
             let scaling = match keys.opt_str("rope.scaling.type").as_deref() {
                 None | Some("none") => RopeScaling::None,
                 Some("yarn") => RopeScaling::Yarn {
@@ -99,13 +100,10 @@ impl GptOssConfig {
     /// YaRN under `rope_scaling` or transformers 5's `rope_parameters`). Errors name the key.
     pub fn from_hf_config(json: &Value) -> Result<GptOssConfig> {
         let keys = HfKeys::new(json)?;
-        let model_type = keys.get("model_type").and_then(Value::as_str).unwrap_or("(none)");
-        if model_type != "gpt_oss" {
-            return Err(ModelError::UnsupportedArch { arch: model_type.to_string() });
-        }
+        keys.spec(Graph::GptOss)?;
         let n_ff = keys.count(Key::N_FF)?;
         let defaults = Defaults { context_length: 131072, rms_eps: Some(1e-5) };
-        let base = Config::read(&keys, "gpt-oss", n_ff, defaults, |head_dim, _| hf_rope(&keys, head_dim))?;
+        let base = Config::read(&keys, super::GPT_OSS.name, n_ff, defaults, |head_dim, _| hf_rope(&keys, head_dim))?;
         let n_expert_used = match keys.opt_count_named("num_experts_per_tok")? {
             Some(k) => k,
             None => keys.count_named("experts_per_token")?,

@@ -24,6 +24,26 @@ pub(crate) mod weights;
 
 pub use config::{GptOssConfig, SWIGLU_ALPHA, SWIGLU_LIMIT};
 
+use super::registry::{ArchSpec, ChatFormat, Graph};
+
+/// GPT-OSS (20B, 120B): the experts' names are its converter's (`convert/source.rs`).
+pub const GPT_OSS: ArchSpec = ArchSpec {
+    name: "gpt-oss",
+    gguf_names: &["gpt-oss"],
+    hf_model_types: &["gpt_oss"],
+    gguf_output: "gpt-oss",
+    hf_output: "gpt_oss",
+    hf_class: "GptOssForCausalLM",
+    graph: Graph::GptOss,
+    layer_names: &[weights::GPT_OSS_LAYER_NAMES],
+    permutes_qk: false,
+    norm_plus_one: false,
+    hf_sliding_window: true,
+    qk_norm: false,
+    chat: ChatFormat::Harmony,
+    synthetic_presets: &["20b", "tiny"],
+};
+
 use super::block::{self, AttentionWeights, Stack};
 use crate::backend::{Backend, Batch, MoeExperts};
 use crate::error::Result;

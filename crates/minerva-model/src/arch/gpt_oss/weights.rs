@@ -28,6 +28,7 @@ use minerva_core::DType;
 use minerva_safetensors::{Checkpoint, Encoding};
 
 use super::owned::OwnedBytes;
+use crate::arch::registry::LayerNames;
 
 use super::{GptOssConfig, GptOssLayer, GptOssWeights};
 use crate::backend::{Backend, ByteSource, WeightSource};
@@ -35,7 +36,7 @@ use crate::error::{ModelError, Result};
 use crate::source::{TensorSource, hf_name};
 
 /// GGUF block-tensor suffix → Hugging Face / MLX module path (the experts aside).
-const HF_LAYER_NAMES: &[(&str, &str)] = &[
+pub(crate) const GPT_OSS_LAYER_NAMES: LayerNames = &[
     ("attn_norm.weight", "input_layernorm.weight"),
     ("attn_q.weight", "self_attn.q_proj.weight"),
     ("attn_q.bias", "self_attn.q_proj.bias"),
@@ -50,17 +51,6 @@ const HF_LAYER_NAMES: &[(&str, &str)] = &[
     ("ffn_gate_inp.weight", "mlp.router.weight"),
     ("ffn_gate_inp.bias", "mlp.router.bias"),
 ];
-
-/// The Hugging Face name of the block tensor llama.cpp calls `blk.N.{suffix}`.
-pub(crate) fn hf_layer_name(suffix: &str) -> Option<&'static str> {
-    HF_LAYER_NAMES.iter().find(|(g, _)| *g == suffix).map(|(_, hf)| *hf)
-}
-
-/// The llama.cpp suffix of the block tensor Hugging Face calls `model.layers.N.{hf}` (the experts
-/// aside; the inverse of [`hf_layer_name`]).
-pub(crate) fn gguf_layer_suffix(hf: &str) -> Option<&'static str> {
-    HF_LAYER_NAMES.iter().find(|(_, h)| *h == hf).map(|(g, _)| *g)
-}
 
 /// A plain tensor of a mapped SafeTensors checkpoint, looked up by name.
 struct CheckpointTensor {
@@ -195,7 +185,9 @@ impl<W> GptOssWeights<W> {
     {
         let s = Shapes::new(cfg);
         let mlx = ckpt.config().is_some_and(|c| c.get("quantization").is_some());
-        let st = |gguf_name: &str, shape: &[usize]| st_weight(backend, ckpt, &hf_name("gpt-oss", gguf_name), shape);
+        let st = |gguf_name: &str, shape: &[usize]| {
+            st_weight(backend, ckpt, &hf_name(super::GPT_OSS.name, gguf_name), shape)
+        };
         let layers = assemble(
             cfg,
             |il, suffix, shape| st(&format!("blk.{il}.{suffix}"), shape),

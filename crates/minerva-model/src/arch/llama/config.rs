@@ -5,14 +5,12 @@
 
 use minerva_gguf::Gguf;
 
+use crate::arch::registry::Graph;
 use crate::config::{Config, ConfigKeys, Defaults, Key};
 use crate::error::{ModelError, Result};
 use crate::gguf_keys::GgufKeys;
 use crate::hf_config::HfKeys;
 use crate::rope::{self, RopeConfig, RopeScaling, RopeStyle};
-
-/// The architectures this graph runs.
-pub(crate) const ARCHS: &[&str] = &["llama", "mistral", "phi3"];
 
 const ROPE_DIM: Key = Key { gguf: "rope.dimension_count", hf: "" };
 const ROPE_BASE: Key = Key { gguf: "rope.freq_base", hf: "" };
@@ -45,7 +43,7 @@ impl Config {
     /// `{arch}.embedding_length` (when no `key_length` is given), `head_count_kv` not dividing
     /// `head_count`, an odd or oversized `rope.dimension_count`, an unknown `rope.scaling.type`.
     pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<Config> {
-        let keys = GgufKeys::new(g, ARCHS)?;
+        let keys = GgufKeys::new(g, Graph::Llama)?;
         let n_ff = keys.count(Key::N_FF)?;
         let defaults = Defaults { context_length: 4096, rms_eps: None };
         let arch = keys.arch.clone();
@@ -60,10 +58,8 @@ impl Config {
     /// HF checkpoints keep Q/K unpermuted, so RoPE is [`RopeStyle::NeoX`] (`rotate_half`).
     pub fn from_hf_config(json: &serde_json::Value) -> Result<Config> {
         let keys = HfKeys::new(json)?;
-        let arch = keys.model_type()?;
-        if !ARCHS.contains(&arch) {
-            return Err(ModelError::UnsupportedArch { arch: arch.to_string() });
-        }
+        let spec = keys.spec(Graph::Llama)?;
+        let arch = spec.name;
         if let Some(act) = keys.get("hidden_act")
             && act.as_str() != Some("silu")
         {
@@ -77,7 +73,7 @@ impl Config {
             hf_rope(&keys, head_dim, context_length)
         })?;
         // Only Mistral and Phi-3 attend through a window.
-        if arch == "llama" {
+        if !spec.hf_sliding_window {
             config.sliding_window = None;
         }
         Ok(config)
@@ -119,8 +115,8 @@ fn gguf_rope<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>, head_dim: usize, context_le
         }
     };
     Ok(RopeConfig {
-        // llama.cpp permutes Q/K of `llama` checkpoints only; Phi-3 keeps Hugging Face's order.
-        style: if keys.arch == "phi3" { RopeStyle::NeoX } else { RopeStyle::Normal },
+        // llama.cpp permutes Q/K of LLaMA and Mistral only; Phi-3 keeps Hugging Face's order.
+        style: if keys.spec.permutes_qk { RopeStyle::Normal } else { RopeStyle::NeoX },
         base: keys.opt_f32(ROPE_BASE)?.unwrap_or(10000.0),
         dim: rope_dim,
         scaling,

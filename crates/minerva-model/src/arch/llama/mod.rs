@@ -13,6 +13,55 @@ pub(crate) mod weights;
 
 pub use weights::{LayerWeights, Weights};
 
+use super::registry::{ArchSpec, ChatFormat, Graph};
+use weights::{LLAMA_LAYER_NAMES, PHI3_LAYER_NAMES};
+
+/// LLaMA (1–3.x, SmolLM, …).
+pub const LLAMA: ArchSpec = ArchSpec {
+    name: "llama",
+    gguf_names: &["llama"],
+    hf_model_types: &["llama"],
+    gguf_output: "llama",
+    hf_output: "llama",
+    hf_class: "LlamaForCausalLM",
+    graph: Graph::Llama,
+    layer_names: &[LLAMA_LAYER_NAMES],
+    permutes_qk: true,
+    norm_plus_one: false,
+    hf_sliding_window: false,
+    qk_norm: false,
+    chat: ChatFormat::Stored,
+    synthetic_presets: &["8b", "1b", "135m", "tiny"],
+};
+
+/// Mistral: LLaMA blocks with a sliding window; llama.cpp's converter writes it as `llama`.
+pub const MISTRAL: ArchSpec = ArchSpec {
+    name: "mistral",
+    gguf_names: &["mistral"],
+    hf_model_types: &["mistral"],
+    gguf_output: "llama",
+    hf_output: "mistral",
+    hf_class: "MistralForCausalLM",
+    hf_sliding_window: true,
+    synthetic_presets: &[],
+    ..LLAMA
+};
+
+/// Phi-3: fused Q/K/V and gate/up projections, Q/K not permuted in GGUF.
+pub const PHI3: ArchSpec = ArchSpec {
+    name: "phi3",
+    gguf_names: &["phi3"],
+    hf_model_types: &["phi3"],
+    gguf_output: "phi3",
+    hf_output: "phi3",
+    hf_class: "Phi3ForCausalLM",
+    layer_names: &[PHI3_LAYER_NAMES],
+    permutes_qk: false,
+    hf_sliding_window: true,
+    synthetic_presets: &[],
+    ..LLAMA
+};
+
 use super::block::{self, AttentionWeights, Stack};
 use crate::backend::{Backend, Batch, Mask};
 use crate::config::Config;

@@ -5,18 +5,18 @@ use std::sync::Arc;
 
 use minerva_gguf::Gguf;
 
+use crate::arch::registry::LayerNames;
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::Result;
 use crate::source::TensorSource;
 
-/// GGUF block-tensor suffix → Hugging Face module path (LLaMA, Mistral, Phi-3).
-const HF_LAYER_NAMES: &[(&str, &str)] = &[
+/// GGUF block-tensor suffix → Hugging Face module path (LLaMA, Mistral).
+pub(crate) const LLAMA_LAYER_NAMES: LayerNames = &[
     ("attn_norm.weight", "input_layernorm.weight"),
     ("attn_q.weight", "self_attn.q_proj.weight"),
     ("attn_k.weight", "self_attn.k_proj.weight"),
     ("attn_v.weight", "self_attn.v_proj.weight"),
-    ("attn_qkv.weight", "self_attn.qkv_proj.weight"),
     ("attn_output.weight", "self_attn.o_proj.weight"),
     ("ffn_norm.weight", "post_attention_layernorm.weight"),
     ("ffn_gate.weight", "mlp.gate_proj.weight"),
@@ -24,29 +24,16 @@ const HF_LAYER_NAMES: &[(&str, &str)] = &[
     ("ffn_down.weight", "mlp.down_proj.weight"),
 ];
 
-/// The Hugging Face name of the block tensor llama.cpp calls `blk.{layer}.{suffix}` in `arch`.
-pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
-    // Phi-3 stores gate and up as one `gate_up_proj`, which llama.cpp names `ffn_up`.
-    if arch == "phi3" && suffix == "ffn_up.weight" {
-        return Some("mlp.gate_up_proj.weight");
-    }
-    HF_LAYER_NAMES.iter().find(|(g, _)| *g == suffix).map(|(_, hf)| *hf)
-}
-
-/// The llama.cpp suffix of the block tensor Hugging Face calls `model.layers.N.{hf}` in `arch`
-/// (the inverse of [`hf_layer_name`]).
-pub(crate) fn gguf_layer_suffix(arch: &str, hf: &str) -> Option<&'static str> {
-    if arch == "phi3" && hf == "mlp.gate_up_proj.weight" {
-        return Some("ffn_up.weight");
-    }
-    HF_LAYER_NAMES.iter().find(|(_, h)| *h == hf).map(|(g, _)| *g)
-}
-
-/// Whether llama.cpp's converter permutes the Q/K rows of `arch` (so that GGUF files use the
-/// adjacent-pair RoPE): LLaMA and Mistral yes, Phi-3 no.
-pub(crate) fn gguf_permutes_qk(arch: &str) -> bool {
-    matches!(arch, "llama" | "mistral")
-}
+/// Phi-3's: Q, K and V in one `qkv_proj` (llama.cpp's `attn_qkv`), gate and up in one
+/// `gate_up_proj` (llama.cpp keeps it whole as `ffn_up`, twice the rows).
+pub(crate) const PHI3_LAYER_NAMES: LayerNames = &[
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_qkv.weight", "self_attn.qkv_proj.weight"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("ffn_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_up.weight", "mlp.gate_up_proj.weight"),
+    ("ffn_down.weight", "mlp.down_proj.weight"),
+];
 
 /// One transformer block's weights (GGUF names `blk.{i}.*`; Hugging Face `model.layers.{i}.*`).
 pub struct LayerWeights<W> {

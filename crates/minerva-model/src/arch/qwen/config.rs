@@ -10,14 +10,12 @@
 
 use minerva_gguf::Gguf;
 
+use crate::arch::registry::Graph;
 use crate::config::{Config, ConfigKeys, Defaults, Key};
 use crate::error::{ModelError, Result};
 use crate::gguf_keys::GgufKeys;
 use crate::hf_config::HfKeys;
 use crate::rope::{RopeConfig, RopeScaling, RopeStyle};
-
-/// The architectures this graph runs.
-pub(crate) const ARCHS: &[&str] = &["qwen2", "qwen3"];
 
 const ROPE_DIM: Key = Key { gguf: "rope.dimension_count", hf: "" };
 const ROPE_BASE: Key = Key { gguf: "rope.freq_base", hf: "" };
@@ -34,7 +32,7 @@ const DEFAULT_CONTEXT: usize = 32768;
 /// Errors name the missing or inconsistent key; RoPE scaling other than `none` / `linear` (Qwen's
 /// optional YaRN) is refused, naming `{arch}.rope.scaling.type`.
 pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<Config> {
-    let keys = GgufKeys::new(g, ARCHS)?;
+    let keys = GgufKeys::new(g, Graph::Qwen)?;
     let n_ff = keys.count(Key::N_FF)?;
     let defaults = Defaults { context_length: DEFAULT_CONTEXT, rms_eps: None };
     let arch = keys.arch.clone();
@@ -65,10 +63,7 @@ pub fn from_gguf<D: AsRef<[u8]>>(g: &Gguf<D>) -> Result<Config> {
 /// from `vocab_size`; the loader checks it against the embeddings.
 pub fn from_hf_config(json: &serde_json::Value) -> Result<Config> {
     let keys = HfKeys::new(json)?;
-    let arch = keys.model_type()?;
-    if !ARCHS.contains(&arch) {
-        return Err(ModelError::UnsupportedArch { arch: arch.to_string() });
-    }
+    let arch = keys.spec(Graph::Qwen)?.name;
     if let Some(act) = keys.get("hidden_act")
         && act.as_str() != Some("silu")
     {

@@ -22,6 +22,41 @@ pub(crate) mod weights;
 
 pub use weights::{QwenLayerWeights, QwenWeights};
 
+use super::llama::weights::LLAMA_LAYER_NAMES;
+use super::registry::{ArchSpec, ChatFormat, Graph};
+use weights::QWEN_LAYER_NAMES;
+
+/// Qwen 2 / 2.5: Q/K/V biases.
+pub const QWEN2: ArchSpec = ArchSpec {
+    name: "qwen2",
+    gguf_names: &["qwen2"],
+    hf_model_types: &["qwen2"],
+    gguf_output: "qwen2",
+    hf_output: "qwen2",
+    hf_class: "Qwen2ForCausalLM",
+    graph: Graph::Qwen,
+    layer_names: &[QWEN_LAYER_NAMES, LLAMA_LAYER_NAMES],
+    permutes_qk: false,
+    norm_plus_one: false,
+    hf_sliding_window: false,
+    qk_norm: false,
+    chat: ChatFormat::Qwen2ChatMl,
+    synthetic_presets: &[],
+};
+
+/// Qwen 3 (dense): per-head Q/K norms, an explicit head dim.
+pub const QWEN3: ArchSpec = ArchSpec {
+    name: "qwen3",
+    gguf_names: &["qwen3"],
+    hf_model_types: &["qwen3"],
+    gguf_output: "qwen3",
+    hf_output: "qwen3",
+    hf_class: "Qwen3ForCausalLM",
+    qk_norm: true,
+    chat: ChatFormat::Qwen3ChatMl,
+    ..QWEN2
+};
+
 use super::block::{self, AttentionWeights, Stack};
 use crate::backend::{Backend, Batch, Mask};
 use crate::config::Config;

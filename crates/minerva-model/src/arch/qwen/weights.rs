@@ -1,14 +1,15 @@
 //! [`QwenWeights`]: the LLaMA tensors (loaded by [`llama::Weights::load`]) plus what Qwen adds to
 //! each block: the Q/K/V projection biases of Qwen 2 and the per-head Q/K RMS norms of Qwen 3.
 
-use crate::arch::llama::{self, Weights};
+use crate::arch::llama::Weights;
+use crate::arch::registry::LayerNames;
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{ModelError, Result};
 use crate::source::TensorSource;
 
 /// GGUF block-tensor suffix → Hugging Face module path, for the tensors LLaMA does not have.
-const HF_LAYER_NAMES: &[(&str, &str)] = &[
+pub(crate) const QWEN_LAYER_NAMES: LayerNames = &[
     ("attn_q.bias", "self_attn.q_proj.bias"),
     ("attn_k.bias", "self_attn.k_proj.bias"),
     ("attn_v.bias", "self_attn.v_proj.bias"),
@@ -16,14 +17,6 @@ const HF_LAYER_NAMES: &[(&str, &str)] = &[
     ("attn_q_norm.weight", "self_attn.q_norm.weight"),
     ("attn_k_norm.weight", "self_attn.k_norm.weight"),
 ];
-
-/// The Hugging Face name of the block tensor llama.cpp calls `blk.{layer}.{suffix}` in `arch`.
-pub(crate) fn hf_layer_name(arch: &str, suffix: &str) -> Option<&'static str> {
-    match HF_LAYER_NAMES.iter().find(|(g, _)| *g == suffix) {
-        Some((_, hf)) => Some(hf),
-        None => llama::weights::hf_layer_name(arch, suffix),
-    }
-}
 
 /// What a Qwen block adds to a LLaMA block.
 pub struct QwenLayerWeights<W> {
@@ -51,7 +44,7 @@ impl<W> QwenWeights<W> {
         B: Backend<Weight = W>,
     {
         let base = Weights::load(backend, src, cfg)?;
-        let qwen3 = cfg.arch == "qwen3";
+        let qwen3 = crate::arch::registry::find(&cfg.arch).is_some_and(|a| a.qk_norm);
         let layers = (0..cfg.n_layer)
             .map(|i| {
                 let name = |suffix: &str| format!("blk.{i}.{suffix}");
