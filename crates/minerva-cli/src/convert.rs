@@ -9,7 +9,7 @@ use std::time::Instant;
 use minerva_core::DType;
 use minerva_generate::tokenizer::convert as tokenizer;
 use minerva_model::SourceFormat;
-use minerva_model::convert::{ConvertOptions, Extras, Progress, Target, convert};
+use minerva_model::convert::{ConvertOptions, Extras, Progress, QUANT_TYPES, Quant, Target, convert};
 
 use crate::error::CliError;
 
@@ -69,7 +69,13 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<(), CliError> {
     opts.quant = args
         .quant
         .as_deref()
-        .map(|q| parse_dtype("--quant", q, &[DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::MXFP4]))
+        .map(|q| {
+            Quant::parse(q).ok_or_else(|| {
+                let mut names: Vec<String> = QUANT_TYPES.iter().map(|d| d.to_string().to_ascii_lowercase()).collect();
+                names.extend(["q4_k_m".into(), "q5_k_m".into()]);
+                CliError::Usage(format!("--quant {q}: expected one of {}", names.join(", ")))
+            })
+        })
         .transpose()?;
     opts.dtype =
         args.dtype.as_deref().map(|d| parse_dtype("--dtype", d, &[DType::F32, DType::F16, DType::BF16])).transpose()?;

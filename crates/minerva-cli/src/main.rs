@@ -145,7 +145,9 @@ enum Command {
         /// it) or mlx (a directory as mlx-lm writes it).
         #[arg(long)]
         to: String,
-        /// Quantize the weight matrices (GGUF output): q8_0, q4_0, q4_1 or mxfp4.
+        /// Quantize the weight matrices (GGUF output): one type for all (q8_0, q4_0, q4_1, q5_0,
+        /// q5_1, q4_k, q5_k, q6_k, mxfp4; as `llama-quantize --pure`) or llama.cpp's q4_k_m /
+        /// q5_k_m mixture; blocks bit-identical to llama-quantize's.
         #[arg(long, value_name = "TYPE")]
         quant: Option<String>,
         /// Float type of dequantized tensors (default bf16); given, float matrices are cast too.

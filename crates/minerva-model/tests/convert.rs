@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use minerva_core::DType;
 use minerva_gguf::Gguf;
-use minerva_model::convert::{ConvertError, ConvertOptions, Extras, Report, Target, convert};
+use minerva_model::convert::{ConvertError, ConvertOptions, Extras, Quant, Report, Target, convert};
 use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput};
 use minerva_safetensors::Checkpoint;
 
@@ -156,7 +156,7 @@ fn gpt_oss_mlx_and_gguf_sources() {
     assert_eq!(report.lossy.len(), 0, "{}", report.summary());
     assert!(report.widened.contains_key(&(DType::Q8_0, DType::F32)));
     let mut q8 = ConvertOptions::new(Target::Gguf);
-    q8.quant = Some(DType::Q8_0);
+    q8.quant = Some(Quant::Type(DType::Q8_0));
     run(&p("hf"), &p("back.gguf"), &q8).unwrap();
     assert_eq!(gguf_tensors(&gguf), gguf_tensors(&p("back.gguf")), "GGUF Q8_0 → HF f32 → GGUF Q8_0");
     // The default (bf16) is lossy for Q8_0 and says so.
@@ -190,7 +190,7 @@ fn llama_family_quantizes_on_convert_within_tolerance() {
         let hf = fixtures().join("model/tiny").join(name);
         let reference = logits(&hf, &LLAMA_TOKENS);
         let mut q8 = ConvertOptions::new(Target::Gguf);
-        q8.quant = Some(DType::Q8_0);
+        q8.quant = Some(Quant::Type(DType::Q8_0));
         let report = run(&hf, &p("q8.gguf"), &q8).unwrap();
         assert!(report.lossy.contains_key(&(DType::F32, DType::Q8_0)), "{}", report.summary());
         let g = Gguf::open(p("q8.gguf")).unwrap();
@@ -225,12 +225,12 @@ fn refusals_name_the_problem_and_leave_nothing_behind() {
     assert!(matches!(e, ConvertError::Model(_)), "{e}");
 
     let mut quant_hf = ConvertOptions::new(Target::SafeTensors);
-    quant_hf.quant = Some(DType::Q8_0);
+    quant_hf.quant = Some(Quant::Type(DType::Q8_0));
     let e = run(&src, &dir.path().join("y"), &quant_hf).unwrap_err();
     assert!(e.to_string().contains("--quant"), "{e}");
     let mut k_quant = ConvertOptions::new(Target::Gguf);
-    k_quant.quant = Some(DType::Q4_K);
-    assert!(run(&src, &dir.path().join("z.gguf"), &k_quant).unwrap_err().to_string().contains("Q4_K"));
+    k_quant.quant = Some(Quant::Type(DType::Q2_K));
+    assert!(run(&src, &dir.path().join("z.gguf"), &k_quant).unwrap_err().to_string().contains("Q2_K"));
     assert!(Target::parse("onnx").is_none());
 
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();

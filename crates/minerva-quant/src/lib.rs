@@ -68,6 +68,7 @@ use minerva_core::DType;
 pub use blocks::Block;
 pub use error::QuantError;
 pub use float::{dequantize_row_bf16, dequantize_row_f16, dequantize_row_f32};
+pub use ggml::k_quantize::{quantize_row_q4_k_ref, quantize_row_q5_k_ref, quantize_row_q6_k_ref};
 pub use ggml::k_quants::{
     BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K, dequantize_row_q2_k_ref, dequantize_row_q3_k_ref,
     dequantize_row_q4_k_ref, dequantize_row_q5_k_ref, dequantize_row_q6_k_ref,
@@ -77,7 +78,10 @@ pub use ggml::q4::{
     BlockQ4_0, BlockQ4_1, dequantize_row_q4_0_ref, dequantize_row_q4_1_ref, quantize_row_q4_0_ref,
     quantize_row_q4_1_ref,
 };
-pub use ggml::q5::{BlockQ5_0, BlockQ5_1, dequantize_row_q5_0_ref, dequantize_row_q5_1_ref};
+pub use ggml::q5::{
+    BlockQ5_0, BlockQ5_1, dequantize_row_q5_0_ref, dequantize_row_q5_1_ref, quantize_row_q5_0_ref,
+    quantize_row_q5_1_ref,
+};
 pub use ggml::q8::{
     BlockQ8_0, BlockQ8_K, dequantize_row_q8_0_ref, dequantize_row_q8_k_ref, quantize_row_q8_0_ref,
     quantize_row_q8_k_ref,
@@ -124,7 +128,8 @@ pub fn has_fast_path(dtype: DType) -> bool {
 }
 
 /// Quantizes `values` (whole blocks) into `out` (exactly the bytes they take) with the reference
-/// quantizer for `dtype`: Q4_0, Q4_1, Q8_0, Q8_K or MXFP4; others are [`QuantError::Unsupported`].
+/// quantizer for `dtype`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K or MXFP4 (each
+/// bit-identical to ggml's `quantize_row_*_ref`); others are [`QuantError::Unsupported`].
 pub fn quantize(dtype: DType, values: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     let f = quantizer(dtype).ok_or(QuantError::Unsupported { dtype, operation: "quantize" })?;
     f(values, out)

@@ -28,7 +28,18 @@ const DEQUANTIZABLE: [DType; 15] = [
     DType::Q8_K,
     DType::MXFP4,
 ];
-const QUANTIZABLE: [DType; 5] = [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q8_K, DType::MXFP4];
+const QUANTIZABLE: [DType; 10] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::Q8_K,
+    DType::MXFP4,
+];
 
 fn dequantizable() -> impl Strategy<Value = DType> {
     prop::sample::select(DEQUANTIZABLE.to_vec())

@@ -4,8 +4,8 @@
 //! | canonical tensor | GGUF output | SafeTensors / MLX output |
 //! |---|---|---|
 //! | norms, biases, sinks, router in bf16/f16 | f32 (as llama.cpp stores them; widening is exact) | as stored |
-//! | weight matrix, float | as stored; `--quant` → that type; `--dtype` → that float | as stored; `--dtype` → that float |
-//! | weight matrix, GGML-quantized | as stored; `--quant` another type → re-quantized | dequantized to `--dtype` (bf16) |
+//! | weight matrix, float | as stored; `--quant` → its type (`mixture.rs`); `--dtype` → that float | as stored; `--dtype` → that float |
+//! | weight matrix, GGML-quantized | as stored; `--quant` → its type, re-quantized | dequantized to `--dtype` (bf16) |
 //! | GPT-OSS MXFP4 experts | MXFP4 | MXFP4 (HF `_blocks`/`_scales`, MLX mxfp4) |
 //! | router (`ffn_gate_inp`) | as stored (llama.cpp never quantizes it) | as stored |
 
@@ -14,8 +14,9 @@ use std::borrow::Cow;
 use half::{bf16, f16};
 use minerva_core::DType;
 
+use super::mixture::matrix_types;
 use super::{ConvertError, ConvertOptions, Report, Result, Target, unsupported};
-use crate::convert::source::CanonTensor;
+use crate::convert::source::{CanonTensor, SourceModel};
 
 /// `values` as little-endian bytes of `dtype` (F32, F16 or BF16).
 pub(crate) fn float_bytes(dtype: DType, values: &[f32]) -> Vec<u8> {
@@ -41,9 +42,17 @@ pub(crate) fn is_mxfp4_experts(t: &CanonTensor) -> bool {
     t.dtype == DType::MXFP4 && t.name.contains("_exps.weight")
 }
 
-/// The dtype `t` is written as.
-pub(crate) fn output_dtype(t: &CanonTensor, opts: &ConvertOptions) -> Result<DType> {
-    let cols = t.shape.last().copied().unwrap_or(0);
+/// The dtype each tensor of `model` is written as, in order.
+pub(crate) fn output_dtypes(model: &SourceModel, opts: &ConvertOptions) -> Result<Vec<DType>> {
+    let quantized = match (opts.quant, opts.target) {
+        (Some(q), Target::Gguf) => matrix_types(q, &model.tensors, is_matrix, model.config().n_layer),
+        _ => vec![None; model.tensors.len()],
+    };
+    model.tensors.iter().zip(quantized).map(|(t, q)| output_dtype(t, q, opts)).collect()
+}
+
+/// The dtype `t` is written as; `quant`: the type `--quant` gives it.
+pub(crate) fn output_dtype(t: &CanonTensor, quant: Option<DType>, opts: &ConvertOptions) -> Result<DType> {
     if is_mxfp4_experts(t) {
         return Ok(DType::MXFP4);
     }
@@ -54,9 +63,7 @@ pub(crate) fn output_dtype(t: &CanonTensor, opts: &ConvertOptions) -> Result<DTy
                 // llama.cpp keeps every float tensor that is not a weight matrix (norms, biases,
                 // sinks, the MoE router) in f32.
                 if is_float(t.dtype) { DType::F32 } else { t.dtype }
-            } else if let Some(q) = opts.quant
-                && q.row_bytes(cols).is_some()
-            {
+            } else if let Some(q) = quant {
                 q
             } else if let Some(d) = opts.dtype
                 && is_float(t.dtype)

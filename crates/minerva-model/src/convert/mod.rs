@@ -18,6 +18,7 @@
 //! [`Extras`]; a GGUF source's `tokenizer.*` keys are copied to a GGUF output as they are.
 
 mod dtype;
+mod mixture;
 mod source;
 mod to_gguf;
 mod to_hf;
@@ -29,6 +30,7 @@ use minerva_core::DType;
 use minerva_gguf::MetadataValue;
 
 use crate::error::ModelError;
+pub use mixture::{QUANT_TYPES, Quant};
 pub use source::{Layout, SourceModel};
 
 /// What can go wrong converting; every variant names the file, tensor or option concerned.
@@ -115,9 +117,9 @@ impl Target {
 pub struct ConvertOptions {
     /// The output layout.
     pub target: Target,
-    /// Quantize the weight matrices to this GGML type (GGUF output only): Q8_0, Q4_0, Q4_1 or MXFP4
-    /// (the types `minerva-quant` writes). GPT-OSS's MXFP4 experts stay MXFP4.
-    pub quant: Option<DType>,
+    /// Quantize the weight matrices (GGUF output only): one type of [`QUANT_TYPES`] for all, or
+    /// llama.cpp's Q4_K_M / Q5_K_M mixture (`mixture.rs`). GPT-OSS's MXFP4 experts stay MXFP4.
+    pub quant: Option<Quant>,
     /// The float type of dequantized tensors (default BF16, as Hugging Face ships); when given
     /// explicitly, float weight matrices are cast to it too.
     pub dtype: Option<DType>,
@@ -229,10 +231,11 @@ pub fn convert(
     if opts.quant.is_some() && opts.target != Target::Gguf {
         return Err(unsupported("--quant", "writes GGML block types, which only a GGUF output holds"));
     }
-    if let Some(q) = opts.quant
-        && !matches!(q, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::MXFP4)
+    if let Some(Quant::Type(q)) = opts.quant
+        && !QUANT_TYPES.contains(&q)
     {
-        return Err(unsupported(format!("--quant {q}"), "minerva-quant writes q8_0, q4_0, q4_1 and mxfp4"));
+        let names: Vec<String> = QUANT_TYPES.iter().map(|d| d.to_string().to_lowercase()).collect();
+        return Err(unsupported(format!("--quant {q}"), format!("minerva-quant writes {}", names.join(", "))));
     }
     if let Some(d) = opts.dtype
         && !matches!(d, DType::F32 | DType::F16 | DType::BF16)

@@ -9,7 +9,8 @@ use std::path::Path;
 use minerva_core::DType;
 use minerva_gguf::{GgufWriter, MetadataValue};
 
-use super::dtype::{convert_bytes, output_dtype, record, record_shift};
+use super::dtype::{convert_bytes, output_dtypes, record, record_shift};
+use super::mixture::Quant;
 use super::source::{Family, Layout, SourceModel};
 use super::{ConvertOptions, Extras, Progress, Report, Result, io_error, unsupported};
 use crate::arch::gemma3::Gemma3Config;
@@ -179,7 +180,7 @@ pub(crate) fn write(
         Family::GptOss(g) => (gpt_oss_keys(g, arch)?, Vec::new()),
     };
     let gpt_oss = matches!(model.family, Family::GptOss(_));
-    let out_dtypes = model.tensors.iter().map(|t| output_dtype(t, opts)).collect::<Result<Vec<_>>>()?;
+    let out_dtypes = output_dtypes(model, opts)?;
 
     let mut w = GgufWriter::new();
     for (key, value) in model_keys {
@@ -215,7 +216,7 @@ pub(crate) fn write(
         }
     }
     let main = bytes_by_type.iter().max_by_key(|(_, b)| **b).map(|(d, _)| *d);
-    if let Some(ft) = main.and_then(|d| file_type(d, gpt_oss)) {
+    if let Some(ft) = opts.quant.and_then(Quant::file_type).or_else(|| main.and_then(|d| file_type(d, gpt_oss))) {
         w.add_metadata("general.file_type", ft)?;
     }
     if out_dtypes.iter().any(|d| d.info().quantized) {

@@ -166,7 +166,7 @@ fn plan<'m>(model: &'m SourceModel, opts: &ConvertOptions) -> Result<Vec<Item<'m
             _ => None,
         };
         let minus_one = t.norm_plus_one(spec);
-        items.push(Item::Single { t, name, dtype: output_dtype(t, opts)?, permute_heads, minus_one });
+        items.push(Item::Single { t, name, dtype: output_dtype(t, None, opts)?, permute_heads, minus_one });
     }
     Ok(items)
 }

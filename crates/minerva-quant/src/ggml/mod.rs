@@ -2,6 +2,7 @@
 //! (with their byte diagrams), the scalar reference dequantizers named as ggml names them, and the
 //! reference quantizers this crate implements.
 
+pub mod k_quantize;
 pub mod k_quants;
 pub mod mxfp4;
 pub mod q4;

@@ -11,7 +11,7 @@ use half::f16;
 use minerva_core::DType;
 
 use crate::QuantError;
-use crate::blocks::{dequantize_blocks, impl_block};
+use crate::blocks::{dequantize_blocks, first_abs_max_index, impl_block, quantize_blocks};
 
 /// Q5_0: 32 values, one f16 scale, 5.5 bits per weight.
 ///
@@ -93,4 +93,46 @@ impl_block!(BlockQ5_1, DType::Q5_1, decode_q5_1);
 /// Dequantizes Q5_1 blocks (`bytes`, any alignment) into `out`.
 pub fn dequantize_row_q5_1_ref(bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
     dequantize_blocks::<BlockQ5_1>(bytes, out)
+}
+
+/// The fifth bits of 32 quants (value `j` at bit `j`) and their low nibbles in split-halves order.
+fn pack_five_bits(quants: &[u8; 32]) -> ([u8; 4], [u8; 16]) {
+    let mut high_bits = 0u32;
+    let qs = std::array::from_fn(|j| {
+        let (lo, hi) = (quants[j], quants[j + 16]);
+        high_bits |= u32::from((lo >> 4) & 1) << j | u32::from((hi >> 4) & 1) << (j + 16);
+        (lo & 0x0F) | ((hi & 0x0F) << 4)
+    });
+    (high_bits.to_le_bytes(), qs)
+}
+
+/// Quantizes `values` into Q5_0 blocks as ggml's `quantize_row_q5_0_ref`: `d = max / −16` for the
+/// value of largest magnitude, quants `min(31, trunc(x/d + 16.5))`.
+pub fn quantize_row_q5_0_ref(values: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    quantize_blocks(values, out, |x| {
+        // ggml starts from +0.0 and keeps the first strictly larger magnitude.
+        let first = x[first_abs_max_index(x)];
+        let max = if first.abs() > 0.0 { first } else { 0.0 };
+        let d = max / -16.0;
+        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+        // `as i8` truncates toward zero like C's cast (the sums lie in [0.5, 32.5]).
+        let quants: [u8; 32] = std::array::from_fn(|j| ((x[j] * id + 16.5) as i8).min(31) as u8);
+        let (qh, qs) = pack_five_bits(&quants);
+        BlockQ5_0 { d: f16::from_f32(d), qh, qs }
+    })
+}
+
+/// Quantizes `values` into Q5_1 blocks as ggml's `quantize_row_q5_1_ref`: `d = (max − min) / 31`,
+/// `m = min`, quants `trunc((x − min)/d + 0.5)`.
+pub fn quantize_row_q5_1_ref(values: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    quantize_blocks(values, out, |x| {
+        let (min, max) = x
+            .iter()
+            .fold((f32::MAX, -f32::MAX), |(lo, hi), &v| (if v < lo { v } else { lo }, if v > hi { v } else { hi }));
+        let d = (max - min) / 31.0;
+        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+        let quants: [u8; 32] = std::array::from_fn(|j| ((x[j] - min) * id + 0.5) as u8);
+        let (qh, qs) = pack_five_bits(&quants);
+        BlockQ5_1 { d: f16::from_f32(d), m: f16::from_f32(min), qh, qs }
+    })
 }

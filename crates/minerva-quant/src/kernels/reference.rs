@@ -37,10 +37,12 @@ pub(super) const ROWS: [Kernels; 15] = [
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_1_ref)),
     Kernels::new(Q5_0)
         .dequantize(crate::dequantize_row_q5_0_ref)
+        .quantize(crate::quantize_row_q5_0_ref)
         .dot(Q8_0, dot_q5_0)
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_0_ref)),
     Kernels::new(Q5_1)
         .dequantize(crate::dequantize_row_q5_1_ref)
+        .quantize(crate::quantize_row_q5_1_ref)
         .dot(Q8_0, dot_q5_1)
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_1_ref)),
     Kernels::new(MXFP4)
@@ -50,9 +52,18 @@ pub(super) const ROWS: [Kernels; 15] = [
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_mxfp4_ref)),
     Kernels::new(Q2_K).dequantize(crate::dequantize_row_q2_k_ref).dot(Q8_K, dot_q2_k),
     Kernels::new(Q3_K).dequantize(crate::dequantize_row_q3_k_ref).dot(Q8_K, dot_q3_k),
-    Kernels::new(Q4_K).dequantize(crate::dequantize_row_q4_k_ref).dot(Q8_K, dot_q4_k),
-    Kernels::new(Q5_K).dequantize(crate::dequantize_row_q5_k_ref).dot(Q8_K, dot_q5_k),
-    Kernels::new(Q6_K).dequantize(crate::dequantize_row_q6_k_ref).dot(Q8_K, dot_q6_k),
+    Kernels::new(Q4_K)
+        .dequantize(crate::dequantize_row_q4_k_ref)
+        .quantize(crate::quantize_row_q4_k_ref)
+        .dot(Q8_K, dot_q4_k),
+    Kernels::new(Q5_K)
+        .dequantize(crate::dequantize_row_q5_k_ref)
+        .quantize(crate::quantize_row_q5_k_ref)
+        .dot(Q8_K, dot_q5_k),
+    Kernels::new(Q6_K)
+        .dequantize(crate::dequantize_row_q6_k_ref)
+        .quantize(crate::quantize_row_q6_k_ref)
+        .dot(Q8_K, dot_q6_k),
     Kernels::new(Q8_K).dequantize(crate::dequantize_row_q8_k_ref).quantize(crate::quantize_row_q8_k_ref),
 ];
 
