@@ -2,7 +2,8 @@
 //! `fixtures/gpt_oss/make_gpt_oss_reference.py` in all three layouts (llama.cpp GGUF, Hugging Face
 //! MXFP4 SafeTensors, MLX mxfp4 + 8-bit affine). Each layout has its own reference logits, computed
 //! in f32 from exactly the weights in its file; transformers agrees with OpenAI's own torch
-//! reference on them to 3e-6 (recorded in `reference.json`).
+//! reference on them to 3e-6 (recorded in `reference.json`). A fourth checkpoint, written by
+//! mlx-lm's own converter, holds the MLX layout's weights and is held to its reference.
 //!
 //! Error measure: max |ours − reference| over every logit of a sequence, divided by the largest
 //! |reference logit| of that sequence (per-element relative error is meaningless near zero).
@@ -100,12 +101,17 @@ fn argmax(row: &[f32]) -> usize {
     minerva_model::argmax(row) as usize
 }
 
+/// mlx-lm's own converter (`mlx_lm convert -q --q-bits 8` of `hf/`, `make_mlx_lm_fixture.sh`)
+/// writes the same weights as the script's MLX layout, with its per-layer `quantization` entries
+/// and a quantized router: it must read as that model.
+const MLX_LM: (&str, &str) = ("mlx", "mlx_lm");
+
 #[test]
 fn f32_activations_match_transformers_in_every_layout() {
-    for (layout, path) in LAYOUTS {
+    for (layout, path) in LAYOUTS.into_iter().chain([MLX_LM]) {
         let s = compare(layout, path, true);
         let n = s.errors.len();
-        eprintln!("{layout}: f32 activations: relative error max {:.2e}, top-1 {}/{n}", s.max(), s.top1);
+        eprintln!("{path}: f32 activations: relative error max {:.2e}, top-1 {}/{n}", s.max(), s.top1);
         assert!(s.max() <= F32_MAX, "{layout}: relative error {:e}", s.max());
         assert_eq!(s.top1, n, "{layout}");
     }
