@@ -114,7 +114,7 @@ impl Gguf<Mmap> {
 
 /// Asks Linux to read the file into the page cache in 2 MiB folios where it reads it for this
 /// map, and to map them as huge pages: decode streams the weights, and with 4 KiB pages a core
-/// read them at about two thirds of the rate (docs/benchmarks.md, "Huge pages for the model's
+/// read them at about two thirds of the rate (docs/benchmarks-history.md, "Huge pages for the model's
 /// mapping"). Only advice: pages already cached keep their size, and a refusal changes nothing.
 #[cfg(target_os = "linux")]
 fn advise_huge_pages(map: &Mmap) {

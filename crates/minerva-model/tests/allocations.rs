@@ -1,6 +1,6 @@
 //! A warm forward step allocates nothing but the logits it returns: activation tensors, quantized
 //! activations, task lists, the batch's layout, RoPE tables and the experts' working vectors are
-//! all kept from one step to the next (docs/benchmarks.md, "No allocation per layer").
+//! all kept from one step to the next (docs/benchmarks-history.md, "No allocation per layer").
 //!
 //! Counted by a global allocator over every thread of the process, so this file holds one test
 //! (the harness runs the tests of one binary on parallel threads).

@@ -72,7 +72,7 @@ pub(crate) fn open_shard(path: &Path) -> Result<Shard> {
 
 /// Asks Linux to read the shard into the page cache in 2 MiB folios where it reads it for this
 /// map, and to map them as huge pages: decode streams the weights, which 4 KiB pages slow
-/// (docs/benchmarks.md, "Huge pages for the model's mapping"). Only advice: pages already cached
+/// (docs/benchmarks-history.md, "Huge pages for the model's mapping"). Only advice: pages already cached
 /// keep their size, and a refusal changes nothing.
 #[cfg(target_os = "linux")]
 fn advise_huge_pages(map: &Mmap) {

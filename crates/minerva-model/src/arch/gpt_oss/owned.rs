@@ -3,7 +3,7 @@
 //!
 //! Decode reads every byte of these buffers once per token, as a stream. With 4 KiB pages a thread
 //! streamed a 1 GiB buffer at about two thirds of the rate it reached once the same buffer had
-//! transparent huge pages (docs/benchmarks.md, "Huge pages for converted tensors"); the model's own
+//! transparent huge pages (docs/benchmarks-history.md, "Huge pages for converted tensors"); the model's own
 //! mapping already gets large pages where the kernel's page cache keeps large folios. The advice
 //! is only advice: where it is refused (another OS, `transparent_hugepage=never`), the buffer is
 //! the same memory with small pages.

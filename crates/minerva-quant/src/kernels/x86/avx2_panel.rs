@@ -271,7 +271,7 @@ pub(super) fn panels<L: Layout, D, const SUMS: u8>(
 {
     // One 8-row panel per step: with two, their 8 integer sums and 8 f32 accumulators were spilled
     // from AVX2's and AVX-VNNI's 16 registers, and even with EVEX's 32 two panels measured slower
-    // once the step's closures were inlined (docs/benchmarks.md, "Prefill on AVX2 and AVX-VNNI").
+    // once the step's closures were inlined (docs/benchmarks-history.md, "Prefill on AVX2 and AVX-VNNI").
     groups::<L, D, 4, SUMS>(w, row_bytes, acts, out, &decode);
 }
 

@@ -76,7 +76,7 @@ fn scale_min(b: &[u8], one_activation: bool) -> (__m256, f32) {
 /// How far ahead of the current position in the weights [`tile`] prefetches, in bytes. A tile
 /// reads its rows side by side, each a stream too short for the hardware prefetcher to follow;
 /// prefetching the weights as one stream a few KiB ahead keeps a matrix larger than L3 at memory
-/// bandwidth (docs/benchmarks.md, "Prefetching the weights as one stream").
+/// bandwidth (docs/benchmarks-history.md, "Prefetching the weights as one stream").
 const PREFETCH_AHEAD: usize = 3072;
 
 /// Asks the CPU to start loading `bytes[at]` into cache (nothing if `at` is past the end).

@@ -66,7 +66,7 @@ pub(super) fn prefetch_lead(rows: usize, row_bytes: usize) -> usize {
 ///
 /// Into L2 (`prefetcht1`) rather than L1: on the Intel Xeon, reading from DRAM, a prefetch into
 /// L1 holds one of the core's few L1 miss buffers for a whole trip to memory, which kept a
-/// thread's stream below what its L2 takes in (docs/benchmarks.md, "Prefetching into L2").
+/// thread's stream below what its L2 takes in (docs/benchmarks-history.md, "Prefetching into L2").
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn prefetch(bytes: &[u8], at: usize, len: usize) {
@@ -474,7 +474,7 @@ pub(super) fn nibbles_wide(qs: &[u8]) -> (__m256i, __m256i) {
 ///
 /// Written in `asm!` because LLVM, seeing zero-extended bytes, rewrote the intrinsics' version of
 /// [`nibbles_wide`] back into byte-wide shifts and masks followed by two `vpmovzxbw` per block
-/// (docs/benchmarks.md, "Widening once"): one shuffle and two other µops more per block.
+/// (docs/benchmarks-history.md, "Widening once"): one shuffle and two other µops more per block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(unsafe_code)]
@@ -525,7 +525,7 @@ fn fifth_wide(bits: i16) -> __m256i {
 
 // The formats. Q8_0 joined them from `avx2_tile`'s 4 × 2 tiles of 8-lane accumulators, whose
 // eight-part sums made its prefill panels convert and scale 8 parts per block
-// (docs/benchmarks.md, "Widening once").
+// (docs/benchmarks-history.md, "Widening once").
 
 pub(super) struct Q8_0;
 impl Format for Q8_0 {

@@ -37,7 +37,7 @@ use crate::kernels::float_format::{BF16, F16, F32, width};
 
 /// How far ahead of its position a float row's dot product prefetches the weights, in bytes: the
 /// hardware prefetcher alone kept a bf16 matvec at about two thirds of a core's read bandwidth
-/// (docs/benchmarks.md, "AVX-VNNI without AVX-512…"). Into L2 (`prefetcht1`), as the i16 tiles
+/// (docs/benchmarks-history.md, "AVX-VNNI without AVX-512…"). Into L2 (`prefetcht1`), as the i16 tiles
 /// do (`avx2_tile_i16::prefetch`): into L1 it held back GPT-OSS's bf16 matrices read from DRAM.
 const FLOAT_PREFETCH_AHEAD: usize = 12288;
 
