@@ -161,6 +161,12 @@ fn every_architecture_loads_converts_both_ways_and_round_trips() {
         let config: serde_json::Value =
             serde_json::from_slice(&std::fs::read(p("hf").join("config.json")).unwrap()).unwrap();
         assert_eq!(config["architectures"][0], spec.hf_class, "{name}");
+        // A scaled RoPE is also spelled the pre-transformers-5 way (`rope_scaling` with `type`),
+        // which mlx-lm and older transformers read.
+        let kind = &config["rope_parameters"]["rope_type"];
+        if kind.is_string() && kind != "default" {
+            assert_eq!(&config["rope_scaling"]["type"], kind, "{name}: rope_scaling");
+        }
 
         let reference = logits(&hf);
         let copy = logits(&p("hf"));

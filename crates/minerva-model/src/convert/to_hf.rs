@@ -398,6 +398,15 @@ fn base_config(c: &Config) -> Result<Map<String, Value>> {
     m.insert("hidden_act".into(), json!("silu"));
     m.insert("rope_theta".into(), json!(c.rope.base));
     m.insert("rope_parameters".into(), rope_parameters(c)?);
+    // Readers older than transformers 5 (mlx-lm among them) take the scaling from `rope_scaling`,
+    // its kind from `type`, and the base from `rope_theta` only.
+    if c.rope.scaling != RopeScaling::None {
+        let mut legacy = rope_parameters(c)?;
+        if let Some(kind) = legacy.get("rope_type").cloned() {
+            legacy["type"] = kind;
+        }
+        m.insert("rope_scaling".into(), legacy);
+    }
     if c.rope.dim != c.head_dim {
         m.insert("partial_rotary_factor".into(), json!(c.rope.dim as f32 / c.head_dim as f32));
     }
@@ -420,9 +429,6 @@ fn gpt_oss_config(spec: &ArchSpec, g: &GptOssConfig, target: Target) -> Result<M
     m.insert("sliding_window".into(), json!(c.sliding_window));
     m.insert("swiglu_limit".into(), json!(g.swiglu_limit));
     m.insert("swiglu_alpha".into(), json!(g.swiglu_alpha));
-    if let Some(rope) = m.get("rope_parameters").cloned() {
-        m.insert("rope_scaling".into(), rope);
-    }
     if target == Target::Mlx {
         // Only the experts have `.scales`, so only they are quantized (mlx-lm and Minerva both
         // quantize a module exactly when its scales are stored).
