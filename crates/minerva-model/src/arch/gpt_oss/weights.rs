@@ -20,7 +20,8 @@
 //!   fused affine kernel would not.
 //!
 //! Tensors are named once, in llama.cpp's terms: GGUF files are read through [`TensorSource`],
-//! SafeTensors ones through [`hf_layer_name`] (the experts' layout-specific names aside).
+//! SafeTensors ones through the row's name table (`GPT_OSS_LAYER_NAMES`; the experts'
+//! layout-specific names aside).
 
 use std::sync::Arc;
 
