@@ -91,6 +91,12 @@ impl ArchSpec {
         self.layer_names.iter().flat_map(|t| t.iter()).find(|(_, h)| *h == hf).map(|(g, _)| *g)
     }
 
+    /// Whether the tensor llama.cpp calls `gguf_name` is an RMS-norm factor GGUF stores as `1 + w`
+    /// (every `*norm.weight` of a `norm_plus_one` architecture).
+    pub fn shifts_norm(&self, gguf_name: &str) -> bool {
+        self.norm_plus_one && gguf_name.ends_with("norm.weight")
+    }
+
     /// Whether `name` is one of its GGUF or Hugging Face names.
     pub fn answers_to(&self, name: &str) -> bool {
         self.gguf_names.contains(&name) || self.hf_model_types.contains(&name)

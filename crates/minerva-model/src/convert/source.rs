@@ -104,12 +104,6 @@ impl CanonTensor {
         }
     }
 
-    /// Whether the values are Gemma norm factors shifted between `w` (Hugging Face) and `1 + w`
-    /// (GGUF, canonical): read so from a checkpoint, or written so to one.
-    pub(crate) fn norm_plus_one(&self, spec: &ArchSpec) -> bool {
-        spec.norm_plus_one && self.name.ends_with("norm.weight")
-    }
-
     /// Whether the stored tensor is MLX affine, dequantized on reading.
     pub(crate) fn mlx_affine(&self) -> bool {
         self.mlx_affine
@@ -209,7 +203,7 @@ impl SourceModel {
                 Some(Some("attn_k")) if spec.permutes_qk => Some(c.n_head_kv),
                 _ => None,
             };
-            let plus_one = spec.norm_plus_one && name.ends_with("norm.weight");
+            let plus_one = spec.shifts_norm(&name);
             // A shifted norm is canonical in f32, as llama.cpp stores norms.
             let dtype = if plus_one { DType::F32 } else { dtype };
             let origin = Origin::Stored { stored: lt.name.to_string(), permute_heads, plus_one };

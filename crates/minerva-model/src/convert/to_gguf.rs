@@ -244,7 +244,7 @@ pub(crate) fn write(
         let bytes = convert_bytes(&t.name, t.dtype, *dtype, &stored, cols)?;
         data.write_chunk(&bytes)?;
         report.bytes_written += bytes.len() as u64;
-        if t.norm_plus_one(model.spec) && model.layout != Layout::Gguf {
+        if model.spec.shifts_norm(&t.name) && model.layout != Layout::Gguf {
             record_shift(&mut report, model.shift_is_exact(t)?);
         } else {
             record(&mut report, t, *dtype, false);

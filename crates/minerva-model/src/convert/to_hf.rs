@@ -165,7 +165,7 @@ fn plan<'m>(model: &'m SourceModel, opts: &ConvertOptions) -> Result<Vec<Item<'m
             Some("attn_k") if spec.permutes_qk => Some(c.n_head_kv),
             _ => None,
         };
-        let minus_one = t.norm_plus_one(spec);
+        let minus_one = spec.shifts_norm(&t.name);
         items.push(Item::Single { t, name, dtype: output_dtype(t, None, opts)?, permute_heads, minus_one });
     }
     Ok(items)
