@@ -44,6 +44,58 @@ pub struct WeightSource {
     pub range: Range<usize>,
 }
 
+/// Where an MXFP4 matrix stored as Hugging Face and MLX store it lives: its nibbles (16 bytes per
+/// 32 values, two values per byte, interleaved) and its E8M0 scales (a byte per 32 values) as two
+/// byte ranges, possibly of two files (`minerva_quant::Matrix::Mxfp4Split`). Row `r` of the
+/// weight is physical row `r · row_stride` from the ranges' starts: stride 2 picks one half of
+/// GPT-OSS's interleaved gate/up rows.
+#[derive(Clone)]
+pub struct SplitMxfp4Source {
+    /// The file holding the nibbles.
+    pub nibbles: Arc<dyn ByteSource>,
+    /// Byte range of the nibbles within `nibbles`, from the weight's first row.
+    pub nibbles_range: Range<usize>,
+    /// The file holding the scales.
+    pub scales: Arc<dyn ByteSource>,
+    /// Byte range of the scales within `scales`, from the weight's first row.
+    pub scales_range: Range<usize>,
+    /// Physical rows from one of the weight's rows to the next.
+    pub row_stride: usize,
+    /// The tensor's name (for messages).
+    pub name: String,
+    /// Numpy-order shape of the weight (its rows only).
+    pub shape: Vec<usize>,
+}
+
+impl SplitMxfp4Source {
+    /// The weight's values as GGML MXFP4 blocks (llama.cpp's conversion), in anonymous memory: what
+    /// [`Backend::split_mxfp4_weight`] uploads on a backend that does not read this layout.
+    pub fn to_ggml_blocks(&self) -> Result<WeightSource> {
+        let bad = |message: String| ModelError::BadTensor { tensor: self.name.clone(), message };
+        let cols = *self.shape.last().ok_or_else(|| bad("a split MXFP4 weight needs a shape".into()))?;
+        let rows = self.shape[..self.shape.len() - 1].iter().try_fold(1usize, |a, &b| a.checked_mul(b));
+        let rows = rows.ok_or_else(|| bad(format!("shape {:?} overflows", self.shape)))?;
+        let nibbles = self.nibbles.bytes().get(self.nibbles_range.clone());
+        let scales = self.scales.bytes().get(self.scales_range.clone());
+        let (Some(nibbles), Some(scales)) = (nibbles, scales) else {
+            return Err(bad("byte range outside the file".into()));
+        };
+        let matrix = minerva_quant::Matrix::Mxfp4Split { nibbles, scales, row_stride: self.row_stride };
+        let row_bytes =
+            DType::MXFP4.row_bytes(cols).ok_or_else(|| bad(format!("{cols} columns are not whole blocks")))?;
+        let len = rows.checked_mul(row_bytes).ok_or_else(|| bad(format!("shape {:?} overflows", self.shape)))?;
+        let mut out = crate::owned::OwnedBytes::zeroed(len);
+        matrix.to_ggml_blocks(rows, cols, out.as_mut())?;
+        Ok(WeightSource {
+            file: Arc::new(out),
+            name: self.name.clone(),
+            dtype: DType::MXFP4,
+            shape: self.shape.clone(),
+            range: 0..len,
+        })
+    }
+}
+
 /// One sequence's rows in a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeqSpan {
@@ -206,6 +258,12 @@ pub trait Backend: Send + Sync {
 
     /// Makes a weight handle from its bytes in the file.
     fn weight(&self, source: WeightSource) -> Result<Self::Weight>;
+    /// Makes a weight handle from an MXFP4 matrix in Hugging Face's and MLX's split layout. By
+    /// default it is converted to GGML blocks ([`SplitMxfp4Source::to_ggml_blocks`]) for
+    /// [`Backend::weight`]; a backend whose kernels read the layout where it lies keeps it.
+    fn split_mxfp4_weight(&self, source: SplitMxfp4Source) -> Result<Self::Weight> {
+        self.weight(source.to_ggml_blocks()?)
+    }
     /// A preallocated, zeroed KV cache.
     fn new_cache(&self, shape: CacheShape) -> Result<Self::Cache>;
 

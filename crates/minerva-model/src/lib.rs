@@ -61,6 +61,7 @@ mod gguf_keys;
 mod hf_config;
 pub mod kv_blocks;
 mod model;
+mod owned;
 pub mod rope;
 pub mod source;
 pub mod synthetic;

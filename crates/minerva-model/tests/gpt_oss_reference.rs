@@ -192,3 +192,32 @@ fn batched_sequences_equal_separate_runs() {
     let none = model.forward(&mut cache, &[SequenceInput { slot: 0, ..both[0] }], LogitsFor::LastOfFirst(0)).unwrap();
     assert!(none.data.is_empty() && none.rows.is_empty());
 }
+
+/// HF's and MLX's MXFP4 experts are read where they lie (nibbles and scales in the map, HF's
+/// interleaved gate/up rows as two every-other-row weights), converted a few rows at a time in
+/// cache: every logit, on the default path and on the f32 one, equals that of the same checkpoint
+/// converted to GGUF, whose experts are llama.cpp's GGML blocks (the conversion keeps every other
+/// tensor's values), bit for bit.
+#[test]
+fn mxfp4_read_in_place_equals_converted_blocks() {
+    use minerva_model::convert::{ConvertOptions, Extras, Target, convert};
+    let (seqs, _) = reference("hf");
+    for path in ["hf", "mlx"] {
+        let dir = tempfile::tempdir().unwrap();
+        let gguf = dir.path().join("converted.gguf");
+        let options = ConvertOptions::new(Target::Gguf);
+        convert(&fixtures().join(path), &gguf, &options, &Extras::default(), &mut |_| {}).unwrap();
+        for f32_activations in [false, true] {
+            let backend = || CpuBackend::new(Some(2)).unwrap().with_f32_activations(f32_activations);
+            let in_place = Model::load(fixtures().join(path), backend()).unwrap();
+            let converted = Model::load(&gguf, backend()).unwrap();
+            for seq in &seqs {
+                let input = [SequenceInput { tokens: seq, start_pos: 0, slot: 0 }];
+                let run = |m: &Model<CpuBackend>| {
+                    m.forward(&mut m.new_cache(1, seq.len()).unwrap(), &input, LogitsFor::All).unwrap()
+                };
+                assert_eq!(run(&in_place), run(&converted), "{path} f32 activations {f32_activations}");
+            }
+        }
+    }
+}

@@ -37,6 +37,7 @@
 use crate::QuantError;
 use crate::activation::Activation;
 use crate::kernels::{self, MatKernel};
+use crate::matrix::{Matrix, RowSource};
 use crate::pool;
 use crate::vector;
 use minerva_core::DType;
@@ -84,7 +85,7 @@ pub fn matmul(
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
-    run(dtype, kernels::selected(dtype).kernels.matmul, false, weights, rows, cols, xs, n, ys)
+    run(Matrix::Blocks { dtype, bytes: weights }, kernels::selected(dtype).kernels.matmul, false, rows, cols, xs, n, ys)
 }
 
 /// [`matmul`] with activations quantized to **i16** (one f32 scale per 32 values) instead of
@@ -104,8 +105,21 @@ pub fn matmul_i16(
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
-    let (kernel, i16) = i16_kernel(&kernels::selected(dtype).kernels);
-    run(dtype, kernel, i16, weights, rows, cols, xs, n, ys)
+    matmul_i16_matrix(Matrix::Blocks { dtype, bytes: weights }, rows, cols, xs, n, ys)
+}
+
+/// [`matmul_i16`] of any [`Matrix`]: a split MXFP4 matrix (HF's or MLX's layout, read in place)
+/// gives the values its conversion to GGML blocks would.
+pub fn matmul_i16_matrix(
+    matrix: Matrix<'_>,
+    rows: usize,
+    cols: usize,
+    xs: &[f32],
+    n: usize,
+    ys: &mut [f32],
+) -> Result<(), QuantError> {
+    let (kernel, i16) = i16_kernel(&kernels::selected(matrix.dtype()).kernels);
+    run(matrix, kernel, i16, rows, cols, xs, n, ys)
 }
 
 /// A row's kernel for [`matmul_i16`] and whether it takes i16 activations: its i16 kernel where
@@ -132,16 +146,14 @@ pub fn matmul_with_isa(
 ) -> Result<(), QuantError> {
     let row = kernels::isa_only(isa, dtype).ok_or_else(|| QuantError::UnknownIsa { isa: isa.to_string() })?;
     let (kernel, i16) = if i16 { i16_kernel(&row) } else { (row.matmul, false) };
-    run(dtype, kernel, i16, weights, rows, cols, xs, n, ys)
+    run(Matrix::Blocks { dtype, bytes: weights }, kernel, i16, rows, cols, xs, n, ys)
 }
 
-/// One weight matrix of [`matmul_i16_each`]: `rows × cols` of `dtype` (row-major, whole blocks per
-/// row) and where its products go (`n × rows`).
+/// One weight matrix of [`matmul_i16_each`]: `rows × cols` values and where its products go
+/// (`n × rows`).
 pub struct Product<'a> {
-    /// The weights' dtype.
-    pub dtype: DType,
-    /// `rows` rows of `cols` values of `dtype`.
-    pub weights: &'a [u8],
+    /// `rows` rows of `cols` values.
+    pub matrix: Matrix<'a>,
     /// Rows of `weights`: values per activation in `ys`.
     pub rows: usize,
     /// `n × rows` results, row `j` for activation `j`.
@@ -173,7 +185,7 @@ pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n:
     if n > 1 || pool::current_threads() == 1 {
         for p in products.iter_mut().filter(|p| p.rows > 0) {
             let (kernel, key, row_bytes) = plan(p, cols, xs.len(), n)?;
-            multiply(kernel, p.weights, p.rows, row_bytes, acts_for(key), p.ys);
+            multiply(kernel, p.matrix.source(cols), p.rows, row_bytes, acts_for(key), p.ys);
         }
         return Ok(());
     }
@@ -185,22 +197,22 @@ pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n:
     for p in products.iter_mut().filter(|p| p.rows > 0) {
         let (kernel, key, row_bytes) = plan(p, cols, xs.len(), n)?;
         let rows_per_task = rows_per_task(p.rows, row_bytes, threads);
+        let source = p.matrix.source(cols);
         for (t, ys) in p.ys.chunks_mut(rows_per_task).enumerate() {
-            let weights = &p.weights[t * rows_per_task * row_bytes..][..ys.len() * row_bytes];
-            tasks.push((kernel, weights, row_bytes, acts_for(key), ys));
+            tasks.push((kernel, source, t * rows_per_task, row_bytes, acts_for(key), ys));
         }
     }
     pool::for_each_chunk_mut(&mut tasks, 1, |_, task| {
-        let (kernel, weights, row_bytes, acts, ys) = &mut task[0];
-        kernel.apply(weights, *row_bytes, acts, ys);
+        let (kernel, source, first, row_bytes, acts, ys) = &mut task[0];
+        source.apply(*kernel, *first, ys.len(), *row_bytes, acts, ys);
     });
     TASKS.set(minerva_core::recycle_vec(tasks));
     Ok(())
 }
 
-/// One task of `matmul_i16_each`'s shared loop: a kernel, its weight rows, their bytes per row,
-/// the activations and the rows' results.
-type Task<'a> = (MatKernel, &'a [u8], usize, &'a [Activation<'a>], &'a mut [f32]);
+/// One task of `matmul_i16_each`'s shared loop: a kernel, its matrix, its first row, their bytes
+/// per row, the activations and the rows' results (one per row).
+type Task<'a> = (MatKernel, RowSource<'a>, usize, usize, &'a [Activation<'a>], &'a mut [f32]);
 
 thread_local! {
     /// `matmul_i16_each`'s task list, kept empty between calls for its allocation.
@@ -210,9 +222,10 @@ thread_local! {
 /// A product's kernel for [`matmul_i16_each`], its activations' (format, i16) key and its bytes per
 /// row, or the error its shape or dtype gives.
 fn plan(p: &Product<'_>, cols: usize, xs: usize, n: usize) -> Result<(MatKernel, (DType, bool), usize), QuantError> {
-    let (kernel, i16) = i16_kernel(&kernels::selected(p.dtype).kernels);
-    let (kernel, format) = kernel_and_format(p.dtype, kernel)?;
-    let row_bytes = check_shape(p.dtype, p.weights.len(), p.rows, cols, xs, n, p.ys.len())?;
+    let dtype = p.matrix.dtype();
+    let (kernel, i16) = i16_kernel(&kernels::selected(dtype).kernels);
+    let (kernel, format) = kernel_and_format(dtype, kernel)?;
+    let row_bytes = check_shape(&p.matrix, p.rows, cols, xs, n, p.ys.len())?;
     Ok((kernel, (format, i16), row_bytes))
 }
 
@@ -252,7 +265,7 @@ pub fn matmul_i16_ref(
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
     let (kernel, i16) = i16_kernel(kernels::reference(dtype));
-    run(dtype, kernel, i16, weights, rows, cols, xs, n, ys)
+    run(Matrix::Blocks { dtype, bytes: weights }, kernel, i16, rows, cols, xs, n, ys)
 }
 
 /// [`matvec`] with the scalar kernels only.
@@ -277,30 +290,22 @@ pub fn matmul_ref(
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
-    run(dtype, kernels::reference(dtype).matmul, false, weights, rows, cols, xs, n, ys)
+    run(Matrix::Blocks { dtype, bytes: weights }, kernels::reference(dtype).matmul, false, rows, cols, xs, n, ys)
 }
 
-/// Checks every length against the shape; returns the bytes per weight row.
+/// Checks every length against the shape; returns the bytes per weight row (in GGML's layout).
 fn check_shape(
-    dtype: DType,
-    weights: usize,
+    matrix: &Matrix<'_>,
     rows: usize,
     cols: usize,
     xs: usize,
     n: usize,
     ys: usize,
 ) -> Result<usize, QuantError> {
-    let block_elems = dtype.block_elems();
-    if !cols.is_multiple_of(block_elems) {
-        return Err(QuantError::PartialBlockValues { dtype, len: cols, block_elems });
-    }
+    let row_bytes = matrix.check_shape(rows, cols)?;
+    let dtype = matrix.dtype();
     let overflow = QuantError::ShapeOverflow { dtype, rows, cols, n };
-    let row_bytes = (cols / block_elems).checked_mul(dtype.block_bytes()).ok_or(overflow.clone())?;
-    let expected = [
-        ("weights", row_bytes.checked_mul(rows), weights, "bytes"),
-        ("x", cols.checked_mul(n), xs, "values"),
-        ("y", rows.checked_mul(n), ys, "values"),
-    ];
+    let expected = [("x", cols.checked_mul(n), xs, "values"), ("y", rows.checked_mul(n), ys, "values")];
     for (operand, expected, actual, unit) in expected {
         let expected = expected.ok_or(overflow.clone())?;
         if expected != actual {
@@ -312,18 +317,17 @@ fn check_shape(
 
 #[allow(clippy::too_many_arguments)]
 fn run(
-    dtype: DType,
+    matrix: Matrix<'_>,
     kernel: Option<MatKernel>,
     i16: bool,
-    weights: &[u8],
     rows: usize,
     cols: usize,
     xs: &[f32],
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
-    let (kernel, act_dtype) = kernel_and_format(dtype, kernel)?;
-    let row_bytes = check_shape(dtype, weights.len(), rows, cols, xs.len(), n, ys.len())?;
+    let (kernel, act_dtype) = kernel_and_format(matrix.dtype(), kernel)?;
+    let row_bytes = check_shape(&matrix, rows, cols, xs.len(), n, ys.len())?;
     if rows == 0 || n == 0 {
         return Ok(());
     }
@@ -332,7 +336,7 @@ fn run(
         return Ok(());
     }
     let acts = quantize_all(act_dtype, i16, xs, cols, n);
-    multiply(kernel, weights, rows, row_bytes, &acts, ys);
+    multiply(kernel, matrix.source(cols), rows, row_bytes, &acts, ys);
     Ok(())
 }
 
@@ -395,7 +399,14 @@ thread_local! {
 }
 
 /// `ys = acts · Wᵀ` (`ys` is `acts.len() × rows`) for non-empty shapes checked by the caller.
-fn multiply(kernel: MatKernel, weights: &[u8], rows: usize, row_bytes: usize, acts: &[Activation<'_>], ys: &mut [f32]) {
+fn multiply(
+    kernel: MatKernel,
+    source: RowSource<'_>,
+    rows: usize,
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    ys: &mut [f32],
+) {
     let (threads, n) = (pool::current_threads(), acts.len());
     // One activation, or one chunk of them: see `rows_per_task`.
     let rows_per_task = rows_per_task(rows, row_bytes, threads);
@@ -418,19 +429,16 @@ fn multiply(kernel: MatKernel, weights: &[u8], rows: usize, row_bytes: usize, ac
         pool::for_each_tile_mut(ys, rows, ACT_CHUNK, block_rows, |c, _, block| {
             let first = c * ACT_CHUNK;
             let chunk = &acts[first..(first + ACT_CHUNK).min(n)];
-            let w = &weights[block.first_column() * row_bytes..][..block.width() * row_bytes];
-            chunk_into_columns(kernel, w, row_bytes, chunk, first, block);
+            chunk_into_columns(kernel, source, row_bytes, chunk, first, block);
         });
         return;
     }
     // One activation: results are `ys` itself.
     if threads == 1 || rows_per_task >= rows {
-        kernel.apply(weights, row_bytes, acts, ys);
+        source.apply(kernel, 0, rows, row_bytes, acts, ys);
     } else {
         pool::for_each_chunk_mut(ys, rows_per_task, |t, y| {
-            let first = t * rows_per_task;
-            let w = &weights[first * row_bytes..][..y.len() * row_bytes];
-            kernel.apply(w, row_bytes, acts, y);
+            source.apply(kernel, t * rows_per_task, y.len(), row_bytes, acts, y);
         });
     }
 }
@@ -439,7 +447,7 @@ fn multiply(kernel: MatKernel, weights: &[u8], rows: usize, row_bytes: usize, ac
 /// 32 and 128 measured a little slower (docs/benchmarks.md).
 const ACT_CHUNK: usize = 64;
 
-/// `kernel` over `weights` (`block.width()` rows) and one chunk of at most `ACT_CHUNK`
+/// `kernel` over the block's rows of `source` (`block.width()` rows) and one chunk of at most `ACT_CHUNK`
 /// activations (`acts`, activations `first..` of the call), the results transposed into `block`
 /// (its columns of `ys`, one row per activation): a kernel walks every activation for each group
 /// of rows, so with a prefill's hundreds of activations (megabytes once quantized) each group
@@ -448,20 +456,20 @@ const ACT_CHUNK: usize = 64;
 /// on the chunking.
 fn chunk_into_columns(
     kernel: MatKernel,
-    weights: &[u8],
+    source: RowSource<'_>,
     row_bytes: usize,
     acts: &[Activation<'_>],
     first: usize,
     mut block: pool::ColumnBlock<'_, f32>,
 ) {
-    let (width, n) = (block.width(), acts.len());
+    let (width, n, first_row) = (block.width(), acts.len(), block.first_column());
     let mut rows = block.rows_mut(first..first + n);
     let mut out: [&mut [f32]; ACT_CHUNK] = std::array::from_fn(|_| rows.next().unwrap_or_default());
     let out = &mut out[..n];
     CHUNK_OUT.with_borrow_mut(|buf| {
         // Not cleared: the kernel writes every value.
         buf.resize(width * n, 0.0);
-        kernel.apply(weights, row_bytes, acts, buf);
+        source.apply(kernel, first_row, width, row_bytes, acts, buf);
         // Transposed in 8 × 8 blocks (in SIMD) straight into each activation's row of `ys`.
         vector::transpose_into_rows(buf, width, n, 0, out);
     });

@@ -141,12 +141,8 @@ pub fn hf_mxfp4_to_ggml(blocks: &[u8], scales: &[u8], out: &mut [u8]) -> Result<
 fn hf_blocks_to_ggml(blocks: &[u8], scales: &[u8], out: &mut [u8]) {
     let group_bytes = blocks.chunks_exact(MXFP4_GROUP_BYTES);
     for ((hf, &e), ggml) in group_bytes.zip(scales).zip(out.chunks_exact_mut(17)) {
-        // Value v sits in HF byte v/2, nibble v%2.
-        let nibble = |v: usize| (hf[v / 2] >> (4 * (v % 2))) & 0x0F;
         ggml[0] = e;
-        for j in 0..16 {
-            ggml[1 + j] = nibble(j) | (nibble(j + 16) << 4);
-        }
+        ggml[1..].copy_from_slice(&crate::matrix::pairs_to_halves(hf.try_into().unwrap_or_default()));
     }
 }
 

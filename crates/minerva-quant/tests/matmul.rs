@@ -5,7 +5,7 @@ mod common;
 
 use minerva_core::DType;
 use minerva_quant::{
-    Product, QuantError, activation_dtype, dequantize, detected_isas, has_i16_matmul, matmul, matmul_i16,
+    Matrix, Product, QuantError, activation_dtype, dequantize, detected_isas, has_i16_matmul, matmul, matmul_i16,
     matmul_i16_each, matmul_i16_ref, matmul_ref, matmul_with_isa, matvec, matvec_ref, quantize,
 };
 use proptest::prelude::*;
@@ -636,7 +636,11 @@ fn products_of_the_same_activations_equal_their_own_matmuls() {
             let mut products: Vec<Product<'_>> = weights
                 .iter()
                 .zip(outs.iter_mut())
-                .map(|((dtype, rows, w), ys)| Product { dtype: *dtype, weights: w, rows: *rows, ys })
+                .map(|((dtype, rows, w), ys)| Product {
+                    matrix: Matrix::Blocks { dtype: *dtype, bytes: w },
+                    rows: *rows,
+                    ys,
+                })
                 .collect();
             pool(threads).install(|| matmul_i16_each(&mut products, cols, &xs, n)).expect("products");
             for ((dtype, rows, w), got) in weights.iter().zip(&outs) {
@@ -649,8 +653,12 @@ fn products_of_the_same_activations_equal_their_own_matmuls() {
     let xs = random_values(2 * cols, 3);
     let (mut first, mut second) = (vec![f32::NAN; 2 * 40], vec![0.0f32; 2 * 47]);
     let mut products = [
-        Product { dtype: DType::Q8_0, weights: &weights[0].2, rows: 40, ys: &mut first },
-        Product { dtype: DType::Q4_K, weights: &weights[1].2, rows: 47, ys: &mut second[..2 * 47 - 1] },
+        Product { matrix: Matrix::Blocks { dtype: DType::Q8_0, bytes: &weights[0].2 }, rows: 40, ys: &mut first },
+        Product {
+            matrix: Matrix::Blocks { dtype: DType::Q4_K, bytes: &weights[1].2 },
+            rows: 47,
+            ys: &mut second[..2 * 47 - 1],
+        },
     ];
     assert!(matches!(
         matmul_i16_each(&mut products, cols, &xs, 2),

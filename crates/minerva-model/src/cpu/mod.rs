@@ -11,9 +11,11 @@ mod rope_tables;
 use std::sync::Arc;
 
 use minerva_core::DType;
-use minerva_quant::{ComputePool, pool};
+use minerva_quant::{ComputePool, Matrix, pool};
 
-use crate::backend::{Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, WeightSource};
+use crate::backend::{
+    Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, SplitMxfp4Source, WeightSource,
+};
 use crate::checks::{self, MatrixShape};
 use crate::error::{ModelError, Result};
 use crate::kv_blocks::BlockTables;
@@ -56,7 +58,8 @@ impl Drop for CpuTensor {
 }
 
 /// A weight: a byte range of the mapped file, used in its stored dtype. Vectors (norm weights,
-/// a few KiB) are also kept as f32.
+/// a few KiB) are also kept as f32. A split MXFP4 weight (HF's, MLX's) is its nibbles' range, and
+/// its scales' in `split`, read where they lie by minerva-quant's [`Matrix::Mxfp4Split`].
 pub struct CpuWeight {
     file: Arc<dyn ByteSource>,
     range: std::ops::Range<usize>,
@@ -65,11 +68,31 @@ pub struct CpuWeight {
     rows: usize,
     cols: usize,
     vector: Option<Vec<f32>>,
+    split: Option<SplitScales>,
+}
+
+/// The scales of a split MXFP4 weight and its row stride.
+struct SplitScales {
+    file: Arc<dyn ByteSource>,
+    range: std::ops::Range<usize>,
+    row_stride: usize,
 }
 
 impl CpuWeight {
     fn bytes(&self) -> &[u8] {
         &self.file.bytes()[self.range.clone()]
+    }
+
+    /// The weight as the fused products read it.
+    fn matrix(&self) -> Matrix<'_> {
+        match &self.split {
+            None => Matrix::Blocks { dtype: self.dtype, bytes: self.bytes() },
+            Some(s) => Matrix::Mxfp4Split {
+                nibbles: self.bytes(),
+                scales: &s.file.bytes()[s.range.clone()],
+                row_stride: s.row_stride,
+            },
+        }
     }
 
     fn shape(&self) -> MatrixShape {
@@ -274,7 +297,33 @@ impl Backend for CpuBackend {
         } else {
             None
         };
-        Ok(CpuWeight { file, range, name, dtype, rows, cols, vector })
+        Ok(CpuWeight { file, range, name, dtype, rows, cols, vector, split: None })
+    }
+
+    fn split_mxfp4_weight(&self, source: SplitMxfp4Source) -> Result<CpuWeight> {
+        let SplitMxfp4Source { nibbles, nibbles_range, scales, scales_range, row_stride, name, shape } = source;
+        let MatrixShape { rows, cols, vector, .. } = MatrixShape::of(&name, &shape)?;
+        let outside = |part: &str| ModelError::BadTensor {
+            tensor: name.clone(),
+            message: format!("the {part}' byte range is outside the file"),
+        };
+        let nibble_bytes = nibbles.bytes().get(nibbles_range.clone()).ok_or_else(|| outside("nibbles"))?;
+        let scale_bytes = scales.bytes().get(scales_range.clone()).ok_or_else(|| outside("scales"))?;
+        if vector {
+            return Err(ModelError::TensorDType { tensor: name, dtype: DType::MXFP4, usage: "a vector" });
+        }
+        Matrix::Mxfp4Split { nibbles: nibble_bytes, scales: scale_bytes, row_stride }.check_shape(rows, cols)?;
+        let split = Some(SplitScales { file: scales, range: scales_range, row_stride });
+        Ok(CpuWeight {
+            file: nibbles,
+            range: nibbles_range,
+            name,
+            dtype: DType::MXFP4,
+            rows,
+            cols,
+            vector: None,
+            split,
+        })
     }
 
     fn new_cache(&self, shape: CacheShape) -> Result<CpuCache> {
@@ -317,6 +366,10 @@ impl Backend for CpuBackend {
 
     fn embed(&self, table: &CpuWeight, tokens: &[u32]) -> Result<CpuTensor> {
         let row_bytes = table.dtype.row_bytes(table.cols).expect("checked when the weights were loaded");
+        if table.split.is_some() {
+            let usage = "an embedding table (split MXFP4 is read by matrix products only)";
+            return Err(ModelError::TensorDType { tensor: table.name.clone(), dtype: table.dtype, usage });
+        }
         let mut out = CpuTensor::for_output(tokens.len(), table.cols);
         let bytes = table.bytes();
         for (&t, row) in tokens.iter().zip(out.data.chunks_exact_mut(table.cols)) {
@@ -369,15 +422,15 @@ impl Backend for CpuBackend {
         let mut out = CpuTensor::for_output(x.rows, w.rows);
         if self.f32_activations && w.dtype != DType::F32 {
             let mut values = vec![0.0f32; w.rows * w.cols];
-            minerva_quant::dequantize_fast(w.dtype, w.bytes(), &mut values)?;
+            w.matrix().dequantize(w.rows, w.cols, &mut values)?;
             let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
             self.install(|| minerva_quant::matmul(DType::F32, &bytes, w.rows, w.cols, &x.data, x.rows, &mut out.data))?;
             return Ok(out);
         }
         // i16 activations for the 32-value block formats (Q8_0 activations cost SmolLM2 two points
         // of top-1 agreement with an f32 reference; i16 matches it), Q8_K for the K-quants.
-        let (dtype, rows, cols) = (w.dtype, w.rows, w.cols);
-        self.install(|| minerva_quant::matmul_i16(dtype, w.bytes(), rows, cols, &x.data, x.rows, &mut out.data))?;
+        let (matrix, rows, cols) = (w.matrix(), w.rows, w.cols);
+        self.install(|| minerva_quant::matmul_i16_matrix(matrix, rows, cols, &x.data, x.rows, &mut out.data))?;
         Ok(out)
     }
 
@@ -392,8 +445,7 @@ impl Backend for CpuBackend {
         let mut outs = ws.map(|w| CpuTensor::for_output(x.rows, w.rows));
         let mut out_iter = outs.iter_mut();
         let mut products = ws.map(|w| minerva_quant::Product {
-            dtype: w.dtype,
-            weights: w.bytes(),
+            matrix: w.matrix(),
             rows: w.rows,
             ys: &mut out_iter.next().expect("one output per weight").data,
         });

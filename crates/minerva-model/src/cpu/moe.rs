@@ -11,7 +11,7 @@
 use std::cell::{Cell, RefCell};
 
 use minerva_core::DType;
-use minerva_quant::Product;
+use minerva_quant::{Matrix, Product};
 
 use super::{CpuBackend, CpuTensor, CpuWeight};
 use crate::backend::{MoeExperts, MoeParams};
@@ -138,7 +138,7 @@ fn decode_gate_up(
     let outputs = gate.chunks_exact_mut(n_ff).zip(up.chunks_exact_mut(n_ff));
     for (&(e, _, _), (gate, up)) in picks.iter().zip(outputs) {
         for (w, ys) in [(experts.gate, gate), (experts.up, up)] {
-            products.push(Product { dtype: w.dtype, weights: expert_bytes(w, e, n_ff)?, rows: n_ff, ys });
+            products.push(Product { matrix: expert_matrix(w, e, n_ff)?, rows: n_ff, ys });
         }
     }
     let result = minerva_quant::matmul_i16_each(&mut products, x.len(), x, 1);
@@ -159,12 +159,9 @@ fn swiglu_oai(gate: f32, up: f32, alpha: f32, limit: f32) -> f32 {
     g / (1.0 + (-alpha * g).exp()) * (u + 1.0)
 }
 
-/// Expert `e`'s bytes of a stacked matrix with `rows` rows per expert.
-fn expert_bytes(w: &CpuWeight, e: usize, rows: usize) -> Result<&[u8]> {
-    let row_bytes = w.dtype.row_bytes(w.cols).ok_or_else(|| {
-        checks::operands("moe", format!("{} rows of {} {} values are not whole blocks", w.name, w.cols, w.dtype))
-    })?;
-    Ok(&w.bytes()[e * rows * row_bytes..(e + 1) * rows * row_bytes])
+/// Expert `e`'s matrix of a stacked matrix with `rows` rows per expert.
+fn expert_matrix(w: &CpuWeight, e: usize, rows: usize) -> Result<Matrix<'_>> {
+    w.matrix().rows(e * rows, rows, w.cols).map_err(|err| checks::operands("moe", format!("{}: {err}", w.name)))
 }
 
 /// `xs · W[e]ᵀ` for `n` rows into `out` (resized to `n × rows`): the fused quantized kernel (i16
@@ -179,17 +176,17 @@ fn expert_matmul(
     n: usize,
     out: &mut Vec<f32>,
 ) -> Result<()> {
-    let bytes = expert_bytes(w, e, rows)?;
+    let matrix = expert_matrix(w, e, rows)?;
     out.resize(n * rows, 0.0);
     if backend.f32_activations && w.dtype != DType::F32 {
         let mut values = vec![0.0f32; rows * w.cols];
-        minerva_quant::dequantize_fast(w.dtype, bytes, &mut values)?;
+        matrix.dequantize(rows, w.cols, &mut values)?;
         let f32_bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         minerva_quant::matmul(DType::F32, &f32_bytes, rows, w.cols, xs, n, out)?;
     } else {
         // i16 activations, as the dense layers: Q8_0 activations moved this model's logits 1000×
         // more (docs/model.md).
-        minerva_quant::matmul_i16(w.dtype, bytes, rows, w.cols, xs, n, out)?;
+        minerva_quant::matmul_i16_matrix(matrix, rows, w.cols, xs, n, out)?;
     }
     Ok(())
 }
@@ -197,7 +194,7 @@ fn expert_matmul(
 /// Row `e` of a `[n_expert, len]` bias matrix, as f32, in `values`.
 fn bias_row<'a>(w: &CpuWeight, e: usize, values: &'a mut Vec<f32>) -> Result<&'a [f32]> {
     values.resize(w.cols, 0.0);
-    minerva_quant::dequantize(w.dtype, expert_bytes(w, e, 1)?, values)?;
+    expert_matrix(w, e, 1)?.dequantize(1, w.cols, values)?;
     Ok(values)
 }
 

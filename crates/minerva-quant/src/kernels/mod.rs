@@ -19,6 +19,8 @@ mod aarch64;
 pub(crate) mod reference;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::mxfp4_pairs_to_halves;
 
 use std::sync::OnceLock;
 

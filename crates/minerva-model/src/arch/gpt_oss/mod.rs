@@ -19,7 +19,6 @@
 //! `_blocks`/`_scales`) or an MLX checkpoint (`weights.rs`).
 
 pub(crate) mod config;
-mod owned;
 pub(crate) mod weights;
 
 pub use config::{GptOssConfig, SWIGLU_ALPHA, SWIGLU_LIMIT};

@@ -10,14 +10,14 @@
 //! | embeddings, head   |                             |                                           |                                  |
 //!
 //! GGUF tensors are used in place (byte ranges of the map). SafeTensors plain tensors are too
-//! (looked up by name in the mapped checkpoint). Quantized SafeTensors tensors are converted once
-//! at load into owned buffers the kernels run on (anonymous memory with huge pages, `owned.rs`):
-//! * HF / MLX MXFP4 → GGML MXFP4 blocks (a lossless nibble reorder, `hf_mxfp4_to_ggml`), with the HF
-//!   gate/up rows de-interleaved on the way, exactly as llama.cpp's converter does — so all three
-//!   layouts run the same fused MXFP4 kernels and stay 4.25 bits per weight;
-//! * MLX affine → dequantized by `minerva_quant::MlxAffine::dequantize_exact_to_bytes` (as MLX rounds) and stored
-//!   in the scales' float type (bf16 here). This doubles those tensors' size against 8-bit; a
-//!   fused affine kernel would not.
+//! (looked up by name in the mapped checkpoint), and so are HF's and MLX's MXFP4 experts: each is
+//! a [`SplitMxfp4Source`] (nibbles and scales where they lie), which the CPU backend reads in place
+//! (`minerva_quant::Matrix::Mxfp4Split`, converting a few rows at a time to GGML blocks in cache,
+//! bit for bit llama.cpp's conversion) and other backends convert once at load. HF's gate and up
+//! rows, interleaved in one tensor, become two weights reading every other row (row stride 2).
+//! MLX affine matrices are converted once at load into owned buffers (anonymous memory with huge
+//! pages, `crate::owned`): dequantized by `minerva_quant::MlxAffine::dequantize_exact_to_bytes`
+//! (as MLX rounds) and stored in the scales' float type (bf16 here), twice their 8-bit size.
 //!
 //! Tensors are named once, in llama.cpp's terms: GGUF files are read through [`TensorSource`],
 //! SafeTensors ones through the row's name table (`GPT_OSS_LAYER_NAMES`; the experts'
@@ -28,11 +28,11 @@ use std::sync::Arc;
 use minerva_core::DType;
 use minerva_safetensors::{Checkpoint, Encoding};
 
-use super::owned::OwnedBytes;
 use crate::arch::registry::LayerNames;
+use crate::owned::OwnedBytes;
 
 use super::{GptOssConfig, GptOssLayer, GptOssWeights};
-use crate::backend::{Backend, ByteSource, WeightSource};
+use crate::backend::{Backend, ByteSource, SplitMxfp4Source, WeightSource};
 use crate::error::{ModelError, Result};
 use crate::source::{TensorSource, hf_name};
 
@@ -253,9 +253,18 @@ fn st_weight<B: Backend>(backend: &B, ckpt: &Arc<Checkpoint>, name: &str, expect
             })
         }
         Encoding::HfMxfp4 { blocks, scales } | Encoding::MlxMxfp4 { weight: blocks, scales, .. } => {
-            let mut out = OwnedBytes::zeroed(scales.bytes.len() * 17);
-            minerva_quant::hf_mxfp4_to_ggml(blocks.bytes, scales.bytes, out.as_mut())?;
-            owned(backend, name, DType::MXFP4, expected, out)
+            let tensor = |view: &minerva_core::TensorView<'_>| -> Arc<dyn ByteSource> {
+                Arc::new(CheckpointTensor { ckpt: ckpt.clone(), name: view.name.into() })
+            };
+            backend.split_mxfp4_weight(SplitMxfp4Source {
+                nibbles: tensor(&blocks),
+                nibbles_range: 0..blocks.bytes.len(),
+                scales: tensor(&scales),
+                scales_range: 0..scales.bytes.len(),
+                row_stride: 1,
+                name: name.into(),
+                shape: expected.into(),
+            })
         }
         Encoding::MlxAffine { weight, scales, biases, bits, group_size } => {
             let params = minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
@@ -297,8 +306,14 @@ fn plain_f32(ckpt: &Checkpoint, name: &str, expected: &[usize]) -> Result<Vec<f3
     Ok(values)
 }
 
-/// HF `gate_up_proj` (`[E, 2·ff, e]` MXFP4, gate rows even, up rows odd) → GGML MXFP4 gate and up.
-fn hf_gate_up<B: Backend>(backend: &B, ckpt: &Checkpoint, name: &str, s: &Shapes) -> Result<(B::Weight, B::Weight)> {
+/// HF `gate_up_proj` (`[E, 2·ff, e]` MXFP4, gate rows even, up rows odd) → MXFP4 gate and up
+/// weights, each every other row of the tensor where it lies.
+fn hf_gate_up<B: Backend>(
+    backend: &B,
+    ckpt: &Arc<Checkpoint>,
+    name: &str,
+    s: &Shapes,
+) -> Result<(B::Weight, B::Weight)> {
     let lt = ckpt.logical_tensor(name).ok_or_else(|| ModelError::MissingTensor { tensor: name.to_string() })?;
     let expected = [s.n_expert, 2 * s.ff, s.e];
     if lt.shape != expected {
@@ -312,22 +327,23 @@ fn hf_gate_up<B: Backend>(backend: &B, ckpt: &Checkpoint, name: &str, s: &Shapes
         });
     };
     let groups = s.e / 32;
-    let row_bytes = groups * 17;
-    let (mut gate, mut up) =
-        (OwnedBytes::zeroed(s.n_expert * s.ff * row_bytes), OwnedBytes::zeroed(s.n_expert * s.ff * row_bytes));
-    let rows = gate.as_mut().chunks_exact_mut(row_bytes).zip(up.as_mut().chunks_exact_mut(row_bytes));
-    for (pair, (gate_row, up_row)) in rows.enumerate() {
-        for (r, out) in [(2 * pair, gate_row), (2 * pair + 1, up_row)] {
-            let b = &blocks.bytes[r * groups * 16..(r + 1) * groups * 16];
-            let sc = &scales.bytes[r * groups..(r + 1) * groups];
-            minerva_quant::hf_mxfp4_to_ggml(b, sc, out)?;
-        }
-    }
-    let shape = [s.n_expert, s.ff, s.e];
-    Ok((
-        owned(backend, &format!("{name} (gate rows)"), DType::MXFP4, &shape, gate)?,
-        owned(backend, &format!("{name} (up rows)"), DType::MXFP4, &shape, up)?,
-    ))
+    let (nibbles, scale_bytes): (Arc<dyn ByteSource>, Arc<dyn ByteSource>) = (
+        Arc::new(CheckpointTensor { ckpt: ckpt.clone(), name: blocks.name.into() }),
+        Arc::new(CheckpointTensor { ckpt: ckpt.clone(), name: scales.name.into() }),
+    );
+    // The up half starts one physical row in.
+    let half = |first_row: usize, which: &str| {
+        backend.split_mxfp4_weight(SplitMxfp4Source {
+            nibbles: nibbles.clone(),
+            nibbles_range: first_row * groups * 16..blocks.bytes.len(),
+            scales: scale_bytes.clone(),
+            scales_range: first_row * groups..scales.bytes.len(),
+            row_stride: 2,
+            name: format!("{name} ({which} rows)"),
+            shape: vec![s.n_expert, s.ff, s.e],
+        })
+    };
+    Ok((half(0, "gate")?, half(1, "up")?))
 }
 
 /// HF `gate_up_proj_bias` (`[E, 2·ff]`, interleaved) → f32 gate and up biases.

@@ -298,3 +298,26 @@ mod tests {
         }
     }
 }
+
+/// [`crate::matrix`]'s MXFP4 nibble reorder (HF's pairs to GGML's halves) in SSE2, part of the
+/// x86-64 baseline.
+pub(crate) fn mxfp4_pairs_to_halves(hf: [u8; 16]) -> [u8; 16] {
+    // SAFETY: SSE2 is part of the x86-64 baseline; every CPU this code runs on has it.
+    unsafe { mxfp4_pairs_to_halves_sse2(hf) }
+}
+
+#[target_feature(enable = "sse2")]
+fn mxfp4_pairs_to_halves_sse2(hf: [u8; 16]) -> [u8; 16] {
+    use std::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_or_si128, _mm_set1_epi8, _mm_slli_epi16, _mm_srli_epi16, _mm_unpackhi_epi8,
+        _mm_unpacklo_epi8,
+    };
+    let b = bytemuck::cast::<[u8; 16], __m128i>(hf);
+    let mask = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(b, mask);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(b), mask);
+    // Bytes 0..8's nibbles interleaved are values 0..16; bytes 8..16's are values 16..32.
+    let first = _mm_unpacklo_epi8(lo, hi);
+    let second = _mm_unpackhi_epi8(lo, hi);
+    bytemuck::cast(_mm_or_si128(first, _mm_slli_epi16::<4>(second)))
+}

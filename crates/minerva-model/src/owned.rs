@@ -1,4 +1,5 @@
-//! Buffers for the tensors converted at load (HF and MLX MXFP4 experts, MLX affine matrices):
+//! Buffers for the tensors converted at load (MLX affine matrices; split MXFP4 on a backend that
+//! does not read it in place):
 //! anonymous memory that Linux is asked to back with 2 MiB pages.
 //!
 //! Decode reads every byte of these buffers once per token, as a stream. With 4 KiB pages a thread
@@ -17,7 +18,7 @@ use crate::backend::ByteSource;
 const MAPPED_MIN: usize = 2 << 20;
 
 /// A converted tensor's bytes, owned by the weight that reads them.
-pub(super) enum OwnedBytes {
+pub(crate) enum OwnedBytes {
     /// A small buffer.
     Vec(Vec<u8>),
     /// Anonymous memory advised to use huge pages.
@@ -28,7 +29,7 @@ impl OwnedBytes {
     /// `len` zero bytes, to be filled through [`OwnedBytes::as_mut`]: anonymous memory advised
     /// to use huge pages from [`MAPPED_MIN`] bytes on (before anything is written, so that the
     /// first writes already fault in huge pages), a vector below that or where mapping fails.
-    pub(super) fn zeroed(len: usize) -> OwnedBytes {
+    pub(crate) fn zeroed(len: usize) -> OwnedBytes {
         if len >= MAPPED_MIN
             && let Ok(map) = MmapMut::map_anon(len)
         {
@@ -39,7 +40,7 @@ impl OwnedBytes {
     }
 
     /// The bytes, to fill.
-    pub(super) fn as_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut(&mut self) -> &mut [u8] {
         match self {
             OwnedBytes::Vec(v) => v,
             OwnedBytes::Mapped(m) => m,
