@@ -127,6 +127,39 @@ impl MlxAffine {
         Ok(())
     }
 
+    /// Quantizes `values` (whole groups, each a value of `scale_dtype`, as the tensor MLX
+    /// quantizes holds them) into `weight` (the u32 words' little-endian bytes), `scales` and
+    /// `biases` (raw bytes of `scale_dtype`), as `mx.quantize(w, group_size, bits)` does, bit for
+    /// bit (checked against mlx 0.32.4 by `tests/golden.rs`). Per group, in f32: the scale is
+    /// `(max − min) / (2^bits − 1)` (at least 1e-7), signed so that the edge of larger magnitude
+    /// (`min` if `|min| > |max|`, else `max`) is a whole number of steps from zero, then refined to
+    /// `edge / round(edge / scale)` where that is not zero; the bias is the edge (0 where it rounded
+    /// to zero); each quant is `round((w − bias) / scale)` (ties to even) clamped to the range.
+    /// Scales and biases are then rounded to `scale_dtype`.
+    pub fn quantize(&self, values: &[f32], weight: &mut [u8], scales: &mut [u8], biases: &mut [u8]) -> Result<(), QuantError> {
+        self.check(values.len(), weight, scales, biases)?;
+        weight.fill(0);
+        let n_bins = ((1u32 << self.bits) - 1) as f32;
+        for (g, group) in values.chunks_exact(self.group_size).enumerate() {
+            let (min, max) = group.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &w| (lo.min(w), hi.max(w)));
+            let min_is_edge = min.abs() > max.abs();
+            let step = ((max - min) / n_bins).max(1e-7);
+            let (mut scale, edge) = if min_is_edge { (step, min) } else { (-step, max) };
+            let q0 = (edge / scale).round_ties_even();
+            if q0 != 0.0 {
+                scale = edge / q0;
+            }
+            let bias = if q0 == 0.0 { 0.0 } else { edge };
+            for (k, &w) in group.iter().enumerate() {
+                let q = ((w - bias) / scale).round_ties_even().clamp(0.0, n_bins) as u32;
+                write_bits(weight, (g * self.group_size + k) * self.bits as usize, q);
+            }
+            write_scale(self.scale_dtype, scales, g, scale);
+            write_scale(self.scale_dtype, biases, g, bias);
+        }
+        Ok(())
+    }
+
     /// Checks the parameters and that `n` values are whole groups with components of their
     /// lengths.
     fn check(&self, n: usize, weight: &[u8], scales: &[u8], biases: &[u8]) -> Result<(), QuantError> {
@@ -193,6 +226,26 @@ fn read_scale(dtype: DType, bytes: &[u8], g: usize) -> f32 {
         DType::F16 => f16::from_le_bytes([bytes[2 * g], bytes[2 * g + 1]]).to_f32(),
         DType::BF16 => bf16::from_le_bytes([bytes[2 * g], bytes[2 * g + 1]]).to_f32(),
         _ => f32::from_le_bytes(bytes[4 * g..4 * g + 4].try_into().expect("4 bytes")),
+    }
+}
+
+/// Scale or bias number `g` into raw little-endian bytes of `dtype` (validated F16/BF16/F32),
+/// rounded to nearest even.
+fn write_scale(dtype: DType, bytes: &mut [u8], g: usize, value: f32) {
+    match dtype {
+        DType::F16 => bytes[2 * g..2 * g + 2].copy_from_slice(&f16::from_f32(value).to_le_bytes()),
+        DType::BF16 => bytes[2 * g..2 * g + 2].copy_from_slice(&bf16::from_f32(value).to_le_bytes()),
+        _ => bytes[4 * g..4 * g + 4].copy_from_slice(&value.to_le_bytes()),
+    }
+}
+
+/// ORs `value` (fewer than 9 bits, clear above them) into a zeroed little-endian bit stream at
+/// bit `start`: the two bytes the field can touch (the second only where it exists).
+fn write_bits(stream: &mut [u8], start: usize, value: u32) {
+    let (byte, shifted) = (start / 8, value << (start % 8));
+    stream[byte] |= shifted as u8;
+    if let Some(next) = stream.get_mut(byte + 1) {
+        *next |= (shifted >> 8) as u8;
     }
 }
 

@@ -158,3 +158,36 @@ fn mlx_affine_matches_mlx_bitwise() {
         assert_same_bits(&format!("{params:?}"), &got, &want);
     }
 }
+
+/// `MlxAffine::quantize` against `mx.quantize` (`make_mlx_quantize_golden.py`): weight words,
+/// scales and biases bit for bit, every width for bf16 and 4/8 bits for f16 and f32, group sizes
+/// 32/64/128, with constant, zero and edge-rounds-to-zero groups.
+#[test]
+fn mlx_affine_quantization_matches_mlx_bitwise() {
+    let golden: Value = serde_json::from_slice(&read("mlx_quantize.json")).unwrap();
+    let blob = read(golden["file"].as_str().unwrap());
+    let cases = golden["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 6 * 3 + 2 * 2 * 3, "bf16 widths + f16/f32 at 4 and 8 bits, x group sizes");
+    let span = |case: &Value, name: &str| {
+        let at = case[name].as_array().unwrap();
+        let (offset, len) = (at[0].as_u64().unwrap() as usize, at[1].as_u64().unwrap() as usize);
+        blob[offset..offset + len].to_vec()
+    };
+    for case in cases {
+        let params = MlxAffine {
+            bits: case["bits"].as_u64().unwrap() as u32,
+            group_size: case["group_size"].as_u64().unwrap() as usize,
+            scale_dtype: DType::from_name(case["dtype"].as_str().unwrap()).unwrap(),
+        };
+        let values = f32s(&span(case, "input_f32"));
+        let (want_weight, want_scales, want_biases) = (span(case, "weight"), span(case, "scales"), span(case, "biases"));
+        let (mut weight, mut scales, mut biases) =
+            (vec![0xAA; want_weight.len()], vec![0xAA; want_scales.len()], vec![0xAA; want_biases.len()]);
+        params.quantize(&values, &mut weight, &mut scales, &mut biases).unwrap();
+        assert_eq!(scales, want_scales, "{params:?} scales");
+        assert_eq!(biases, want_biases, "{params:?} biases");
+        assert_eq!(weight, want_weight, "{params:?} weight");
+        let mut short = vec![0u8; weight.len() - 1];
+        assert!(params.quantize(&values, &mut short, &mut scales, &mut biases).is_err());
+    }
+}
