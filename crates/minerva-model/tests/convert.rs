@@ -236,3 +236,45 @@ fn refusals_name_the_problem_and_leave_nothing_behind() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left.len(), 2, "no partial outputs: {left:?}");
 }
+
+/// `--to mlx` with 8-bit affine writes what `mlx_lm convert -q --q-bits 8` wrote from the same
+/// HF GPT-OSS checkpoint (`fixtures/gpt_oss/mlx_lm`, made by mlx-lm 0.32.2): the same tensors,
+/// dtypes, shapes and bytes — weight codes, scales and biases bit for bit `mx.quantize`'s, the
+/// MXFP4 experts split into gate and up — and the same `quantization` entries (mlx-lm leaves out
+/// the router's `mode`, which readers take as affine); Minerva then loads it with the logits of
+/// mlx-lm's copy, exactly.
+#[test]
+fn mlx_output_quantizes_as_mlx_lm_does() {
+    use minerva_model::convert::MlxQuant;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlx");
+    let mut opts = ConvertOptions::new(Target::Mlx);
+    opts.mlx_quant = Some(MlxQuant::with_bits(8).unwrap());
+    let report = run(&fixtures().join("gpt_oss/hf"), &out, &opts).unwrap();
+    // Embeddings, head, and per layer q, k, v, o and the router.
+    assert_eq!(report.mlx_affine_quantized, 2 + 3 * 5, "{}", report.summary());
+    assert!(!report.is_lossless());
+    let ours = Checkpoint::open(&out).unwrap();
+    let theirs = Checkpoint::open(fixtures().join("gpt_oss/mlx_lm")).unwrap();
+    let mut names: Vec<&str> = theirs.tensors().map(|t| t.view.name).collect();
+    names.sort_unstable();
+    let mut our_names: Vec<&str> = ours.tensors().map(|t| t.view.name).collect();
+    our_names.sort_unstable();
+    assert_eq!(our_names, names);
+    for name in names {
+        let (a, b) = (ours.tensor(name).unwrap().view, theirs.tensor(name).unwrap().view);
+        assert_eq!((a.dtype, a.shape), (b.dtype, b.shape), "{name}");
+        assert!(a.bytes == b.bytes, "{name}: bytes differ");
+    }
+    let with_mode = |q: &serde_json::Value| {
+        let mut q = q.as_object().unwrap().clone();
+        for entry in q.values_mut().filter_map(|v| v.as_object_mut()) {
+            entry.entry("mode").or_insert("affine".into());
+        }
+        q
+    };
+    let quantization = |c: &Checkpoint| with_mode(&c.config().unwrap()["quantization"]);
+    assert_eq!(quantization(&ours), quantization(&theirs));
+    let tokens = [1, 7, 42, 99, 3];
+    assert_eq!(logits(&out, &tokens), logits(&fixtures().join("gpt_oss/mlx_lm"), &tokens));
+}

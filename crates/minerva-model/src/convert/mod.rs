@@ -127,13 +127,39 @@ pub struct ConvertOptions {
     pub force: bool,
     /// Largest SafeTensors shard in bytes (5 GB as `save_pretrained`).
     pub shard_bytes: u64,
+    /// MLX output only: quantize the weight matrices (every 2-D `.weight` whose columns are whole
+    /// groups: linear layers, embeddings, the head) to MLX affine as `mlx_lm convert -q` does,
+    /// bit for bit `mx.quantize`; GPT-OSS's MXFP4 experts stay MXFP4. `None` writes floats.
+    pub mlx_quant: Option<MlxQuant>,
+}
+
+/// MLX affine quantization of a conversion's output (`mlx_lm convert -q --q-bits B
+/// --q-group-size G`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlxQuant {
+    /// Bits per value: 2, 3, 4, 5, 6 or 8.
+    pub bits: u32,
+    /// Values per scale and bias: 32, 64 or 128.
+    pub group_size: usize,
+}
+
+impl MlxQuant {
+    /// `bits`-bit in mlx-lm's default groups of 64, or [`ConvertError::Unsupported`] for a width
+    /// MLX does not have.
+    pub fn with_bits(bits: u32) -> Result<MlxQuant> {
+        let quant = MlxQuant { bits, group_size: 64 };
+        minerva_quant::MlxAffine { bits, group_size: 64, scale_dtype: DType::BF16 }
+            .validate()
+            .map_err(|e| unsupported(format!("--mlx-bits {bits}"), e.to_string()))?;
+        Ok(quant)
+    }
 }
 
 impl ConvertOptions {
     /// Options for `target` with the defaults: no quantization, bf16 for dequantized tensors, no
     /// overwrite, 5 GB shards.
     pub fn new(target: Target) -> ConvertOptions {
-        ConvertOptions { target, quant: None, dtype: None, force: false, shard_bytes: 5_000_000_000 }
+        ConvertOptions { target, quant: None, dtype: None, force: false, shard_bytes: 5_000_000_000, mlx_quant: None }
     }
 }
 
@@ -173,6 +199,8 @@ pub struct Report {
     pub lossy: BTreeMap<(DType, DType), usize>,
     /// MLX affine tensors written as the float values `mx.dequantize` gives (the codes are gone).
     pub mlx_affine_dequantized: usize,
+    /// Float matrices written MLX affine-quantized (`ConvertOptions::mlx_quant`).
+    pub mlx_affine_quantized: usize,
     /// Gemma norm factors written shifted (`w` ↔ `1 + w`) such that shifting back restores them.
     pub shifted: usize,
     /// Gemma norm factors whose shift rounded some value (a `w` finer than f32 holds at 1).
@@ -184,7 +212,7 @@ pub struct Report {
 impl Report {
     /// Whether every value of the source is in the output exactly.
     pub fn is_lossless(&self) -> bool {
-        self.lossy.is_empty() && self.mlx_affine_dequantized == 0 && self.shift_rounded == 0
+        self.lossy.is_empty() && self.mlx_affine_dequantized == 0 && self.mlx_affine_quantized == 0 && self.shift_rounded == 0
     }
 
     /// One line: lossless, or which conversions lost precision.
@@ -209,6 +237,9 @@ impl Report {
         };
         if self.mlx_affine_dequantized > 0 {
             add(format!("{} MLX affine→float", self.mlx_affine_dequantized));
+        }
+        if self.mlx_affine_quantized > 0 {
+            add(format!("{} float→MLX affine", self.mlx_affine_quantized));
         }
         if self.shift_rounded > 0 {
             add(format!("{} norms rounded by the w ↔ 1 + w shift", self.shift_rounded));

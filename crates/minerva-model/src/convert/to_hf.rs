@@ -8,6 +8,7 @@
 //! | GPT-OSS `ffn_{gate,up}_exps.weight` | one `gate_up_proj_{blocks,scales}`, rows interleaved | `experts.{gate,up}_proj.{weight,scales}` (u32 / u8) |
 //! | GPT-OSS `ffn_down_exps.weight` | `down_proj_{blocks,scales}` | `experts.down_proj.{weight,scales}` |
 //! | GPT-OSS expert biases | `gate_up_proj_bias` (interleaved), `down_proj_bias` | `experts.*_proj.bias` |
+//! | weight matrices, `--mlx-bits` | — | `{module}.{weight,scales,biases}`: `mx.quantize`'s affine (u32 / float / float) |
 //! | everything else | `hf_name` | same |
 
 use std::borrow::Cow;
@@ -20,7 +21,7 @@ use serde_json::{Map, Value, json};
 
 use super::dtype::{convert_bytes, output_dtype, permute_qk_rows, record, record_shift, shift_norm};
 use super::source::{CanonTensor, Family, SourceModel};
-use super::{ConvertError, ConvertOptions, Extras, Progress, Report, Result, Target, io_error, unsupported};
+use super::{ConvertError, ConvertOptions, Extras, MlxQuant, Progress, Report, Result, Target, io_error, unsupported};
 use crate::arch::gemma3::Gemma3Config;
 use crate::arch::gpt_oss::GptOssConfig;
 use crate::arch::registry::{ARCHITECTURES, ArchSpec, Graph};
@@ -39,6 +40,9 @@ enum Item<'m> {
     GateUp { gate: &'m CanonTensor, up: &'m CanonTensor, base: String },
     /// Gate and up expert biases → HF's interleaved `gate_up_proj_bias`.
     BiasPair { gate: &'m CanonTensor, up: &'m CanonTensor, name: String },
+    /// A float matrix → MLX affine `{base}.weight` (u32), `.scales` and `.biases` (`dtype`), as
+    /// `mx.quantize` writes the matrix once in `dtype`, rows un-permuted over `permute_heads`.
+    Affine { t: &'m CanonTensor, base: String, dtype: DType, permute_heads: Option<usize>, quant: MlxQuant },
 }
 
 type Decl = (String, DType, Vec<usize>);
@@ -70,6 +74,15 @@ impl Item<'_> {
             Item::Mxfp4 { t, base, mlx } => mxfp4_decls(base, &t.shape, *mlx)?,
             Item::GateUp { gate, base, .. } => mxfp4_decls(base, &doubled_rows(gate)?, false)?,
             Item::BiasPair { gate, name, .. } => vec![(name.clone(), gate.dtype, doubled_rows(gate)?)],
+            Item::Affine { t, base, dtype, quant, .. } => {
+                let (rows, cols) = (t.shape[0], t.shape[1]);
+                let groups = vec![rows, cols / quant.group_size];
+                vec![
+                    (format!("{base}.weight"), DType::U32, vec![rows, cols * quant.bits as usize / 32]),
+                    (format!("{base}.scales"), *dtype, groups.clone()),
+                    (format!("{base}.biases"), *dtype, groups),
+                ]
+            }
         })
     }
 }
@@ -166,9 +179,23 @@ fn plan<'m>(model: &'m SourceModel, opts: &ConvertOptions) -> Result<Vec<Item<'m
             _ => None,
         };
         let minus_one = spec.shifts_norm(&t.name);
-        items.push(Item::Single { t, name, dtype: output_dtype(t, None, opts)?, permute_heads, minus_one });
+        let dtype = output_dtype(t, None, opts)?;
+        // mlx-lm quantizes the linear and embedding layers whose rows are whole groups.
+        let affine = opts.mlx_quant.filter(|q| {
+            mlx && t.shape.len() == 2 && t.shape[1].is_multiple_of(q.group_size) && !minus_one && is_float_type(dtype)
+        });
+        match (affine, name.strip_suffix(".weight")) {
+            (Some(quant), Some(base)) => {
+                items.push(Item::Affine { t, base: base.to_string(), dtype, permute_heads, quant });
+            }
+            _ => items.push(Item::Single { t, name, dtype, permute_heads, minus_one }),
+        }
     }
     Ok(items)
+}
+
+fn is_float_type(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
 /// Writes `model` as a directory at `dir`.
@@ -233,7 +260,14 @@ pub(crate) fn write(
     }
     let main_dtype =
         decls.iter().flatten().find(|d| d.2.len() >= 2 && matches!(d.1, DType::F32 | DType::F16 | DType::BF16));
-    let config = config_json(model, opts.target, main_dtype.map(|d| d.1))?;
+    let affine: Vec<(&str, MlxQuant)> = items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Affine { base, quant, .. } => Some((base.as_str(), *quant)),
+            _ => None,
+        })
+        .collect();
+    let config = config_json(model, opts.target, main_dtype.map(|d| d.1), &affine)?;
     write_json(&dir.join("config.json"), &config)?;
     for (name, bytes) in &extras.files {
         let path = dir.join(name);
@@ -246,6 +280,12 @@ fn write_json(path: &Path, value: &Value) -> Result<()> {
     let text =
         serde_json::to_string_pretty(value).map_err(|e| unsupported(path.display().to_string(), e.to_string()))?;
     std::fs::write(path, text + "\n").map_err(io_error(path))
+}
+
+/// A quantizer's error on `t` as the converter's.
+fn quant_error(t: &CanonTensor) -> impl FnOnce(minerva_quant::QuantError) -> ConvertError {
+    let tensor = t.name.clone();
+    move |source| ConvertError::Quant { tensor, source }
 }
 
 /// The stored bytes of one item, in declaration order.
@@ -323,6 +363,28 @@ fn item_bytes<'m>(model: &'m SourceModel, item: &Item<'m>, report: &mut Report) 
             record(report, gate, gate.dtype, true);
             record(report, up, up.dtype, true);
             vec![Cow::Owned(interleaved)]
+        }
+        Item::Affine { t, dtype, permute_heads, quant, .. } => {
+            let (rows, cols) = (t.shape[0], t.shape[1]);
+            // The matrix as MLX holds it before quantizing: in the output float type.
+            let stored = model.read(t)?;
+            let mut typed = convert_bytes(&t.name, t.dtype, *dtype, &stored, cols)?.into_owned();
+            if let Some(h) = permute_heads {
+                typed = permute_qk_rows(&t.name, &typed, rows, *h, true)?;
+            }
+            let mut values = vec![0.0f32; rows * cols];
+            minerva_quant::dequantize(*dtype, &typed, &mut values).map_err(quant_error(t))?;
+            let params = minerva_quant::MlxAffine { bits: quant.bits, group_size: quant.group_size, scale_dtype: *dtype };
+            let groups = rows * cols / quant.group_size;
+            let width = dtype.info().block_bytes as usize;
+            let mut weight = vec![0u8; rows * cols * quant.bits as usize / 8];
+            let (mut scales, mut biases) = (vec![0u8; groups * width], vec![0u8; groups * width]);
+            params.quantize(&values, &mut weight, &mut scales, &mut biases).map_err(quant_error(t))?;
+            if t.mlx_affine() {
+                report.mlx_affine_dequantized += 1;
+            }
+            report.mlx_affine_quantized += 1;
+            vec![Cow::Owned(weight), Cow::Owned(scales), Cow::Owned(biases)]
         }
     })
 }
@@ -516,7 +578,10 @@ fn gemma3_config(spec: &ArchSpec, g: &Gemma3Config, tied: bool) -> Result<Map<St
 
 /// `config.json`: the keys Minerva and transformers read, generated from the config; a
 /// SafeTensors source's other keys (token ids, …) are kept.
-fn config_json(model: &SourceModel, target: Target, dtype: Option<DType>) -> Result<Value> {
+///
+/// `affine`: the modules written MLX affine-quantized, in `quantization` as mlx-lm writes it — at
+/// the top for a dense model, one entry per module beside GPT-OSS's top-level `mxfp4`.
+fn config_json(model: &SourceModel, target: Target, dtype: Option<DType>, affine: &[(&str, MlxQuant)]) -> Result<Value> {
     let generated = match &model.family {
         Family::Dense { config, tied } => dense_config(model, config, *tied)?,
         Family::Gemma3 { config, tied } => gemma3_config(model.spec, config, *tied)?,
@@ -531,5 +596,19 @@ fn config_json(model: &SourceModel, target: Target, dtype: Option<DType>) -> Res
     }
     m.extend(generated);
     m.insert("dtype".into(), json!(torch_dtype(dtype.unwrap_or(DType::BF16))));
+    if let Some(&(_, quant)) = affine.first() {
+        let entry = json!({ "group_size": quant.group_size, "bits": quant.bits, "mode": "affine" });
+        let q = match m.get("quantization") {
+            // GPT-OSS: its experts are the top-level mode; every affine module says so itself.
+            Some(Value::Object(top)) => {
+                let mut q = top.clone();
+                q.extend(affine.iter().map(|(module, _)| (module.to_string(), entry.clone())));
+                Value::Object(q)
+            }
+            _ => entry,
+        };
+        m.insert("quantization".into(), q.clone());
+        m.insert("quantization_config".into(), q);
+    }
     Ok(Value::Object(m))
 }
