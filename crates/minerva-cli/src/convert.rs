@@ -1,4 +1,4 @@
-//! `minerva convert SRC --to gguf|safetensors|mlx [--quant TYPE] [--dtype T] [--force] OUT`: the
+//! `minerva convert SRC --to gguf|safetensors|mlx [--quant TYPE] [--dtype T] [--mlx-bits N] [--force] OUT`: the
 //! weights through `minerva_model::convert`, the tokenizer through
 //! `minerva_generate::tokenizer::convert`; a progress bar on a terminal and one summary line.
 
@@ -9,7 +9,7 @@ use std::time::Instant;
 use minerva_core::DType;
 use minerva_generate::tokenizer::convert as tokenizer;
 use minerva_model::SourceFormat;
-use minerva_model::convert::{ConvertOptions, Extras, Progress, QUANT_TYPES, Quant, Target, convert};
+use minerva_model::convert::{ConvertOptions, Extras, MlxQuant, Progress, QUANT_TYPES, Quant, Target, convert};
 
 use crate::error::CliError;
 
@@ -19,6 +19,7 @@ pub struct Args {
     pub to: String,
     pub quant: Option<String>,
     pub dtype: Option<String>,
+    pub mlx_bits: Option<String>,
     pub force: bool,
     pub out: PathBuf,
 }
@@ -79,6 +80,19 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<(), CliError> {
         .transpose()?;
     opts.dtype =
         args.dtype.as_deref().map(|d| parse_dtype("--dtype", d, &[DType::F32, DType::F16, DType::BF16])).transpose()?;
+    opts.mlx_quant = match (target, args.mlx_bits.as_deref()) {
+        (Target::Mlx, None) => Some(MlxQuant::with_bits(8).map_err(|e| CliError::Usage(e.to_string()))?),
+        (Target::Mlx, Some("none")) => None,
+        (Target::Mlx, Some(bits)) => {
+            let usage = || CliError::Usage(format!("--mlx-bits {bits}: expected 2, 3, 4, 5, 6, 8 or none"));
+            let bits: u32 = bits.parse().map_err(|_| usage())?;
+            Some(MlxQuant::with_bits(bits).map_err(|_| usage())?)
+        }
+        (_, Some(bits)) => {
+            return Err(CliError::Usage(format!("--mlx-bits {bits}: only for --to mlx (GGUF output takes --quant)")));
+        }
+        (_, None) => None,
+    };
     if args.out.exists() && !args.force {
         return Err(CliError::Usage(format!("{} exists (give --force to replace it)", args.out.display())));
     }

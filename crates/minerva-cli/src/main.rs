@@ -153,6 +153,11 @@ enum Command {
         /// Float type of dequantized tensors (default bf16); given, float matrices are cast too.
         #[arg(long, value_name = "f32|f16|bf16")]
         dtype: Option<String>,
+        /// MLX output: quantize the weight matrices (linear layers, embeddings, head) to MLX affine
+        /// of this many bits in groups of 64, as `mlx_lm convert -q --q-bits N` (default 8;
+        /// `none` keeps floats). GPT-OSS's MXFP4 experts stay MXFP4.
+        #[arg(long, value_name = "2|3|4|5|6|8|none")]
+        mlx_bits: Option<String>,
         /// Replace OUT if it exists.
         #[arg(long)]
         force: bool,
@@ -238,8 +243,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
             tokenize::run(&path, &text, pieces, json, no_bos, &mut out)
         }
         Command::Serve { model, serve } => serve::run(&model, &serve),
-        Command::Convert { src, to, quant, dtype, force, out: dest } => {
-            convert::run(&convert::Args { src, to, quant, dtype, force, out: dest }, &mut out)
+        Command::Convert { src, to, quant, dtype, mlx_bits, force, out: dest } => {
+            convert::run(&convert::Args { src, to, quant, dtype, mlx_bits, force, out: dest }, &mut out)
         }
         Command::Bench { model, prompt, gen_tokens, reps, json } => {
             let opts = bench::Options { prompt, gen_tokens, reps, json };

@@ -46,6 +46,11 @@ fn refusals_are_one_line_errors() {
     assert_one_line_error(&out, "--to onnx");
     let out = convert(&[tiny.as_os_str(), os("--to"), os("gguf"), os("--quant"), os("q3_k"), out_path.as_os_str()]);
     assert_one_line_error(&out, "--quant q3_k");
+    let mlx_out = dir.path().join("mlx");
+    let out = convert(&[tiny.as_os_str(), os("--to"), os("mlx"), os("--mlx-bits"), os("7"), mlx_out.as_os_str()]);
+    assert_one_line_error(&out, "--mlx-bits 7");
+    let out = convert(&[tiny.as_os_str(), os("--to"), os("gguf"), os("--mlx-bits"), os("8"), out_path.as_os_str()]);
+    assert_one_line_error(&out, "only for --to mlx");
     let bad = dir.path().join("bad.gguf");
     std::fs::write(&bad, b"not a model").unwrap();
     let out = convert(&[bad.as_os_str(), os("--to"), os("safetensors"), dir.path().join("x").as_os_str()]);
@@ -59,4 +64,38 @@ fn refusals_are_one_line_errors() {
     assert_one_line_error(&out, "exists (give --force");
     let out = convert(&[tiny.as_os_str(), os("--to"), os("gguf"), os("--force"), out_path.as_os_str()]);
     assert!(out.status.success());
+}
+
+/// `--to mlx` quantizes to 8-bit MLX affine unless told otherwise, and says so; `--mlx-bits none`
+/// keeps the floats, losslessly.
+#[test]
+fn mlx_output_is_8_bit_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = root().join("fixtures/gpt_oss/hf");
+    let config = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap()
+    };
+    let quantized = dir.path().join("q");
+    let out = minerva(&[os("convert"), tiny.as_os_str(), os("--to"), os("mlx"), quantized.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("float→MLX affine"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let q = &config(&quantized)["quantization"];
+    assert_eq!((q["mode"].as_str(), q["lm_head"]["bits"].as_u64()), (Some("mxfp4"), Some(8)));
+    let floats = dir.path().join("f");
+    let out = minerva(&[
+        os("convert"),
+        tiny.as_os_str(),
+        os("--to"),
+        os("mlx"),
+        os("--mlx-bits"),
+        os("none"),
+        floats.as_os_str(),
+    ]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains(": lossless"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(config(&floats)["quantization"].get("lm_head").is_none());
 }

@@ -23,10 +23,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use minerva_gguf::Gguf;
-use minerva_safetensors::Checkpoint;
+use minerva_safetensors::{Checkpoint, Encoding};
 
 use crate::backend::{Backend, ByteSource, WeightSource};
 use crate::error::{ModelError, Result};
+use crate::owned::OwnedBytes;
 
 /// Which file format the tensors come from (it decides names and the RoPE convention).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,13 +140,16 @@ impl TensorSource {
         Ok(TensorSource { format: SourceFormat::Gguf, arch: gguf.architecture()?.to_string(), tensors })
     }
 
-    /// Every tensor of a SafeTensors checkpoint; `arch` is its `config.json` `model_type`.
-    pub fn from_checkpoint(checkpoint: &Arc<Checkpoint>, arch: &str) -> TensorSource {
+    /// Every tensor of a SafeTensors checkpoint; `arch` is its `config.json` `model_type`. MLX
+    /// affine matrices (mlx-lm's `convert -q`) are dequantized once, as `mx.dequantize` computes
+    /// them, into their scales' float type (anonymous memory, twice the bytes of 8-bit codes),
+    /// under their `.weight` name; their codes, scales and biases are not listed.
+    pub fn from_checkpoint(checkpoint: &Arc<Checkpoint>, arch: &str) -> Result<TensorSource> {
         let shard_index: HashMap<&Path, usize> = checkpoint.shard_paths().enumerate().map(|(i, p)| (p, i)).collect();
         let shards: Vec<Arc<dyn ByteSource>> = (0..checkpoint.shard_paths().len())
             .map(|shard| Arc::new(ShardBytes { checkpoint: checkpoint.clone(), shard }) as Arc<dyn ByteSource>)
             .collect();
-        let tensors = checkpoint
+        let mut tensors: HashMap<String, WeightSource> = checkpoint
             .tensors()
             .map(|t| {
                 let start = t.offset as usize;
@@ -159,7 +163,32 @@ impl TensorSource {
                 (t.view.name.to_string(), source)
             })
             .collect();
-        TensorSource { format: SourceFormat::SafeTensors, arch: arch.to_string(), tensors }
+        if checkpoint.config().is_some_and(|c| c.get("quantization").is_some()) {
+            for lt in checkpoint.logical_tensors() {
+                let Encoding::MlxAffine { weight, scales, biases, bits, group_size } = lt.encoding else { continue };
+                let params =
+                    minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
+                let len = lt.shape.iter().try_fold(scales.dtype.block_bytes(), |a, &b| a.checked_mul(b));
+                let len = len.ok_or_else(|| ModelError::BadTensor {
+                    tensor: lt.name.to_string(),
+                    message: format!("shape {:?} overflows", lt.shape),
+                })?;
+                let mut out = OwnedBytes::zeroed(len);
+                params.dequantize_exact_to_bytes(weight.bytes, scales.bytes, biases.bytes, out.as_mut())?;
+                for part in [scales.name, biases.name] {
+                    tensors.remove(part);
+                }
+                let source = WeightSource {
+                    file: Arc::new(out),
+                    name: lt.name.to_string(),
+                    dtype: scales.dtype,
+                    shape: lt.shape.to_vec(),
+                    range: 0..len,
+                };
+                tensors.insert(weight.name.to_string(), source);
+            }
+        }
+        Ok(TensorSource { format: SourceFormat::SafeTensors, arch: arch.to_string(), tensors })
     }
 
     /// The file format.

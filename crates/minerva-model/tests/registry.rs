@@ -247,3 +247,38 @@ fn gemma3_settings_gguf_cannot_hold_are_refused_and_kept_through_checkpoints() {
     let err = rel_err(&logits(&dir.path().join("hf")), &logits(&copy));
     assert!(err <= GGUF_VS_HF, "{err}");
 }
+
+/// Logits of an 8-bit MLX copy (groups of 32: every matrix of these tiny models quantizes) against
+/// the float fixture's, largest |Δ| over the largest |logit|: 8-bit codes move each weight by up to
+/// half a step of its group's range over 255, and these random models amplify it (a plain bf16
+/// copy is already 0.7–2.4 % off). Measured: 1.6–9.5 % for the dense rows, 17 % for GPT-OSS
+/// (bf16 scales; 8.9 % with f32 ones). A wrong row order or a lost tensor is off by the logits'
+/// whole size.
+const MLX_8BIT_VS_FLOAT: f32 = 0.25;
+
+/// Every row converts to MLX 8-bit affine (`--mlx-bits 8`), every weight matrix quantized, and
+/// loads: with exactly the logits of its own dequantized copy (MLX → HF: `mx.dequantize`'s values,
+/// which the loader computes too), and within [`MLX_8BIT_VS_FLOAT`] of the float fixture's.
+#[test]
+fn every_architecture_converts_to_8_bit_mlx_and_loads() {
+    use minerva_model::convert::MlxQuant;
+    for spec in ARCHITECTURES {
+        let hf = fixture(spec);
+        let dir = tempfile::tempdir().unwrap();
+        let p = |f: &str| dir.path().join(f);
+        let mut opts = ConvertOptions::new(Target::Mlx);
+        opts.mlx_quant = Some(MlxQuant { bits: 8, group_size: 32 });
+        let report = convert(&hf, &p("mlx8"), &opts, &Extras::default(), &mut |_| {}).unwrap();
+        let matrices = hf_values(&hf).keys().filter(|n| n.ends_with(".weight")).count();
+        let ckpt = Checkpoint::open(&hf).unwrap();
+        let two_d = ckpt.logical_tensors().filter(|t| t.shape.len() == 2 && t.name.ends_with(".weight")).count();
+        assert!(two_d > 0 && two_d < matrices, "{}", spec.name);
+        assert_eq!(report.mlx_affine_quantized, two_d, "{}: {}", spec.name, report.summary());
+        let quantized = logits(&p("mlx8"));
+        convert_to(&p("mlx8"), &p("dequantized"), Target::SafeTensors);
+        assert_eq!(quantized, logits(&p("dequantized")), "{}: MLX 8-bit vs its dequantized copy", spec.name);
+        let err = rel_err(&quantized, &logits(&hf));
+        eprintln!("{}: MLX 8-bit vs float {err:.1e}", spec.name);
+        assert!(err <= MLX_8BIT_VS_FLOAT, "{}: MLX 8-bit vs float {err}", spec.name);
+    }
+}

@@ -136,12 +136,19 @@ impl MlxAffine {
     /// `edge / round(edge / scale)` where that is not zero; the bias is the edge (0 where it rounded
     /// to zero); each quant is `round((w − bias) / scale)` (ties to even) clamped to the range.
     /// Scales and biases are then rounded to `scale_dtype`.
-    pub fn quantize(&self, values: &[f32], weight: &mut [u8], scales: &mut [u8], biases: &mut [u8]) -> Result<(), QuantError> {
+    pub fn quantize(
+        &self,
+        values: &[f32],
+        weight: &mut [u8],
+        scales: &mut [u8],
+        biases: &mut [u8],
+    ) -> Result<(), QuantError> {
         self.check(values.len(), weight, scales, biases)?;
         weight.fill(0);
         let n_bins = ((1u32 << self.bits) - 1) as f32;
         for (g, group) in values.chunks_exact(self.group_size).enumerate() {
-            let (min, max) = group.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &w| (lo.min(w), hi.max(w)));
+            let (min, max) =
+                group.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &w| (lo.min(w), hi.max(w)));
             let min_is_edge = min.abs() > max.abs();
             let step = ((max - min) / n_bins).max(1e-7);
             let (mut scale, edge) = if min_is_edge { (step, min) } else { (-step, max) };

@@ -180,7 +180,8 @@ fn mlx_affine_quantization_matches_mlx_bitwise() {
             scale_dtype: DType::from_name(case["dtype"].as_str().unwrap()).unwrap(),
         };
         let values = f32s(&span(case, "input_f32"));
-        let (want_weight, want_scales, want_biases) = (span(case, "weight"), span(case, "scales"), span(case, "biases"));
+        let (want_weight, want_scales, want_biases) =
+            (span(case, "weight"), span(case, "scales"), span(case, "biases"));
         let (mut weight, mut scales, mut biases) =
             (vec![0xAA; want_weight.len()], vec![0xAA; want_scales.len()], vec![0xAA; want_biases.len()]);
         params.quantize(&values, &mut weight, &mut scales, &mut biases).unwrap();

@@ -100,7 +100,7 @@ pub(crate) fn load_checkpoint<B: Backend>(
     Ok(match spec.graph {
         Graph::Gemma3 => {
             let cfg = Gemma3Config::from_hf_config(json)?;
-            let source = TensorSource::from_checkpoint(checkpoint, spec.name);
+            let source = TensorSource::from_checkpoint(checkpoint, spec.name)?;
             let weights = Gemma3Weights::load(backend, &source, &cfg)?;
             (cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights))))
         }
@@ -127,7 +127,7 @@ pub(crate) fn load_checkpoint<B: Backend>(
 /// A checkpoint's tensors under llama.cpp names; an untied one (`tie_word_embeddings` false or
 /// absent) must have its LM head.
 fn checkpoint_source(checkpoint: &Arc<Checkpoint>, json: &serde_json::Value, config: &Config) -> Result<TensorSource> {
-    let source = TensorSource::from_checkpoint(checkpoint, &config.arch);
+    let source = TensorSource::from_checkpoint(checkpoint, &config.arch)?;
     let tied = json.get("tie_word_embeddings").and_then(serde_json::Value::as_bool).unwrap_or(false);
     if !tied && !source.contains("output.weight") {
         return Err(ModelError::MissingTensor { tensor: source.stored_name("output.weight") });

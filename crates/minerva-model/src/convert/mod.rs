@@ -212,7 +212,10 @@ pub struct Report {
 impl Report {
     /// Whether every value of the source is in the output exactly.
     pub fn is_lossless(&self) -> bool {
-        self.lossy.is_empty() && self.mlx_affine_dequantized == 0 && self.mlx_affine_quantized == 0 && self.shift_rounded == 0
+        self.lossy.is_empty()
+            && self.mlx_affine_dequantized == 0
+            && self.mlx_affine_quantized == 0
+            && self.shift_rounded == 0
     }
 
     /// One line: lossless, or which conversions lost precision.

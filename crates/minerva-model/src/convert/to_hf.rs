@@ -374,7 +374,8 @@ fn item_bytes<'m>(model: &'m SourceModel, item: &Item<'m>, report: &mut Report) 
             }
             let mut values = vec![0.0f32; rows * cols];
             minerva_quant::dequantize(*dtype, &typed, &mut values).map_err(quant_error(t))?;
-            let params = minerva_quant::MlxAffine { bits: quant.bits, group_size: quant.group_size, scale_dtype: *dtype };
+            let params =
+                minerva_quant::MlxAffine { bits: quant.bits, group_size: quant.group_size, scale_dtype: *dtype };
             let groups = rows * cols / quant.group_size;
             let width = dtype.info().block_bytes as usize;
             let mut weight = vec![0u8; rows * cols * quant.bits as usize / 8];
@@ -581,7 +582,12 @@ fn gemma3_config(spec: &ArchSpec, g: &Gemma3Config, tied: bool) -> Result<Map<St
 ///
 /// `affine`: the modules written MLX affine-quantized, in `quantization` as mlx-lm writes it — at
 /// the top for a dense model, one entry per module beside GPT-OSS's top-level `mxfp4`.
-fn config_json(model: &SourceModel, target: Target, dtype: Option<DType>, affine: &[(&str, MlxQuant)]) -> Result<Value> {
+fn config_json(
+    model: &SourceModel,
+    target: Target,
+    dtype: Option<DType>,
+    affine: &[(&str, MlxQuant)],
+) -> Result<Value> {
     let generated = match &model.family {
         Family::Dense { config, tied } => dense_config(model, config, *tied)?,
         Family::Gemma3 { config, tied } => gemma3_config(model.spec, config, *tied)?,
