@@ -247,7 +247,10 @@ pub struct MoeParams {
     pub limit: f32,
 }
 
-/// The ops an architecture graph is written in.
+/// The ops an architecture graph is written in. Every op a registered architecture uses is
+/// required, so a backend that lacks one does not compile rather than failing in the middle of a
+/// model; the one optional op, [`Backend::sample`], comes with its capability
+/// ([`Backend::samples_on_device`]), which callers ask first.
 pub trait Backend: Send + Sync {
     /// An activation tensor (`rows × cols` f32).
     type Tensor;
@@ -350,29 +353,17 @@ pub trait Backend: Send + Sync {
     /// RMS normalisation of each head in place (QK-norm: Qwen 3, Gemma 3): every row of `x` is
     /// `n_heads` heads of `head_dim = cols / n_heads` values, and each head becomes
     /// `head / rms(head) * w` with the one weight `w` (a vector of `head_dim`) shared by all heads.
-    fn rms_norm_heads(&self, x: &mut Self::Tensor, n_heads: usize, w: &Self::Weight, eps: f32) -> Result<()> {
-        let _ = (x, n_heads, w, eps);
-        Err(ModelError::UnsupportedOp { op: "rms_norm_heads" })
-    }
+    fn rms_norm_heads(&self, x: &mut Self::Tensor, n_heads: usize, w: &Self::Weight, eps: f32) -> Result<()>;
 
     /// `x[r] += bias` for every row (`bias`: a vector of `x`'s width).
-    fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Weight) -> Result<()> {
-        let _ = (x, bias);
-        Err(ModelError::UnsupportedOp { op: "add_bias" })
-    }
+    fn add_bias(&self, x: &mut Self::Tensor, bias: &Self::Weight) -> Result<()>;
 
     /// `x *= factor`, every element (Gemma scales its embeddings by √n_embd).
-    fn scale(&self, x: &mut Self::Tensor, factor: f32) -> Result<()> {
-        let _ = (x, factor);
-        Err(ModelError::UnsupportedOp { op: "scale" })
-    }
+    fn scale(&self, x: &mut Self::Tensor, factor: f32) -> Result<()>;
 
     /// `gelu_tanh(gate) * up` (GeGLU, Gemma), with the tanh approximation of GELU:
     /// `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))`, as PyTorch's `gelu(approximate="tanh")`.
-    fn geglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor> {
-        let _ = (gate, up);
-        Err(ModelError::UnsupportedOp { op: "geglu" })
-    }
+    fn geglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
 
     /// [`Backend::attention`] with a learned per-head *sink* logit `sinks[h]` (GPT-OSS): it joins
     /// every softmax of head `h` as one more score and takes its share of the weight, attending to
@@ -388,10 +379,7 @@ pub trait Backend: Send + Sync {
         batch: &Batch,
         mask: Mask,
         sinks: &Self::Weight,
-    ) -> Result<Self::Tensor> {
-        let _ = (q, k, v, cache, layer, batch, mask, sinks);
-        Err(ModelError::UnsupportedOp { op: "attention_with_sinks" })
-    }
+    ) -> Result<Self::Tensor>;
 
     /// GPT-OSS mixture of experts. For each row of `x` (`rows × n_embd`): the top
     /// `n_expert_used` of its `router_logits` (`rows × n_expert`) pick experts, weighted by the
@@ -405,10 +393,7 @@ pub trait Backend: Send + Sync {
         router_logits: &Self::Tensor,
         experts: &MoeExperts<'_, Self::Weight>,
         params: &MoeParams,
-    ) -> Result<Self::Tensor> {
-        let _ = (x, router_logits, experts, params);
-        Err(ModelError::UnsupportedOp { op: "moe" })
-    }
+    ) -> Result<Self::Tensor>;
 }
 
 /// The index of the largest value: the first on ties (as `torch.argmax`), and NaN never wins (a

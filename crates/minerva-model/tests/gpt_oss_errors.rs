@@ -140,10 +140,39 @@ fn safetensors_tensor_errors_name_the_tensor() {
 }
 
 #[test]
-fn unsupported_backend_ops_are_typed_errors() {
-    // The default bodies of the GPT-OSS ops, for backends that do not implement them.
-    let err = ModelError::UnsupportedOp { op: "moe" };
-    assert_eq!(err.to_string(), "operation moe is not supported by this backend");
+fn device_sampling_is_a_typed_error_on_a_backend_without_it() {
+    // The one optional op: the CPU backend says it does not sample, and a call anyway is an error
+    // naming the op, not a panic.
+    use minerva_core::DType;
+    use minerva_model::backend::{Backend, ByteSource, DeviceSampling, WeightSource};
+    struct Bytes(Vec<u8>);
+    impl ByteSource for Bytes {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    let backend = CpuBackend::new(Some(1)).unwrap();
+    assert!(!backend.samples_on_device());
+    let values: Vec<u8> = (0..4 * 32).flat_map(|i| (i as f32 / 100.0).to_le_bytes()).collect();
+    let len = values.len();
+    let file = Arc::new(Bytes(values));
+    let head = WeightSource { file, name: "head".into(), dtype: DType::F32, shape: vec![4, 32], range: 0..len };
+    let head = backend.weight(head).unwrap();
+    let x = backend.embed(&head, &[1]).unwrap();
+    let params = DeviceSampling {
+        temperature: 1.0,
+        top_k: 1,
+        top_p: 1.0,
+        min_p: 0.0,
+        repeat_penalty: 1.0,
+        frequency_penalty: 0.0,
+        presence_penalty: 0.0,
+        adjust: Vec::new(),
+        u: 0.5,
+    };
+    let err = backend.sample(&x, &head, &[0], &[params]).unwrap_err();
+    assert!(matches!(err, ModelError::UnsupportedOp { op: "sample" }), "{err}");
+    assert_eq!(err.to_string(), "operation sample is not supported by this backend");
 }
 
 #[test]

@@ -217,6 +217,16 @@ fn mxfp4_read_in_place_equals_converted_blocks() {
                     m.forward(&mut m.new_cache(1, seq.len()).unwrap(), &input, LogitsFor::All).unwrap()
                 };
                 assert_eq!(run(&in_place), run(&converted), "{path} f32 activations {f32_activations}");
+                // One token at a time: the decode path (all picks' gate/up products in one call).
+                let step_by_step = |m: &Model<CpuBackend>| {
+                    let mut cache = m.new_cache(1, seq.len()).unwrap();
+                    let steps = seq.iter().enumerate().map(|(pos, t)| {
+                        let input = [SequenceInput { tokens: std::slice::from_ref(t), start_pos: pos, slot: 0 }];
+                        m.forward(&mut cache, &input, LogitsFor::All).unwrap().data
+                    });
+                    steps.collect::<Vec<_>>()
+                };
+                assert_eq!(step_by_step(&in_place), step_by_step(&converted), "{path} decode");
             }
         }
     }

@@ -74,6 +74,32 @@ impl Backend for PanickyBackend {
     fn logits(&self, x: &CpuTensor, head: &CpuWeight, rows: &[usize]) -> minerva_model::Result<Vec<f32>> {
         self.0.logits(x, head, rows)
     }
+    fn rms_norm_heads(&self, x: &mut CpuTensor, n_heads: usize, w: &CpuWeight, eps: f32) -> minerva_model::Result<()> {
+        self.0.rms_norm_heads(x, n_heads, w, eps)
+    }
+    fn add_bias(&self, x: &mut CpuTensor, bias: &CpuWeight) -> minerva_model::Result<()> {
+        self.0.add_bias(x, bias)
+    }
+    fn scale(&self, x: &mut CpuTensor, factor: f32) -> minerva_model::Result<()> {
+        self.0.scale(x, factor)
+    }
+    fn geglu(&self, gate: &CpuTensor, up: &CpuTensor) -> minerva_model::Result<CpuTensor> {
+        self.0.geglu(gate, up)
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn attention_with_sinks(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        cache: &mut CpuCache,
+        layer: usize,
+        batch: &Batch,
+        mask: Mask,
+        sinks: &CpuWeight,
+    ) -> minerva_model::Result<CpuTensor> {
+        self.0.attention_with_sinks(q, k, v, cache, layer, batch, mask, sinks)
+    }
     fn moe(
         &self,
         x: &CpuTensor,

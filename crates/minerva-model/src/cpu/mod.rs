@@ -83,6 +83,28 @@ impl CpuWeight {
         &self.file.bytes()[self.range.clone()]
     }
 
+    /// `self` and `up` as one matrix of twice the rows, stride 1, when they are the gate and up
+    /// halves of one interleaved HF tensor (every other row of the same bytes, `up` one row in):
+    /// a product over it reads the tensor front to back, where two stride-2 passes skip a row at
+    /// every step and the prefetchers fetch the skipped rows anyway.
+    fn interleaved_with(&self, up: &CpuWeight) -> Option<Matrix<'_>> {
+        let (Some(g), Some(u)) = (&self.split, &up.split) else { return None };
+        let groups = self.cols / 32;
+        let halves = g.row_stride == 2
+            && u.row_stride == 2
+            && self.cols == up.cols
+            && self.rows == up.rows
+            && Arc::ptr_eq(&self.file, &up.file)
+            && Arc::ptr_eq(&g.file, &u.file)
+            && up.range.start == self.range.start + groups * 16
+            && u.range.start == g.range.start + groups;
+        halves.then(|| Matrix::Mxfp4Split {
+            nibbles: self.bytes(),
+            scales: &g.file.bytes()[g.range.clone()],
+            row_stride: 1,
+        })
+    }
+
     /// The weight as the fused products read it.
     fn matrix(&self) -> Matrix<'_> {
         match &self.split {

@@ -29,6 +29,8 @@ struct Scratch {
     xs: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+    /// Gate and up products interleaved, from an HF `gate_up_proj` read as one matrix.
+    pair: Vec<f32>,
     down: Vec<f32>,
     bias: Vec<f32>,
 }
@@ -58,13 +60,13 @@ pub(super) fn moe(
     check(experts.up_bias, 1, n_expert, n_ff)?;
     check(experts.down_bias, 1, n_expert, n_embd)?;
     SCRATCH.with_borrow_mut(|scratch| {
-        let Scratch { order, picks, xs, gate, up, down, bias } = scratch;
+        let Scratch { order, picks, xs, gate, up, pair, down, bias } = scratch;
         route(router_logits, n_expert, k, order, picks);
         let mut out = CpuTensor::zeros(x.rows, n_embd);
         let decode = x.rows == 1 && !backend.f32_activations;
         if decode {
             // Every pick's gate and up products, in pick order, in one call.
-            decode_gate_up(experts, picks, n_ff, &x.data, gate, up)?;
+            decode_gate_up(experts, picks, n_ff, &x.data, gate, up, pair)?;
         }
         for (i, run) in picks.chunk_by(|a, b| a.0 == b.0).enumerate() {
             let (e, n) = (run[0].0, run.len());
@@ -75,8 +77,18 @@ pub(super) fn moe(
                 for &(_, r, _) in run {
                     xs.extend_from_slice(&x.data[r * n_embd..(r + 1) * n_embd]);
                 }
-                expert_matmul(backend, experts.gate, e, n_ff, xs, n, gate)?;
-                expert_matmul(backend, experts.up, e, n_ff, xs, n, up)?;
+                match experts.gate.interleaved_with(experts.up) {
+                    Some(both) if !backend.f32_activations => {
+                        let matrix = both.rows(e * 2 * n_ff, 2 * n_ff, n_embd)?;
+                        pair.resize(n * 2 * n_ff, 0.0);
+                        minerva_quant::matmul_i16_matrix(matrix, 2 * n_ff, n_embd, xs, n, pair)?;
+                        deinterleave(pair, gate, up);
+                    }
+                    _ => {
+                        expert_matmul(backend, experts.gate, e, n_ff, xs, n, gate)?;
+                        expert_matmul(backend, experts.up, e, n_ff, xs, n, up)?;
+                    }
+                }
                 (&mut gate[..], &mut up[..])
             };
             add_row_bias(gate, bias_row(experts.gate_bias, e, bias)?);
@@ -131,10 +143,23 @@ fn decode_gate_up(
     x: &[f32],
     gate: &mut Vec<f32>,
     up: &mut Vec<f32>,
+    pair: &mut Vec<f32>,
 ) -> Result<()> {
     gate.resize(picks.len() * n_ff, 0.0);
     up.resize(picks.len() * n_ff, 0.0);
     let mut products: Vec<Product<'_>> = PRODUCTS.take();
+    if let Some(both) = experts.gate.interleaved_with(experts.up) {
+        // HF's interleaved gate/up: each pick's 2·n_ff rows in one product, split afterwards.
+        pair.resize(picks.len() * 2 * n_ff, 0.0);
+        for (&(e, _, _), ys) in picks.iter().zip(pair.chunks_exact_mut(2 * n_ff)) {
+            products.push(Product { matrix: both.rows(e * 2 * n_ff, 2 * n_ff, x.len())?, rows: 2 * n_ff, ys });
+        }
+        let result = minerva_quant::matmul_i16_each(&mut products, x.len(), x, 1);
+        PRODUCTS.set(minerva_core::recycle_vec(products));
+        result?;
+        deinterleave(pair, gate, up);
+        return Ok(());
+    }
     let outputs = gate.chunks_exact_mut(n_ff).zip(up.chunks_exact_mut(n_ff));
     for (&(e, _, _), (gate, up)) in picks.iter().zip(outputs) {
         for (w, ys) in [(experts.gate, gate), (experts.up, up)] {
@@ -149,6 +174,14 @@ fn decode_gate_up(
 thread_local! {
     /// `decode_gate_up`'s product list, kept empty between calls.
     static PRODUCTS: Cell<Vec<Product<'static>>> = const { Cell::new(Vec::new()) };
+}
+
+/// Interleaved rows `g0 u0 g1 u1 …` into `gate` and `up` (resized to half of `pair` each).
+fn deinterleave(pair: &[f32], gate: &mut Vec<f32>, up: &mut Vec<f32>) {
+    gate.clear();
+    up.clear();
+    gate.extend(pair.iter().step_by(2));
+    up.extend(pair.iter().skip(1).step_by(2));
 }
 
 /// OpenAI's SwiGLU variant: the gate clamped above, the linear part clamped both ways and
