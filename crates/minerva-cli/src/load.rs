@@ -50,6 +50,11 @@ pub struct ModelArgs {
     /// (f32 with --f32-activations, the reference mode).
     #[arg(long, value_enum, value_name = "TYPE")]
     pub kv_type: Option<KvType>,
+    /// CPU: convert HF/MLX MXFP4 experts to GGML blocks at load (as much memory again as the
+    /// experts) instead of reading them where they lie; faster decode where the CPU, not memory,
+    /// bounds it (few cores).
+    #[arg(long)]
+    pub mxfp4_copies: bool,
 }
 
 /// `--kv-type`.
@@ -117,7 +122,8 @@ pub fn with_model<T: ModelTask>(args: &ModelArgs, task: T) -> Result<T::Output, 
             let backend = CpuBackend::new(args.threads)
                 .and_then(|b| b.with_kv_dtype(args.kv_type.unwrap_or(default).dtype()))
                 .map_err(model_error)?
-                .with_f32_activations(args.f32_activations);
+                .with_f32_activations(args.f32_activations)
+                .with_mxfp4_copies(args.mxfp4_copies);
             task.run(load(path, backend)?)
         }
         Device::Wgpu => {

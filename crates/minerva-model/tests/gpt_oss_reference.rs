@@ -197,7 +197,7 @@ fn batched_sequences_equal_separate_runs() {
 /// interleaved gate/up rows as two every-other-row weights), converted a few rows at a time in
 /// cache: every logit, on the default path and on the f32 one, equals that of the same checkpoint
 /// converted to GGUF, whose experts are llama.cpp's GGML blocks (the conversion keeps every other
-/// tensor's values), bit for bit.
+/// tensor's values), bit for bit; and so does converting them at load (`with_mxfp4_copies`).
 #[test]
 fn mxfp4_read_in_place_equals_converted_blocks() {
     use minerva_model::convert::{ConvertOptions, Extras, Target, convert};
@@ -211,12 +211,15 @@ fn mxfp4_read_in_place_equals_converted_blocks() {
             let backend = || CpuBackend::new(Some(2)).unwrap().with_f32_activations(f32_activations);
             let in_place = Model::load(fixtures().join(path), backend()).unwrap();
             let converted = Model::load(&gguf, backend()).unwrap();
+            // Converted at load instead (`with_mxfp4_copies`): the same products again.
+            let copied = Model::load(fixtures().join(path), backend().with_mxfp4_copies(true)).unwrap();
             for seq in &seqs {
                 let input = [SequenceInput { tokens: seq, start_pos: 0, slot: 0 }];
                 let run = |m: &Model<CpuBackend>| {
                     m.forward(&mut m.new_cache(1, seq.len()).unwrap(), &input, LogitsFor::All).unwrap()
                 };
                 assert_eq!(run(&in_place), run(&converted), "{path} f32 activations {f32_activations}");
+                assert_eq!(run(&copied), run(&converted), "{path} copied at load");
                 // One token at a time: the decode path (all picks' gate/up products in one call).
                 let step_by_step = |m: &Model<CpuBackend>| {
                     let mut cache = m.new_cache(1, seq.len()).unwrap();

@@ -219,6 +219,8 @@ pub struct CpuBackend {
     f32_activations: bool,
     kv_dtype: DType,
     rope_tables: rope_tables::RopeTables,
+    /// Convert split MXFP4 (HF, MLX) to GGML blocks at load instead of reading it in place.
+    mxfp4_copies: bool,
 }
 
 impl CpuBackend {
@@ -232,7 +234,13 @@ impl CpuBackend {
                     .map_err(|e| ModelError::Resource { message: format!("cannot start {n} threads: {e}") })?,
             ),
         };
-        Ok(CpuBackend { pool, f32_activations: false, kv_dtype: DType::F32, rope_tables: Default::default() })
+        Ok(CpuBackend {
+            pool,
+            f32_activations: false,
+            kv_dtype: DType::F32,
+            rope_tables: Default::default(),
+            mxfp4_copies: false,
+        })
     }
 
     /// Reference mode: `matmul_q` dequantizes each weight to f32 and multiplies f32 activations
@@ -240,6 +248,16 @@ impl CpuBackend {
     /// it computes what an f32 framework computes from the same weights, for exact comparisons.
     pub fn with_f32_activations(mut self, on: bool) -> CpuBackend {
         self.f32_activations = on;
+        self
+    }
+
+    /// With `on`, HF's and MLX's MXFP4 matrices are converted to GGML blocks at load, in
+    /// anonymous memory (as much again as the experts: 10.2 GB for GPT-OSS-20B), instead of being
+    /// read in place. The products are the same bit for bit; the copy saves the per-row
+    /// conversion that reading in place does in cache, which costs decode speed where the MXFP4
+    /// kernel is compute-bound (few cores: 0.74× GGUF's on 2 Zen 3 cores, docs/benchmarks.md).
+    pub fn with_mxfp4_copies(mut self, on: bool) -> CpuBackend {
+        self.mxfp4_copies = on;
         self
     }
 
@@ -323,6 +341,10 @@ impl Backend for CpuBackend {
     }
 
     fn split_mxfp4_weight(&self, source: SplitMxfp4Source) -> Result<CpuWeight> {
+        if self.mxfp4_copies {
+            let blocks = self.install(|| source.to_ggml_blocks())?;
+            return self.weight(blocks);
+        }
         let SplitMxfp4Source { nibbles, nibbles_range, scales, scales_range, row_stride, name, shape } = source;
         let MatrixShape { rows, cols, vector, .. } = MatrixShape::of(&name, &shape)?;
         let outside = |part: &str| ModelError::BadTensor {
