@@ -55,8 +55,18 @@ pub fn kernels_of(dtype: DType) -> String {
 pub fn matrix_dtypes(path: &Path) -> Result<BTreeSet<DType>, CliError> {
     Ok(match ModelFile::open(path)? {
         ModelFile::Gguf(gguf) => gguf.tensor_infos().iter().filter(|t| t.shape.len() >= 2).map(|t| t.dtype).collect(),
-        ModelFile::Safetensors(ckpt) => {
-            ckpt.tensors().filter(|t| t.view.shape.len() >= 2).map(|t| t.view.dtype).collect()
-        }
+        // As the kernels see them: split MXFP4 runs the MXFP4 kernels, MLX affine is dequantized
+        // at load to its scales' float type.
+        ModelFile::Safetensors(ckpt) => ckpt
+            .logical_tensors()
+            .filter(|t| t.shape.len() >= 2)
+            .map(|t| match t.encoding {
+                minerva_safetensors::Encoding::Plain(view) => view.dtype,
+                minerva_safetensors::Encoding::HfMxfp4 { .. } | minerva_safetensors::Encoding::MlxMxfp4 { .. } => {
+                    DType::MXFP4
+                }
+                minerva_safetensors::Encoding::MlxAffine { scales, .. } => scales.dtype,
+            })
+            .collect(),
     })
 }
