@@ -83,8 +83,10 @@ impl<'a> Matrix<'a> {
             }
             Matrix::Mxfp4Split { nibbles, scales, row_stride } => {
                 let groups = split_groups(cols)?;
-                let start = first.checked_mul(row_stride).and_then(|p| p.checked_mul(groups)).ok_or(overflow)?;
-                let nibbles = nibbles.get(start * MXFP4_GROUP_BYTES..).ok_or(too_short(nibbles.len(), "bytes"))?;
+                let start =
+                    first.checked_mul(row_stride).and_then(|p| p.checked_mul(groups)).ok_or(overflow.clone())?;
+                let nibble_start = start.checked_mul(MXFP4_GROUP_BYTES).ok_or(overflow)?;
+                let nibbles = nibbles.get(nibble_start..).ok_or(too_short(nibbles.len(), "bytes"))?;
                 let scales = scales.get(start..).ok_or(too_short(scales.len(), "bytes"))?;
                 let view = Matrix::Mxfp4Split { nibbles, scales, row_stride };
                 view.check_shape(count, cols)?;
@@ -154,15 +156,7 @@ impl<'a> Matrix<'a> {
     /// dequantizer for a block matrix and the reference one for a split matrix.
     pub fn dequantize(&self, rows: usize, cols: usize, out: &mut [f32]) -> Result<(), QuantError> {
         let row_bytes = self.check_shape(rows, cols)?;
-        if out.len() != rows * cols {
-            return Err(QuantError::MatmulOperand {
-                dtype: self.dtype(),
-                operand: "y",
-                expected: rows * cols,
-                actual: out.len(),
-                unit: "values",
-            });
-        }
+        self.check_output(rows * cols, out.len(), "values")?;
         match *self {
             Matrix::Blocks { dtype, bytes } => crate::dequantize_fast(dtype, bytes, out),
             Matrix::Mxfp4Split { nibbles, scales, row_stride } => {
@@ -182,15 +176,7 @@ impl<'a> Matrix<'a> {
     /// threads.
     pub fn to_ggml_blocks(&self, rows: usize, cols: usize, out: &mut [u8]) -> Result<(), QuantError> {
         let row_bytes = self.check_shape(rows, cols)?;
-        if out.len() != rows * row_bytes {
-            return Err(QuantError::MatmulOperand {
-                dtype: self.dtype(),
-                operand: "y",
-                expected: rows * row_bytes,
-                actual: out.len(),
-                unit: "bytes",
-            });
-        }
+        self.check_output(rows * row_bytes, out.len(), "bytes")?;
         match *self {
             Matrix::Blocks { bytes, .. } => out.copy_from_slice(bytes),
             Matrix::Mxfp4Split { nibbles, scales, row_stride } if row_bytes > 0 => {
@@ -204,6 +190,14 @@ impl<'a> Matrix<'a> {
             Matrix::Mxfp4Split { .. } => {}
         }
         Ok(())
+    }
+
+    /// An output of `actual` `unit` where the shape implies `expected`.
+    fn check_output(&self, expected: usize, actual: usize, unit: &'static str) -> Result<(), QuantError> {
+        if actual == expected {
+            return Ok(());
+        }
+        Err(QuantError::MatmulOperand { dtype: self.dtype(), operand: "y", expected, actual, unit })
     }
 
     /// This matrix's rows as the kernels read them.
