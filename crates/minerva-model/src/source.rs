@@ -27,7 +27,7 @@ use minerva_safetensors::{Checkpoint, Encoding};
 
 use crate::backend::{Backend, ByteSource, WeightSource};
 use crate::error::{ModelError, Result};
-use crate::owned::OwnedBytes;
+use crate::owned::mlx_affine_values;
 
 /// Which file format the tensors come from (it decides names and the RoPE convention).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,22 +166,16 @@ impl TensorSource {
         if checkpoint.config().is_some_and(|c| c.get("quantization").is_some()) {
             for lt in checkpoint.logical_tensors() {
                 let Encoding::MlxAffine { weight, scales, biases, bits, group_size } = lt.encoding else { continue };
-                let params =
-                    minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
-                let len = lt.shape.iter().try_fold(scales.dtype.block_bytes(), |a, &b| a.checked_mul(b));
-                let len = len.ok_or_else(|| ModelError::BadTensor {
-                    tensor: lt.name.to_string(),
-                    message: format!("shape {:?} overflows", lt.shape),
-                })?;
-                let mut out = OwnedBytes::zeroed(len);
-                params.dequantize_exact_to_bytes(weight.bytes, scales.bytes, biases.bytes, out.as_mut())?;
+                let (out, dtype) =
+                    mlx_affine_values(lt.name, lt.shape, weight.bytes, scales, biases.bytes, bits, group_size)?;
+                let len = out.bytes().len();
                 for part in [scales.name, biases.name] {
                     tensors.remove(part);
                 }
                 let source = WeightSource {
                     file: Arc::new(out),
                     name: lt.name.to_string(),
-                    dtype: scales.dtype,
+                    dtype,
                     shape: lt.shape.to_vec(),
                     range: 0..len,
                 };

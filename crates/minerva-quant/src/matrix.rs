@@ -282,11 +282,8 @@ impl RowSource<'_> {
 fn split_rows_to_ggml(nibbles: &[u8], scales: &[u8], row_stride: usize, groups: usize, first: usize, out: &mut [u8]) {
     for (i, block_row) in out.chunks_exact_mut(groups * (1 + MXFP4_GROUP_BYTES)).enumerate() {
         let p = (first + i) * row_stride * groups;
-        let nib = nibbles[p * MXFP4_GROUP_BYTES..(p + groups) * MXFP4_GROUP_BYTES].chunks_exact(MXFP4_GROUP_BYTES);
-        for ((block, e), nib) in block_row.chunks_exact_mut(17).zip(&scales[p..p + groups]).zip(nib) {
-            block[0] = *e;
-            block[1..].copy_from_slice(&pairs_to_halves(nib.try_into().unwrap_or_default()));
-        }
+        let nib = &nibbles[p * MXFP4_GROUP_BYTES..(p + groups) * MXFP4_GROUP_BYTES];
+        crate::mxfp4::hf_blocks_to_ggml(nib, &scales[p..p + groups], block_row);
     }
 }
 

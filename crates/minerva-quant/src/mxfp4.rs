@@ -138,7 +138,8 @@ pub fn hf_mxfp4_to_ggml(blocks: &[u8], scales: &[u8], out: &mut [u8]) -> Result<
 
 /// The GGML blocks of `out` (17 bytes each) from the HF groups at the start of `blocks` and
 /// `scales`.
-fn hf_blocks_to_ggml(blocks: &[u8], scales: &[u8], out: &mut [u8]) {
+#[inline]
+pub(crate) fn hf_blocks_to_ggml(blocks: &[u8], scales: &[u8], out: &mut [u8]) {
     let group_bytes = blocks.chunks_exact(MXFP4_GROUP_BYTES);
     for ((hf, &e), ggml) in group_bytes.zip(scales).zip(out.chunks_exact_mut(17)) {
         ggml[0] = e;

@@ -27,7 +27,7 @@ pub(crate) fn float_bytes(dtype: DType, values: &[f32]) -> Vec<u8> {
     }
 }
 
-fn is_float(dtype: DType) -> bool {
+pub(crate) fn is_float(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 

@@ -19,7 +19,7 @@ use minerva_core::DType;
 use minerva_safetensors::SafetensorsWriter;
 use serde_json::{Map, Value, json};
 
-use super::dtype::{convert_bytes, output_dtype, permute_qk_rows, record, record_shift, shift_norm};
+use super::dtype::{convert_bytes, is_float, output_dtype, permute_qk_rows, record, record_shift, shift_norm};
 use super::source::{CanonTensor, Family, SourceModel};
 use super::{ConvertError, ConvertOptions, Extras, MlxQuant, Progress, Report, Result, Target, io_error, unsupported};
 use crate::arch::gemma3::Gemma3Config;
@@ -182,7 +182,7 @@ fn plan<'m>(model: &'m SourceModel, opts: &ConvertOptions) -> Result<Vec<Item<'m
         let dtype = output_dtype(t, None, opts)?;
         // mlx-lm quantizes the linear and embedding layers whose rows are whole groups.
         let affine = opts.mlx_quant.filter(|q| {
-            mlx && t.shape.len() == 2 && t.shape[1].is_multiple_of(q.group_size) && !minus_one && is_float_type(dtype)
+            mlx && t.shape.len() == 2 && t.shape[1].is_multiple_of(q.group_size) && !minus_one && is_float(dtype)
         });
         match (affine, name.strip_suffix(".weight")) {
             (Some(quant), Some(base)) => {
@@ -192,10 +192,6 @@ fn plan<'m>(model: &'m SourceModel, opts: &ConvertOptions) -> Result<Vec<Item<'m
         }
     }
     Ok(items)
-}
-
-fn is_float_type(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
 /// Writes `model` as a directory at `dir`.
