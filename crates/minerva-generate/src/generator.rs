@@ -24,6 +24,7 @@ use minerva_model::{Backend, DeviceSampling, LogitsFor, Model, SequenceInput};
 use crate::error::{GenerateError, Result};
 use crate::harmony_stream::{HarmonyOutput, OutputPiece};
 use crate::sampler::Sampler;
+use crate::speculative::{self, SpecStats, Speculation};
 use crate::tokenizer::{TextStream, Tokenizer};
 
 /// Why generation ended.
@@ -70,6 +71,9 @@ pub struct Summary {
     pub prefill_tokens_per_s: f64,
     /// Decode steps per second (tokens after the first).
     pub decode_tokens_per_s: f64,
+    /// What speculative decoding did, where the session speculates
+    /// ([`Session::set_speculation`]) and the generation is unconstrained.
+    pub speculation: Option<SpecStats>,
 }
 
 /// One item of a generation stream.
@@ -125,6 +129,8 @@ pub struct Session<'m, B: Backend> {
     capacity: usize,
     /// The ids whose keys/values are in the cache, in order.
     cached: Vec<u32>,
+    /// Drafts and verifies tokens when set (lent to each [`Generation`] while it runs).
+    speculation: Option<Speculation<'m>>,
 }
 
 impl<'m, B: Backend> Session<'m, B> {
@@ -140,7 +146,13 @@ impl<'m, B: Backend> Session<'m, B> {
             )));
         }
         let cache = model.new_cache(1, context)?;
-        Ok(Session { model, tokenizer, cache, capacity: context, cached: Vec::new() })
+        Ok(Session { model, tokenizer, cache, capacity: context, cached: Vec::new(), speculation: None })
+    }
+
+    /// Speculative decoding for this session's unconstrained generations (`None`: plain decoding).
+    /// Greedy output is the same as without it; see [`crate::speculative`].
+    pub fn set_speculation(&mut self, speculation: Option<Speculation<'m>>) {
+        self.speculation = speculation;
     }
 
     /// The context size.
@@ -191,7 +203,16 @@ impl<'m, B: Backend> Session<'m, B> {
         }
         let stop = StopText::new(options.stop.clone());
         let harmony = options.harmony.then(HarmonyOutput::new);
+        // Constrained output masks each step's logits on the host: drafts are not verified
+        // against a grammar, so it decodes plainly.
+        let speculation = if options.constraint.is_none() { self.speculation.take() } else { None };
+        let speculation = speculation.map(|mut s| {
+            s.start();
+            s
+        });
         Ok(Generation {
+            speculation,
+            ready: VecDeque::new(),
             harmony,
             session: self,
             options,
@@ -245,6 +266,30 @@ impl<'m, B: Backend> Session<'m, B> {
         self.cached.extend_from_slice(tokens);
         Ok(next)
     }
+
+    /// Runs `tokens` at the end of the cache and returns the next token after each of them: the
+    /// argmax where `argmax` is set, else drawn by `sampler` verifying `tokens[1..]` as a draft
+    /// ([`speculative::verify_sampled`]). Keeps the positions up to the last accepted token.
+    fn verify(&mut self, tokens: &[u32], argmax: bool, sampler: &mut Sampler, history: &[u32]) -> Result<Verified> {
+        let start = self.cached.len();
+        let seq = SequenceInput { tokens, start_pos: start, slot: 0 };
+        let draft = &tokens[1..];
+        let verdict = if argmax {
+            let ids = self.model.forward_argmax(&mut self.cache, &[seq], LogitsFor::All)?;
+            speculative::verify_greedy(draft, &ids)
+        } else {
+            let logits = self.model.forward(&mut self.cache, &[seq], LogitsFor::All)?;
+            speculative::verify_sampled(sampler, draft, |i| logits.row(i).to_vec(), history)
+        };
+        self.cached.extend_from_slice(&tokens[..1 + verdict.accepted]);
+        Ok(Verified { accepted: verdict.accepted, next: verdict.next })
+    }
+}
+
+/// The outcome of [`Session::verify`].
+struct Verified {
+    accepted: usize,
+    next: u32,
 }
 
 /// What a forward step is asked for.
@@ -284,6 +329,19 @@ pub struct Generation<'s, 'm, B: Backend> {
     prefill_time: Duration,
     pending: Option<Next>,
     done: bool,
+    /// The session's speculation, lent for this generation.
+    speculation: Option<Speculation<'m>>,
+    /// Tokens a verified draft gave, to emit before anything runs: all but the last are already
+    /// in the cache.
+    ready: VecDeque<u32>,
+}
+
+impl<'m, B: Backend> Drop for Generation<'_, 'm, B> {
+    fn drop(&mut self) {
+        if let Some(speculation) = self.speculation.take() {
+            self.session.speculation = Some(speculation);
+        }
+    }
 }
 
 impl<B: Backend> Generation<'_, '_, B> {
@@ -339,6 +397,7 @@ impl<B: Backend> Generation<'_, '_, B> {
             time_to_first_token: first.duration_since(self.started),
             prefill_tokens_per_s: self.prefilled as f64 / self.prefill_time.as_secs_f64().max(1e-9),
             decode_tokens_per_s: if decode_steps > 0.0 { decode_steps / decode_time.max(1e-9) } else { 0.0 },
+            speculation: self.speculation.as_ref().map(|s| s.stats),
         };
         self.queue.push_back(Event::Done(summary));
         self.done = true;
@@ -346,22 +405,27 @@ impl<B: Backend> Generation<'_, '_, B> {
 
     /// One step: sample a token from the pending logits, queue its text, run it if more are needed.
     fn step(&mut self) -> Result<()> {
-        let pending = match self.pending.take() {
-            Some(p) => p,
-            None => self.prefill()?,
-        };
-        if self.options.max_tokens == 0 {
-            self.finish(FinishReason::MaxTokens);
-            return Ok(());
-        }
-        let id = match pending {
-            Next::Logits(mut logits) => {
-                if let Some(constraint) = &mut self.options.constraint {
-                    constraint.mask(&mut logits)?;
+        let id = match self.ready.pop_front() {
+            Some(id) => id,
+            None => {
+                let pending = match self.pending.take() {
+                    Some(p) => p,
+                    None => self.prefill()?,
+                };
+                if self.options.max_tokens == 0 {
+                    self.finish(FinishReason::MaxTokens);
+                    return Ok(());
                 }
-                self.sampler.sample(&mut logits, &self.history)
+                match pending {
+                    Next::Logits(mut logits) => {
+                        if let Some(constraint) = &mut self.options.constraint {
+                            constraint.mask(&mut logits)?;
+                        }
+                        self.sampler.sample(&mut logits, &self.history)
+                    }
+                    Next::Token(id) => id,
+                }
             }
-            Next::Token(id) => id,
         };
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());
@@ -409,14 +473,58 @@ impl<B: Backend> Generation<'_, '_, B> {
             self.finish(FinishReason::GrammarComplete);
         } else if self.generated.len() >= self.options.max_tokens {
             self.finish(FinishReason::MaxTokens);
+        } else if !self.ready.is_empty() {
+            // A verified draft's next token is known, and `id` is in the cache.
         } else if self.session.cached.len() >= self.session.capacity {
             // Every position holds a token: the one just sampled has no room to be run.
             self.finish(FinishReason::ContextEnd);
         } else {
-            let constrained = self.options.constraint.is_some();
-            let ask = Self::ask(&mut self.sampler, self.session.model, &self.history, constrained);
-            self.pending = Some(self.session.forward(&[id], ask)?);
+            self.advance(id)?;
         }
+        Ok(())
+    }
+
+    /// Runs `id` (just emitted, not yet in the cache): with a draft after it where the session
+    /// speculates and the drafter has one, else alone.
+    fn advance(&mut self, id: u32) -> Result<()> {
+        let Some(mut spec) = self.speculation.take() else {
+            let ask = Self::ask(&mut self.sampler, self.session.model, &self.history, false);
+            self.pending = Some(self.session.forward(&[id], ask)?);
+            return Ok(());
+        };
+        let result = self.advance_speculating(id, &mut spec);
+        self.speculation = Some(spec);
+        result
+    }
+
+    fn advance_speculating(&mut self, id: u32, spec: &mut Speculation<'_>) -> Result<()> {
+        let started = Instant::now();
+        let s = &mut *self.session;
+        // Positions after `id`'s, and tokens wanted after the pass's own next token.
+        let mut room = s.capacity - s.cached.len() - 1;
+        if let Some(switch) = s.model.config.rope.step_dependent_from()
+            && s.cached.len() < switch
+        {
+            // Rows below the switch rotate as plain decoding does only in passes that stay below it.
+            room = room.min(switch - 1 - s.cached.len());
+        }
+        let wanted = self.options.max_tokens - self.generated.len() - 1;
+        spec.draft(&self.history, room.min(wanted))?;
+        if spec.draft.is_empty() {
+            let ask = Self::ask(&mut self.sampler, s.model, &self.history, false);
+            self.pending = Some(s.forward(&[id], ask)?);
+            spec.record_pass(1, started.elapsed().as_secs_f64());
+            return Ok(());
+        }
+        let mut tokens = Vec::with_capacity(1 + spec.draft.len());
+        tokens.push(id);
+        tokens.extend_from_slice(&spec.draft);
+        let argmax = self.sampler.params().is_plain_greedy();
+        let verified = s.verify(&tokens, argmax, &mut self.sampler, &self.history)?;
+        self.ready.extend(&spec.draft[..verified.accepted]);
+        self.ready.push_back(verified.next);
+        spec.record_pass(tokens.len(), started.elapsed().as_secs_f64());
+        spec.record_verdict(spec.draft.len(), verified.accepted);
         Ok(())
     }
 }

@@ -218,6 +218,15 @@ pub fn draw(probs: &[Candidate], u: f64) -> u32 {
     probs.last().map_or(0, |c| c.id)
 }
 
+/// The distribution a sampler draws the next token from ([`Sampler::distribution`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Distribution {
+    /// One token for certain (greedy decoding).
+    Point(u32),
+    /// Candidates with their probabilities (summing to ~1), most likely first.
+    Probabilities(Vec<Candidate>),
+}
+
 /// Logits → token, with its own RNG stream.
 #[derive(Clone, Debug)]
 pub struct Sampler {
@@ -252,12 +261,22 @@ impl Sampler {
     /// [`Sampler::sample`] with the uniform draw `u` in [0, 1) given (greedy decoding ignores it),
     /// leaving the RNG alone.
     pub fn sample_with_draw(&self, logits: &mut [f32], history: &[u32], u: f64) -> u32 {
+        match self.distribution(logits, history) {
+            Distribution::Point(id) => id,
+            Distribution::Probabilities(cands) => draw(&cands, u),
+        }
+    }
+
+    /// What [`Sampler::sample_with_draw`] draws from: the adjusted logits' argmax for greedy
+    /// decoding (or when every token is banned), else the candidates left by top-k, top-p and
+    /// min-p with their probabilities at the temperature, in descending order.
+    pub fn distribution(&self, logits: &mut [f32], history: &[u32]) -> Distribution {
         let p = &self.params;
         apply_logit_bias(logits, &p.logit_bias);
         let recent = &history[history.len().saturating_sub(p.penalty_last_n)..];
         apply_penalties(logits, recent, p.repeat_penalty, p.frequency_penalty, p.presence_penalty);
         if p.is_greedy() {
-            return argmax(logits);
+            return Distribution::Point(argmax(logits));
         }
         let mut cands: Vec<Candidate> = logits
             .iter()
@@ -266,14 +285,20 @@ impl Sampler {
             .map(|(i, &logit)| Candidate { id: i as u32, logit })
             .collect();
         if cands.is_empty() {
-            return argmax(logits);
+            return Distribution::Point(argmax(logits));
         }
         top_k(&mut cands, p.top_k);
         top_p(&mut cands, p.top_p);
         min_p(&mut cands, p.min_p);
         apply_temperature(&mut cands, p.temperature);
         softmax(&mut cands);
-        draw(&cands, u)
+        Distribution::Probabilities(cands)
+    }
+
+    /// The next uniform draw in [0, 1) of this sampler's RNG (the one [`Sampler::sample`] would
+    /// take).
+    pub fn next_draw(&mut self) -> f64 {
+        self.rng.next_f64()
     }
 
     /// The next sample as a device runs it ([`DeviceSampling`]: these settings, the bias and

@@ -144,7 +144,19 @@ impl<B: Backend> Model<B> {
     /// id on ties) of each sequence's last position, in batch order, through [`Backend::greedy`]
     /// (on a GPU backend only these ids are read back, not the vocabulary's logits).
     pub fn forward_greedy(&self, cache: &mut B::Cache, batch: &[SequenceInput<'_>]) -> Result<Vec<u32>> {
-        let step = self.step(batch, LogitsFor::Last)?;
+        self.forward_argmax(cache, batch, LogitsFor::Last)
+    }
+
+    /// [`Model::forward_greedy`] for the positions `which` asks for: with [`LogitsFor::All`],
+    /// the argmax after every token (speculative decoding verifies a run of drafted tokens with
+    /// it), in the order of [`Logits::rows`].
+    pub fn forward_argmax(
+        &self,
+        cache: &mut B::Cache,
+        batch: &[SequenceInput<'_>],
+        which: LogitsFor,
+    ) -> Result<Vec<u32>> {
+        let step = self.step(batch, which)?;
         let x = self.hidden(cache, &step)?;
         let ids = self.backend.greedy(&x, self.head(), &step.logit_rows);
         self.keep(step);

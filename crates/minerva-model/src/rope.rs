@@ -82,6 +82,20 @@ pub struct RopeConfig {
     pub scaling: RopeScaling,
 }
 
+impl RopeConfig {
+    /// The first position whose presence in a forward step changes the frequencies of every
+    /// position in it (long-rope's switch to its long factors, [`inv_freq`]); `None` where a
+    /// position's rotation never depends on the others in its step. A step that runs positions on
+    /// both sides of it rotates the earlier ones differently than one-at-a-time decoding does
+    /// (speculative decoding keeps its verification passes on one side).
+    pub fn step_dependent_from(&self) -> Option<usize> {
+        match self.scaling {
+            RopeScaling::LongRope { original_context, .. } => Some(original_context),
+            _ => None,
+        }
+    }
+}
+
 /// The inverse frequencies (`rope.dim / 2` values) and the cos/sin multiplier for a forward step
 /// whose largest position is `max_pos`.
 ///

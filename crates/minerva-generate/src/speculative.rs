@@ -1,0 +1,465 @@
+//! Speculative decoding: a [`Drafter`] guesses the next few tokens, the target model runs them in
+//! one forward pass (the prefill kernels: each weight block read once for all of them) and keeps
+//! the ones it agrees with, so a pass over the weights can give several tokens.
+//!
+//! ```text
+//! emitted token t ─► drafter: d₁…d_k ─► target runs [t, d₁…d_k] in one pass ─► k + 1 next-token rows
+//!   greedy:  keep dᵢ while dᵢ = argmax of row i−1; then row j's argmax (always one new token)
+//!   sampled: keep dᵢ with probability p(dᵢ); else draw from p without dᵢ, renormalised
+//!   cache:   positions after the last kept token are forgotten (rewritten by the next pass)
+//! ```
+//!
+//! **Greedy output is the same token for token as plain greedy decoding.** The CPU and wgpu
+//! kernels are batch-invariant (a row's logits do not depend on the rows beside it, prefill or
+//! decode), so the argmax the verification pass takes at each position is the one plain decoding
+//! takes there (`tests/speculative.rs` holds every architecture, n-gram and draft-model drafts,
+//! EOS, stop strings and token limits to it). Sampled output follows the target's distribution
+//! exactly (the rejection-sampling rule of Leviathan et al. 2023 and Chen et al. 2023; an n-gram
+//! draft is a point distribution, so a drafted token is kept with the target's probability for
+//! it); it is not the same text as plain sampling with the same seed, since it draws differently.
+//!
+//! How many tokens to draft ([`Speculation::choose`]) follows what was measured in this
+//! generation: the acceptance rate of drafted tokens and the time of a pass of each row count,
+//! drafting only where the expected tokens per second beat a plain step — so prompts whose
+//! drafts fail cost about what plain decoding does.
+
+use minerva_model::{Backend, Model, SequenceInput};
+
+use crate::error::{GenerateError, Result};
+use crate::sampler::{Candidate, Distribution, Sampler, draw};
+
+/// Proposes the tokens likely to follow a sequence.
+pub trait Drafter {
+    /// A short name for statistics (`ngram`, `draft-model`).
+    fn name(&self) -> &'static str;
+
+    /// Appends to `out` at most `max` tokens guessed to follow `history` (the prompt and the
+    /// tokens generated so far); none where it has no guess.
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
+}
+
+/// Prompt-lookup drafting: the continuation of the most recent earlier occurrence of the last `n`
+/// tokens (the longest `n` from `max` down to `min` that occurs) in the prompt and the generated
+/// text. No second model; the best case is output that quotes its input (edits, extraction, code).
+#[derive(Clone, Debug)]
+pub struct NgramDrafter {
+    min: usize,
+    max: usize,
+}
+
+impl NgramDrafter {
+    /// The longest n-gram looked up.
+    pub const MAX_N: usize = 32;
+
+    /// Matches of `min..=max` tokens (`1 ≤ min ≤ max ≤` [`NgramDrafter::MAX_N`]).
+    pub fn new(min: usize, max: usize) -> Result<NgramDrafter> {
+        if min == 0 || min > max || max > Self::MAX_N {
+            return Err(GenerateError::Request(format!(
+                "n-gram sizes {min}..{max}: need 1 ≤ min ≤ max ≤ {}",
+                Self::MAX_N
+            )));
+        }
+        Ok(NgramDrafter { min, max })
+    }
+}
+
+impl Drafter for NgramDrafter {
+    fn name(&self) -> &'static str {
+        "ngram"
+    }
+
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        let len = history.len();
+        if max == 0 || len < 2 {
+            return Ok(());
+        }
+        for n in (self.min..=self.max.min(len - 1)).rev() {
+            let suffix = &history[len - n..];
+            let last = suffix[n - 1];
+            // `end`: the last token of an earlier occurrence, which must leave a token after it.
+            for end in (n - 1..len - 1).rev() {
+                if history[end] == last && history[end + 1 - n..=end] == *suffix {
+                    out.extend_from_slice(&history[end + 1..(end + 1 + max).min(len)]);
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Drafts with a smaller model of the same vocabulary, greedily, in its own KV cache kept in step
+/// with the target's sequence: each call runs only the tokens after the longest prefix it has
+/// cached, so rejected drafts are rolled back by forgetting them.
+pub struct DraftModel<'m, B: Backend> {
+    model: &'m Model<B>,
+    cache: B::Cache,
+    capacity: usize,
+    /// The ids whose keys and values are in `cache`, in order.
+    cached: Vec<u32>,
+}
+
+impl<'m, B: Backend> DraftModel<'m, B> {
+    /// A drafter over `model` with a context of `context` positions (the target's).
+    pub fn new(model: &'m Model<B>, context: usize) -> Result<DraftModel<'m, B>> {
+        let cache = model.new_cache(1, context)?;
+        Ok(DraftModel { model, cache, capacity: context, cached: Vec::new() })
+    }
+
+    fn forward(&mut self, start: usize, tokens: &[u32]) -> Result<u32> {
+        let seq = SequenceInput { tokens, start_pos: start, slot: 0 };
+        let next = self.model.forward_greedy(&mut self.cache, &[seq])?[0];
+        self.cached.truncate(start);
+        self.cached.extend_from_slice(tokens);
+        Ok(next)
+    }
+}
+
+impl<B: Backend> Drafter for DraftModel<'_, B> {
+    fn name(&self) -> &'static str {
+        "draft-model"
+    }
+
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        // The history and all but the last draft are run: positions up to len + max − 2.
+        let max = max.min((self.capacity + 1).saturating_sub(history.len()));
+        if max == 0 || history.is_empty() {
+            return Ok(());
+        }
+        let common = self.cached.iter().zip(history).take_while(|(a, b)| a == b).count();
+        let reuse = common.min(history.len() - 1);
+        let mut next = self.forward(reuse, &history[reuse..])?;
+        out.push(next);
+        for _ in 1..max {
+            next = self.forward(self.cached.len(), &[next])?;
+            out.push(next);
+        }
+        Ok(())
+    }
+}
+
+/// What speculation did in one generation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpecStats {
+    /// The drafter's [`Drafter::name`].
+    pub drafter: &'static str,
+    /// Forward passes of the target after the prompt's (plain and verifying).
+    pub passes: usize,
+    /// Passes that verified a draft.
+    pub verify_passes: usize,
+    /// Drafted tokens run through the target.
+    pub drafted: usize,
+    /// Drafted tokens the target kept.
+    pub accepted: usize,
+}
+
+impl SpecStats {
+    /// Kept drafted tokens per drafted token (0 when nothing was drafted).
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 { 0.0 } else { self.accepted as f64 / self.drafted as f64 }
+    }
+}
+
+/// A drafter and the rule for how much of its draft to verify; held by a [`crate::Session`]
+/// ([`crate::Session::set_speculation`]) and used by every unconstrained generation of it.
+pub struct Speculation<'m> {
+    drafter: Box<dyn Drafter + 'm>,
+    k_max: usize,
+    /// Always draft `k_max` (tests and benchmarks) instead of choosing by the measurements.
+    fixed: bool,
+    /// Kept and rejected drafted tokens, decayed so the choice follows the text as it changes.
+    kept: f64,
+    rejected: f64,
+    /// Seconds of a target pass of `r` rows at index `r` (moving average; 0: not measured yet).
+    pass_secs: Vec<f64>,
+    /// Plain steps since the last draft (a draft is tried now and then, to notice drafts
+    /// becoming good).
+    since_draft: usize,
+    /// The draft being verified.
+    pub(crate) draft: Vec<u32>,
+    pub(crate) stats: SpecStats,
+}
+
+/// How often a draft is tried when the measurements say drafting does not pay.
+const PROBE_EVERY: usize = 16;
+/// The weight of history in the acceptance and time averages (per pass).
+const DECAY: f64 = 0.9;
+
+impl<'m> Speculation<'m> {
+    /// The most tokens a pass may draft.
+    pub const K_LIMIT: usize = 64;
+
+    /// Drafts of at most `k_max` tokens (1 ≤ `k_max` ≤ [`Speculation::K_LIMIT`]), as many as the
+    /// measured acceptance and pass times say pay.
+    pub fn adaptive(drafter: Box<dyn Drafter + 'm>, k_max: usize) -> Result<Speculation<'m>> {
+        Self::new(drafter, k_max, false)
+    }
+
+    /// Drafts of `k` tokens whenever the drafter has them (for tests and benchmarks).
+    pub fn fixed(drafter: Box<dyn Drafter + 'm>, k: usize) -> Result<Speculation<'m>> {
+        Self::new(drafter, k, true)
+    }
+
+    fn new(drafter: Box<dyn Drafter + 'm>, k_max: usize, fixed: bool) -> Result<Speculation<'m>> {
+        if !(1..=Self::K_LIMIT).contains(&k_max) {
+            return Err(GenerateError::Request(format!("draft length {k_max}: need 1 to {} tokens", Self::K_LIMIT)));
+        }
+        let stats = SpecStats { drafter: drafter.name(), ..SpecStats::default() };
+        Ok(Speculation {
+            drafter,
+            k_max,
+            fixed,
+            kept: 0.0,
+            rejected: 0.0,
+            pass_secs: vec![0.0; k_max + 2],
+            since_draft: 0,
+            draft: Vec::new(),
+            stats,
+        })
+    }
+
+    /// Clears the statistics for a new generation (the measurements carry over).
+    pub(crate) fn start(&mut self) {
+        self.stats = SpecStats { drafter: self.drafter.name(), ..SpecStats::default() };
+    }
+
+    /// Drafts at most `limit` tokens after `history` into `self.draft` (empty: run a plain step).
+    pub(crate) fn draft(&mut self, history: &[u32], limit: usize) -> Result<()> {
+        self.draft.clear();
+        let k = self.choose(limit);
+        if k > 0 {
+            self.drafter.draft(history, k, &mut self.draft)?;
+            self.draft.truncate(k);
+        }
+        if self.draft.is_empty() {
+            self.since_draft += 1;
+        } else {
+            self.since_draft = 0;
+        }
+        Ok(())
+    }
+
+    /// How many tokens to draft, at most `limit`: the `k` that maximizes the expected tokens per
+    /// second, `E(k) / t(k + 1)`, where a drafted token is kept with the measured rate `a` (each
+    /// given the ones before it: `E(k) = 1 + a + … + a^k`) and `t(r)` is the measured time of a
+    /// pass of `r` rows (a row count not yet measured is taken as fast as the largest measured
+    /// below it, so it gets tried).
+    pub fn choose(&self, limit: usize) -> usize {
+        let limit = limit.min(self.k_max);
+        if self.fixed || limit == 0 {
+            return limit;
+        }
+        let a = (self.kept + 1.0) / (self.kept + self.rejected + 2.0);
+        let mut known = self.pass_secs[1];
+        let mut best = (0, 1.0 / known.max(f64::MIN_POSITIVE));
+        let mut expected = 1.0;
+        let mut term = 1.0;
+        for k in 1..=limit {
+            term *= a;
+            expected += term;
+            if self.pass_secs[k + 1] > 0.0 {
+                known = self.pass_secs[k + 1];
+            }
+            let rate = expected / known.max(f64::MIN_POSITIVE);
+            if rate > best.1 {
+                best = (k, rate);
+            }
+        }
+        if best.0 == 0 && self.since_draft + 1 >= PROBE_EVERY {
+            return 1;
+        }
+        best.0
+    }
+
+    /// Notes a pass of the target over `rows` rows that took `secs` (drafting included).
+    pub(crate) fn record_pass(&mut self, rows: usize, secs: f64) {
+        self.stats.passes += 1;
+        if let Some(t) = self.pass_secs.get_mut(rows) {
+            *t = if *t > 0.0 { DECAY * *t + (1.0 - DECAY) * secs } else { secs };
+        }
+    }
+
+    /// Notes that `accepted` of `drafted` tokens were kept.
+    pub(crate) fn record_verdict(&mut self, drafted: usize, accepted: usize) {
+        self.stats.verify_passes += 1;
+        self.stats.drafted += drafted;
+        self.stats.accepted += accepted;
+        self.kept = DECAY * self.kept + accepted as f64;
+        self.rejected = DECAY * self.rejected + f64::from(u8::from(accepted < drafted));
+    }
+}
+
+/// Which drafted tokens the target keeps, and the token that follows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// Drafted tokens kept, from the first.
+    pub(crate) accepted: usize,
+    /// The target's token after them.
+    pub(crate) next: u32,
+}
+
+/// Greedy verification: `argmax[i]` is the target's choice after the pass's token `i` (the last
+/// emitted token, then the draft); drafted tokens are kept while they equal it.
+pub(crate) fn verify_greedy(draft: &[u32], argmax: &[u32]) -> Verdict {
+    let accepted = draft.iter().zip(argmax).take_while(|(d, a)| d == a).count();
+    Verdict { accepted, next: argmax[accepted] }
+}
+
+/// Verification through the sampler: `row(i)` gives the logits after the pass's token `i`,
+/// `history` the sequence before the draft. A drafted token `d` is kept with probability `p(d)`
+/// of the sampler's distribution at its position (for greedy settings: when it is the token the
+/// sampler would pick); the first one refused is replaced by a draw from the distribution without
+/// it, renormalised; after a fully kept draft the next token is sampled as usual. Each emitted
+/// token is thus distributed exactly as the sampler's own draw at its position.
+pub(crate) fn verify_sampled(
+    sampler: &mut Sampler,
+    draft: &[u32],
+    mut row: impl FnMut(usize) -> Vec<f32>,
+    history: &[u32],
+) -> Verdict {
+    let mut seen = history.to_vec();
+    for (i, &d) in draft.iter().enumerate() {
+        let mut logits = row(i);
+        match sampler.distribution(&mut logits, &seen) {
+            Distribution::Point(id) if id == d => {}
+            Distribution::Point(id) => return Verdict { accepted: i, next: id },
+            Distribution::Probabilities(cands) => {
+                let p = cands.iter().find(|c| c.id == d).map_or(0.0, |c| f64::from(c.logit));
+                if sampler.next_draw() >= p {
+                    let rest: Vec<Candidate> = cands.into_iter().filter(|c| c.id != d).collect();
+                    let total: f64 = rest.iter().map(|c| f64::from(c.logit)).sum();
+                    if rest.is_empty() || total <= 0.0 {
+                        // p(d) rounds to 1: nothing else can be drawn.
+                        seen.push(d);
+                        continue;
+                    }
+                    return Verdict { accepted: i, next: draw(&rest, sampler.next_draw() * total) };
+                }
+            }
+        }
+        seen.push(d);
+    }
+    let mut logits = row(draft.len());
+    Verdict { accepted: draft.len(), next: sampler.sample(&mut logits, &seen) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ngram(min: usize, max: usize, history: &[u32], k: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        NgramDrafter::new(min, max).unwrap().draft(history, k, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn ngram_drafts_the_continuation_of_the_longest_latest_match() {
+        // "1 2 3" occurred at the start, followed by 4 5 6; the suffix is "1 2 3".
+        assert_eq!(ngram(1, 3, &[1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 3), vec![4, 5, 6]);
+        // At most `k`, and no further than the history goes.
+        assert_eq!(ngram(1, 3, &[1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 2), vec![4, 5]);
+        assert_eq!(ngram(2, 2, &[7, 8, 9, 7, 8], 5), vec![9, 7, 8]);
+        // The most recent of two matches of the same length.
+        assert_eq!(ngram(2, 2, &[5, 6, 1, 5, 6, 2, 5, 6], 1), vec![2]);
+        // A longer match wins over a more recent shorter one: "4 5 6" → 7, not "6" → 8.
+        assert_eq!(ngram(1, 3, &[4, 5, 6, 7, 6, 8, 4, 5, 6], 1), vec![7]);
+        // A periodic text continues its period, overlapping the suffix.
+        assert_eq!(ngram(1, 2, &[3, 3, 3], 4), vec![3]);
+        assert_eq!(ngram(2, 4, &[1, 2, 1, 2, 1, 2], 4), vec![1, 2]);
+    }
+
+    #[test]
+    fn ngram_without_a_match_drafts_nothing() {
+        assert!(ngram(2, 4, &[1, 2, 3, 4, 5], 4).is_empty());
+        assert!(ngram(1, 1, &[1], 4).is_empty());
+        assert!(ngram(1, 1, &[], 4).is_empty());
+        assert!(ngram(1, 3, &[1, 2, 1], 0).is_empty());
+        // Below `min`: a single repeated token does not count as a match of two.
+        assert!(ngram(2, 3, &[9, 1, 2, 9], 3).is_empty());
+    }
+
+    #[test]
+    fn bad_settings_are_errors() {
+        assert!(NgramDrafter::new(0, 3).is_err());
+        assert!(NgramDrafter::new(4, 3).is_err());
+        assert!(NgramDrafter::new(1, NgramDrafter::MAX_N + 1).is_err());
+        let drafter = || Box::new(NgramDrafter::new(1, 2).unwrap()) as Box<dyn Drafter>;
+        assert!(Speculation::adaptive(drafter(), 0).is_err());
+        assert!(Speculation::fixed(drafter(), Speculation::K_LIMIT + 1).is_err());
+    }
+
+    #[test]
+    fn greedy_verification_keeps_the_agreeing_prefix() {
+        assert_eq!(verify_greedy(&[4, 5, 6], &[4, 5, 6, 7]), Verdict { accepted: 3, next: 7 });
+        assert_eq!(verify_greedy(&[4, 9, 6], &[4, 5, 6, 7]), Verdict { accepted: 1, next: 5 });
+        assert_eq!(verify_greedy(&[1], &[2, 3]), Verdict { accepted: 0, next: 2 });
+    }
+
+    fn adaptive(k_max: usize) -> Speculation<'static> {
+        Speculation::adaptive(Box::new(NgramDrafter::new(1, 2).unwrap()), k_max).unwrap()
+    }
+
+    #[test]
+    fn the_choice_follows_acceptance_and_pass_times() {
+        let mut spec = adaptive(8);
+        // Nothing measured: drafting is tried, as far as allowed.
+        assert_eq!(spec.choose(8), 8);
+        assert_eq!(spec.choose(3), 3);
+        assert_eq!(spec.choose(0), 0);
+        // Passes of 2+ rows cost twice a plain one, and drafts are always refused: plain steps.
+        spec.record_pass(1, 0.010);
+        for r in 2..=9 {
+            spec.record_pass(r, 0.020);
+        }
+        for _ in 0..20 {
+            spec.record_verdict(4, 0);
+        }
+        assert_eq!(spec.choose(8), 0);
+        // Drafts always kept and passes nearly free: draft all the way.
+        for _ in 0..60 {
+            spec.record_verdict(4, 4);
+        }
+        for r in 2..=9 {
+            for _ in 0..60 {
+                spec.record_pass(r, 0.0105);
+            }
+        }
+        assert_eq!(spec.choose(8), 8);
+        // Half kept, each extra row 30 % of a pass: a few tokens, not all.
+        let mut spec = adaptive(8);
+        spec.record_pass(1, 0.010);
+        for r in 2..=9 {
+            spec.record_pass(r, 0.010 + 0.003 * (r - 1) as f64);
+        }
+        for _ in 0..60 {
+            spec.record_verdict(2, 1);
+        }
+        let k = spec.choose(8);
+        assert!((1..=3).contains(&k), "chose {k}");
+        // Fixed drafting ignores the measurements.
+        let fixed = Speculation::fixed(Box::new(NgramDrafter::new(1, 2).unwrap()), 5).unwrap();
+        assert_eq!(fixed.choose(8), 5);
+        assert_eq!(fixed.choose(2), 2);
+    }
+
+    #[test]
+    fn a_draft_is_probed_now_and_then_when_drafting_does_not_pay() {
+        let mut spec = adaptive(4);
+        spec.record_pass(1, 0.010);
+        for r in 2..=5 {
+            spec.record_pass(r, 0.030);
+        }
+        for _ in 0..20 {
+            spec.record_verdict(4, 0);
+        }
+        let history = [1, 2, 1, 2, 1];
+        let mut drafted = 0;
+        for _ in 0..(4 * PROBE_EVERY) {
+            spec.draft(&history, 4).unwrap();
+            drafted += usize::from(!spec.draft.is_empty());
+            assert!(spec.draft.len() <= 1);
+        }
+        assert_eq!(drafted, 4);
+    }
+}
