@@ -28,6 +28,20 @@ pub struct Options {
     pub reps: usize,
     /// One JSON object instead of text.
     pub json: bool,
+    /// Speculative decoding against plain decoding on real prompts, instead of pp/tg.
+    pub spec: Option<SpecOptions>,
+}
+
+/// `bench --spec …`: what [`crate::bench_spec`] measures.
+pub struct SpecOptions {
+    /// Prompt files.
+    pub prompts: Vec<std::path::PathBuf>,
+    /// Wrap each prompt in the chat template.
+    pub chat: bool,
+    /// The speculation flags.
+    pub args: crate::spec::SpecArgs,
+    /// Context size.
+    pub context: usize,
 }
 
 /// Runs the benchmark, printing its figures to `stdout`.
@@ -47,7 +61,11 @@ pub fn run(args: &ModelArgs, opts: &Options, stdout: &mut impl Write) -> Result<
         .map_err(|e| request(format!("cannot start {threads} threads: {e}")))?;
     let args = ModelArgs { path: Some(path.clone()), model: None, hf: None, threads: None, ..args.clone() };
     let task = Measure { opts, threads, device: args.device };
-    let text = pool.install(|| load::with_model(&args, task))?;
+    let draft = match &opts.spec {
+        Some(spec) => spec.args.draft_path()?,
+        None => None,
+    };
+    let text = pool.install(|| load::with_models(&args, draft, task))?;
     write!(stdout, "{text}").map_err(|source| CliError::Output { path: "<stdout>".into(), source })
 }
 
@@ -62,7 +80,23 @@ impl ModelTask for Measure<'_> {
     type Output = String;
 
     fn run<B: Backend>(self, loaded: Loaded<B>) -> Result<String, CliError> {
-        measure_on(&loaded.path, &loaded.model, self.opts, self.threads, self.device)
+        let Some(spec) = &self.opts.spec else {
+            return measure_on(&loaded.path, &loaded.model, self.opts, self.threads, self.device);
+        };
+        let bench = crate::bench_spec::SpecBench {
+            prompts: &spec.prompts,
+            chat: spec.chat,
+            gen_tokens: self.opts.gen_tokens,
+            reps: self.opts.reps,
+            spec: &spec.args,
+            context: spec.context,
+        };
+        let table = crate::bench_spec::measure(&loaded, &bench, self.opts.json)?;
+        if self.opts.json {
+            return Ok(table);
+        }
+        let (head, _) = header(&loaded.path, self.threads, self.device, self.opts.reps)?;
+        Ok(head + &table)
     }
 }
 
@@ -125,7 +159,17 @@ fn measure_on<B: Backend>(
     let (cpu, features) = (cpu_info::cpu_model(), cpu_info::cpu_features());
     // Attention's dot products, weighted sums and softmax, and `e^x`.
     let vectors = matches!(device, Device::Cpu).then(minerva_quant::vector::vector_isa);
-    Ok(if opts.json {
+    if !opts.json {
+        let (mut text, _) = header(path, threads, device, opts.reps)?;
+        if let Some(v) = prefill_med {
+            text += &format!("prefill  pp{:<6} {v:>10.2} tok/s  (median; {})\n", opts.prompt, spread(&prefill));
+        }
+        if let Some(v) = decode_med {
+            text += &format!("decode   tg{:<6} {v:>10.2} tok/s  (median; {})\n", opts.gen_tokens, spread(&decode));
+        }
+        return Ok(text);
+    }
+    Ok({
         let object = serde_json::json!({
             "model": name,
             "device": format!("{device:?}").to_lowercase(),
@@ -143,22 +187,27 @@ fn measure_on<B: Backend>(
             "vector_kernels": vectors,
         });
         format!("{object}\n")
-    } else {
-        let device = format!("{device:?}").to_lowercase();
-        let mut text = format!("{name}  device {device}  threads {threads}  reps {}\n", opts.reps);
-        text += &format!("cpu      {cpu} ({})\n", features.join(" "));
-        if !kernels.is_empty() {
-            text += &format!("kernels  {}", kernels.join(" | "));
-            text += &vectors.map(|isa| format!(" | f32 vectors: {isa}\n")).unwrap_or_else(|| "\n".into());
-        }
-        if let Some(v) = prefill_med {
-            text += &format!("prefill  pp{:<6} {v:>10.2} tok/s  (median; {})\n", opts.prompt, spread(&prefill));
-        }
-        if let Some(v) = decode_med {
-            text += &format!("decode   tg{:<6} {v:>10.2} tok/s  (median; {})\n", opts.gen_tokens, spread(&decode));
-        }
-        text
     })
+}
+
+/// The lines that say what the figures were measured on: model, device, threads, CPU and
+/// kernels; and the model's file name.
+fn header(path: &Path, threads: usize, device: Device, reps: usize) -> Result<(String, String), CliError> {
+    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let kernels: Vec<String> = match device {
+        Device::Cpu => cpu_info::matrix_dtypes(path)?.into_iter().map(cpu_info::kernels_of).collect(),
+        Device::Wgpu => Vec::new(),
+    };
+    let (cpu, features) = (cpu_info::cpu_model(), cpu_info::cpu_features());
+    let vectors = matches!(device, Device::Cpu).then(minerva_quant::vector::vector_isa);
+    let device = format!("{device:?}").to_lowercase();
+    let mut text = format!("{name}  device {device}  threads {threads}  reps {reps}\n");
+    text += &format!("cpu      {cpu} ({})\n", features.join(" "));
+    if !kernels.is_empty() {
+        text += &format!("kernels  {}", kernels.join(" | "));
+        text += &vectors.map(|isa| format!(" | f32 vectors: {isa}\n")).unwrap_or_else(|| "\n".into());
+    }
+    Ok((text, name))
 }
 
 /// `n` token ids in `0..vocab` from a fixed xorshift sequence (the same every run).
@@ -175,7 +224,7 @@ fn pseudo_random_tokens(n: usize, vocab: u32) -> Vec<u32> {
 }
 
 /// The median (mean of the middle two for an even count); `None` when empty. Sorts `values`.
-fn median(values: &mut [f64]) -> Option<f64> {
+pub(crate) fn median(values: &mut [f64]) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     match n {

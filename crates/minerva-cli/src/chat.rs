@@ -43,7 +43,7 @@ pub fn run(
 ) -> Result<(), CliError> {
     let params = sampling.sampling();
     Sampler::new(params.clone()).map_err(|e| CliError::Usage(e.to_string()))?;
-    load::with_model(model, Converse { sampling, params, system, input, out })
+    load::with_models(model, sampling.spec.draft_path()?, Converse { sampling, params, system, input, out })
 }
 
 /// The conversation, on whichever backend the model loaded onto.
@@ -81,6 +81,7 @@ fn converse<B: Backend>(
     // Compiled once; each answer starts from a fresh copy.
     let constraint = sampling.constraint(&loaded, tok, harmony)?;
     let mut session = Session::new(&loaded.model, tok, sampling.context(&loaded)).map_err(gen_err)?;
+    session.set_speculation(sampling.spec.speculation(&loaded, sampling.context(&loaded))?);
     install_ctrl_c()?;
     let interactive = std::io::stdin().is_terminal();
     let notice = |s: &str| {

@@ -89,6 +89,8 @@ pub struct Loaded<B: Backend> {
     pub device: Option<String>,
     /// The parsed GGUF file, whose metadata holds the tokenizer (`None` for SafeTensors).
     gguf: Option<Arc<Gguf<Mmap>>>,
+    /// A draft model for speculative decoding, on a backend of the same kind ([`with_models`]).
+    pub draft: Option<Box<Loaded<B>>>,
 }
 
 impl<B: Backend> Loaded<B> {
@@ -114,17 +116,31 @@ pub trait ModelTask {
 /// Opens the backend `args.device` names, loads the model onto it and runs `task`: the one
 /// CPU/wgpu dispatch of the CLI.
 pub fn with_model<T: ModelTask>(args: &ModelArgs, task: T) -> Result<T::Output, CliError> {
+    with_models(args, None, task)
+}
+
+/// [`with_model`], with a draft model from `draft` loaded onto a second backend of the same kind
+/// and settings ([`Loaded::draft`]).
+pub fn with_models<T: ModelTask>(args: &ModelArgs, draft: Option<&Path>, task: T) -> Result<T::Output, CliError> {
     let path = model_path(args)?;
     match args.device {
         Device::Cpu => {
-            let model_error = |source| CliError::Model { path: path.clone(), source };
             let default = if args.f32_activations { KvType::F32 } else { KvType::F16 };
-            let backend = CpuBackend::new(args.threads)
-                .and_then(|b| b.with_kv_dtype(args.kv_type.unwrap_or(default).dtype()))
-                .map_err(model_error)?
-                .with_f32_activations(args.f32_activations)
-                .with_mxfp4_copies(args.mxfp4_copies);
-            task.run(load(path, backend)?)
+            let backend = |path: &Path| {
+                let model_error = |source| CliError::Model { path: path.to_path_buf(), source };
+                Ok::<_, CliError>(
+                    CpuBackend::new(args.threads)
+                        .and_then(|b| b.with_kv_dtype(args.kv_type.unwrap_or(default).dtype()))
+                        .map_err(model_error)?
+                        .with_f32_activations(args.f32_activations)
+                        .with_mxfp4_copies(args.mxfp4_copies),
+                )
+            };
+            let mut loaded = load(path.clone(), backend(&path)?)?;
+            if let Some(draft) = draft {
+                loaded.draft = Some(Box::new(load(draft.to_path_buf(), backend(draft)?)?));
+            }
+            task.run(loaded)
         }
         Device::Wgpu => {
             if args.kv_type == Some(KvType::Q8_0) {
@@ -137,6 +153,11 @@ pub fn with_model<T: ModelTask>(args: &ModelArgs, task: T) -> Result<T::Output, 
             let info = backend.info().to_string();
             let mut loaded = load(path, backend)?;
             drop(bar);
+            if let Some(draft) = draft {
+                let (backend, bar) = crate::device::open_wgpu_with_progress(kv_dtype)?;
+                loaded.draft = Some(Box::new(load(draft.to_path_buf(), backend)?));
+                drop(bar);
+            }
             loaded.device = Some(info);
             task.run(loaded)
         }
@@ -221,13 +242,13 @@ fn load<B: Backend>(path: PathBuf, backend: B) -> Result<Loaded<B>, CliError> {
     match SourceFormat::detect(&path) {
         SourceFormat::SafeTensors => {
             let model = Model::load(&path, backend).map_err(model_err)?;
-            Ok(Loaded { path, model, device: None, gguf: None })
+            Ok(Loaded { path, model, device: None, gguf: None, draft: None })
         }
         SourceFormat::Gguf => {
             let gguf: Arc<Gguf<Mmap>> = Arc::new(Gguf::open(&path).map_err(CliError::gguf(&path))?);
             page_in(&path, gguf.bytes());
             let model = Model::from_gguf(gguf.clone(), backend).map_err(model_err)?;
-            Ok(Loaded { path, model, device: None, gguf: Some(gguf) })
+            Ok(Loaded { path, model, device: None, gguf: Some(gguf), draft: None })
         }
     }
 }

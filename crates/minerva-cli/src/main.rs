@@ -3,6 +3,7 @@
 //! Errors print one line on stderr naming the file and the problem, and exit with code 2.
 
 mod bench;
+mod bench_spec;
 mod chat;
 mod convert;
 mod cpu_info;
@@ -16,6 +17,7 @@ mod npy;
 mod run;
 mod score;
 mod serve;
+mod spec;
 mod tokenize;
 
 use std::path::PathBuf;
@@ -180,6 +182,18 @@ enum Command {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// With --spec: a prompt (text file) to generate from, greedily, with and without
+        /// speculation; repeatable.
+        #[arg(long, value_name = "FILE")]
+        prompt_file: Vec<PathBuf>,
+        /// With --spec: wrap each prompt as a user message in the model's chat template.
+        #[arg(long)]
+        chat: bool,
+        /// With --spec: the context size.
+        #[arg(long, short = 'c', default_value_t = 4096)]
+        ctx_size: usize,
+        #[command(flatten)]
+        spec: spec::SpecArgs,
     },
 }
 
@@ -246,8 +260,18 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Convert { src, to, quant, dtype, mlx_bits, force, out: dest } => {
             convert::run(&convert::Args { src, to, quant, dtype, mlx_bits, force, out: dest }, &mut out)
         }
-        Command::Bench { model, prompt, gen_tokens, reps, json } => {
-            let opts = bench::Options { prompt, gen_tokens, reps, json };
+        Command::Bench { model, prompt, gen_tokens, reps, json, prompt_file, chat, ctx_size, spec } => {
+            let spec = match spec.kind()? {
+                spec::SpecKind::None if !prompt_file.is_empty() || chat => {
+                    return Err(CliError::Usage("--prompt-file and --chat measure --spec ngram|draft".into()));
+                }
+                spec::SpecKind::None => None,
+                _ if prompt_file.is_empty() => {
+                    return Err(CliError::Usage("--spec measures real prompts: give --prompt-file FILE".into()));
+                }
+                _ => Some(bench::SpecOptions { prompts: prompt_file, chat, args: spec, context: ctx_size }),
+            };
+            let opts = bench::Options { prompt, gen_tokens, reps, json, spec };
             bench::run(&model, &opts, &mut out)
         }
     }

@@ -75,6 +75,8 @@ pub struct GenArgs {
     /// Hold the output to a JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub spec: crate::spec::SpecArgs,
 }
 
 fn parse_bias(s: &str) -> Result<(u32, f32), String> {
@@ -156,7 +158,8 @@ impl GenArgs {
 
 /// One line of statistics for `--stats`.
 pub fn stats_line(s: &Summary) -> String {
-    format!(
+    let spec = s.speculation.map(|stats| format!(" | {}", crate::spec::stats_words(&stats, s.completion_tokens)));
+    let line = format!(
         "prompt {} tokens ({} run) | generated {} tokens | finish {} ({:?}) | first token {:.3} s | prefill {:.1} tok/s | decode {:.1} tok/s",
         s.prompt_tokens,
         s.prefilled_tokens,
@@ -166,7 +169,8 @@ pub fn stats_line(s: &Summary) -> String {
         s.time_to_first_token.as_secs_f64(),
         s.prefill_tokens_per_s,
         s.decode_tokens_per_s
-    )
+    );
+    line + spec.as_deref().unwrap_or("")
 }
 
 /// Runs the command.
@@ -179,7 +183,8 @@ pub fn run(
     out: &mut impl Write,
 ) -> Result<(), CliError> {
     let sampler = Sampler::new(sampling.sampling()).map_err(|e| CliError::Usage(e.to_string()))?;
-    load::with_model(model, Generate { sampling, sampler, prompt, chat, system, out })
+    let draft = sampling.spec.draft_path()?;
+    load::with_models(model, draft, Generate { sampling, sampler, prompt, chat, system, out })
 }
 
 /// One generation, on whichever backend the model loaded onto.
@@ -231,6 +236,7 @@ fn generate<B: Backend>(
     };
     let constraint = sampling.constraint(&loaded, tok, harmony)?;
     let mut session = Session::new(&loaded.model, tok, sampling.context(&loaded)).map_err(gen_err)?;
+    session.set_speculation(sampling.spec.speculation(&loaded, sampling.context(&loaded))?);
     let options = GenerateOptions { harmony, constraint, ..sampling.options() };
     let output_err = |source| CliError::Output { path: "<stdout>".into(), source };
     let mut reasoning = ReasoningPrinter::new(sampling.hide_reasoning);

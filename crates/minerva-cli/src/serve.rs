@@ -69,6 +69,12 @@ pub struct ServeArgs {
     /// object that calls or replies; for templates that know no tools).
     #[arg(long, value_parser = parse_tool_format)]
     pub tool_format: Option<minerva_generate::ToolFormat>,
+    #[command(flatten)]
+    pub spec: crate::spec::SpecArgs,
+    /// With --spec ngram: draft only while a step decodes at most this many sequences (more rows
+    /// cost more than drafts give beyond it; see docs/speculative.md).
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub spec_max_batch: usize,
 }
 
 /// A size in bytes: a number with an optional unit (K, M, G, T; KiB… or KB…, all powers of 1024).
@@ -141,6 +147,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         kv_budget_bytes: kv_budget(),
         kv_memory: args.kv_memory,
         tool_format: args.tool_format,
+        speculation: args.spec.server_config(args.spec_max_batch)?,
     };
     let config = ServerConfig {
         model_name: name.clone(),
@@ -154,6 +161,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         ..ServerConfig::default()
     };
     config.check().map_err(CliError::Usage)?;
+    let engine_spec = engine_config.speculation;
     let metrics = Arc::new(Metrics::new());
     let (engine, runner) = EngineHandle::new(engine_config, metrics.clone());
     let model_args = ModelArgs { path: Some(path.clone()), model: None, hf: None, ..model.clone() };
@@ -193,8 +201,15 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
             match engine.info() {
                 Some(Ok(info)) => {
                     let device = device.get().map_or("?", String::as_str);
+                    let spec = match &engine_spec {
+                        Some(c) => format!(
+                            " | speculative: n-gram {}-{}, up to {} drafted, batches of up to {}",
+                            c.ngram_min, c.ngram_max, c.draft_max, c.max_batch
+                        ),
+                        None => String::new(),
+                    };
                     eprintln!(
-                        "minerva serve: model {name} ({}, {}) on {device} | {} slots × {} tokens of context ({}) | {} | http://{address}",
+                        "minerva serve: model {name} ({}, {}) on {device} | {} slots × {} tokens of context ({}) | {}{spec} | http://{address}",
                         info.arch,
                         path.display(),
                         info.slots,

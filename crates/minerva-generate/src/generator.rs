@@ -155,6 +155,11 @@ impl<'m, B: Backend> Session<'m, B> {
         self.speculation = speculation;
     }
 
+    /// The session's speculation, if it speculates (between generations).
+    pub fn speculation(&self) -> Option<&Speculation<'m>> {
+        self.speculation.as_ref()
+    }
+
     /// The context size.
     pub fn context(&self) -> usize {
         self.capacity
@@ -269,7 +274,7 @@ impl<'m, B: Backend> Session<'m, B> {
 
     /// Runs `tokens` at the end of the cache and returns the next token after each of them: the
     /// argmax where `argmax` is set, else drawn by `sampler` verifying `tokens[1..]` as a draft
-    /// ([`speculative::verify_sampled`]). Keeps the positions up to the last accepted token.
+    /// ([`speculative::verify_draft`]). Keeps the positions up to the last accepted token.
     fn verify(&mut self, tokens: &[u32], argmax: bool, sampler: &mut Sampler, history: &[u32]) -> Result<Verified> {
         let start = self.cached.len();
         let seq = SequenceInput { tokens, start_pos: start, slot: 0 };
@@ -279,7 +284,7 @@ impl<'m, B: Backend> Session<'m, B> {
             speculative::verify_greedy(draft, &ids)
         } else {
             let logits = self.model.forward(&mut self.cache, &[seq], LogitsFor::All)?;
-            speculative::verify_sampled(sampler, draft, |i| logits.row(i).to_vec(), history)
+            speculative::verify_draft(sampler, draft, |i| logits.row(i).to_vec(), history)
         };
         self.cached.extend_from_slice(&tokens[..1 + verdict.accepted]);
         Ok(Verified { accepted: verdict.accepted, next: verdict.next })
@@ -501,30 +506,24 @@ impl<B: Backend> Generation<'_, '_, B> {
         let started = Instant::now();
         let s = &mut *self.session;
         // Positions after `id`'s, and tokens wanted after the pass's own next token.
-        let mut room = s.capacity - s.cached.len() - 1;
-        if let Some(switch) = s.model.config.rope.step_dependent_from()
-            && s.cached.len() < switch
-        {
-            // Rows below the switch rotate as plain decoding does only in passes that stay below it.
-            room = room.min(switch - 1 - s.cached.len());
-        }
+        let room = speculative::draft_room(&s.model.config, s.cached.len(), s.capacity);
         let wanted = self.options.max_tokens - self.generated.len() - 1;
-        spec.draft(&self.history, room.min(wanted))?;
-        if spec.draft.is_empty() {
+        spec.draft(&self.history, room.min(wanted), s.model.config.vocab)?;
+        if spec.drafted().is_empty() {
             let ask = Self::ask(&mut self.sampler, s.model, &self.history, false);
             self.pending = Some(s.forward(&[id], ask)?);
             spec.record_pass(1, started.elapsed().as_secs_f64());
             return Ok(());
         }
-        let mut tokens = Vec::with_capacity(1 + spec.draft.len());
+        let mut tokens = Vec::with_capacity(1 + spec.drafted().len());
         tokens.push(id);
-        tokens.extend_from_slice(&spec.draft);
+        tokens.extend_from_slice(spec.drafted());
         let argmax = self.sampler.params().is_plain_greedy();
         let verified = s.verify(&tokens, argmax, &mut self.sampler, &self.history)?;
-        self.ready.extend(&spec.draft[..verified.accepted]);
+        self.ready.extend(&spec.drafted()[..verified.accepted]);
         self.ready.push_back(verified.next);
         spec.record_pass(tokens.len(), started.elapsed().as_secs_f64());
-        spec.record_verdict(spec.draft.len(), verified.accepted);
+        spec.record_verdict(tokens.len() - 1, verified.accepted);
         Ok(())
     }
 }

@@ -47,7 +47,9 @@ pub use generator::{Event, FinishReason, GenerateOptions, Generation, Session, S
 pub use harmony_stream::{HarmonyEvent, HarmonyOutput, HarmonyStream, OutputPiece};
 pub use rng::Rng;
 pub use sampler::{Distribution, Sampler, SamplingParams};
-pub use speculative::{DraftModel, Drafter, NgramDrafter, SpecStats, Speculation};
+pub use speculative::{
+    DraftModel, Drafter, NgramDrafter, SpecStats, Speculation, Verdict, check_same_vocabulary, draft_room, verify_draft,
+};
 pub use template::{ChatTemplate, Message};
 pub use tokenizer::{TextStream, Tokenizer};
 pub use tools::{ThinkStart, ToolFormat, ToolOutput};

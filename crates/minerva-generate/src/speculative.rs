@@ -4,19 +4,20 @@
 //!
 //! ```text
 //! emitted token t ─► drafter: d₁…d_k ─► target runs [t, d₁…d_k] in one pass ─► k + 1 next-token rows
-//!   greedy:  keep dᵢ while dᵢ = argmax of row i−1; then row j's argmax (always one new token)
-//!   sampled: keep dᵢ with probability p(dᵢ); else draw from p without dᵢ, renormalised
+//!   at row i: the token plain decoding would take there (argmax, or one draw of the sampler)
+//!   keep dᵢ₊₁ while it is that token; the first that is not is replaced by it (always ≥ 1 new token)
 //!   cache:   positions after the last kept token are forgotten (rewritten by the next pass)
 //! ```
 //!
-//! **Greedy output is the same token for token as plain greedy decoding.** The CPU and wgpu
-//! kernels are batch-invariant (a row's logits do not depend on the rows beside it, prefill or
-//! decode), so the argmax the verification pass takes at each position is the one plain decoding
-//! takes there (`tests/speculative.rs` holds every architecture, n-gram and draft-model drafts,
-//! EOS, stop strings and token limits to it). Sampled output follows the target's distribution
-//! exactly (the rejection-sampling rule of Leviathan et al. 2023 and Chen et al. 2023; an n-gram
-//! draft is a point distribution, so a drafted token is kept with the target's probability for
-//! it); it is not the same text as plain sampling with the same seed, since it draws differently.
+//! **The output is the same, token for token, as without speculation**: greedy, and sampled with
+//! the same seed. The CPU and wgpu kernels are batch-invariant (a row's logits do not depend on
+//! the rows beside it, prefill or decode), so each row's logits are the ones plain decoding
+//! computes at that position, and each emitted token takes the one draw plain sampling would
+//! (`tests/speculative.rs` holds every architecture, n-gram and draft-model drafts, EOS, stop
+//! strings, token limits and seeded sampling to it). For drafts of single tokens (point
+//! distributions, as both drafters make) this is the rejection-sampling rule of Leviathan et al.
+//! 2023 and Chen et al. 2023: a drafted token is kept with the target's probability for it, and a
+//! refused one is replaced by a draw from the target's distribution without it.
 //!
 //! How many tokens to draft ([`Speculation::choose`]) follows what was measured in this
 //! generation: the acceptance rate of drafted tokens and the time of a pass of each row count,
@@ -26,7 +27,8 @@
 use minerva_model::{Backend, Model, SequenceInput};
 
 use crate::error::{GenerateError, Result};
-use crate::sampler::{Candidate, Distribution, Sampler, draw};
+use crate::sampler::Sampler;
+use crate::tokenizer::Tokenizer;
 
 /// Proposes the tokens likely to follow a sequence.
 pub trait Drafter {
@@ -138,6 +140,41 @@ impl<B: Backend> Drafter for DraftModel<'_, B> {
     }
 }
 
+/// Checks that a draft model's tokenizer spells every id as the target's does (a draft is a list
+/// of ids: they must mean the same tokens); the error names the first id that differs.
+pub fn check_same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
+    let (n, m) = (target.vocab_size(), draft.vocab_size());
+    if n != m {
+        return Err(GenerateError::Request(format!(
+            "the draft model's vocabulary has {m} tokens, the model's {n}: a draft model needs the same vocabulary"
+        )));
+    }
+    for id in 0..n as u32 {
+        let (a, b) = (target.id_to_token(id), draft.id_to_token(id));
+        if a != b {
+            return Err(GenerateError::Request(format!(
+                "token {id} is {b:?} in the draft model's vocabulary but {a:?} in the model's: a draft model needs the same vocabulary"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// How many drafted tokens may follow a token run at position `pos` in a context of `capacity`
+/// positions: the positions left after it, and for long-rope models (whose rotation depends on a
+/// step's largest position, [`minerva_model::RopeConfig::step_dependent_from`]) no further than
+/// the last position below its switch while `pos` is below it — so every row of a verification
+/// pass rotates as plain decoding rotates it.
+pub fn draft_room(model: &minerva_model::Config, pos: usize, capacity: usize) -> usize {
+    let mut room = capacity.saturating_sub(pos + 1);
+    if let Some(switch) = model.rope.step_dependent_from()
+        && pos < switch
+    {
+        room = room.min(switch - 1 - pos);
+    }
+    room
+}
+
 /// What speculation did in one generation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpecStats {
@@ -176,7 +213,7 @@ pub struct Speculation<'m> {
     /// becoming good).
     since_draft: usize,
     /// The draft being verified.
-    pub(crate) draft: Vec<u32>,
+    draft: Vec<u32>,
     pub(crate) stats: SpecStats,
 }
 
@@ -218,18 +255,27 @@ impl<'m> Speculation<'m> {
         })
     }
 
+    /// The measured seconds of a target pass of each row count (index: rows; 0: not measured),
+    /// moving averages over this speculation's generations.
+    pub fn pass_seconds(&self) -> &[f64] {
+        &self.pass_secs
+    }
+
     /// Clears the statistics for a new generation (the measurements carry over).
     pub(crate) fn start(&mut self) {
         self.stats = SpecStats { drafter: self.drafter.name(), ..SpecStats::default() };
     }
 
-    /// Drafts at most `limit` tokens after `history` into `self.draft` (empty: run a plain step).
-    pub(crate) fn draft(&mut self, history: &[u32], limit: usize) -> Result<()> {
+    /// Drafts at most `limit` tokens after `history` (none: run a plain step), cut before the
+    /// first id outside the target's `vocab`; [`Speculation::drafted`] holds them.
+    pub fn draft(&mut self, history: &[u32], limit: usize, vocab: usize) -> Result<()> {
         self.draft.clear();
         let k = self.choose(limit);
         if k > 0 {
             self.drafter.draft(history, k, &mut self.draft)?;
             self.draft.truncate(k);
+            let valid = self.draft.iter().take_while(|&&t| (t as usize) < vocab).count();
+            self.draft.truncate(valid);
         }
         if self.draft.is_empty() {
             self.since_draft += 1;
@@ -271,8 +317,13 @@ impl<'m> Speculation<'m> {
         best.0
     }
 
+    /// The tokens the last [`Speculation::draft`] gave.
+    pub fn drafted(&self) -> &[u32] {
+        &self.draft
+    }
+
     /// Notes a pass of the target over `rows` rows that took `secs` (drafting included).
-    pub(crate) fn record_pass(&mut self, rows: usize, secs: f64) {
+    pub fn record_pass(&mut self, rows: usize, secs: f64) {
         self.stats.passes += 1;
         if let Some(t) = self.pass_secs.get_mut(rows) {
             *t = if *t > 0.0 { DECAY * *t + (1.0 - DECAY) * secs } else { secs };
@@ -280,7 +331,7 @@ impl<'m> Speculation<'m> {
     }
 
     /// Notes that `accepted` of `drafted` tokens were kept.
-    pub(crate) fn record_verdict(&mut self, drafted: usize, accepted: usize) {
+    pub fn record_verdict(&mut self, drafted: usize, accepted: usize) {
         self.stats.verify_passes += 1;
         self.stats.drafted += drafted;
         self.stats.accepted += accepted;
@@ -291,11 +342,11 @@ impl<'m> Speculation<'m> {
 
 /// Which drafted tokens the target keeps, and the token that follows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Verdict {
+pub struct Verdict {
     /// Drafted tokens kept, from the first.
-    pub(crate) accepted: usize,
+    pub accepted: usize,
     /// The target's token after them.
-    pub(crate) next: u32,
+    pub next: u32,
 }
 
 /// Greedy verification: `argmax[i]` is the target's choice after the pass's token `i` (the last
@@ -305,13 +356,17 @@ pub(crate) fn verify_greedy(draft: &[u32], argmax: &[u32]) -> Verdict {
     Verdict { accepted, next: argmax[accepted] }
 }
 
-/// Verification through the sampler: `row(i)` gives the logits after the pass's token `i`,
-/// `history` the sequence before the draft. A drafted token `d` is kept with probability `p(d)`
-/// of the sampler's distribution at its position (for greedy settings: when it is the token the
-/// sampler would pick); the first one refused is replaced by a draw from the distribution without
-/// it, renormalised; after a fully kept draft the next token is sampled as usual. Each emitted
-/// token is thus distributed exactly as the sampler's own draw at its position.
-pub(crate) fn verify_sampled(
+/// Verification through the sampler: `row(i)` gives the logits after the pass's token `i` (the
+/// last emitted token, then the draft), `history` the sequence before the draft. At each position
+/// the sampler draws its token as plain decoding would (one draw of its RNG); a drafted token is
+/// kept when it is that token, and the first one that is not is replaced by it.
+///
+/// Both drafters propose single tokens (point distributions: prompt lookup, a greedy draft
+/// model), for which the rejection-sampling rule is "keep `d` with probability `p(d)`, else draw
+/// from `p` without `d`, renormalised". Drawing `x ~ p` and keeping `d` when `x = d` follows it
+/// exactly — and since each emitted token takes one draw, as in plain decoding, the output is
+/// the text plain sampling gives with the same seed, whatever was drafted.
+pub fn verify_draft(
     sampler: &mut Sampler,
     draft: &[u32],
     mut row: impl FnMut(usize) -> Vec<f32>,
@@ -320,22 +375,9 @@ pub(crate) fn verify_sampled(
     let mut seen = history.to_vec();
     for (i, &d) in draft.iter().enumerate() {
         let mut logits = row(i);
-        match sampler.distribution(&mut logits, &seen) {
-            Distribution::Point(id) if id == d => {}
-            Distribution::Point(id) => return Verdict { accepted: i, next: id },
-            Distribution::Probabilities(cands) => {
-                let p = cands.iter().find(|c| c.id == d).map_or(0.0, |c| f64::from(c.logit));
-                if sampler.next_draw() >= p {
-                    let rest: Vec<Candidate> = cands.into_iter().filter(|c| c.id != d).collect();
-                    let total: f64 = rest.iter().map(|c| f64::from(c.logit)).sum();
-                    if rest.is_empty() || total <= 0.0 {
-                        // p(d) rounds to 1: nothing else can be drawn.
-                        seen.push(d);
-                        continue;
-                    }
-                    return Verdict { accepted: i, next: draw(&rest, sampler.next_draw() * total) };
-                }
-            }
+        let x = sampler.sample(&mut logits, &seen);
+        if x != d {
+            return Verdict { accepted: i, next: x };
         }
         seen.push(d);
     }
@@ -456,9 +498,9 @@ mod tests {
         let history = [1, 2, 1, 2, 1];
         let mut drafted = 0;
         for _ in 0..(4 * PROBE_EVERY) {
-            spec.draft(&history, 4).unwrap();
-            drafted += usize::from(!spec.draft.is_empty());
-            assert!(spec.draft.len() <= 1);
+            spec.draft(&history, 4, 100).unwrap();
+            drafted += usize::from(!spec.drafted().is_empty());
+            assert!(spec.drafted().len() <= 1);
         }
         assert_eq!(drafted, 4);
     }

@@ -129,6 +129,26 @@ impl<B: Backend> Model<B> {
     /// extending their cache slots, and returns the logits `which` asks for.
     pub fn forward(&self, cache: &mut B::Cache, batch: &[SequenceInput<'_>], which: LogitsFor) -> Result<Logits> {
         let step = self.step(batch, which)?;
+        self.logits_of(cache, step)
+    }
+
+    /// [`Model::forward`] returning the logits of the last `tails[i]` positions of sequence `i`
+    /// (0: none; its whole length at most), in batch order: a server verifying drafted tokens of
+    /// some sequences while others decode one token or fill their cache with a prompt chunk.
+    pub fn forward_tails(&self, cache: &mut B::Cache, batch: &[SequenceInput<'_>], tails: &[usize]) -> Result<Logits> {
+        if tails.len() != batch.len() || batch.iter().zip(tails).any(|(s, &t)| t > s.tokens.len()) {
+            let message =
+                format!("{} tails for {} sequences, or a tail longer than its tokens", tails.len(), batch.len());
+            return Err(ModelError::BadBatch { message });
+        }
+        let kept = self.kept_step.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut step = kept.unwrap_or_default();
+        step.fill_rows(batch, |i, len| len - tails[i]..len)?;
+        self.logits_of(cache, step)
+    }
+
+    /// Runs `step` and reads back its logit rows.
+    fn logits_of(&self, cache: &mut B::Cache, step: Step) -> Result<Logits> {
         let x = self.hidden(cache, &step)?;
         let data = if step.logit_rows.is_empty() {
             Vec::new()
@@ -234,6 +254,21 @@ struct Step {
 impl Step {
     /// Lays `batch` out in these vectors (their old contents dropped, their allocations kept).
     fn fill(&mut self, batch: &[SequenceInput<'_>], which: LogitsFor) -> Result<()> {
+        self.fill_rows(batch, |i, len| match which {
+            LogitsFor::Last => len - 1..len,
+            LogitsFor::LastOfFirst(n) if i < n => len - 1..len,
+            LogitsFor::LastOfFirst(_) => 0..0,
+            LogitsFor::All => 0..len,
+        })
+    }
+
+    /// [`Step::fill`] with the logit rows of sequence `i` (of `len` tokens) that `wanted` gives,
+    /// as offsets into it.
+    fn fill_rows(
+        &mut self,
+        batch: &[SequenceInput<'_>],
+        wanted: impl Fn(usize, usize) -> std::ops::Range<usize>,
+    ) -> Result<()> {
         let Step { tokens, layout, logit_rows, rows } = self;
         tokens.clear();
         layout.seqs.clear();
@@ -256,13 +291,7 @@ impl Step {
             }
             layout.positions.extend(positions.clone().map(|p| p as u32));
             layout.seqs.push(SeqSpan { rows: first..tokens.len(), start_pos: seq.start_pos, slot: seq.slot });
-            let wanted = match which {
-                LogitsFor::Last => positions.len() - 1..positions.len(),
-                LogitsFor::LastOfFirst(n) if i < n => positions.len() - 1..positions.len(),
-                LogitsFor::LastOfFirst(_) => 0..0,
-                LogitsFor::All => 0..positions.len(),
-            };
-            for j in wanted {
+            for j in wanted(i, positions.len()) {
                 logit_rows.push(first + j);
                 rows.push((i, seq.start_pos + j));
             }

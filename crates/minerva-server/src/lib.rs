@@ -27,7 +27,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use engine::{EngineConfig, EngineHandle, EngineRunner, GenerationRequest, ModelInfo, SeqEvent};
+pub use engine::{EngineConfig, EngineHandle, EngineRunner, GenerationRequest, ModelInfo, SeqEvent, SpecConfig};
 pub use error::ApiError;
 pub use metrics::Metrics;
 

@@ -31,6 +31,10 @@ pub struct Metrics {
     pub cancelled: Counter,
     /// Sequences preempted (their KV blocks freed, to run again) when the pool ran out.
     pub preemptions: Counter,
+    /// Tokens drafted for speculative decoding and run through the model to be verified.
+    pub spec_drafted: Counter,
+    /// Drafted tokens the model kept.
+    pub spec_accepted: Counter,
     /// Requests that started from a prompt prefix kept in the KV cache.
     pub prompt_cache_hits: Counter,
     /// Prompt tokens not run again thanks to a cached prefix.
@@ -65,6 +69,8 @@ impl Metrics {
             completion_tokens: Counter::default(),
             cancelled: Counter::default(),
             preemptions: Counter::default(),
+            spec_drafted: Counter::default(),
+            spec_accepted: Counter::default(),
             prompt_cache_hits: Counter::default(),
             prompt_cached_tokens: Counter::default(),
             running: Gauge::default(),
@@ -96,6 +102,12 @@ impl Metrics {
             "Sequences preempted (KV blocks freed, run again) when the pool ran out",
             m.preemptions.clone(),
         );
+        registry.register(
+            "spec_drafted_tokens",
+            "Tokens drafted for speculative decoding and verified by the model",
+            m.spec_drafted.clone(),
+        );
+        registry.register("spec_accepted_tokens", "Drafted tokens the model kept", m.spec_accepted.clone());
         registry.register(
             "prompt_cache_hits",
             "Requests that reused a cached prompt prefix",

@@ -90,6 +90,9 @@ pub struct CommonParams {
     pub guided_choice: Option<Vec<String>>,
     /// vLLM's older grammar field.
     pub guided_grammar: Option<String>,
+    /// `false` turns speculative decoding off for this request where the server speculates
+    /// (`minerva serve --spec ngram`); greedy output is the same either way.
+    pub speculative: Option<bool>,
 }
 
 /// One part of a message's content list.

@@ -18,6 +18,7 @@ mod blocks;
 mod paging;
 mod scheduler;
 mod sequence;
+mod speculate;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -157,6 +158,24 @@ pub struct EngineConfig {
     pub kv_memory: Option<u64>,
     /// The tool-call format, over the one found from the chat template (`--tool-format`).
     pub tool_format: Option<minerva_generate::ToolFormat>,
+    /// Speculative decoding with n-gram drafts (`--spec ngram`); `None`: plain decoding.
+    pub speculation: Option<SpecConfig>,
+}
+
+/// Server-wide speculative decoding: each decoding sequence drafts from its own prompt and output
+/// (prompt lookup) and the step verifies the drafts of every sequence that has one, while the
+/// step holds few enough decoding sequences for it to pay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecConfig {
+    /// Shortest n-gram looked up.
+    pub ngram_min: usize,
+    /// Longest n-gram looked up.
+    pub ngram_max: usize,
+    /// Most tokens a sequence drafts per step (fewer where its measured acceptance says so).
+    pub draft_max: usize,
+    /// Most decoding sequences in a step for drafts to be made: beyond it, the extra rows cost
+    /// more than they give (measured on the CPU: docs/speculative.md).
+    pub max_batch: usize,
 }
 
 /// One generation request: a tokenized prompt and how to continue it, `n` times.
@@ -180,6 +199,9 @@ pub struct GenerationRequest {
     pub constraint: Option<minerva_generate::Constraint>,
     /// When the request must end (`finish_reason: length`).
     pub deadline: Instant,
+    /// Whether its choices may be decoded speculatively where the server speculates (the request's
+    /// `speculative` field; greedy output is the same either way).
+    pub speculative: bool,
 }
 
 /// What a choice's sequence reports, in order: deltas, then one finish (or an error).

@@ -68,6 +68,7 @@ impl<B: Backend> Scheduler<B> {
             return Err(ApiError::internal(message));
         }
         let mut seq = self.running.swap_remove(victim);
+        super::speculate::undraft(&mut seq);
         self.let_go(&mut seq);
         seq.prefill_to = seq.tokens.len();
         seq.fed = 0;

@@ -15,7 +15,8 @@ use tokio::sync::mpsc as tokio_mpsc;
 
 use super::blocks::BlockPool;
 use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
-use super::{ChatFormat, EngineConfig, GrammarSlot, ModelInfo, SeqEvent, Submission, TemplateChat};
+use super::speculate::new_speculation;
+use super::{ChatFormat, EngineConfig, GrammarSlot, ModelInfo, SeqEvent, SpecConfig, Submission, TemplateChat};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -37,7 +38,9 @@ pub(super) struct Scheduler<B: Backend> {
     pub(super) model: Model<B>,
     pub(super) cache: B::Cache,
     tokenizer: Arc<Tokenizer>,
-    ctx_size: usize,
+    pub(super) ctx_size: usize,
+    /// Speculative decoding, if the server speculates.
+    pub(super) spec: Option<SpecConfig>,
     batch_tokens: usize,
     prefill_chunk: usize,
     pub(super) shared: Shared,
@@ -201,6 +204,7 @@ impl<B: Backend> Scheduler<B> {
             cache,
             tokenizer,
             ctx_size,
+            spec: config.speculation,
             batch_tokens: config.batch_tokens.max(1),
             prefill_chunk: config.prefill_chunk.max(1),
             shared,
@@ -320,6 +324,8 @@ impl<B: Backend> Scheduler<B> {
                     received: s.received,
                     last_token_at: None,
                     waits_for_leader: choice > 0,
+                    speculation: new_speculation(self.spec, r.speculative),
+                    drafted: 0,
                 };
                 // The other choices start from choice 0's blocks once it has run the prompt.
                 if choice == 0 {
@@ -370,6 +376,8 @@ impl<B: Backend> Scheduler<B> {
 
     /// One forward step over every running sequence, then sampling and output.
     fn step(&mut self) -> Result<(), ApiError> {
+        // Drafted tokens join their sequences' tokens, so the plan runs them.
+        let drafting = self.draft_all();
         // Blocks for every new position, or fewer sequences (preempted) and a new plan.
         let plan = loop {
             let plan = self.plan();
@@ -391,9 +399,13 @@ impl<B: Backend> Scheduler<B> {
         // Draw on the device when the backend samples and every sequence getting a token can be
         // drawn there (no log-probabilities, no choices waiting on this logits row): one id read
         // back per sequence instead of the vocabulary's logits.
-        let on_device =
-            self.model.samples_on_device() && plan[..with_logits].iter().all(|&(i, _)| self.device_eligible(i));
+        let on_device = !drafting.drafted
+            && self.model.samples_on_device()
+            && plan[..with_logits].iter().all(|&(i, _)| self.device_eligible(i));
         let which = LogitsFor::LastOfFirst(with_logits);
+        // A drafted sequence's rows: after its last token and after each drafted one.
+        let tails: Vec<usize> =
+            (0..plan.len()).map(|p| if p < with_logits { 1 + self.running[plan[p].0].drafted } else { 0 }).collect();
         let params: Vec<DeviceSampling> = if on_device {
             plan[..with_logits]
                 .iter()
@@ -422,12 +434,18 @@ impl<B: Backend> Scheduler<B> {
         self.shared.metrics.batch_sequences.observe(inputs.len() as f64);
         self.shared.metrics.batch_tokens.observe(plan.iter().map(|p| p.1).sum::<usize>() as f64);
         let (model, cache) = (&self.model, &mut self.cache);
+        let started = Instant::now();
         let mut forward = || -> Result<Drawn, ApiError> {
             Ok(if on_device {
                 let ids = model
                     .forward_sample(cache, &inputs, which, &params)
                     .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
                 Drawn::Tokens(ids)
+            } else if drafting.drafted {
+                let logits = model
+                    .forward_tails(cache, &inputs, &tails)
+                    .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
+                Drawn::Logits(logits)
             } else {
                 let logits = model
                     .forward(cache, &inputs, which)
@@ -471,10 +489,26 @@ impl<B: Backend> Scheduler<B> {
         for (i, c) in masks {
             self.running[i].constraint = Some(c);
         }
+        let step_secs = started.elapsed().as_secs_f64();
         let mut finished: Vec<(usize, Finish)> = Vec::new();
-        for (row, &(i, len)) in plan.iter().enumerate() {
+        // Rows of the sequences that get tokens, in plan order: one each, 1 + k for a draft of k.
+        let mut next_row = 0;
+        for &(i, len) in &plan {
             self.running[i].fed += len;
             if !self.running[i].prefilled() {
+                continue;
+            }
+            let drafted = self.running[i].drafted;
+            let row = next_row;
+            next_row += 1 + drafted;
+            if drafting.eligible
+                && len == 1 + drafted
+                && let Some(spec) = self.running[i].speculation.as_mut()
+            {
+                spec.record_pass(len, step_secs);
+            }
+            if drafted > 0 {
+                self.verify_and_send(i, &mut rows[row..row + 1 + drafted], &mut finished)?;
                 continue;
             }
             let pick = std::mem::replace(&mut rows[row], Pick::Token(0));
@@ -553,7 +587,7 @@ impl<B: Backend> Scheduler<B> {
 
     /// Takes the next token of the sequence at `i` (sampling its logits, or as drawn on the
     /// device), sends its output, and notes it in `finished` when it ended.
-    fn sample_and_send(
+    pub(super) fn sample_and_send(
         &mut self,
         i: usize,
         pick: Pick<'_>,
@@ -642,7 +676,7 @@ enum Drawn {
 }
 
 /// A sequence's next token: its logits row to sample from, or the token the device drew.
-enum Pick<'a> {
+pub(super) enum Pick<'a> {
     Logits(&'a mut [f32]),
     Token(u32),
 }
@@ -719,6 +753,7 @@ mod tests {
             kv_budget_bytes: budget,
             kv_memory,
             tool_format: None,
+            speculation: None,
         }
     }
 

@@ -236,6 +236,10 @@ pub(super) struct Sequence {
     /// A choice after the first of its request: it waits for choice 0's prefill and starts from
     /// its blocks, shared.
     pub(super) waits_for_leader: bool,
+    /// Its drafter and the measurements that size its drafts, where it may speculate.
+    pub(super) speculation: Option<minerva_generate::Speculation<'static>>,
+    /// Drafted tokens at the end of `tokens` during a step (taken off before it samples).
+    pub(super) drafted: usize,
 }
 
 impl Sequence {

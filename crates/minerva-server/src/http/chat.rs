@@ -52,6 +52,7 @@ pub(crate) async fn handle(
     let tool_choice = tools::tool_choice(&req)?;
     let max_tokens = req.max_completion_tokens.or(req.common.max_tokens);
     let checked = check_common(&req.common, max_tokens, info.tokenizer.vocab_size(), info.slots)?;
+    let speculative = req.common.speculative.unwrap_or(true);
     let logprobs = match (req.logprobs, req.top_logprobs) {
         (true, top) => Some(check_top_logprobs("top_logprobs", top)?),
         (false, Some(_)) => return Err(ApiError::invalid("top_logprobs", "`top_logprobs` needs `logprobs: true`")),
@@ -87,6 +88,7 @@ pub(crate) async fn handle(
         logprobs,
         output,
         deadline: Instant::now() + state.config.request_timeout,
+        speculative,
     })?;
     let events = respond::merge(vec![events], n);
     let id = new_id("chatcmpl-");

@@ -84,6 +84,7 @@ pub(crate) async fn handle(
             output: crate::engine::OutputFormat::Plain,
             constraint: constraint.clone(),
             deadline: Instant::now() + state.config.request_timeout,
+            speculative: req.common.speculative.unwrap_or(true),
         })?);
     }
     let choices = n * prompts.len();

@@ -33,6 +33,7 @@ pub fn engine_config(parallel: usize) -> EngineConfig {
         kv_budget_bytes: 1 << 30,
         kv_memory: None,
         tool_format: None,
+        speculation: None,
     }
 }
 
