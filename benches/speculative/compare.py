@@ -4,7 +4,8 @@ speculative decoding of the same binary, alternated) against llama.cpp's `llama-
 same build, plain and with each n-gram `--spec-type` named, on the same prompts (the text files
 of this folder, sent as one user message of the chat template), greedy, at most --max-tokens
 tokens, 1 and 2 threads. llama-server's figure is its own `timings.predicted_per_second`; the
-median of --reps requests after a warm-up, prompt cache off.
+median of --reps requests, each on a fresh server (its n-gram caches would otherwise draft a
+repeated request from its earlier answer), after a warm-up start, prompt cache off.
 
   python3 benches/speculative/compare.py --minerva target/release/minerva \\
       --llama-server /tmp/llamacpp/.../build/bin/llama-server \\
@@ -39,32 +40,34 @@ LLAMA_SPECS = {
 
 
 def llama_run(args, spec_args, prompts, threads, port):
-    cmd = [args.llama_server, "-m", args.model, "--port", str(port), "-np", "1", "-t", str(threads),
-           "-c", "4096", "--no-webui"] + spec_args
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_healthy(port, proc)
-        out = {}
-        for name, text in prompts.items():
-            speeds, drafted, accepted, tokens = [], 0, 0, 0
-            for rep in range(args.reps + 1):
+    """Each repetition on a fresh llama-server: its n-gram drafters keep what earlier requests
+    wrote (ngram-mod, ngram-map-k), so a repeated request would be drafted from its own earlier
+    answer; Minerva's drafter sees only the request's own prompt and output."""
+    runs = {name: {"speeds": [], "drafted": 0, "accepted": 0, "tokens": 0} for name in prompts}
+    for rep in range(args.reps + 1):
+        cmd = [args.llama_server, "-m", args.model, "--port", str(port), "-np", "1", "-t", str(threads),
+               "-c", "4096", "--no-webui"] + spec_args
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_healthy(port, proc)
+            for name, text in prompts.items():
                 body = json.dumps({"messages": [{"role": "user", "content": text}], "temperature": 0,
                                    "max_tokens": args.max_tokens, "cache_prompt": False})
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
                 c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
                 r = json.loads(c.getresponse().read())
                 t = r.get("timings", {})
-                if rep > 0:
-                    speeds.append(t["predicted_per_second"])
-                    drafted += t.get("draft_n", 0)
-                    accepted += t.get("draft_n_accepted", 0)
-                    tokens = r["usage"]["completion_tokens"]
-            out[name] = {"tok_s": statistics.median(speeds), "drafted": drafted, "accepted": accepted,
-                         "tokens": tokens}
-        return out
-    finally:
-        proc.terminate()
-        proc.wait()
+                if rep > 0:  # the first server start warms the page cache
+                    run = runs[name]
+                    run["speeds"].append(t["predicted_per_second"])
+                    run["drafted"] += t.get("draft_n", 0)
+                    run["accepted"] += t.get("draft_n_accepted", 0)
+                    run["tokens"] = r["usage"]["completion_tokens"]
+        finally:
+            proc.terminate()
+            proc.wait()
+    return {name: {"tok_s": statistics.median(r["speeds"]), "drafted": r["drafted"], "accepted": r["accepted"],
+                   "tokens": r["tokens"]} for name, r in runs.items()}
 
 
 def minerva_run(args, files, threads):

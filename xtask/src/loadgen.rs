@@ -57,6 +57,14 @@ pub struct LoadgenArgs {
     /// "json_object"}}'` measures constrained decoding).
     #[arg(long, value_name = "JSON", value_parser = parse_extra)]
     pub extra: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Send this text (after a line naming the request, so prompts stay distinct) instead of the
+    /// generated story prompt: a workload of one kind, such as `benches/speculative`'s edits.
+    #[arg(long, value_name = "FILE", value_parser = read_prompt)]
+    pub prompt_file: Option<String>,
+}
+
+fn read_prompt(path: &str) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
 }
 
 fn parse_extra(s: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
@@ -188,7 +196,10 @@ fn level(endpoint: &str, args: &LoadgenArgs, concurrency: usize) -> Row {
 
 fn one(agent: &ureq::Agent, endpoint: &str, args: &LoadgenArgs, concurrency: usize, index: usize) -> Sample {
     let mut body = serde_json::json!({
-        "messages": [{"role": "user", "content": prompt(concurrency, index, args.prompt_tokens)}],
+        "messages": [{"role": "user", "content": match &args.prompt_file {
+            Some(text) => format!("Request {concurrency}-{index}.\n{}", text.trim_end()),
+            None => prompt(concurrency, index, args.prompt_tokens),
+        }}],
         "max_tokens": args.max_tokens, "temperature": 0, "stream": true,
         "stream_options": {"include_usage": true},
     });

@@ -14,7 +14,9 @@
 //! the rows beside it, prefill or decode), so each row's logits are the ones plain decoding
 //! computes at that position, and each emitted token takes the one draw plain sampling would
 //! (`tests/speculative.rs` holds every architecture, n-gram and draft-model drafts, EOS, stop
-//! strings, token limits and seeded sampling to it). For drafts of single tokens (point
+//! strings, token limits and seeded sampling to it; on wgpu, plain sampling draws on the device,
+//! summing in f32, so a draw within ~1e-4 of a boundary of the distribution may fall on the
+//! neighbouring token there). For drafts of single tokens (point
 //! distributions, as both drafters make) this is the rejection-sampling rule of Leviathan et al.
 //! 2023 and Chen et al. 2023: a drafted token is kept with the target's probability for it, and a
 //! refused one is replaced by a draw from the target's distribution without it.

@@ -138,6 +138,7 @@ fn check_model<B: Backend>(
     model: &Model<B>,
     draft: Option<&Model<B>>,
     only_prompt: Option<usize>,
+    sampled_too: bool,
     seen: &mut Seen,
 ) {
     let tok = tokenizer_for(name);
@@ -157,7 +158,8 @@ fn check_model<B: Backend>(
         // Sampled with a seed: the same draws as plain sampling, so the same text too.
         let sampled =
             SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.95, seed: Some(7 + p as u64), ..greedy.clone() };
-        for ((e, options), params) in endings.iter().enumerate().flat_map(|e| [(e, &greedy), (e, &sampled)]) {
+        let settings: &[&SamplingParams] = if sampled_too { &[&greedy, &sampled] } else { &[&greedy] };
+        for ((e, options), params) in endings.iter().enumerate().flat_map(|e| settings.iter().map(move |p| (e, *p))) {
             let (reference, _) = generate(&mut plain, prompt, options, params);
             let mut cases = vec![(options.clone(), reference)];
             // A stop string from the middle of the text.
@@ -210,7 +212,7 @@ fn speculation_gives_plain_decodings_tokens_for_every_architecture() {
         let model = cpu_model(spec.name);
         // A different random model of the same vocabulary drafts for the LLaMA-family ones.
         let other = (spec.name != "gpt-oss" && spec.name != "llama").then(|| cpu_model("llama"));
-        check_model(spec.name, &model, other.as_ref(), None, &mut seen);
+        check_model(spec.name, &model, other.as_ref(), None, true, &mut seen);
     }
     for finish in [FinishReason::Eos, FinishReason::StopString, FinishReason::MaxTokens, FinishReason::ContextEnd] {
         assert!(seen.finishes.contains(&finish), "no run ended by {finish:?}");
@@ -225,8 +227,11 @@ fn speculation_gives_plain_decodings_tokens_on_wgpu() {
         || minerva_wgpu::WgpuBackend::new(minerva_wgpu::WgpuOptions::default()).expect("a wgpu adapter (lavapipe)");
     let mut seen = Seen::default();
     // One prompt (repeated within itself) of one model: lavapipe runs a step in milliseconds.
+    // Greedy only: plain sampling draws on the device, which sums probabilities in f32 where the
+    // host (verifying drafts from the logits) uses f64, so a draw within ~1e-4 of a boundary of
+    // the distribution may fall on the neighbouring token (tests/device_sampling.rs).
     let model = Model::load(fixture("gemma3"), open()).unwrap();
-    check_model("gemma3", &model, None, Some(1), &mut seen);
+    check_model("gemma3", &model, None, Some(1), false, &mut seen);
     assert!(seen.accepted > 100, "{} of {} drafted tokens kept", seen.accepted, seen.drafted);
 }
 

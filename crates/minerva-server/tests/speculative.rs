@@ -27,7 +27,10 @@ fn requests() -> Vec<(&'static str, Value)> {
     let edit = "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog near the river bank.";
     vec![
         ("/v1/chat/completions", chat(edit, json!({}))),
-        ("/v1/chat/completions", chat("Copy this list: apples, pears, plums, cherries, figs.", json!({"stream": true}))),
+        (
+            "/v1/chat/completions",
+            chat("Copy this list: apples, pears, plums, cherries, figs.", json!({"stream": true})),
+        ),
         ("/v1/chat/completions", chat(edit, json!({"temperature": 0.7, "seed": 5, "n": 2}))),
         ("/v1/chat/completions", chat("Write a poem about the sea.", json!({"temperature": 0.9, "seed": 9}))),
         (
@@ -93,7 +96,8 @@ async fn speculating_server_answers_as_a_plain_one() {
     for (path, body) in requests() {
         plain.push(answer(&plain_server.url, path, &body).await);
     }
-    let speculating = start_with(smollm2(), EngineConfig { speculation: Some(SPEC), ..engine_config(8) }, quiet()).await;
+    let speculating =
+        start_with(smollm2(), EngineConfig { speculation: Some(SPEC), ..engine_config(8) }, quiet()).await;
     let tasks: Vec<_> = requests()
         .into_iter()
         .map(|(path, body)| {
