@@ -95,8 +95,7 @@ impl ModelTask for Measure<'_> {
         if self.opts.json {
             return Ok(table);
         }
-        let (head, _) = header(&loaded.path, self.threads, self.device, self.opts.reps)?;
-        Ok(head + &table)
+        Ok(MeasuredOn::new(&loaded.path, self.device)?.header(self.threads, self.opts.reps) + &table)
     }
 }
 
@@ -150,17 +149,9 @@ fn measure_on<B: Backend>(
         }
     }
     let (prefill_med, decode_med) = (median(&mut prefill), median(&mut decode));
-    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-    // Which CPU and kernels the figures come from (the CPU varies from machine to machine).
-    let kernels: Vec<String> = match device {
-        Device::Cpu => cpu_info::matrix_dtypes(path)?.into_iter().map(cpu_info::kernels_of).collect(),
-        Device::Wgpu => Vec::new(),
-    };
-    let (cpu, features) = (cpu_info::cpu_model(), cpu_info::cpu_features());
-    // Attention's dot products, weighted sums and softmax, and `e^x`.
-    let vectors = matches!(device, Device::Cpu).then(minerva_quant::vector::vector_isa);
+    let on = MeasuredOn::new(path, device)?;
     if !opts.json {
-        let (mut text, _) = header(path, threads, device, opts.reps)?;
+        let mut text = on.header(threads, opts.reps);
         if let Some(v) = prefill_med {
             text += &format!("prefill  pp{:<6} {v:>10.2} tok/s  (median; {})\n", opts.prompt, spread(&prefill));
         }
@@ -171,8 +162,8 @@ fn measure_on<B: Backend>(
     }
     Ok({
         let object = serde_json::json!({
-            "model": name,
-            "device": format!("{device:?}").to_lowercase(),
+            "model": on.name,
+            "device": on.device,
             "threads": threads,
             "prompt_tokens": opts.prompt,
             "gen_tokens": opts.gen_tokens,
@@ -181,33 +172,53 @@ fn measure_on<B: Backend>(
             "decode_tok_s": decode_med,
             "prefill_runs_tok_s": prefill,
             "decode_runs_tok_s": decode,
-            "cpu": cpu,
-            "cpu_features": features,
-            "kernels": kernels,
-            "vector_kernels": vectors,
+            "cpu": on.cpu,
+            "cpu_features": on.features,
+            "kernels": on.kernels,
+            "vector_kernels": on.vectors,
         });
         format!("{object}\n")
     })
 }
 
-/// The lines that say what the figures were measured on: model, device, threads, CPU and
-/// kernels; and the model's file name.
-fn header(path: &Path, threads: usize, device: Device, reps: usize) -> Result<(String, String), CliError> {
-    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-    let kernels: Vec<String> = match device {
-        Device::Cpu => cpu_info::matrix_dtypes(path)?.into_iter().map(cpu_info::kernels_of).collect(),
-        Device::Wgpu => Vec::new(),
-    };
-    let (cpu, features) = (cpu_info::cpu_model(), cpu_info::cpu_features());
-    let vectors = matches!(device, Device::Cpu).then(minerva_quant::vector::vector_isa);
-    let device = format!("{device:?}").to_lowercase();
-    let mut text = format!("{name}  device {device}  threads {threads}  reps {reps}\n");
-    text += &format!("cpu      {cpu} ({})\n", features.join(" "));
-    if !kernels.is_empty() {
-        text += &format!("kernels  {}", kernels.join(" | "));
-        text += &vectors.map(|isa| format!(" | f32 vectors: {isa}\n")).unwrap_or_else(|| "\n".into());
+/// What figures were measured on: the model's file, the device, and on the CPU (which varies
+/// from machine to machine) its model, features and the kernels each weight type ran.
+struct MeasuredOn {
+    name: String,
+    device: String,
+    cpu: String,
+    features: Vec<&'static str>,
+    kernels: Vec<String>,
+    /// Attention's dot products, weighted sums and softmax, and `e^x` (CPU only).
+    vectors: Option<&'static str>,
+}
+
+impl MeasuredOn {
+    fn new(path: &Path, device: Device) -> Result<MeasuredOn, CliError> {
+        let kernels: Vec<String> = match device {
+            Device::Cpu => cpu_info::matrix_dtypes(path)?.into_iter().map(cpu_info::kernels_of).collect(),
+            Device::Wgpu => Vec::new(),
+        };
+        Ok(MeasuredOn {
+            name: path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned()),
+            device: format!("{device:?}").to_lowercase(),
+            cpu: cpu_info::cpu_model(),
+            features: cpu_info::cpu_features(),
+            kernels,
+            vectors: matches!(device, Device::Cpu).then(minerva_quant::vector::vector_isa),
+        })
     }
-    Ok((text, name))
+
+    /// The text output's first lines.
+    fn header(&self, threads: usize, reps: usize) -> String {
+        let mut text = format!("{}  device {}  threads {threads}  reps {reps}\n", self.name, self.device);
+        text += &format!("cpu      {} ({})\n", self.cpu, self.features.join(" "));
+        if !self.kernels.is_empty() {
+            text += &format!("kernels  {}", self.kernels.join(" | "));
+            text += &self.vectors.map(|isa| format!(" | f32 vectors: {isa}\n")).unwrap_or_else(|| "\n".into());
+        }
+        text
+    }
 }
 
 /// `n` token ids in `0..vocab` from a fixed xorshift sequence (the same every run).

@@ -96,18 +96,8 @@ async fn speculating_server_answers_as_a_plain_one() {
     for (path, body) in requests() {
         plain.push(answer(&plain_server.url, path, &body).await);
     }
-    let speculating =
-        start_with(smollm2(), EngineConfig { speculation: Some(SPEC), ..engine_config(8) }, quiet()).await;
-    let tasks: Vec<_> = requests()
-        .into_iter()
-        .map(|(path, body)| {
-            let url = speculating.url.clone();
-            tokio::spawn(async move { answer(&url, path, &body).await })
-        })
-        .collect();
-    for (task, expected) in tasks.into_iter().zip(&plain) {
-        assert_eq!(&task.await.unwrap(), expected);
-    }
+    let (concurrent, speculating) = answers(EngineConfig { speculation: Some(SPEC), ..engine_config(8) }).await;
+    assert_eq!(concurrent, plain);
     let drafted = metric(&speculating.url, "minerva_spec_drafted_tokens_total").await;
     let kept = metric(&speculating.url, "minerva_spec_accepted_tokens_total").await;
     assert!(kept >= 10.0 && drafted >= kept, "{kept} of {drafted} drafted tokens kept");
