@@ -493,7 +493,8 @@ impl<B: Backend> Generation<'_, '_, B> {
     /// speculates and the drafter has one, else alone.
     fn advance(&mut self, id: u32) -> Result<()> {
         let Some(mut spec) = self.speculation.take() else {
-            let ask = Self::ask(&mut self.sampler, self.session.model, &self.history, false);
+            let constrained = self.options.constraint.is_some();
+            let ask = Self::ask(&mut self.sampler, self.session.model, &self.history, constrained);
             self.pending = Some(self.session.forward(&[id], ask)?);
             return Ok(());
         };
@@ -510,7 +511,7 @@ impl<B: Backend> Generation<'_, '_, B> {
         let wanted = self.options.max_tokens - self.generated.len() - 1;
         spec.draft(&self.history, room.min(wanted), s.model.config.vocab)?;
         if spec.drafted().is_empty() {
-            let ask = Self::ask(&mut self.sampler, s.model, &self.history, false);
+            let ask = Self::ask(&mut self.sampler, s.model, &self.history, self.options.constraint.is_some());
             self.pending = Some(s.forward(&[id], ask)?);
             spec.record_pass(1, started.elapsed().as_secs_f64());
             return Ok(());
