@@ -275,7 +275,13 @@ impl<'m, B: Backend> Session<'m, B> {
     /// Runs `tokens` at the end of the cache and returns the next token after each of them: the
     /// argmax where `argmax` is set, else drawn by `sampler` verifying `tokens[1..]` as a draft
     /// ([`speculative::verify_draft`]). Keeps the positions up to the last accepted token.
-    fn verify(&mut self, tokens: &[u32], argmax: bool, sampler: &mut Sampler, history: &[u32]) -> Result<Verified> {
+    fn verify(
+        &mut self,
+        tokens: &[u32],
+        argmax: bool,
+        sampler: &mut Sampler,
+        history: &[u32],
+    ) -> Result<speculative::Verdict> {
         let start = self.cached.len();
         let seq = SequenceInput { tokens, start_pos: start, slot: 0 };
         let draft = &tokens[1..];
@@ -287,14 +293,8 @@ impl<'m, B: Backend> Session<'m, B> {
             speculative::verify_draft(sampler, draft, |i| logits.row(i).to_vec(), history)
         };
         self.cached.extend_from_slice(&tokens[..1 + verdict.accepted]);
-        Ok(Verified { accepted: verdict.accepted, next: verdict.next })
+        Ok(verdict)
     }
-}
-
-/// The outcome of [`Session::verify`].
-struct Verified {
-    accepted: usize,
-    next: u32,
 }
 
 /// What a forward step is asked for.
