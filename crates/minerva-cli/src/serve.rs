@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// --max-queue); more are answered 503 with Retry-After.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_inflight: Option<u32>,
+    /// Responses of /v1/responses kept in memory for `previous_response_id` and
+    /// `GET /v1/responses/ID` (the most recently used; 0: none; lost on restart).
+    #[arg(long, default_value_t = 256)]
+    pub responses_store: usize,
     /// Leave /metrics open when --api-key is set (for Prometheus scrapers).
     #[arg(long)]
     pub metrics_public: bool,
@@ -158,6 +162,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         max_inflight: args.max_inflight.map_or(2 * (usize::from(args.parallel) + args.max_queue), |n| n as usize),
         request_timeout: Duration::from_secs(args.timeout),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
+        responses_store: args.responses_store,
         ..ServerConfig::default()
     };
     config.check().map_err(CliError::Usage)?;

@@ -96,12 +96,32 @@ fn the_official_openai_client_works_against_minerva_serve() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("11 passed, 0 failed"), "{stdout}");
+    let script = root().join("fixtures/server/openai_responses_check.py");
+    let out = Command::new("python3").arg(&script).args([&served.url, "smollm2"]).output().expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("6 passed, 0 failed"), "{stdout}");
     assert_eq!(served.terminate().code(), Some(0));
     // One log line per request: method, path, status, tokens, milliseconds.
     let log: Vec<String> = served.lines.try_iter().collect();
     let chat = log.iter().find(|l| l.starts_with("POST /v1/chat/completions 200 prompt=")).expect("no chat log line");
     assert!(chat.ends_with(" ms") && chat.contains(" completion="), "{chat}");
     assert!(log.iter().any(|l| l.starts_with("POST /v1/chat/completions 400 ")), "{log:?}");
+}
+
+/// The Responses API through the official client on the tiny GPT-OSS: Harmony's reasoning as
+/// `reasoning` items, function calls, the conversation sent back and continued.
+#[test]
+fn the_official_client_s_responses_api_works_on_gpt_oss() {
+    let mut served = Served::start_model(&root().join("fixtures/gpt_oss/hf"), &["--alias", "tiny"], &[]);
+    let script = root().join("fixtures/server/openai_responses_check.py");
+    let out = Command::new("python3").arg(&script).args([&served.url, "tiny", "--tiny"]).output().expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("5 passed, 0 failed"), "{stdout}");
+    assert_eq!(served.terminate().code(), Some(0));
+    let log: Vec<String> = served.lines.try_iter().collect();
+    assert!(log.iter().any(|l| l.starts_with("POST /v1/responses 200 prompt=")), "{log:?}");
 }
 
 #[test]

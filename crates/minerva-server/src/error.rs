@@ -72,6 +72,14 @@ impl ApiError {
         }
     }
 
+    /// 404 for a stored object (a response) that is not, or no longer, kept.
+    pub fn not_found(param: Option<&str>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            param: param.map(String::from),
+            ..ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+        }
+    }
+
     /// 404 for a model name this server does not serve.
     pub fn model_not_found(name: &str, served: &str) -> ApiError {
         ApiError {

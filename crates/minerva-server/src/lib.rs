@@ -56,6 +56,9 @@ pub struct ServerConfig {
     /// Most requests being read, parsed and prompted at once (before the engine's queue); more
     /// are answered 503 with `Retry-After`.
     pub max_inflight: usize,
+    /// Responses of `/v1/responses` kept for `previous_response_id` and `GET` (the most recently
+    /// used; 0: none), in memory, lost on restart.
+    pub responses_store: usize,
 }
 
 impl Default for ServerConfig {
@@ -71,6 +74,7 @@ impl Default for ServerConfig {
             log_requests: true,
             header_timeout: Duration::from_secs(30),
             max_inflight: 256,
+            responses_store: 256,
         }
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod request;
 pub mod response;
+pub mod responses;
 pub mod structured;
 pub mod tools;
 

@@ -222,6 +222,8 @@ pub enum SeqEvent {
         reason: Finish,
         /// Tokens it generated.
         completion_tokens: usize,
+        /// Those of them whose text went to the reasoning.
+        reasoning_tokens: usize,
         /// Prompt tokens whose keys and values an earlier request left in its slot.
         cached_tokens: usize,
     },

@@ -234,6 +234,7 @@ impl<B: Backend> Scheduler<B> {
                         choice,
                         reason: Finish::Length,
                         completion_tokens: 0,
+                        reasoning_tokens: 0,
                         cached_tokens: 0,
                     });
                 }
@@ -634,6 +635,7 @@ impl<B: Backend> Scheduler<B> {
             choice: seq.choice,
             reason,
             completion_tokens: seq.generated(),
+            reasoning_tokens: seq.output.reasoning_tokens(),
             cached_tokens: seq.cached,
         });
         r.live_choices -= 1;

@@ -91,6 +91,8 @@ pub(super) struct Output {
     stream: TextStream,
     stop: StopText,
     split: Split,
+    /// Tokens whose text went to the reasoning (the Responses API's `reasoning_tokens`).
+    reasoning_tokens: usize,
 }
 
 /// How the text of a choice is split.
@@ -107,7 +109,7 @@ impl Output {
             OutputFormat::Harmony => Split::Harmony(Box::new(HarmonyOutput::new())),
             OutputFormat::Split { tools, think } => Split::Text(Box::new(ToolOutput::new(tools, think))),
         };
-        Output { stream: TextStream::new(), stop: StopText::new(stop), split }
+        Output { stream: TextStream::new(), stop: StopText::new(stop), split, reasoning_tokens: 0 }
     }
 
     /// Adds answer text through the stop strings; `Some(Stop)` when one ended the choice.
@@ -142,6 +144,18 @@ impl Output {
     /// Adds token `id` to `delta`; returns `Some(finish)` when a stop string or a Harmony tool
     /// call (`<|call|>`) ended the choice.
     pub(super) fn push(&mut self, tok: &Tokenizer, id: u32, delta: &mut Delta) -> Result<Option<Finish>, ApiError> {
+        let reasoning_before = delta.reasoning.len();
+        let finish = self.push_split(tok, id, delta);
+        self.reasoning_tokens += usize::from(delta.reasoning.len() > reasoning_before);
+        finish
+    }
+
+    /// Tokens whose text went to the reasoning so far.
+    pub(super) fn reasoning_tokens(&self) -> usize {
+        self.reasoning_tokens
+    }
+
+    fn push_split(&mut self, tok: &Tokenizer, id: u32, delta: &mut Delta) -> Result<Option<Finish>, ApiError> {
         let err = |e: minerva_generate::GenerateError| ApiError::internal(format!("detokenizing: {e}"));
         match &mut self.split {
             Split::Plain => Ok(match self.stream.push(tok, id).map_err(err)? {

@@ -46,6 +46,52 @@ pub(crate) async fn handle(
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
+    let run = start(&state, req).await?;
+    let (n, prompt_tokens) = (run.n, run.prompt_tokens);
+    let id = new_id("chatcmpl-");
+    let model = state.config.model_name.clone();
+    if run.checked.stream {
+        let writer = ChatWriter { id, model, created: unix_now(), tool_calls: vec![0; n] };
+        return Ok(respond::sse(
+            state.clone(),
+            "/v1/chat/completions",
+            started,
+            run.events,
+            writer,
+            n,
+            prompt_tokens,
+            run.checked.include_usage,
+        ));
+    }
+    let results = respond::collect(run.events, n).await?;
+    let completion_tokens = results.iter().map(|r| r.tokens).sum();
+    let cached_tokens = results.iter().map(|r| r.cached).sum();
+    let logprobs = run.logprobs.is_some();
+    let body = ChatCompletion {
+        head: head(id, "chat.completion", unix_now(), model),
+        choices: results.into_iter().enumerate().map(|(index, r)| choice(index, r, logprobs)).collect(),
+        usage: Usage::new(prompt_tokens, completion_tokens, cached_tokens),
+    };
+    Ok(respond::json_with_tokens(body, Tokens { prompt: prompt_tokens, completion: completion_tokens }))
+}
+
+/// A chat request checked, prompted and submitted to the engine.
+pub(crate) struct Started {
+    /// The engine's events for its choices.
+    pub(crate) events: respond::Events,
+    /// Its checked sampling and limit fields.
+    pub(crate) checked: crate::api::Checked,
+    /// Choices.
+    pub(crate) n: usize,
+    /// Tokens in the prompt.
+    pub(crate) prompt_tokens: usize,
+    /// The alternatives per position when log-probabilities were asked for.
+    pub(crate) logprobs: Option<usize>,
+}
+
+/// Checks `req`, renders and tokenizes its prompt, compiles its grammar and submits it: what
+/// `/v1/chat/completions` and `/v1/responses` share.
+pub(crate) async fn start(state: &AppState, req: ChatRequest) -> Result<Started, ApiError> {
     let info = state.model()?;
     state.check_model(req.common.model.as_deref())?;
     req.refuse_unsupported()?;
@@ -82,39 +128,15 @@ pub(crate) async fn handle(
         constraint,
         prompt: ids,
         n,
-        sampling: checked.sampling,
+        sampling: checked.sampling.clone(),
         max_tokens,
-        stop: checked.stop,
+        stop: checked.stop.clone(),
         logprobs,
         output,
         deadline: Instant::now() + state.config.request_timeout,
         speculative,
     })?;
-    let events = respond::merge(vec![events], n);
-    let id = new_id("chatcmpl-");
-    let model = state.config.model_name.clone();
-    if checked.stream {
-        let writer = ChatWriter { id, model, created: unix_now(), tool_calls: vec![0; n] };
-        return Ok(respond::sse(
-            state.clone(),
-            "/v1/chat/completions",
-            started,
-            events,
-            writer,
-            n,
-            prompt_tokens,
-            checked.include_usage,
-        ));
-    }
-    let results = respond::collect(events, n).await?;
-    let completion_tokens = results.iter().map(|r| r.tokens).sum();
-    let cached_tokens = results.iter().map(|r| r.cached).sum();
-    let body = ChatCompletion {
-        head: head(id, "chat.completion", unix_now(), model),
-        choices: results.into_iter().enumerate().map(|(index, r)| choice(index, r, logprobs.is_some())).collect(),
-        usage: Usage::new(prompt_tokens, completion_tokens, cached_tokens),
-    };
-    Ok(respond::json_with_tokens(body, Tokens { prompt: prompt_tokens, completion: completion_tokens }))
+    Ok(Started { events: respond::merge(vec![events], n), checked, n, prompt_tokens, logprobs })
 }
 
 /// The request's prompt ids, how its output is split, and the grammar it is held to: templating

@@ -5,6 +5,7 @@ mod chat;
 mod completions;
 mod json;
 mod respond;
+mod responses;
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -39,6 +40,8 @@ pub(crate) struct AppState {
     pub(crate) started: u64,
     /// API requests between arrival and their handler's response (bounded by `max_inflight`).
     pub(crate) inflight: std::sync::atomic::AtomicUsize,
+    /// Stored responses of `/v1/responses`.
+    pub(crate) responses: responses::ResponseStore,
 }
 
 type Shared = Arc<AppState>;
@@ -126,16 +129,19 @@ pub(crate) fn router(engine: EngineHandle, metrics: Arc<Metrics>, config: Server
         };
         CorsLayer::new()
             .allow_origin(origins)
-            .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+            .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
             .allow_headers(AllowHeaders::mirror_request())
     });
     let metrics_public = config.metrics_public;
+    let responses = responses::ResponseStore::new(config.responses_store);
     let state: Shared =
-        Arc::new(AppState { engine, metrics, config, started: unix_now(), inflight: Default::default() });
+        Arc::new(AppState { engine, metrics, config, started: unix_now(), inflight: Default::default(), responses });
     let metrics_route = Router::new().route("/metrics", get(metrics_text));
     let mut keyed = Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize));

@@ -21,7 +21,7 @@ use crate::api::response::Usage;
 use crate::engine::{Delta, EventReceiver, Finish, SeqEvent, TokenLogprob};
 use crate::error::ApiError;
 
-type Events = Pin<Box<dyn Stream<Item = SeqEvent> + Send>>;
+pub(crate) type Events = Pin<Box<dyn Stream<Item = SeqEvent> + Send>>;
 
 /// The events of all `receivers` (one per prompt, `n` choices each) as one stream, choice
 /// indices made global.
@@ -31,8 +31,14 @@ pub(crate) fn merge(receivers: Vec<EventReceiver>, n: usize) -> Events {
         stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
             .map(move |e| match e {
                 SeqEvent::Delta { choice, delta } => SeqEvent::Delta { choice: choice + offset, delta },
-                SeqEvent::Finish { choice, reason, completion_tokens, cached_tokens } => {
-                    SeqEvent::Finish { choice: choice + offset, reason, completion_tokens, cached_tokens }
+                SeqEvent::Finish { choice, reason, completion_tokens, reasoning_tokens, cached_tokens } => {
+                    SeqEvent::Finish {
+                        choice: choice + offset,
+                        reason,
+                        completion_tokens,
+                        reasoning_tokens,
+                        cached_tokens,
+                    }
                 }
                 other => other,
             })
@@ -51,6 +57,8 @@ pub(crate) struct ChoiceResult {
     pub(crate) logprobs: Vec<TokenLogprob>,
     pub(crate) finish: Option<Finish>,
     pub(crate) tokens: usize,
+    /// Those of them whose text went to the reasoning.
+    pub(crate) reasoning_tokens: usize,
     /// Prompt tokens the KV cache already held (the prefix cache).
     pub(crate) cached: usize,
 }
@@ -84,9 +92,10 @@ pub(crate) async fn collect(mut events: Events, choices: usize) -> Result<Vec<Ch
     while let Some(event) = events.next().await {
         match event {
             SeqEvent::Delta { choice, delta } => out[choice].add(delta),
-            SeqEvent::Finish { choice, reason, completion_tokens, cached_tokens } => {
+            SeqEvent::Finish { choice, reason, completion_tokens, reasoning_tokens, cached_tokens } => {
                 out[choice].finish = Some(reason);
                 out[choice].tokens = completion_tokens;
+                out[choice].reasoning_tokens = reasoning_tokens;
                 out[choice].cached = cached_tokens;
             }
             SeqEvent::Error(e) => return Err(e),
@@ -108,11 +117,11 @@ pub(crate) trait ChunkWriter: Send + 'static {
 }
 
 /// Logs and counts a streamed request when its stream ends or is dropped (client gone).
-struct StreamLog {
-    state: Arc<AppState>,
-    path: &'static str,
-    started: Instant,
-    tokens: Tokens,
+pub(crate) struct StreamLog {
+    pub(crate) state: Arc<AppState>,
+    pub(crate) path: &'static str,
+    pub(crate) started: Instant,
+    pub(crate) tokens: Tokens,
 }
 
 impl Drop for StreamLog {
@@ -133,7 +142,7 @@ struct SseState<W> {
     log: StreamLog,
 }
 
-fn data(value: &serde_json::Value) -> Event {
+pub(crate) fn data(value: &serde_json::Value) -> Event {
     Event::default().data(value.to_string())
 }
 
@@ -166,7 +175,7 @@ pub(crate) fn sse<W: ChunkWriter>(
                         st.queue.push_back(data(&chunk));
                     }
                 }
-                Some(SeqEvent::Finish { choice, reason, completion_tokens, cached_tokens }) => {
+                Some(SeqEvent::Finish { choice, reason, completion_tokens, cached_tokens, .. }) => {
                     st.log.tokens.completion += completion_tokens;
                     st.cached += cached_tokens;
                     st.queue.push_back(data(&st.writer.finish(choice, reason)));
