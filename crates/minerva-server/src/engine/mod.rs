@@ -18,6 +18,7 @@ mod blocks;
 mod paging;
 mod scheduler;
 mod sequence;
+mod sizing;
 mod speculate;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
