@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// --max-queue); more are answered 503 with Retry-After.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_inflight: Option<u32>,
+    /// How /v1/embeddings pools each input's hidden states: mean, cls or last (default: the
+    /// model's GGUF pooling_type, else mean).
+    #[arg(long, value_parser = parse_pooling)]
+    pub pooling: Option<minerva_model::Pooling>,
     /// Responses of /v1/responses kept in memory for `previous_response_id` and
     /// `GET /v1/responses/ID` (the most recently used; 0: none; lost on restart).
     #[arg(long, default_value_t = 256)]
@@ -107,6 +111,10 @@ fn parse_tool_format(s: &str) -> Result<minerva_generate::ToolFormat, String> {
 }
 
 /// Half the memory available now, for the KV cache when the context size is automatic.
+fn parse_pooling(s: &str) -> Result<minerva_model::Pooling, String> {
+    s.parse().map_err(|e: minerva_model::embedding::UnknownPooling| e.to_string())
+}
+
 fn kv_budget() -> u64 {
     let available_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines().find_map(|l| l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
@@ -163,6 +171,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         request_timeout: Duration::from_secs(args.timeout),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
         responses_store: args.responses_store,
+        pooling: args.pooling,
         ..ServerConfig::default()
     };
     config.check().map_err(CliError::Usage)?;

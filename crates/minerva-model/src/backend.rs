@@ -304,6 +304,9 @@ pub trait Backend: Send + Sync {
     fn swiglu(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
     /// The logits `x[rows] · headᵀ`, read back to the host row-major (`rows.len() × vocab`).
     fn logits(&self, x: &Self::Tensor, head: &Self::Weight, rows: &[usize]) -> Result<Vec<f32>>;
+    /// The rows `x[rows]` themselves, read back to the host row-major (embeddings: the final
+    /// hidden states).
+    fn read_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Vec<f32>>;
 
     /// Bytes that `values` cached keys or values take in the caches [`Backend::new_cache`] makes
     /// (4 each in f32, 2 in f16, 34 per 32 in Q8_0): what a KV block costs.

@@ -38,6 +38,8 @@ pub struct Config {
     /// Attention window (`{arch}.attention.sliding_window`, `config.json` `sliding_window`), if
     /// the model uses one.
     pub sliding_window: Option<usize>,
+    /// How embeddings pool the hidden states (`{arch}.pooling_type`), when the file says.
+    pub pooling: Option<crate::Pooling>,
 }
 
 impl Config {
@@ -72,6 +74,7 @@ impl Key {
     pub(crate) const RMS_EPS: Key = Key { gguf: "attention.layer_norm_rms_epsilon", hf: "rms_norm_eps" };
     pub(crate) const CONTEXT: Key = Key { gguf: "context_length", hf: "max_position_embeddings" };
     pub(crate) const SLIDING_WINDOW: Key = Key { gguf: "attention.sliding_window", hf: "sliding_window" };
+    pub(crate) const POOLING: Key = Key { gguf: "pooling_type", hf: "" };
 }
 
 /// Typed reads of hyper-parameters from one file format; errors name the key as stored.
@@ -157,6 +160,7 @@ impl Config {
         let rope = rope(head_dim, context_length)?;
         let vocab = keys.vocab(n_embd)?;
         let sliding_window = keys.opt_count(Key::SLIDING_WINDOW)?.filter(|&w| w > 0);
+        let pooling = keys.opt_count(Key::POOLING)?.and_then(crate::Pooling::from_gguf_code);
         Ok(Config {
             arch: arch.to_string(),
             n_layer,
@@ -170,6 +174,7 @@ impl Config {
             vocab,
             rope,
             sliding_window,
+            pooling,
         })
     }
 }

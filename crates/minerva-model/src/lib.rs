@@ -56,6 +56,7 @@ pub mod checks;
 pub mod config;
 pub mod convert;
 pub mod cpu;
+pub mod embedding;
 mod error;
 mod gguf_keys;
 mod hf_config;
@@ -78,8 +79,9 @@ pub use backend::{
 };
 pub use config::Config;
 pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight};
+pub use embedding::Pooling;
 pub use error::{ModelError, Result};
-pub use model::{Logits, LogitsFor, Model, SequenceInput};
+pub use model::{Hidden, Logits, LogitsFor, Model, SequenceInput};
 pub use rope::{RopeConfig, RopeScaling, RopeStyle};
 pub use source::{SourceFormat, TensorSource};
 

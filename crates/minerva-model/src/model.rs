@@ -55,6 +55,25 @@ impl Logits {
     }
 }
 
+/// Final hidden states read back from a forward step (after the output norm, before the head).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hidden {
+    /// Values per row (`n_embd`).
+    pub dim: usize,
+    /// Row-major values: every token of every sequence, in batch order.
+    pub data: Vec<f32>,
+    /// For each sequence of the batch, its rows.
+    pub seqs: Vec<std::ops::Range<usize>>,
+}
+
+impl Hidden {
+    /// The rows of sequence `i`, row-major.
+    pub fn seq(&self, i: usize) -> &[f32] {
+        let rows = &self.seqs[i];
+        &self.data[rows.start * self.dim..rows.end * self.dim]
+    }
+}
+
 /// A model on a backend.
 pub struct Model<B: Backend> {
     /// Hyper-parameters (for GPT-OSS, the shared part of its [`GptOssConfig`]).
@@ -158,6 +177,19 @@ impl<B: Backend> Model<B> {
         let rows = step.rows.clone();
         self.keep(step);
         Ok(Logits { vocab: self.config.vocab, data, rows })
+    }
+
+    /// Runs every sequence's new tokens in one pass, extending their cache slots, and returns
+    /// the final hidden state of every token (embeddings pool them; no logits are computed).
+    pub fn forward_hidden(&self, cache: &mut B::Cache, batch: &[SequenceInput<'_>]) -> Result<Hidden> {
+        let mut step = self.step(batch, LogitsFor::Last)?;
+        let x = self.hidden(cache, &step)?;
+        let all: Vec<usize> = (0..step.tokens.len()).collect();
+        let data = self.backend.read_rows(&x, &all);
+        let seqs = step.layout.seqs.iter().map(|s| s.rows.clone()).collect();
+        step.logit_rows.clear();
+        self.keep(step);
+        Ok(Hidden { dim: self.config.n_embd, data: data?, seqs })
     }
 
     /// [`Model::forward`] followed by greedy decoding: the id of the largest logit (the lowest

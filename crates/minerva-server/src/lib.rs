@@ -59,6 +59,9 @@ pub struct ServerConfig {
     /// Responses of `/v1/responses` kept for `previous_response_id` and `GET` (the most recently
     /// used; 0: none), in memory, lost on restart.
     pub responses_store: usize,
+    /// How `/v1/embeddings` pools hidden states (`--pooling`); `None`: the model's
+    /// `pooling_type`, else mean.
+    pub pooling: Option<minerva_model::Pooling>,
 }
 
 impl Default for ServerConfig {
@@ -75,6 +78,7 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(30),
             max_inflight: 256,
             responses_store: 256,
+            pooling: None,
         }
     }
 }

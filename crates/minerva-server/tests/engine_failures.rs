@@ -74,6 +74,9 @@ impl Backend for PanickyBackend {
     fn logits(&self, x: &CpuTensor, head: &CpuWeight, rows: &[usize]) -> minerva_model::Result<Vec<f32>> {
         self.0.logits(x, head, rows)
     }
+    fn read_rows(&self, x: &CpuTensor, rows: &[usize]) -> minerva_model::Result<Vec<f32>> {
+        self.0.read_rows(x, rows)
+    }
     fn rms_norm_heads(&self, x: &mut CpuTensor, n_heads: usize, w: &CpuWeight, eps: f32) -> minerva_model::Result<()> {
         self.0.rms_norm_heads(x, n_heads, w, eps)
     }

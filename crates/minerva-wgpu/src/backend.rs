@@ -678,4 +678,16 @@ impl Backend for WgpuBackend {
         }
         Ok(out)
     }
+
+    fn read_rows(&self, x: &WgpuTensor, rows: &[usize]) -> Result<Vec<f32>> {
+        let all = self.download(x)?;
+        let mut out = Vec::with_capacity(rows.len() * x.cols);
+        for &r in rows {
+            let src = all
+                .get(r * x.cols..(r + 1) * x.cols)
+                .ok_or_else(|| ModelError::BadBatch { message: format!("read_rows: no row {r} in {} rows", x.rows) })?;
+            out.extend_from_slice(src);
+        }
+        Ok(out)
+    }
 }

@@ -606,14 +606,19 @@ impl Backend for CpuBackend {
     }
 
     fn logits(&self, x: &CpuTensor, head: &CpuWeight, rows: &[usize]) -> Result<Vec<f32>> {
-        let mut picked = CpuTensor::zeros(rows.len(), x.cols);
-        for (dst, &r) in picked.data.chunks_exact_mut(x.cols).zip(rows) {
+        let picked = CpuTensor { data: self.read_rows(x, rows)?, rows: rows.len(), cols: x.cols };
+        Ok(std::mem::take(&mut self.matmul_q(head, &picked)?.data))
+    }
+
+    fn read_rows(&self, x: &CpuTensor, rows: &[usize]) -> Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(rows.len() * x.cols);
+        for &r in rows {
             let src = x.data.get(r * x.cols..(r + 1) * x.cols);
-            dst.copy_from_slice(
-                src.ok_or_else(|| checks::operands("logits", format!("no row {r} in {} rows", x.rows)))?,
+            out.extend_from_slice(
+                src.ok_or_else(|| checks::operands("read_rows", format!("no row {r} in {} rows", x.rows)))?,
             );
         }
-        Ok(std::mem::take(&mut self.matmul_q(head, &picked)?.data))
+        Ok(out)
     }
 }
 

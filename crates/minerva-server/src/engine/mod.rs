@@ -15,6 +15,7 @@
 //! A dropped receiver (the client went away) cancels the request at the next step.
 
 mod blocks;
+mod embed;
 mod paging;
 mod scheduler;
 mod sequence;
@@ -33,6 +34,7 @@ use tokio::sync::mpsc as tokio_mpsc;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
+pub use embed::Embeddings;
 pub use sequence::{Delta, Finish, TokenLogprob, ToolDelta, TopLogprob};
 
 /// How a model's chat requests become prompts.
@@ -107,6 +109,10 @@ pub struct ModelInfo {
     pub kv_note: String,
     /// Compiles structured-output grammars for this vocabulary.
     pub grammar: Arc<GrammarSlot>,
+    /// Values per embedding (the hidden size).
+    pub embedding_dim: usize,
+    /// The model's own pooling for embeddings (GGUF `pooling_type`), if it has one.
+    pub pooling: Option<minerva_model::Pooling>,
 }
 
 /// The model's [`minerva_generate::GrammarCompiler`], built once: on a thread of its own when the
@@ -235,6 +241,14 @@ pub enum SeqEvent {
 /// A submitted request's event stream.
 pub type EventReceiver = tokio_mpsc::UnboundedReceiver<SeqEvent>;
 
+/// What the handles send the engine thread.
+pub(crate) enum Job {
+    /// A generation request.
+    Generate(Box<Submission>),
+    /// An embedding request.
+    Embed(embed::EmbedJob),
+}
+
 pub(crate) struct Submission {
     request: GenerationRequest,
     events: tokio_mpsc::UnboundedSender<SeqEvent>,
@@ -244,7 +258,7 @@ pub(crate) struct Submission {
 /// The engine's loop, waiting to be run on a thread with a model.
 pub struct EngineRunner {
     config: EngineConfig,
-    receive: mpsc::Receiver<Submission>,
+    receive: mpsc::Receiver<Job>,
     shared: scheduler::Shared,
     alive: AliveGuard,
 }
@@ -276,7 +290,7 @@ impl EngineRunner {
 /// The HTTP side's handle on the engine thread.
 #[derive(Clone)]
 pub struct EngineHandle {
-    submit: mpsc::Sender<Submission>,
+    submit: mpsc::Sender<Job>,
     info: Arc<OnceLock<Result<Arc<ModelInfo>, String>>>,
     queued: Arc<AtomicUsize>,
     cancel_all: Arc<AtomicBool>,
@@ -356,10 +370,30 @@ impl EngineHandle {
         }
         let (events, receiver) = tokio_mpsc::unbounded_channel();
         let submission = Submission { request, events, received: Instant::now() };
-        if self.submit.send(submission).is_err() {
+        if self.submit.send(Job::Generate(Box::new(submission))).is_err() {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(ApiError::engine_stopped());
         }
+        Ok(receiver)
+    }
+
+    /// Queues the embedding of `inputs` (token ids; each non-empty and within the context),
+    /// pooled as `pooling`; the vectors arrive on the returned receiver. Embedding requests are
+    /// bounded by the server's requests in flight, not by `max_queue`.
+    pub fn embed(
+        &self,
+        inputs: Vec<Vec<u32>>,
+        pooling: minerva_model::Pooling,
+    ) -> Result<tokio::sync::oneshot::Receiver<Embeddings>, ApiError> {
+        if self.cancel_all.load(Ordering::Relaxed) {
+            return Err(ApiError::shutting_down());
+        }
+        if !self.is_alive() {
+            return Err(ApiError::engine_stopped());
+        }
+        let (reply, receiver) = tokio::sync::oneshot::channel();
+        let job = embed::EmbedJob { inputs, pooling, reply, done: Vec::new() };
+        self.submit.send(Job::Embed(job)).map_err(|_| ApiError::engine_stopped())?;
         Ok(receiver)
     }
 

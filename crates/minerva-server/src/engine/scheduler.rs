@@ -14,10 +14,11 @@ use minerva_model::{Backend, DeviceSampling, LogitsFor, MAX_DEVICE_TOP_K, Model,
 use tokio::sync::mpsc as tokio_mpsc;
 
 use super::blocks::BlockPool;
-use super::sizing::{Sizing, size_kv};
+use super::embed::{EmbedCache, EmbedJob};
 use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
+use super::sizing::{Sizing, size_kv};
 use super::speculate::new_speculation;
-use super::{ChatFormat, EngineConfig, GrammarSlot, ModelInfo, SeqEvent, SpecConfig, Submission, TemplateChat};
+use super::{ChatFormat, EngineConfig, GrammarSlot, Job, ModelInfo, SeqEvent, SpecConfig, Submission, TemplateChat};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -42,7 +43,7 @@ pub(super) struct Scheduler<B: Backend> {
     pub(super) ctx_size: usize,
     /// Speculative decoding, if the server speculates.
     pub(super) spec: Option<SpecConfig>,
-    batch_tokens: usize,
+    pub(super) batch_tokens: usize,
     prefill_chunk: usize,
     pub(super) shared: Shared,
     waiting: VecDeque<Submission>,
@@ -57,10 +58,14 @@ pub(super) struct Scheduler<B: Backend> {
     next_request: u64,
     /// Admissions so far: each sequence's `order`.
     admitted: u64,
+    /// Embedding requests, oldest first.
+    pub(super) embeds: VecDeque<EmbedJob>,
+    /// The scratch KV cache of embedding passes, once one has run.
+    pub(super) embed_cache: Option<EmbedCache<B::Cache>>,
 }
 
 /// The engine thread's body.
-pub(crate) fn run<B, L>(load: L, config: EngineConfig, receive: mpsc::Receiver<Submission>, shared: Shared)
+pub(crate) fn run<B, L>(load: L, config: EngineConfig, receive: mpsc::Receiver<Job>, shared: Shared)
 where
     B: Backend,
     L: FnOnce() -> Result<(Model<B>, Tokenizer), String>,
@@ -73,22 +78,26 @@ where
         }
     };
     loop {
-        if sched.running.is_empty() && sched.waiting.is_empty() && sched.preempted.is_empty() {
+        let idle = sched.running.is_empty() && sched.waiting.is_empty() && sched.preempted.is_empty();
+        if idle && sched.embeds.is_empty() {
             // Idle: block until a request comes (or every handle is gone).
             match receive.recv() {
-                Ok(s) => sched.waiting.push_back(s),
+                Ok(job) => sched.take(job),
                 Err(_) => return,
             }
         }
-        while let Ok(s) = receive.try_recv() {
-            sched.waiting.push_back(s);
+        while let Ok(job) = receive.try_recv() {
+            sched.take(job);
         }
         if sched.shared.cancel_all.load(Ordering::Acquire) {
             sched.fail_all(&ApiError::shutting_down());
+            sched.fail_embeds(&ApiError::shutting_down());
             continue;
         }
         sched.drop_abandoned();
         sched.admit();
+        // One embedding pass between generation steps.
+        sched.embed_step();
         if sched.running.is_empty() {
             continue;
         }
@@ -157,6 +166,8 @@ impl<B: Backend> Scheduler<B> {
             ctx_note,
             kv_note,
             grammar,
+            embedding_dim: model.config.n_embd,
+            pooling: model.config.pooling,
         };
         let _ = shared.info.set(Ok(Arc::new(info)));
         Ok(Scheduler {
@@ -177,7 +188,16 @@ impl<B: Backend> Scheduler<B> {
             free_slots: (0..config.parallel).rev().collect(),
             next_request: 0,
             admitted: 0,
+            embeds: VecDeque::new(),
+            embed_cache: None,
         })
+    }
+
+    fn take(&mut self, job: Job) {
+        match job {
+            Job::Generate(s) => self.waiting.push_back(*s),
+            Job::Embed(e) => self.embeds.push_back(e),
+        }
     }
 
     /// Ends requests whose client went away or whose time ran out before they got a slot.

@@ -15,7 +15,12 @@ pub(super) struct Sizing {
 /// so that one sequence fits the pool), and `--kv-memory` worth of blocks, or by default as
 /// many as every slot at full context needs, within the memory budget. The pool always holds at
 /// least one sequence at full context, so a request that fits the context never fails for blocks.
-pub(super) fn size_kv(trained: usize, block_bytes: u64, block_size: usize, config: &EngineConfig) -> Result<Sizing, String> {
+pub(super) fn size_kv(
+    trained: usize,
+    block_bytes: u64,
+    block_size: usize,
+    config: &EngineConfig,
+) -> Result<Sizing, String> {
     let trained_or_default = if trained > 0 { trained } else { 4096 };
     let budget = config.kv_memory.unwrap_or(config.kv_budget_bytes);
     let budget_blocks = usize::try_from(budget / block_bytes.max(1)).unwrap_or(usize::MAX);

@@ -3,6 +3,7 @@
 
 mod chat;
 mod completions;
+mod embeddings;
 mod json;
 mod respond;
 mod responses;
@@ -140,6 +141,7 @@ pub(crate) fn router(engine: EngineHandle, metrics: Arc<Metrics>, config: Server
     let mut keyed = Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
+        .route("/v1/embeddings", post(embeddings::handle))
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/models", get(models))

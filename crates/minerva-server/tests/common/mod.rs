@@ -78,7 +78,8 @@ where
     let task = tokio::spawn(minerva_server::serve(listener, handle.clone(), metrics.clone(), config, async {
         let _ = stopped.await;
     }));
-    for _ in 0..500 {
+    // Up to a minute: a large vocabulary in f32 (Gemma 3's 262k) takes seconds on a debug build.
+    for _ in 0..6000 {
         match handle.info() {
             Some(Ok(_)) => break,
             Some(Err(e)) => panic!("the model did not load: {e}"),
