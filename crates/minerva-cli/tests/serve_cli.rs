@@ -95,7 +95,7 @@ fn the_official_openai_client_works_against_minerva_serve() {
     let out = Command::new("python3").arg(&script).args([&served.url, "smollm2"]).output().expect("python3");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("11 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("12 passed, 0 failed"), "{stdout}");
     let script = root().join("fixtures/server/openai_responses_check.py");
     let out = Command::new("python3").arg(&script).args([&served.url, "smollm2"]).output().expect("python3");
     let stdout = String::from_utf8_lossy(&out.stdout);
