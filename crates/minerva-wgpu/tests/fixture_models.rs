@@ -135,3 +135,33 @@ fn forward_greedy_of_a_batch_of_two_sequences() {
     }
     assert_eq!(next.len(), 2);
 }
+
+/// `Model::forward_hidden` (embeddings read back through `Backend::read_rows`) on the GPU equals
+/// the CPU's f32 reference, for a batch of two sequences of different lengths, row for row, and
+/// both backends give each sequence's rows in batch order.
+#[test]
+fn forward_hidden_of_a_batch_equals_the_cpu() {
+    for path in ["model/tiny/llama", "gpt_oss/gpt_oss.gguf"] {
+        let cpu_backend =
+            CpuBackend::new(Some(1)).unwrap().with_f32_activations(true).with_kv_dtype(DType::F32).unwrap();
+        let cpu = Model::load(fixture(path), cpu_backend).unwrap();
+        let options = WgpuOptions { kv_dtype: DType::F32, ..WgpuOptions::default() };
+        let gpu = Model::load(fixture(path), WgpuBackend::new(options).expect("a wgpu adapter")).unwrap();
+        let vocab = cpu.config.vocab as u32;
+        let a: Vec<u32> = [1u32, 17, 250, 3, 99].iter().map(|t| t % vocab).collect();
+        let b: Vec<u32> = [42u32, 7, 8].iter().map(|t| t % vocab).collect();
+        let batch =
+            [SequenceInput { tokens: &a, start_pos: 0, slot: 0 }, SequenceInput { tokens: &b, start_pos: 0, slot: 1 }];
+        let want = cpu.forward_hidden(&mut cpu.new_cache(2, 8).unwrap(), &batch).unwrap();
+        let got = gpu.forward_hidden(&mut gpu.new_cache(2, 8).unwrap(), &batch).unwrap();
+        assert_eq!((got.dim, &got.seqs), (cpu.config.n_embd, &vec![0..5, 5..8]), "{path}");
+        assert_eq!(got.data.len(), 8 * got.dim, "{path}");
+        let scale = want.data.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = got.data.iter().zip(&want.data).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+        assert!(worst <= 1e-4 * scale, "{path}: max |Δ| {worst} of max |x| {scale}");
+        // The second sequence alone gives its rows of the batch (rows do not affect each other).
+        let alone = [SequenceInput { tokens: &b, start_pos: 0, slot: 0 }];
+        let b_alone = cpu.forward_hidden(&mut cpu.new_cache(1, 8).unwrap(), &alone).unwrap();
+        assert_eq!(b_alone.seq(0), want.seq(1), "{path}");
+    }
+}
