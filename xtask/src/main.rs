@@ -140,6 +140,9 @@ fn required_packages() -> Vec<(&'static str, Vec<&'static str>)> {
         // The Vulkan loader and Mesa's software Vulkan (lavapipe): minerva-wgpu's tests need an adapter.
         ("libvulkan1", vec!["sh", "-c", "ldconfig -p | grep -q 'libvulkan\\.so\\.1 '"]),
         ("mesa-vulkan-drivers", vec!["sh", "-c", "ls /usr/share/vulkan/icd.d/lvp_icd.*.json"]),
+        // A real browser for the chat page's test (fixtures/ui/chat_page_check.py).
+        ("chromium", vec!["chromium", "--version"]),
+        ("chromium-driver", vec!["chromedriver", "--version"]),
     ]
 }
 
@@ -158,11 +161,13 @@ fn setup(root: &Path) -> Result<()> {
 }
 
 /// Python packages a test runs: (import name, pinned requirement).
-const PYTHON_PACKAGES: [(&str, &str); 2] = [
+const PYTHON_PACKAGES: [(&str, &str); 3] = [
     // The official OpenAI client, run against `minerva serve` (crates/minerva-cli/tests/serve_cli.rs).
     ("openai", "openai==3.54.0"),
     // Validates the client's structured answers against their schema (fixtures/server/openai_client_check.py).
     ("jsonschema", "jsonschema==4.26.0"),
+    // Drives chromium through the chat page (fixtures/ui/chat_page_check.py).
+    ("selenium", "selenium==4.51.0"),
 ];
 
 fn install_python_packages() -> Result<()> {

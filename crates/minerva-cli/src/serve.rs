@@ -56,6 +56,9 @@ pub struct ServeArgs {
     /// model's GGUF pooling_type, else mean).
     #[arg(long, value_parser = parse_pooling)]
     pub pooling: Option<minerva_model::Pooling>,
+    /// Do not serve the chat page at `/`.
+    #[arg(long)]
+    pub no_ui: bool,
     /// Responses of /v1/responses kept in memory for `previous_response_id` and
     /// `GET /v1/responses/ID` (the most recently used; 0: none; lost on restart).
     #[arg(long, default_value_t = 256)]
@@ -172,6 +175,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
         responses_store: args.responses_store,
         pooling: args.pooling,
+        ui: !args.no_ui,
         ..ServerConfig::default()
     };
     config.check().map_err(CliError::Usage)?;

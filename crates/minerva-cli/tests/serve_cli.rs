@@ -230,3 +230,37 @@ fn gpt_oss_answers_and_reasoning_agree_between_run_and_serve() {
     let reasoning = message["reasoning_content"].as_str().unwrap_or_default();
     assert_eq!(stderr.trim_end_matches('\n'), reasoning, "{json}");
 }
+
+/// The chat page at `/` in a real browser (headless chromium driven by selenium,
+/// fixtures/ui/chat_page_check.py): streaming, stop, regenerate, edit, Markdown, `<script>` kept
+/// as text, reload, conversations, keyboard, phone width, no other host, no console errors, and
+/// the API key asked for by the page of a keyed server. Screenshots go to the test's temporary
+/// directory (docs/images/ holds copies). `--no-ui` serves no page.
+#[test]
+fn the_chat_page_works_in_a_real_browser() {
+    let served = Served::start(&["--alias", "smollm2", "--ctx-size", "2048"], &[]);
+    let keyed =
+        Served::start(&["--alias", "smollm2", "--parallel", "1", "--ctx-size", "512"], &[("MINERVA_API_KEY", "k3y")]);
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    let script = root().join("fixtures/ui/chat_page_check.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args([served.url.as_str(), "smollm2"])
+        .arg(&shots)
+        .args([keyed.url.as_str(), "k3y"])
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("13 passed, 0 failed"), "{stdout}");
+    for shot in ["chat-desktop.png", "chat-phone.png"] {
+        let bytes = std::fs::read(shots.join(shot)).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{shot}");
+    }
+    let page = served.request("GET", "/", &[], "");
+    assert!(page.starts_with("HTTP/1.1 200") && page.contains("content-security-policy: default-src 'none'"), "{page}");
+    let keyed_page = keyed.request("GET", "/ui/app.js", &[], "");
+    assert!(keyed_page.starts_with("HTTP/1.1 200"), "the page's files need no key: {keyed_page}");
+    let headless = Served::start(&["--no-ui"], &[]);
+    assert!(headless.request("GET", "/", &[], "").starts_with("HTTP/1.1 404"));
+}

@@ -62,6 +62,8 @@ pub struct ServerConfig {
     /// How `/v1/embeddings` pools hidden states (`--pooling`); `None`: the model's
     /// `pooling_type`, else mean.
     pub pooling: Option<minerva_model::Pooling>,
+    /// Serve the chat page at `/` (`--no-ui` turns it off).
+    pub ui: bool,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +81,7 @@ impl Default for ServerConfig {
             max_inflight: 256,
             responses_store: 256,
             pooling: None,
+            ui: true,
         }
     }
 }

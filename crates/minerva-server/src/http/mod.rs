@@ -7,6 +7,7 @@ mod embeddings;
 mod json;
 mod respond;
 mod responses;
+mod ui;
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -148,6 +149,9 @@ pub(crate) fn router(engine: EngineHandle, metrics: Arc<Metrics>, config: Server
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize));
     let mut open = Router::new().route("/health", get(health));
+    if state.config.ui {
+        open = open.merge(ui::routes());
+    }
     if metrics_public {
         open = open.merge(metrics_route);
     } else {
