@@ -252,7 +252,7 @@ fn the_chat_page_works_in_a_real_browser() {
         .expect("python3");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("13 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("14 passed, 0 failed"), "{stdout}");
     for shot in ["chat-desktop.png", "chat-phone.png"] {
         let bytes = std::fs::read(shots.join(shot)).unwrap();
         assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{shot}");
