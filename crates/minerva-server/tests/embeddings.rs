@@ -115,10 +115,12 @@ async fn gemma3_embeddings_are_exact_in_f32_and_near_llama_cpp() {
         let (got, tokens) = embed(&server.url, &json!({"input": exact["inputs"]})).await;
         assert_eq!(tokens, expected_tokens, "the texts tokenize to the stored ids");
         if f32_activations {
-            // f32 activations and KV: the float64 computation to 5 nines; llama.cpp is itself
-            // 0.9982–0.9996 from it (measured), so it is held to 0.998.
+            // f32 activations and KV: the float64 computation to 5 nines. llama.cpp is itself
+            // 0.9992–0.9996 from it with mean pooling and 0.9982–0.9988 with last-token pooling
+            // (measured), so it is held to 0.999 and 0.998.
             check(&format!("gemma3 {pooling} f32 vs exact"), &got, &want, 0.99999);
-            check(&format!("gemma3 {pooling} f32 vs llama.cpp"), &got, &from_llama, 0.998);
+            let floor = if pooling == Pooling::Mean { 0.999 } else { 0.998 };
+            check(&format!("gemma3 {pooling} f32 vs llama.cpp"), &got, &from_llama, floor);
         } else {
             // The default (16-bit activation) path: 0.9995–0.9998 of exact for mean, measured.
             check(&format!("gemma3 {pooling} default vs exact"), &got, &want, 0.999);

@@ -606,20 +606,27 @@ impl Backend for CpuBackend {
     }
 
     fn logits(&self, x: &CpuTensor, head: &CpuWeight, rows: &[usize]) -> Result<Vec<f32>> {
-        let picked = CpuTensor { data: self.read_rows(x, rows)?, rows: rows.len(), cols: x.cols };
+        // The picked rows in a kept buffer: a warm decode step allocates nothing per layer.
+        let mut picked = CpuTensor::for_output(rows.len(), x.cols);
+        copy_rows("logits", x, rows, &mut picked.data)?;
         Ok(std::mem::take(&mut self.matmul_q(head, &picked)?.data))
     }
 
     fn read_rows(&self, x: &CpuTensor, rows: &[usize]) -> Result<Vec<f32>> {
-        let mut out = Vec::with_capacity(rows.len() * x.cols);
-        for &r in rows {
-            let src = x.data.get(r * x.cols..(r + 1) * x.cols);
-            out.extend_from_slice(
-                src.ok_or_else(|| checks::operands("read_rows", format!("no row {r} in {} rows", x.rows)))?,
-            );
-        }
+        let mut out = vec![0.0; rows.len() * x.cols];
+        copy_rows("read_rows", x, rows, &mut out)?;
         Ok(out)
     }
+}
+
+/// Copies rows `rows` of `x` into `out` (`rows.len() × x.cols`); a row past `x` is an operand
+/// error of `op`.
+fn copy_rows(op: &'static str, x: &CpuTensor, rows: &[usize], out: &mut [f32]) -> Result<()> {
+    for (dst, &r) in out.chunks_exact_mut(x.cols.max(1)).zip(rows) {
+        let src = x.data.get(r * x.cols..(r + 1) * x.cols);
+        dst.copy_from_slice(src.ok_or_else(|| checks::operands(op, format!("no row {r} in {} rows", x.rows)))?);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
