@@ -10,6 +10,8 @@
 //!   2880×2880 (one MXFP4 expert), 201088×2880 (output head, Q8_0, 615 MB).
 //! * `matmul64/…` — 64 activation vectors at once (prefill); `matmul_batch/<shape>/<dtype>/n{1..64}`
 //!   — a batch of decodes, `matmul_i16` with 1 to 64 vectors (SmolLM2's Q4_1 layers, its Q8_0 head).
+//! * `repacked/<shape>/<dtype>/n<N>/{zero-copy,repacked}` — repacked weights with Q8_0 activations
+//!   against the zero-copy i16 kernels, 1 to 512 vectors.
 //!
 //! Weights are random bytes with finite scales (speed does not depend on the values), made once.
 
@@ -20,7 +22,10 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use minerva_core::DType;
 use minerva_quant::ComputePool;
 use minerva_quant::pool::for_each_chunk_mut;
-use minerva_quant::{dequantize, dequantize_fast, detected_isas, matmul, matmul_i16, matmul_with_isa, matvec};
+use minerva_quant::{
+    Matrix, Repacked, dequantize, dequantize_fast, detected_isas, matmul, matmul_i16, matmul_i16_matrix,
+    matmul_with_isa, matvec,
+};
 
 /// Random weights of `dtype` for `values` values: xorshift bytes, scale fields made finite.
 fn weights(dtype: DType, values: usize) -> Vec<u8> {
@@ -280,5 +285,53 @@ fn bench_batch(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_bandwidth, bench_dequantize, bench_matvec, bench_matvec_i16, bench_matmul, bench_batch);
+/// Repacked weights (16 rows interleaved, Q8_0 activations) against the zero-copy i16 kernels, at
+/// SmolLM2's shapes, from one decode to a 512-token prefill: `repacked/<shape>/<dtype>/n<N>/
+/// {zero-copy,repacked}/<threads>t`.
+fn bench_repacked(c: &mut Criterion) {
+    let pools: Vec<(usize, ComputePool)> =
+        [1, 2].into_iter().map(|t| (t, ComputePool::new(t).expect("thread pool"))).collect();
+    let mut group = c.benchmark_group("repacked");
+    group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    let shapes = [
+        ("smollm2_1536x576", DType::Q4_1, 1536, 576),
+        ("smollm2_576x1536", DType::Q4_1, 576, 1536),
+        ("smollm2_1536x576", DType::Q8_0, 1536, 576),
+        ("smollm2_1536x576", DType::Q4_0, 1536, 576),
+    ];
+    for (label, dtype, rows, cols) in shapes {
+        let w = weights(dtype, rows * cols);
+        let packed = Repacked::new(dtype, &w, rows, cols).expect("repack");
+        for n in [1, 8, 64, 512] {
+            let xs: Vec<f32> = (0..n * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+            let mut ys = vec![0.0f32; n * rows];
+            group.throughput(Throughput::Elements((rows * cols * n) as u64));
+            for (threads, pool) in &pools {
+                for (name, matrix) in
+                    [("zero-copy", Matrix::Blocks { dtype, bytes: &w }), ("repacked", packed.matrix())]
+                {
+                    let id = BenchmarkId::new(format!("{label}/{dtype}/n{n}/{name}"), format!("{threads}t"));
+                    group.bench_function(id, |b| {
+                        b.iter(|| {
+                            pool.install(|| matmul_i16_matrix(black_box(matrix), rows, cols, &xs, n, &mut ys))
+                                .expect("product")
+                        })
+                    });
+                }
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_bandwidth,
+    bench_dequantize,
+    bench_matvec,
+    bench_matvec_i16,
+    bench_matmul,
+    bench_batch,
+    bench_repacked
+);
 criterion_main!(benches);

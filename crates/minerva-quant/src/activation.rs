@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use half::f16;
 use minerva_core::DType;
 
-use crate::{quantize_row_q8_0_ref, quantize_row_q8_k_ref};
+use crate::quantize_row_q8_k_ref;
+use crate::repack::ActBlock;
 
 /// One activation vector as the dot and tile kernels read it.
 ///
@@ -29,6 +30,8 @@ pub(crate) struct Activation<'a> {
     pub(crate) ds: Vec<f32>,
     pub(crate) q16: Vec<i16>,
     pub(crate) bsums: Vec<i16>,
+    /// For `Q8_1`: the repacked kernels' blocks (`crate::repack::ActBlock`), and nothing else.
+    pub(crate) blocks: Vec<ActBlock>,
     /// The quantizer's block bytes (Q8_0, Q8_K), kept only to be recycled with the rest.
     scratch: Vec<u8>,
 }
@@ -44,6 +47,7 @@ struct Buffers {
     ds: Vec<f32>,
     q16: Vec<i16>,
     bsums: Vec<i16>,
+    blocks: Vec<ActBlock>,
     scratch: Vec<u8>,
 }
 
@@ -68,9 +72,10 @@ impl Drop for Activation<'_> {
             ds: std::mem::take(&mut self.ds),
             q16: std::mem::take(&mut self.q16),
             bsums: std::mem::take(&mut self.bsums),
+            blocks: std::mem::take(&mut self.blocks),
             scratch: std::mem::take(&mut self.scratch),
         };
-        if buffers.d.capacity() == 0 && buffers.scratch.capacity() == 0 {
+        if buffers.d.capacity() == 0 && buffers.scratch.capacity() == 0 && buffers.blocks.capacity() == 0 {
             return; // F32 activations hold nothing.
         }
         buffers.d.clear();
@@ -79,6 +84,7 @@ impl Drop for Activation<'_> {
         buffers.ds.clear();
         buffers.q16.clear();
         buffers.bsums.clear();
+        buffers.blocks.clear();
         let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
         if free.len() < KEEP {
             free.push(buffers);
@@ -106,19 +112,58 @@ pub(crate) fn i16_scale(amax: f32) -> (f32, f32) {
     if inverse.is_finite() { (d, inverse) } else { (0.0, 0.0) }
 }
 
+/// `quantize_row_q8_0_ref`'s blocks, value for value, as the kernels read them: quants (i8 bit
+/// patterns), the f16 scale as f32, and each block's quant sum. Rounding by [`round_half_away`]
+/// of the value clamped to the i8 range (what `round() as i8` does, NaN giving 0) instead of
+/// libm's `roundf`, so that the loop compiles to straight vector code; `tests` checks it against
+/// the reference.
+pub(crate) fn quantize_q8_0_blocks(x: &[f32], qs: &mut [u8], d: &mut [f32], sums: &mut [i32]) {
+    let (x_blocks, _) = x.as_chunks::<32>();
+    let (q_blocks, _) = qs.as_chunks_mut::<32>();
+    for (((x, q), d), sum) in x_blocks.iter().zip(q_blocks).zip(d).zip(sums) {
+        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = amax / 127.0;
+        let inverse = if scale == 0.0 { 0.0 } else { 1.0 / scale };
+        let mut total = 0i32;
+        for (q, &v) in q.iter_mut().zip(x) {
+            let rounded = round_half_away((v * inverse).clamp(-128.0, 127.0));
+            total += rounded;
+            *q = rounded as i8 as u8;
+        }
+        *sum = total;
+        *d = f16::from_f32(scale).to_f32();
+    }
+}
+
+/// [`quantize_q8_0_blocks`] into [`ActBlock`]s (with `ds = d · Σq`): the scalar reference of
+/// the vector kernels' `quantize_q8_1`.
+pub(crate) fn quantize_act_blocks(x: &[f32], out: &mut [ActBlock]) {
+    for (x, block) in x.chunks_exact(32).zip(out) {
+        let (mut d, mut sum) = ([0.0f32], [0i32]);
+        quantize_q8_0_blocks(x, &mut block.qs, &mut d, &mut sum);
+        (block.d, block.sum, block.ds) = (d[0], sum[0], d[0] * sum[0] as f32);
+    }
+}
+
 impl<'a> Activation<'a> {
     /// Quantizes one activation vector (a whole number of activation blocks: checked by the
     /// caller, since every weight block size is a multiple of its activation block size) to
-    /// `format` (`F32`: used as given, `Q8_0`, `Q8_K`), or to i16 when `i16` is set (`format` is
-    /// then Q8_0's 32-value blocks, `d = amax / 32767` kept in f32).
+    /// `format` (`F32`: used as given, `Q8_0`, `Q8_K`, or `Q8_1`: Q8_0's values as the repacked
+    /// kernels read them, [`ActBlock`]s), or to i16 when `i16` is set (`format` is then Q8_0's
+    /// 32-value blocks, `d = amax / 32767` kept in f32).
     pub(crate) fn quantize(format: DType, i16: bool, x: &'a [f32]) -> Self {
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if format == DType::F32 {
-            let Buffers { d, qs, sums, ds, q16, bsums, scratch } = Buffers::default();
-            return Activation { id, x, d, qs, sums, ds, q16, bsums, scratch };
+            let Buffers { d, qs, sums, ds, q16, bsums, blocks, scratch } = Buffers::default();
+            return Activation { id, x, d, qs, sums, ds, q16, bsums, blocks, scratch };
         }
-        let Buffers { d, qs, sums, ds, q16, bsums, scratch } = take_buffers();
-        let mut act = Activation { id, x, d, qs, sums, ds, q16, bsums, scratch };
+        let Buffers { d, qs, sums, ds, q16, bsums, blocks, scratch } = take_buffers();
+        let mut act = Activation { id, x, d, qs, sums, ds, q16, bsums, blocks, scratch };
+        if format == DType::Q8_1 {
+            act.blocks.resize(x.len() / 32, ActBlock::default());
+            (crate::kernels::vector_kernels().quantize_q8_1)(x, &mut act.blocks);
+            return act;
+        }
         if i16 {
             let blocks = x.len() / 32;
             act.q16.resize(32 * blocks, 0);
@@ -136,17 +181,11 @@ impl<'a> Activation<'a> {
         bytes.resize(blocks * block_bytes, 0);
         act.qs.reserve(x.len());
         if format == DType::Q8_0 {
-            quantize_row_q8_0_ref(x, &mut bytes).expect("whole Q8_0 blocks, checked by the caller");
-            for block in bytes.chunks_exact(block_bytes) {
-                let (d, sum) = (
-                    f16::from_le_bytes([block[0], block[1]]).to_f32(),
-                    block[2..].iter().map(|&q| i32::from(q as i8)).sum(),
-                );
-                act.d.push(d);
-                act.qs.extend_from_slice(&block[2..]);
-                act.sums.push(sum);
-                act.ds.push(d * sum as f32);
-            }
+            act.qs.resize(32 * blocks, 0);
+            act.d.resize(blocks, 0.0);
+            act.sums.resize(blocks, 0);
+            quantize_q8_0_blocks(x, &mut act.qs, &mut act.d, &mut act.sums);
+            act.ds.extend(act.d.iter().zip(&act.sums).map(|(&d, &sum)| d * sum as f32));
         } else {
             quantize_row_q8_k_ref(x, &mut bytes).expect("whole Q8_K blocks, checked by the caller");
             for block in bytes.chunks_exact(block_bytes) {
@@ -224,6 +263,51 @@ mod tests {
         let (mut q, mut d, mut sums) = (vec![1i16; 64], vec![1.0f32; 2], vec![1i32; 2]);
         (vector_kernels().quantize_i16)(&special[..64], &mut q, &mut d, &mut sums);
         assert_eq!((q, d, sums), (vec![0; 64], vec![0.0; 2], vec![0; 2]), "zero and tiny blocks");
+    }
+
+    #[test]
+    fn q8_0_blocks_equal_the_reference_quantizer() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut x: Vec<f32> = Vec::new();
+        for magnitude in [1e-3f32, 1.0, 7.5, 3e4, 1e20, 1e-37] {
+            x.extend((0..32 * 8).map(|_| ((next() % 20001) as f32 / 10000.0 - 1.0) * magnitude));
+        }
+        // Ties, zeros, NaN, infinities, subnormals, the largest values.
+        x.extend((0..32).map(|i| (i as f32 - 16.0) * 0.5 + 0.25));
+        x.extend([0.0f32; 32]);
+        x.extend((0..32).map(|i| if i == 3 { f32::NAN } else { i as f32 }));
+        x.extend((0..32).map(|i| if i == 5 { f32::INFINITY } else { -(i as f32) }));
+        x.extend((0..32).map(|i| if i == 7 { f32::NEG_INFINITY } else { i as f32 }));
+        x.extend((0..32).map(|i| if i % 2 == 0 { -0.0 } else { 1e-45 }));
+        x.extend((0..32).map(|i| if i % 3 == 0 { f32::MAX } else { -f32::MAX / (i as f32) }));
+        x.extend((0..32).map(|i| 127.0 * (i as f32 - 16.0) / 16.0));
+        let blocks = x.len() / 32;
+        let mut bytes = vec![0u8; 34 * blocks];
+        crate::quantize_row_q8_0_ref(&x, &mut bytes).unwrap();
+        let (mut qs, mut d, mut sums) = (vec![0u8; 32 * blocks], vec![0.0f32; blocks], vec![0i32; blocks]);
+        super::quantize_q8_0_blocks(&x, &mut qs, &mut d, &mut sums);
+        for (b, block) in bytes.chunks_exact(34).enumerate() {
+            assert_eq!(&qs[32 * b..32 * b + 32], &block[2..], "block {b}");
+            let want = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
+            assert_eq!(d[b].to_bits(), want.to_bits(), "block {b}");
+            assert_eq!(sums[b], block[2..].iter().map(|&q| i32::from(q as i8)).sum::<i32>());
+        }
+        // The repacked kernels' blocks: the same values, from the reference and the vector set.
+        for quantize in [super::quantize_act_blocks, vector_kernels().quantize_q8_1] {
+            let mut blocks = vec![crate::repack::ActBlock::default(); blocks];
+            quantize(&x, &mut blocks);
+            for (b, block) in blocks.iter().enumerate() {
+                assert_eq!(&block.qs[..], &qs[32 * b..32 * b + 32], "{} block {b}", vector_kernels().isa);
+                assert_eq!((block.d.to_bits(), block.sum), (d[b].to_bits(), sums[b]), "block {b}");
+                assert_eq!(block.ds.to_bits(), (d[b] * sums[b] as f32).to_bits(), "block {b}");
+            }
+        }
     }
 
     #[test]

@@ -61,6 +61,7 @@ mod matrix;
 pub mod mlx;
 pub mod mxfp4;
 pub mod pool;
+mod repack;
 pub mod vector;
 
 use kernels::{DequantizeFn, QuantizeFn};
@@ -90,12 +91,13 @@ pub use ggml::q8::{
 pub use kernels::{CpuKernels, ISAS_VAR, cpu_kernels, detected_isas};
 pub use matmul::{
     Product, activation_dtype, has_fast_matmul, has_i16_matmul, matmul, matmul_i16, matmul_i16_each, matmul_i16_matrix,
-    matmul_i16_ref, matmul_ref, matmul_with_isa, matvec, matvec_ref,
+    matmul_i16_ref, matmul_ref, matmul_repacked_with_isa, matmul_with_isa, matvec, matvec_ref,
 };
 pub use matrix::Matrix;
 pub use mlx::MlxAffine;
 pub use mxfp4::{dequantize_hf_mxfp4_ref, dequantize_mlx_mxfp4_ref, ggml_mxfp4_to_hf, hf_mxfp4_to_ggml};
 pub use pool::ComputePool;
+pub use repack::{GROUP_ROWS, Repacked, RepackedView, is_repackable, repacked_kernel_isa};
 
 /// The reference dequantizer for `dtype`, if this crate has one.
 pub fn dequantizer(dtype: DType) -> Option<DequantizeFn> {

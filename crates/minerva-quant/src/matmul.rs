@@ -39,6 +39,7 @@ use crate::activation::Activation;
 use crate::kernels::{self, MatKernel};
 use crate::matrix::{Matrix, RowSource};
 use crate::pool;
+use crate::repack;
 use crate::vector;
 use minerva_core::DType;
 
@@ -149,6 +150,29 @@ pub fn matmul_with_isa(
     run(Matrix::Blocks { dtype, bytes: weights }, kernel, i16, rows, cols, xs, n, ys)
 }
 
+/// `ys = xs · Wᵀ` for repacked weights with the kernel of one instruction set only (`isa` as in
+/// [`matmul_with_isa`]; `"scalar"` is the reference every ISA equals bit for bit).
+pub fn matmul_repacked_with_isa(
+    isa: &str,
+    weights: &repack::Repacked,
+    xs: &[f32],
+    n: usize,
+    ys: &mut [f32],
+) -> Result<(), QuantError> {
+    let (rows, cols) = (weights.rows(), weights.cols());
+    let row = kernels::isa_only(isa, weights.dtype()).ok_or_else(|| QuantError::UnknownIsa { isa: isa.to_string() })?;
+    let matrix = weights.matrix();
+    let row_bytes = check_shape(&matrix, rows, cols, xs.len(), n, ys.len())?;
+    let kernel = Kernel::Repacked(repacked_kernel(&row)?);
+    if rows == 0 || n == 0 || cols == 0 {
+        ys.fill(0.0);
+        return Ok(());
+    }
+    let acts = quantize_all(DType::Q8_1, false, xs, cols, n);
+    multiply_matrix(kernel, matrix, cols, rows, row_bytes, &acts, ys);
+    Ok(())
+}
+
 /// One weight matrix of [`matmul_i16_each`]: `rows × cols` values and where its products go
 /// (`n × rows`).
 pub struct Product<'a> {
@@ -185,7 +209,7 @@ pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n:
     if n > 1 || pool::current_threads() == 1 {
         for p in products.iter_mut().filter(|p| p.rows > 0) {
             let (kernel, key, row_bytes) = plan(p, cols, xs.len(), n)?;
-            multiply(kernel, p.matrix.source(cols), p.rows, row_bytes, acts_for(key), p.ys);
+            multiply_matrix(kernel, p.matrix, cols, p.rows, row_bytes, acts_for(key), p.ys);
         }
         return Ok(());
     }
@@ -196,6 +220,11 @@ pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n:
     let mut tasks: Vec<Task<'_>> = TASKS.take();
     for p in products.iter_mut().filter(|p| p.rows > 0) {
         let (kernel, key, row_bytes) = plan(p, cols, xs.len(), n)?;
+        // Repacked matrices share their groups out themselves.
+        let Kernel::Blocks(kernel) = kernel else {
+            multiply_matrix(kernel, p.matrix, cols, p.rows, row_bytes, acts_for(key), p.ys);
+            continue;
+        };
         let rows_per_task = rows_per_task(p.rows, row_bytes, threads);
         let source = p.matrix.source(cols);
         for (t, ys) in p.ys.chunks_mut(rows_per_task).enumerate() {
@@ -221,17 +250,50 @@ thread_local! {
 
 /// A product's kernel for [`matmul_i16_each`], its activations' (format, i16) key and its bytes per
 /// row, or the error its shape or dtype gives.
-fn plan(p: &Product<'_>, cols: usize, xs: usize, n: usize) -> Result<(MatKernel, (DType, bool), usize), QuantError> {
-    let dtype = p.matrix.dtype();
-    let (kernel, i16) = i16_kernel(&kernels::selected(dtype).kernels);
-    let (kernel, format) = kernel_and_format(dtype, kernel)?;
+fn plan(p: &Product<'_>, cols: usize, xs: usize, n: usize) -> Result<(Kernel, (DType, bool), usize), QuantError> {
     let row_bytes = check_shape(&p.matrix, p.rows, cols, xs, n, p.ys.len())?;
-    Ok((kernel, (format, i16), row_bytes))
+    let dtype = p.matrix.dtype();
+    let row = &kernels::selected(dtype).kernels;
+    if let Matrix::Repacked(_) = p.matrix {
+        return Ok((Kernel::Repacked(repacked_kernel(row)?), (DType::Q8_1, false), row_bytes));
+    }
+    let (kernel, i16) = i16_kernel(row);
+    let (kernel, format) = kernel_and_format(dtype, kernel)?;
+    Ok((Kernel::Blocks(kernel), (format, i16), row_bytes))
+}
+
+/// The kernel a product runs: block kernels over GGML rows, or a repacked layout's.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Blocks(MatKernel),
+    Repacked(repack::RepackedKernel),
+}
+
+/// `row`'s repacked kernel, or [`QuantError::Unsupported`].
+fn repacked_kernel(row: &kernels::Kernels) -> Result<repack::RepackedKernel, QuantError> {
+    row.repacked.ok_or(QuantError::Unsupported { dtype: row.dtype, operation: "repacked matmul" })
+}
+
+/// `ys = acts · Wᵀ` with `kernel` over `matrix` (shapes checked by the caller).
+fn multiply_matrix(
+    kernel: Kernel,
+    matrix: Matrix<'_>,
+    cols: usize,
+    rows: usize,
+    row_bytes: usize,
+    acts: &[Activation<'_>],
+    ys: &mut [f32],
+) {
+    match (kernel, matrix) {
+        (Kernel::Repacked(kernel), Matrix::Repacked(view)) => repack::multiply(kernel, view, acts, ys),
+        (Kernel::Blocks(kernel), _) => multiply(kernel, matrix.source(cols), rows, row_bytes, acts, ys),
+        (Kernel::Repacked(_), _) => unreachable!("a repacked kernel is planned for repacked matrices only"),
+    }
 }
 
 /// The (format, i16) keys activations can have: [`activation_dtype`]'s three formats, with or
-/// without i16.
-const KEYS: usize = 6;
+/// without i16, and Q8_1 (the repacked kernels' blocks).
+const KEYS: usize = 8;
 
 /// The place of a (format, i16) key among [`KEYS`].
 fn key_slot((format, i16): (DType, bool)) -> usize {
@@ -239,7 +301,8 @@ fn key_slot((format, i16): (DType, bool)) -> usize {
         DType::F32 => 0,
         DType::Q8_0 => 1,
         DType::Q8_K => 2,
-        other => unreachable!("activations are F32, Q8_0 or Q8_K, not {other}"),
+        DType::Q8_1 => 3,
+        other => unreachable!("activations are F32, Q8_0, Q8_1 or Q8_K, not {other}"),
     };
     2 * f + usize::from(i16)
 }
@@ -326,7 +389,15 @@ fn run(
     n: usize,
     ys: &mut [f32],
 ) -> Result<(), QuantError> {
-    let (kernel, act_dtype) = kernel_and_format(matrix.dtype(), kernel)?;
+    let (kernel, act_dtype, i16) = match matrix {
+        Matrix::Repacked(_) => {
+            (Kernel::Repacked(repacked_kernel(&kernels::selected(matrix.dtype()).kernels)?), DType::Q8_1, false)
+        }
+        _ => {
+            let (kernel, act_dtype) = kernel_and_format(matrix.dtype(), kernel)?;
+            (Kernel::Blocks(kernel), act_dtype, i16)
+        }
+    };
     let row_bytes = check_shape(&matrix, rows, cols, xs.len(), n, ys.len())?;
     if rows == 0 || n == 0 {
         return Ok(());
@@ -336,7 +407,7 @@ fn run(
         return Ok(());
     }
     let acts = quantize_all(act_dtype, i16, xs, cols, n);
-    multiply(kernel, matrix.source(cols), rows, row_bytes, &acts, ys);
+    multiply_matrix(kernel, matrix, cols, rows, row_bytes, &acts, ys);
     Ok(())
 }
 

@@ -50,6 +50,9 @@ pub enum Matrix<'a> {
         /// Physical rows from one row to the next (1; 2 for one half of interleaved rows).
         row_stride: usize,
     },
+    /// Q4_0, Q4_1 or Q8_0 rows repacked into interleaved groups of 16 ([`crate::Repacked`]),
+    /// multiplied with Q8_0 activations by `crate::repack`'s kernels.
+    Repacked(crate::repack::RepackedView<'a>),
 }
 
 impl<'a> Matrix<'a> {
@@ -58,6 +61,7 @@ impl<'a> Matrix<'a> {
         match self {
             Matrix::Blocks { dtype, .. } => *dtype,
             Matrix::Mxfp4Split { .. } => DType::MXFP4,
+            Matrix::Repacked(view) => view.dtype(),
         }
     }
 
@@ -92,6 +96,7 @@ impl<'a> Matrix<'a> {
                 view.check_shape(count, cols)?;
                 Ok(view)
             }
+            Matrix::Repacked(view) => Ok(Matrix::Repacked(view.rows(first, count)?)),
         }
     }
 
@@ -149,6 +154,7 @@ impl<'a> Matrix<'a> {
                 }
                 Ok(groups * (1 + MXFP4_GROUP_BYTES))
             }
+            Matrix::Repacked(view) => view.check_shape(rows, cols),
         }
     }
 
@@ -167,6 +173,11 @@ impl<'a> Matrix<'a> {
                     dequantize_hf_mxfp4_ref(nib, &scales[p..p + groups], values)?;
                 }
                 Ok(())
+            }
+            Matrix::Repacked(view) => {
+                let mut blocks = vec![0u8; rows * row_bytes];
+                view.unpack(&mut blocks);
+                crate::dequantize_fast(view.dtype(), &blocks, out)
             }
         }
     }
@@ -188,6 +199,7 @@ impl<'a> Matrix<'a> {
                 });
             }
             Matrix::Mxfp4Split { .. } => {}
+            Matrix::Repacked(view) => view.unpack(out),
         }
         Ok(())
     }
@@ -200,10 +212,12 @@ impl<'a> Matrix<'a> {
         Err(QuantError::MatmulOperand { dtype: self.dtype(), operand: "y", expected, actual, unit })
     }
 
-    /// This matrix's rows as the kernels read them.
+    /// This matrix's rows as the block kernels read them (a repacked matrix has its own kernels:
+    /// `crate::repack::multiply`).
     pub(crate) fn source(&self, cols: usize) -> RowSource<'a> {
         match *self {
             Matrix::Blocks { bytes, .. } => RowSource::Blocks(bytes),
+            Matrix::Repacked(_) => unreachable!("repacked matrices are multiplied by crate::repack"),
             Matrix::Mxfp4Split { nibbles, scales, row_stride } => {
                 RowSource::Mxfp4Split { nibbles, scales, row_stride, groups: cols / MXFP4_GROUP }
             }

@@ -111,12 +111,22 @@ pub(crate) struct Kernels {
     pub(crate) matmul: Option<MatKernel>,
     /// Weights × i16 activations (`crate::matmul_i16`).
     pub(crate) matmul_i16: Option<MatKernel>,
+    /// Repacked weights (`crate::repack`) × Q8_0 activations.
+    pub(crate) repacked: Option<crate::repack::RepackedKernel>,
 }
 
 impl Kernels {
     /// A row with no kernels.
     pub(crate) const fn new(dtype: DType) -> Self {
-        Kernels { dtype, dequantize: None, quantize: None, activation: None, matmul: None, matmul_i16: None }
+        Kernels {
+            dtype,
+            dequantize: None,
+            quantize: None,
+            activation: None,
+            matmul: None,
+            matmul_i16: None,
+            repacked: None,
+        }
     }
 
     pub(crate) const fn dequantize(mut self, f: DequantizeFn) -> Self {
@@ -152,6 +162,12 @@ impl Kernels {
         self.matmul_i16 = Some(MatKernel::Tile(f));
         self
     }
+
+    /// The kernel of this dtype's repacked layout (`crate::repack`).
+    pub(crate) const fn repacked(mut self, f: crate::repack::RepackedKernel) -> Self {
+        self.repacked = Some(f);
+        self
+    }
 }
 
 /// An instruction set: the CPU features its kernels need, checked at run time, and its rows.
@@ -182,6 +198,9 @@ pub(crate) struct VectorKernels {
     pub(crate) softmax: fn(&mut [f32], f32, Option<f32>),
     /// `reference::quantize_i16_blocks`, bit for bit.
     pub(crate) quantize_i16: QuantizeI16Fn,
+    /// `crate::activation::quantize_act_blocks` (Q8_0's values as the repacked kernels read
+    /// them), bit for bit.
+    pub(crate) quantize_q8_1: fn(&[f32], &mut [crate::repack::ActBlock]),
     /// `(src, rows, cols, first_col, dst)`: `crate::vector::transpose_into_rows`.
     pub(crate) transpose: TransposeFn,
 }
@@ -208,6 +227,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     weighted_sums_add: reference::vector_weighted_sums_add_f32,
     softmax: reference::vector_softmax_f32,
     quantize_i16: reference::quantize_i16_blocks,
+    quantize_q8_1: crate::activation::quantize_act_blocks,
     transpose: reference::vector_transpose_f32,
 };
 
@@ -289,6 +309,8 @@ pub(crate) fn reference(dtype: DType) -> &'static Kernels {
 pub(crate) struct Selected {
     pub(crate) kernels: Kernels,
     pub(crate) names: CpuKernels,
+    /// The ISA of `kernels.repacked`.
+    pub(crate) repacked_isa: Option<&'static str>,
 }
 
 /// The instruction set of each kernel [`crate::dequantize_fast`], [`crate::matmul`] and
@@ -359,12 +381,13 @@ fn select<'a>(isas: impl DoubleEndedIterator<Item = &'a Isa>) -> Vec<Selected> {
                 matmul: name(kernels.matmul.is_some()),
                 matmul_i16: name(kernels.matmul_i16.is_some()),
             },
+            repacked_isa: name(kernels.repacked.is_some()),
         })
         .collect();
     // Worst first, so that a better ISA's entry overwrites a worse one's.
     for isa in isas.rev() {
         for row in isa.rows {
-            let Selected { kernels, names } = &mut table[row.dtype as usize];
+            let Selected { kernels, names, repacked_isa } = &mut table[row.dtype as usize];
             if row.dequantize.is_some() {
                 (kernels.dequantize, names.dequantize) = (row.dequantize, Some(isa.name));
             }
@@ -373,6 +396,9 @@ fn select<'a>(isas: impl DoubleEndedIterator<Item = &'a Isa>) -> Vec<Selected> {
             }
             if row.matmul_i16.is_some() {
                 (kernels.matmul_i16, names.matmul_i16) = (row.matmul_i16, Some(isa.name));
+            }
+            if row.repacked.is_some() {
+                (kernels.repacked, *repacked_isa) = (row.repacked, Some(isa.name));
             }
         }
     }
@@ -395,6 +421,7 @@ mod tests {
                 assert!(row.dequantize.is_none() || reference.dequantize.is_some(), "{what}: dequantize");
                 assert!(row.matmul.is_none() || reference.matmul.is_some(), "{what}: matmul");
                 assert!(row.matmul_i16.is_none() || reference.matmul_i16.is_some(), "{what}: matmul_i16");
+                assert!(row.repacked.is_none() || reference.repacked.is_some(), "{what}: repacked");
             }
             let mut dtypes: Vec<usize> = isa.rows.iter().map(|r| r.dtype as usize).collect();
             dtypes.sort_unstable();

@@ -24,17 +24,20 @@ pub(super) const ROWS: [Kernels; 15] = [
         .dequantize(crate::dequantize_row_q8_0_ref)
         .quantize(crate::quantize_row_q8_0_ref)
         .dot(Q8_0, dot_q8_0)
-        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q8_0_ref)),
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q8_0_ref))
+        .repacked(|group, acts, out| crate::repack::reference_kernel(Q8_0, group, acts, out)),
     Kernels::new(Q4_0)
         .dequantize(crate::dequantize_row_q4_0_ref)
         .quantize(crate::quantize_row_q4_0_ref)
         .dot(Q8_0, dot_q4_0)
-        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_0_ref)),
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_0_ref))
+        .repacked(|group, acts, out| crate::repack::reference_kernel(Q4_0, group, acts, out)),
     Kernels::new(Q4_1)
         .dequantize(crate::dequantize_row_q4_1_ref)
         .quantize(crate::quantize_row_q4_1_ref)
         .dot(Q8_0, dot_q4_1)
-        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_1_ref)),
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_1_ref))
+        .repacked(|group, acts, out| crate::repack::reference_kernel(Q4_1, group, acts, out)),
     Kernels::new(Q5_0)
         .dequantize(crate::dequantize_row_q5_0_ref)
         .quantize(crate::quantize_row_q5_0_ref)

@@ -73,6 +73,7 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         // SAFETY: as above.
         softmax: |xs, scale, sink| unsafe { neon_vector::softmax_f32(xs, scale, sink) },
         quantize_i16: super::reference::quantize_i16_blocks,
+        quantize_q8_1: crate::activation::quantize_act_blocks,
         transpose: super::reference::vector_transpose_f32,
     })
 }

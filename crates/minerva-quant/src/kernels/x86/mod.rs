@@ -38,6 +38,7 @@ mod avx512_tile;
 mod avx512_vector;
 mod avx_vnni;
 mod float_panel;
+mod repacked;
 
 use std::arch::is_x86_feature_detected as has;
 
@@ -67,6 +68,17 @@ macro_rules! tile {
             // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
             // the kernel enables (see `super::Isa::detected`).
             unsafe { $kernel(weights, row_bytes, acts, out) }
+        }
+    };
+}
+
+/// A `crate::repack::RepackedKernel` calling the `#[target_feature]` kernel `$kernel`.
+macro_rules! repacked {
+    ($kernel:expr) => {
+        |group, acts, out| {
+            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
+            // the kernel enables (see `super::Isa::detected`).
+            unsafe { $kernel(group, acts, out) }
         }
     };
 }
@@ -111,9 +123,18 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(F32).tile(tile!(float_panel::avx2::tiles_f32)),
         Kernels::new(F16).tile(tile!(float_panel::avx2::tiles_f16)),
         Kernels::new(BF16).tile(tile!(float_panel::avx2::tiles_bf16)),
-        Kernels::new(Q8_0).tile(avx2_tile!(tiles_q8_0)).tile_i16(tile!(avx2_tile_i16::tiles_q8_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q4_0).tile(avx2_tile!(tiles_q4_0)).tile_i16(tile!(avx2_tile_i16::tiles_q4_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q4_1).tile(avx2_tile!(tiles_q4_1)).tile_i16(tile!(avx2_tile_i16::tiles_q4_1::<I16_ACT_GROUPS>)),
+        Kernels::new(Q8_0)
+            .tile(avx2_tile!(tiles_q8_0))
+            .tile_i16(tile!(avx2_tile_i16::tiles_q8_0::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx2::<{ repacked::Q8_0 }>)),
+        Kernels::new(Q4_0)
+            .tile(avx2_tile!(tiles_q4_0))
+            .tile_i16(tile!(avx2_tile_i16::tiles_q4_0::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx2::<{ repacked::Q4_0 }>)),
+        Kernels::new(Q4_1)
+            .tile(avx2_tile!(tiles_q4_1))
+            .tile_i16(tile!(avx2_tile_i16::tiles_q4_1::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx2::<{ repacked::Q4_1 }>)),
         Kernels::new(Q5_0).tile(avx2_tile!(tiles_q5_0)).tile_i16(tile!(avx2_tile_i16::tiles_q5_0::<I16_ACT_GROUPS>)),
         Kernels::new(Q5_1).tile(avx2_tile!(tiles_q5_1)).tile_i16(tile!(avx2_tile_i16::tiles_q5_1::<I16_ACT_GROUPS>)),
         Kernels::new(MXFP4).tile(avx2_tile!(tiles_mxfp4)).tile_i16(tile!(avx2_tile_i16::tiles_mxfp4::<I16_ACT_GROUPS>)),
@@ -157,9 +178,15 @@ pub(super) const AVX512_VNNI: Isa = Isa {
         Kernels::new(F32).tile(tile!(float_panel::avx512::tiles_f32)),
         Kernels::new(F16).tile(tile!(float_panel::avx512::tiles_f16)),
         Kernels::new(BF16).tile(tile!(float_panel::avx512::tiles_bf16)),
-        Kernels::new(Q8_0).tile_i16(tile!(avx512_panel::kernel_q8_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q4_0).tile_i16(tile!(avx512_panel::kernel_q4_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q4_1).tile_i16(tile!(avx512_panel::kernel_q4_1::<I16_ACT_GROUPS>)),
+        Kernels::new(Q8_0)
+            .tile_i16(tile!(avx512_panel::kernel_q8_0::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx512::<{ repacked::Q8_0 }>)),
+        Kernels::new(Q4_0)
+            .tile_i16(tile!(avx512_panel::kernel_q4_0::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx512::<{ repacked::Q4_0 }>)),
+        Kernels::new(Q4_1)
+            .tile_i16(tile!(avx512_panel::kernel_q4_1::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx512::<{ repacked::Q4_1 }>)),
         Kernels::new(Q5_0).tile_i16(tile!(avx512_panel::kernel_q5_0::<I16_ACT_GROUPS>)),
         Kernels::new(Q5_1).tile_i16(tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>)),
         Kernels::new(MXFP4).tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>)),
@@ -195,6 +222,8 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         softmax: |xs, scale, sink| unsafe { avx2_vector::softmax_f32(xs, scale, sink) },
         // SAFETY: as above.
         quantize_i16: |x, q, d, sums| unsafe { avx2_vector::quantize_i16_blocks(x, q, d, sums) },
+        // SAFETY: as above.
+        quantize_q8_1: |x, blocks| unsafe { repacked::quantize_q8_1(x, blocks) },
         // SAFETY: as above.
         transpose: |src, rows, cols, first_col, dst| unsafe {
             avx2_vector::transpose_f32(src, rows, cols, first_col, dst)

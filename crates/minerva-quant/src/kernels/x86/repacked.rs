@@ -1,0 +1,283 @@
+//! The kernels of repacked weights (`crate::repack`: 16 rows interleaved, four bytes of each per
+//! slot) against Q8_0 activations, for AVX-512 VNNI and for AVX2.
+//!
+//! Per block, each slot is one 64-byte vector holding four values of each of the 16 rows; an
+//! activation's four quants of the same values are broadcast to every lane, so the 16 rows'
+//! integer sums build up lane by lane with nothing to reduce:
+//!
+//! ```text
+//!   AVX-512 VNNI   s = vpdpbusd(s, slot, broadcast(a[4k..4k+4]))      u8 weights × i8 activations
+//!                  Q8_0's signed quants as unsigned bytes: q ^ 0x80 = q + 128, then s − 128·Σa
+//!   AVX2           each slot as two 32-byte halves (rows 0..8, 8..16)
+//!                  Q4_x: vpmaddubsw per slot (≤ 2·15·127 per i16), the 8 slots added as i16
+//!                        (≤ 30,480), one vpmaddwd by ones
+//!                  Q8_0: vpmaddubsw(|q|, sign(a, q)) per slot, each vpmaddwd by ones, added as i32
+//! ```
+//!
+//! then per block `acc = fma(d_w·d_a, f32(s), acc)` (and `fma(m_w, d_a·Σa, acc)` for Q4_1), as
+//! `crate::repack::reference_kernel` does: the results equal it bit for bit. Each pass over a
+//! block's weights serves [`ACTS`] activations (weights decoded once per pass, kept in registers).
+//!
+//! Memory safety rests on slices and `bytemuck` loads; the caller promises the features of the
+//! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`).
+
+use core::arch::x86_64::{
+    __m128i, __m256, __m256i, __m512, __m512i, _CMP_GE_OQ, _CMP_LE_OQ, _CMP_ORD_Q, _mm_add_epi32, _mm_cvtsi128_si32,
+    _mm_cvtss_f32, _mm_max_ps, _mm_max_ss, _mm_movehdup_ps, _mm_movehl_ps, _mm_shuffle_epi32, _mm_unpackhi_epi64,
+    _mm256_abs_epi8, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_ps, _mm256_and_si256, _mm256_castps_si256,
+    _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_castsi256_si128, _mm256_cmp_ps, _mm256_cvtepi32_ps,
+    _mm256_cvtph_ps, _mm256_cvttps_epi32, _mm256_extractf128_ps, _mm256_extracti128_si256, _mm256_fmadd_ps,
+    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_max_ps, _mm256_min_ps, _mm256_mul_ps, _mm256_packs_epi16,
+    _mm256_packs_epi32, _mm256_permutevar8x32_epi32, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
+    _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sign_epi8, _mm256_srli_epi16,
+    _mm256_sub_epi32, _mm256_sub_ps, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps,
+    _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_srli_epi16, _mm512_sub_epi32, _mm512_xor_si512,
+};
+
+use bytemuck::pod_read_unaligned;
+
+use crate::activation::Activation;
+use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
+
+/// The repacked formats as the kernels' const parameter.
+pub(super) const Q8_0: u8 = 0;
+pub(super) const Q4_0: u8 = 1;
+pub(super) const Q4_1: u8 = 2;
+
+/// Activations per pass over a block's weights.
+const ACTS: usize = 4;
+
+/// Bytes of quants per block of a group.
+const fn quant_bytes(format: u8) -> usize {
+    if format == Q8_0 { 8 * SLOT_BYTES } else { 4 * SLOT_BYTES }
+}
+
+/// Bytes per block of a group: the quants, 16 f16 scales, and 16 f16 minimums for Q4_1.
+const fn block_bytes(format: u8) -> usize {
+    quant_bytes(format) + if format == Q4_1 { 64 } else { 32 }
+}
+
+/// An activation block's quants four at a time, as i32 (value order 4k..4k + 4).
+#[inline(always)]
+fn word(act: &ActBlock, k: usize) -> i32 {
+    pod_read_unaligned::<i32>(&act.qs[4 * k..4 * k + 4])
+}
+
+/// The integer a block's sum is corrected by: what the unsigned form of the weights added.
+#[inline(always)]
+fn offset_sum(format: u8, act: &ActBlock) -> i32 {
+    match format {
+        Q8_0 => act.sum << 7,
+        Q4_0 => act.sum << 3,
+        _ => 0,
+    }
+}
+
+/// The first `blocks` blocks of each of `acts`' first `N` activations.
+#[inline(always)]
+fn blocks_of<'a, const N: usize>(acts: &'a [Activation<'_>], blocks: usize) -> [&'a [ActBlock]; N] {
+    std::array::from_fn(|j| &acts[j].blocks[..blocks])
+}
+
+/// AVX-512 VNNI: one group against the activations of `acts`, results into `out` (one per
+/// activation).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn avx512<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    let blocks = group.len() / block_bytes(FORMAT);
+    let (mut acts, mut out) = (acts, out);
+    while out.len() >= ACTS {
+        avx512_pass::<FORMAT, ACTS>(group, blocks_of(acts, blocks), &mut out[..ACTS]);
+        (acts, out) = (&acts[ACTS..], &mut out[ACTS..]);
+    }
+    for (j, out) in out.chunks_exact_mut(1).enumerate() {
+        avx512_pass::<FORMAT, 1>(group, blocks_of(&acts[j..], blocks), out);
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: [&[ActBlock]; N], out: &mut [[f32; GROUP_ROWS]]) {
+    let (block, quants) = (block_bytes(FORMAT), quant_bytes(FORMAT));
+    let blocks = group.len() / block;
+    let mut acc: [__m512; N] = [_mm512_setzero_ps(); N];
+    let low = _mm512_set1_epi8(0x0F);
+    let sign = _mm512_set1_epi8(-128);
+    for b in 0..blocks {
+        let src = &group[b * block..][..block];
+        let load = |at: usize| pod_read_unaligned::<__m512i>(&src[at..at + 64]);
+        let slots: [__m512i; 8] = if FORMAT == Q8_0 {
+            std::array::from_fn(|s| _mm512_xor_si512(load(SLOT_BYTES * s), sign))
+        } else {
+            let packed: [__m512i; 4] = std::array::from_fn(|c| load(SLOT_BYTES * c));
+            std::array::from_fn(|s| {
+                if s < 4 {
+                    _mm512_and_si512(packed[s], low)
+                } else {
+                    _mm512_and_si512(_mm512_srli_epi16(packed[s - 4], 4), low)
+                }
+            })
+        };
+        let d_w = _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants..quants + 32]));
+        let m_w = if FORMAT == Q4_1 {
+            _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants + 32..quants + 64]))
+        } else {
+            _mm512_setzero_ps()
+        };
+        for j in 0..N {
+            let act = &acts[j][b];
+            // Two running sums, so that each waits on four `vpdpbusd`s, not eight.
+            let mut sums = [_mm512_setzero_si512(); 2];
+            for k in 0..8 {
+                sums[k % 2] = _mm512_dpbusd_epi32(sums[k % 2], slots[k], _mm512_set1_epi32(word(act, k)));
+            }
+            let mut s = _mm512_add_epi32(sums[0], sums[1]);
+            if FORMAT != Q4_1 {
+                s = _mm512_sub_epi32(s, _mm512_set1_epi32(offset_sum(FORMAT, act)));
+            }
+            let scale = _mm512_mul_ps(d_w, _mm512_set1_ps(act.d));
+            acc[j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s), acc[j]);
+            if FORMAT == Q4_1 {
+                acc[j] = _mm512_fmadd_ps(m_w, _mm512_set1_ps(act.ds), acc[j]);
+            }
+        }
+    }
+    for (out, acc) in out.iter_mut().zip(acc) {
+        *out = bytemuck::cast(acc);
+    }
+}
+
+/// AVX2 + FMA + F16C: one group against the activations of `acts`, results into `out`, as two
+/// halves of 8 rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn avx2<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    let blocks = group.len() / block_bytes(FORMAT);
+    let (mut acts, mut out) = (acts, out);
+    while out.len() >= ACTS {
+        for half in 0..2 {
+            avx2_pass::<FORMAT, ACTS>(group, half, blocks_of(acts, blocks), &mut out[..ACTS]);
+        }
+        (acts, out) = (&acts[ACTS..], &mut out[ACTS..]);
+    }
+    for (j, out) in out.chunks_exact_mut(1).enumerate() {
+        for half in 0..2 {
+            avx2_pass::<FORMAT, 1>(group, half, blocks_of(&acts[j..], blocks), out);
+        }
+    }
+}
+
+/// `crate::activation::quantize_act_blocks` in AVX2, bit for bit: each block's largest magnitude
+/// (NaN ignored, as `f32::max` does), `d = amax / 127`, the values times `1/d` clamped to the
+/// i8 range and rounded half away from zero (NaN to 0), their sum, the scale rounded to f16.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn quantize_q8_1(x: &[f32], out: &mut [ActBlock]) {
+    let load = |s: &[f32]| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&s[..8]));
+    let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let (half, minus_half) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
+    let (lowest, highest) = (_mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
+    let (x_blocks, _) = x.as_chunks::<32>();
+    for (x, block) in x_blocks.iter().zip(out) {
+        let v: [__m256; 4] = std::array::from_fn(|k| load(&x[8 * k..]));
+        let mut amax = _mm256_setzero_ps();
+        for v in v {
+            // `maxps` returns its second operand where either is NaN: a NaN value is skipped.
+            amax = _mm256_max_ps(_mm256_and_ps(v, magnitude), amax);
+        }
+        let quad = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps::<1>(amax));
+        let pair = _mm_max_ps(quad, _mm_movehl_ps(quad, quad));
+        let amax = _mm_cvtss_f32(_mm_max_ss(pair, _mm_movehdup_ps(pair)));
+        let scale = amax / 127.0;
+        let inverse = _mm256_set1_ps(if scale == 0.0 { 0.0 } else { 1.0 / scale });
+        let rounded: [__m256i; 4] = std::array::from_fn(|k| {
+            let y = _mm256_mul_ps(v[k], inverse);
+            // NaN stays NaN through both (each returns its second operand, `y`, for a NaN).
+            let y = _mm256_min_ps(highest, _mm256_max_ps(lowest, y));
+            let t = _mm256_cvttps_epi32(y);
+            let rest = _mm256_sub_ps(y, _mm256_cvtepi32_ps(t));
+            let up = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(rest, half));
+            let down = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(rest, minus_half));
+            let ordered = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_ORD_Q>(y, y));
+            _mm256_and_si256(_mm256_add_epi32(_mm256_sub_epi32(t, up), down), ordered)
+        });
+        // i32 → i16 → i8 by saturating packs (the values fit), lanes put back in order.
+        let words = [_mm256_packs_epi32(rounded[0], rounded[1]), _mm256_packs_epi32(rounded[2], rounded[3])];
+        let bytes = _mm256_packs_epi16(words[0], words[1]);
+        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        block.qs = bytemuck::cast(ordered);
+        let total =
+            _mm256_add_epi32(_mm256_add_epi32(rounded[0], rounded[1]), _mm256_add_epi32(rounded[2], rounded[3]));
+        let quad = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256::<1>(total));
+        let pair = _mm_add_epi32(quad, _mm_unpackhi_epi64(quad, quad));
+        block.sum = _mm_cvtsi128_si32(_mm_add_epi32(pair, _mm_shuffle_epi32::<0b01>(pair)));
+        block.d = half::f16::from_f32(scale).to_f32();
+        block.ds = block.d * block.sum as f32;
+        block.pad = 0;
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn avx2_pass<const FORMAT: u8, const N: usize>(
+    group: &[u8],
+    half: usize,
+    acts: [&[ActBlock]; N],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let (block, quants) = (block_bytes(FORMAT), quant_bytes(FORMAT));
+    let blocks = group.len() / block;
+    let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
+    let low = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    for b in 0..blocks {
+        let src = &group[b * block..][..block];
+        let load = |at: usize| pod_read_unaligned::<__m256i>(&src[at + 32 * half..at + 32 * half + 32]);
+        let scales = |at: usize| {
+            let at = at + 16 * half;
+            _mm256_cvtph_ps(pod_read_unaligned::<__m128i>(&src[at..at + 16]))
+        };
+        let d_w = scales(quants);
+        if FORMAT == Q8_0 {
+            let slots: [__m256i; 8] = std::array::from_fn(|s| load(SLOT_BYTES * s));
+            for j in 0..N {
+                let act = &acts[j][b];
+                let mut s = _mm256_setzero_si256();
+                for (k, &slot) in slots.iter().enumerate() {
+                    let a = _mm256_sign_epi8(_mm256_set1_epi32(word(act, k)), slot);
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(slot), a), ones));
+                }
+                let scale = _mm256_mul_ps(d_w, _mm256_set1_ps(act.d));
+                acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[j]);
+            }
+        } else {
+            let packed: [__m256i; 4] = std::array::from_fn(|c| load(SLOT_BYTES * c));
+            let slots: [__m256i; 8] = std::array::from_fn(|s| {
+                if s < 4 {
+                    _mm256_and_si256(packed[s], low)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16(packed[s - 4], 4), low)
+                }
+            });
+            let m_w = if FORMAT == Q4_1 { scales(quants + 32) } else { _mm256_setzero_ps() };
+            for j in 0..N {
+                let act = &acts[j][b];
+                let mut p = _mm256_maddubs_epi16(slots[0], _mm256_set1_epi32(word(act, 0)));
+                for (k, &slot) in slots.iter().enumerate().skip(1) {
+                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(slot, _mm256_set1_epi32(word(act, k))));
+                }
+                let mut s = _mm256_madd_epi16(p, ones);
+                if FORMAT == Q4_0 {
+                    s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset_sum(FORMAT, act)));
+                }
+                let scale = _mm256_mul_ps(d_w, _mm256_set1_ps(act.d));
+                acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[j]);
+                if FORMAT == Q4_1 {
+                    acc[j] = _mm256_fmadd_ps(m_w, _mm256_set1_ps(act.ds), acc[j]);
+                }
+            }
+        }
+    }
+    for (out, acc) in out.iter_mut().zip(acc) {
+        let values: [f32; 8] = bytemuck::cast(acc);
+        out[8 * half..8 * half + 8].copy_from_slice(&values);
+    }
+}

@@ -1,0 +1,386 @@
+//! Weights repacked at load into row-interleaved groups, multiplied with 8-bit activations.
+//!
+//! The zero-copy kernels read a GGML row block by block and must bring every row's sums
+//! together across SIMD lanes, or unpack groups of rows into a panel again on every call
+//! (`avx2_panel`, `avx512_panel`). A repacked matrix is that panel made once, at load, and kept
+//! instead of the file's bytes (ik_llama.cpp's `_R8`/`_R16` layouts and llama.cpp's `repack`
+//! follow the same idea): 16 rows side by side, four bytes of each row next to four of the
+//! next, so that one 64-byte load holds four values of each of 16 rows and one `vpdpbusd`
+//! (AVX-512 VNNI) — or `vpmaddubsw` + `vpmaddwd` on two halves (AVX2) — adds a broadcast group
+//! of four activation quants into 16 rows' sums at once, with nothing to reduce across lanes.
+//!
+//! ```text
+//! group g (rows 16g .. 16g+16, missing rows zero), then per 32-value block b, 16 × block bytes:
+//!   quants   Q8_0: 8 slots × 64 B   slot s, row r, byte i  = row r's quant 4s + i
+//!            Q4_x: 4 slots × 64 B   slot c, row r, byte i  = row r's byte 4c + i
+//!                                   (low nibble: value 4c + i, high: value 16 + 4c + i)
+//!   scales   16 × f16               row r's d
+//!   minimums 16 × f16 (Q4_1 only)   row r's m
+//! ```
+//!
+//! Every block takes exactly its 16 rows' GGML bytes, so a repacked matrix is the size of the
+//! original (plus zero rows up to a multiple of 16).
+//!
+//! Activations are Q8_0 as llama.cpp quantizes them (i8 quants, one f16-rounded scale `d_a` per
+//! 32 values, and their sum `Σa`). Per row and block the integer sum is exact and the f32 steps
+//! are fixed, so every ISA gives the scalar reference's bits ([`reference_kernel`]):
+//!
+//! ```text
+//!   s   = Σ q·a  (Q8_0: signed quants; Q4_0: q − 8 folded in as s − 8·Σa; Q4_1: unsigned q)
+//!   acc = fma(d_w · d_a, f32(s), acc)
+//!   acc = fma(m_w, d_a·Σa, acc)                        (Q4_1)
+//! ```
+//!
+//! in block order, one accumulator per (row, activation): a row's result does not depend on how
+//! many activations or rows share a call.
+
+use half::f16;
+use minerva_core::DType;
+
+use crate::QuantError;
+use crate::activation::Activation;
+use crate::pool;
+
+/// Rows per interleaved group.
+pub const GROUP_ROWS: usize = 16;
+
+/// Bytes of one slot: four bytes of each of the group's rows.
+pub(crate) const SLOT_BYTES: usize = 4 * GROUP_ROWS;
+
+/// A repacked kernel: one group's blocks (`blocks × 16 × block bytes`) against `acts` (Q8_1:
+/// their [`ActBlock`]s), each activation's 16 row results into `out` (one per activation).
+pub(crate) type RepackedKernel = fn(&[u8], &[Activation<'_>], &mut [[f32; GROUP_ROWS]]);
+
+/// One 32-value block of a Q8_0 activation as the repacked kernels read it: everything a block's
+/// product needs in one 48-byte record, so that a kernel follows one pointer per activation.
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub(crate) struct ActBlock {
+    /// The quants.
+    pub(crate) qs: [u8; 32],
+    /// The scale `d_a` (an f16 value, as llama.cpp's Q8_0 stores it).
+    pub(crate) d: f32,
+    /// `Σa`, the sum of the quants.
+    pub(crate) sum: i32,
+    /// `d_a · Σa` in f32 (what a Q4_1 block's minimum multiplies).
+    pub(crate) ds: f32,
+    pub(crate) pad: u32,
+}
+
+/// Activations per kernel call.
+pub(crate) const MAX_ACTS: usize = 64;
+
+/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q8_0).
+pub fn is_repackable(dtype: DType) -> bool {
+    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0)
+}
+
+/// The instruction set of the kernel that multiplies repacked `dtype` weights on this CPU
+/// (`"scalar"` for the reference), or `None` if `dtype` cannot be repacked.
+pub fn repacked_kernel_isa(dtype: DType) -> Option<&'static str> {
+    crate::kernels::selected(dtype).repacked_isa
+}
+
+/// Bytes of quants per block of a group (before its scales).
+pub(crate) const fn quant_bytes(dtype: DType) -> usize {
+    match dtype {
+        DType::Q8_0 => 8 * SLOT_BYTES,
+        _ => 4 * SLOT_BYTES,
+    }
+}
+
+/// One 64-byte line: the storage unit, so that every group and slot starts where the kernels'
+/// loads want it.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A `rows × cols` matrix of Q4_0, Q4_1 or Q8_0 blocks in the interleaved layout (module docs),
+/// owned.
+pub struct Repacked {
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    lines: Vec<Line>,
+}
+
+impl std::fmt::Debug for Repacked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repacked")
+            .field("dtype", &self.dtype)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .finish()
+    }
+}
+
+impl Repacked {
+    /// `bytes` (`rows` GGML rows of `cols` values of `dtype`) repacked, on the current pool's
+    /// threads. A dtype that cannot be repacked or lengths that do not match are a [`QuantError`].
+    pub fn new(dtype: DType, bytes: &[u8], rows: usize, cols: usize) -> Result<Repacked, QuantError> {
+        if !is_repackable(dtype) {
+            return Err(QuantError::Unsupported { dtype, operation: "repacking" });
+        }
+        let row_bytes = crate::Matrix::Blocks { dtype, bytes }.check_shape(rows, cols)?;
+        let group_bytes = group_bytes(dtype, cols)?;
+        let groups = rows.div_ceil(GROUP_ROWS);
+        let total = groups.checked_mul(group_bytes).ok_or(QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })?;
+        let mut lines = bytemuck::allocation::try_zeroed_vec::<Line>(total.div_ceil(64))
+            .map_err(|_| QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })?;
+        let out: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut lines)[..total];
+        if group_bytes > 0 {
+            pool::for_each_chunk_mut(out, group_bytes, |g, group| {
+                let first = g * GROUP_ROWS;
+                let count = GROUP_ROWS.min(rows - first);
+                let src: Vec<&[u8]> = bytes[first * row_bytes..][..count * row_bytes].chunks_exact(row_bytes).collect();
+                pack_group(dtype, &src, group);
+            });
+        }
+        Ok(Repacked { dtype, rows, cols, lines })
+    }
+
+    /// The weights' dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Rows (without the zero rows that fill the last group).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Values per row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes held (a whole number of groups).
+    pub fn len_bytes(&self) -> usize {
+        self.lines.len() * 64
+    }
+
+    /// The matrix as the fused products read it.
+    pub fn matrix(&self) -> crate::Matrix<'_> {
+        crate::Matrix::Repacked(RepackedView {
+            dtype: self.dtype,
+            rows: self.rows,
+            cols: self.cols,
+            bytes: self.bytes(),
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let len = self.rows.div_ceil(GROUP_ROWS) * group_bytes(self.dtype, self.cols).unwrap_or(0);
+        &bytemuck::cast_slice(&self.lines)[..len]
+    }
+
+    /// The GGML rows back (exactly the bytes it was made from).
+    pub fn to_ggml_blocks(&self, out: &mut [u8]) -> Result<(), QuantError> {
+        self.matrix().to_ggml_blocks(self.rows, self.cols, out)
+    }
+}
+
+/// A borrowed repacked matrix: what [`crate::Matrix::Repacked`] holds.
+#[derive(Clone, Copy, Debug)]
+pub struct RepackedView<'a> {
+    pub(crate) dtype: DType,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) bytes: &'a [u8],
+}
+
+impl<'a> RepackedView<'a> {
+    /// The weights' dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Checks that the view holds `rows × cols` values; returns GGML's bytes per row.
+    pub(crate) fn check_shape(&self, rows: usize, cols: usize) -> Result<usize, QuantError> {
+        let dtype = self.dtype;
+        if rows != self.rows || cols != self.cols {
+            return Err(QuantError::MatmulOperand {
+                dtype,
+                operand: "weights",
+                expected: rows.saturating_mul(cols),
+                actual: self.rows.saturating_mul(self.cols),
+                unit: "values (repacked)",
+            });
+        }
+        let expected = self.rows.div_ceil(GROUP_ROWS).checked_mul(group_bytes(dtype, cols)?);
+        if expected != Some(self.bytes.len()) {
+            return Err(QuantError::MatmulOperand {
+                dtype,
+                operand: "weights",
+                expected: expected.unwrap_or(usize::MAX),
+                actual: self.bytes.len(),
+                unit: "bytes (repacked)",
+            });
+        }
+        dtype.row_bytes(cols).ok_or(QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })
+    }
+
+    /// Rows `first..first + count` as a view of their own: whole groups only (`first` a multiple
+    /// of 16, `count` one too or reaching the last row).
+    pub(crate) fn rows(&self, first: usize, count: usize) -> Result<RepackedView<'a>, QuantError> {
+        let dtype = self.dtype;
+        let end = first.checked_add(count).filter(|&end| end <= self.rows);
+        let whole = first.is_multiple_of(GROUP_ROWS) && (count.is_multiple_of(GROUP_ROWS) || end == Some(self.rows));
+        let (Some(_), true) = (end, whole) else {
+            return Err(QuantError::MatmulOperand {
+                dtype,
+                operand: "weights (whole groups of 16 rows)",
+                expected: first.saturating_add(count),
+                actual: self.rows,
+                unit: "rows",
+            });
+        };
+        let group_bytes = group_bytes(dtype, self.cols)?;
+        let bytes = &self.bytes[first / GROUP_ROWS * group_bytes..][..count.div_ceil(GROUP_ROWS) * group_bytes];
+        Ok(RepackedView { dtype, rows: count, cols: self.cols, bytes })
+    }
+
+    /// The GGML rows into `out` (`rows × row_bytes`, checked by the caller).
+    pub(crate) fn unpack(&self, out: &mut [u8]) {
+        let row_bytes = self.dtype.row_bytes(self.cols).unwrap_or(0);
+        let group_bytes = group_bytes(self.dtype, self.cols).unwrap_or(0);
+        if row_bytes == 0 {
+            return;
+        }
+        for (g, rows) in out.chunks_mut(GROUP_ROWS * row_bytes).enumerate() {
+            let group = &self.bytes[g * group_bytes..][..group_bytes];
+            for (r, row) in rows.chunks_exact_mut(row_bytes).enumerate() {
+                unpack_row(self.dtype, group, r, row);
+            }
+        }
+    }
+}
+
+/// Bytes of one group of 16 rows of `cols` values.
+fn group_bytes(dtype: DType, cols: usize) -> Result<usize, QuantError> {
+    let row_bytes = dtype.row_bytes(cols).ok_or(QuantError::PartialBlockValues {
+        dtype,
+        len: cols,
+        block_elems: dtype.block_elems(),
+    })?;
+    row_bytes.checked_mul(GROUP_ROWS).ok_or(QuantError::ShapeOverflow { dtype, rows: GROUP_ROWS, cols, n: 1 })
+}
+
+/// Where row `r`'s quant bytes `4k..4k + 4` (k = slot) of a block lie within the block's part of
+/// a group: one layout for every format, Q8_0 with 8 slots, Q4_x with 4.
+const fn slot_offset(slot: usize, row: usize) -> usize {
+    SLOT_BYTES * slot + 4 * row
+}
+
+/// Up to 16 GGML rows (`rows`) into one group (`out`, every byte written; missing rows zero).
+fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
+    let (block_bytes, quants) = (dtype.block_bytes(), quant_bytes(dtype));
+    let slots = quants / SLOT_BYTES;
+    let quants_at = if dtype == DType::Q4_1 { 4 } else { 2 };
+    for (b, dst) in out.chunks_exact_mut(GROUP_ROWS * block_bytes).enumerate() {
+        dst.fill(0);
+        for (r, row) in rows.iter().enumerate() {
+            let src = &row[b * block_bytes..][..block_bytes];
+            for s in 0..slots {
+                let at = slot_offset(s, r);
+                dst[at..at + 4].copy_from_slice(&src[quants_at + 4 * s..][..4]);
+            }
+            dst[quants + 2 * r..][..2].copy_from_slice(&src[..2]);
+            if dtype == DType::Q4_1 {
+                dst[quants + 2 * GROUP_ROWS + 2 * r..][..2].copy_from_slice(&src[2..4]);
+            }
+        }
+    }
+}
+
+/// Row `r` of a group back to its GGML bytes.
+fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
+    let (block_bytes, quants) = (dtype.block_bytes(), quant_bytes(dtype));
+    let quants_at = if dtype == DType::Q4_1 { 4 } else { 2 };
+    for (b, dst) in out.chunks_exact_mut(block_bytes).enumerate() {
+        let src = &group[b * GROUP_ROWS * block_bytes..][..GROUP_ROWS * block_bytes];
+        for s in 0..quants / SLOT_BYTES {
+            let at = slot_offset(s, r);
+            dst[quants_at + 4 * s..][..4].copy_from_slice(&src[at..at + 4]);
+        }
+        dst[..2].copy_from_slice(&src[quants + 2 * r..][..2]);
+        if dtype == DType::Q4_1 {
+            dst[2..4].copy_from_slice(&src[quants + 2 * GROUP_ROWS + 2 * r..][..2]);
+        }
+    }
+}
+
+/// The scalar kernel of every repacked format: the definition the SIMD kernels equal bit for bit.
+pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    let block = GROUP_ROWS * dtype.block_bytes();
+    let quants = quant_bytes(dtype);
+    for (act, out) in acts.iter().zip(out.iter_mut()) {
+        *out = [0.0; GROUP_ROWS];
+        for (src, act) in group.chunks_exact(block).zip(&act.blocks) {
+            let a = &act.qs;
+            let (d_a, sum_a) = (act.d, act.sum);
+            for (r, acc) in out.iter_mut().enumerate() {
+                let mut s = 0i32;
+                for k in 0..32 {
+                    let q = match dtype {
+                        DType::Q8_0 => i32::from(src[slot_offset(k / 4, r) + k % 4] as i8),
+                        _ => {
+                            let byte = src[slot_offset(k % 16 / 4, r) + k % 4];
+                            i32::from(if k < 16 { byte & 0x0F } else { byte >> 4 })
+                        }
+                    };
+                    s += q * i32::from(a[k] as i8);
+                }
+                if dtype == DType::Q4_0 {
+                    s -= 8 * sum_a;
+                }
+                let d_w = f16::from_le_bytes([src[quants + 2 * r], src[quants + 2 * r + 1]]).to_f32();
+                *acc = (d_w * d_a).mul_add(s as f32, *acc);
+                if dtype == DType::Q4_1 {
+                    let at = quants + 2 * GROUP_ROWS + 2 * r;
+                    let m_w = f16::from_le_bytes([src[at], src[at + 1]]).to_f32();
+                    *acc = m_w.mul_add(act.ds, *acc);
+                }
+            }
+        }
+    }
+}
+
+/// `ys = acts · Wᵀ` (`ys`: `acts.len() × view.rows`) for non-empty shapes checked by the caller,
+/// on the current pool: tasks of whole groups × chunks of activations, each writing its part of
+/// every activation's row of `ys` directly.
+pub(crate) fn multiply(kernel: RepackedKernel, view: RepackedView<'_>, acts: &[Activation<'_>], ys: &mut [f32]) {
+    let (rows, n, threads) = (view.rows, acts.len(), pool::current_threads());
+    let group_bytes = view.bytes.len() / rows.div_ceil(GROUP_ROWS);
+    let groups = rows.div_ceil(GROUP_ROWS);
+    // Several tasks per thread for one activation (a shared core should not hold the rest up),
+    // one block of groups per thread for many (each claims chunks of activations in turn).
+    let tasks_per_thread = if n == 1 { 4 } else { 1 };
+    let groups_per_task = groups.div_ceil((threads * tasks_per_thread).max(1)).max(1);
+    let block_rows = groups_per_task * GROUP_ROWS;
+    let run = |block: &mut pool::ColumnBlock<'_, f32>, first: usize, chunk: &[Activation<'_>]| {
+        let mut results = [[0.0f32; GROUP_ROWS]; MAX_ACTS];
+        let (first_row, width) = (block.first_column(), block.width());
+        for g in (first_row..first_row + width).step_by(GROUP_ROWS) {
+            let group = &view.bytes[g / GROUP_ROWS * group_bytes..][..group_bytes];
+            let results = &mut results[..chunk.len()];
+            kernel(group, chunk, results);
+            let valid = GROUP_ROWS.min(rows - g);
+            for (row, result) in block.rows_mut(first..first + chunk.len()).zip(results.iter()) {
+                match <&mut [f32; GROUP_ROWS]>::try_from(&mut row[g - first_row..][..valid]) {
+                    // A whole group: one fixed-size store, not a `memcpy` call per activation.
+                    Ok(whole) => *whole = *result,
+                    Err(_) => row[g - first_row..][..valid].copy_from_slice(&result[..valid]),
+                }
+            }
+        }
+    };
+    if threads == 1 && n <= MAX_ACTS {
+        pool::for_each_tile_mut(ys, rows, n, rows, |_, _, mut block| run(&mut block, 0, acts));
+        return;
+    }
+    pool::for_each_tile_mut(ys, rows, MAX_ACTS, block_rows, |c, _, mut block| {
+        let first = c * MAX_ACTS;
+        run(&mut block, first, &acts[first..(first + MAX_ACTS).min(n)]);
+    });
+}

@@ -1,0 +1,192 @@
+//! Repacked weights (`Repacked`, 16 rows interleaved, Q8_0 activations): the layout gives back
+//! the bytes it was made from; every detected ISA's kernel equals the scalar reference bit for
+//! bit at any number of activations and threads; the reference is the Q8_0-activation product
+//! llama.cpp computes, to f32 rounding; a row's result does not depend on its company; the
+//! products route through `matmul_i16_each` and `matmul_i16_matrix`; bad shapes are errors.
+
+use minerva_core::DType;
+use minerva_quant::{
+    ComputePool, GROUP_ROWS, Matrix, Product, QuantError, Repacked, detected_isas, is_repackable, matmul_i16_each,
+    matmul_i16_matrix, matmul_ref, matmul_repacked_with_isa, repacked_kernel_isa,
+};
+
+const DTYPES: [DType; 3] = [DType::Q8_0, DType::Q4_0, DType::Q4_1];
+
+/// xorshift64*.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Random blocks with finite scales (and minimums) of either sign; every quant byte random, so
+/// Q8_0's include -128.
+fn random_weights(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed | 1);
+    let block_bytes = dtype.block_bytes();
+    let mut bytes: Vec<u8> = (0..rows * cols / 32 * block_bytes).map(|_| rng.next() as u8).collect();
+    let fields: &[usize] = if dtype == DType::Q4_1 { &[0, 2] } else { &[0] };
+    for block in bytes.chunks_exact_mut(block_bytes) {
+        for &at in fields {
+            block[at..at + 2].copy_from_slice(&half::f16::from_f32(0.05 * rng.unit()).to_le_bytes());
+        }
+    }
+    bytes
+}
+
+fn random_values(len: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed.wrapping_mul(31) | 1);
+    (0..len).map(|_| 3.0 * rng.unit()).collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn the_layout_gives_back_the_bytes_it_was_made_from() {
+    for dtype in DTYPES {
+        for (rows, cols) in [(1, 32), (15, 64), (16, 96), (17, 32), (40, 576)] {
+            let w = random_weights(dtype, rows, cols, (rows * cols) as u64);
+            let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
+            assert_eq!(
+                packed.len_bytes(),
+                (rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * w.len() / rows).next_multiple_of(64)
+            );
+            let mut back = vec![0u8; w.len()];
+            packed.to_ggml_blocks(&mut back).unwrap();
+            assert!(back == w, "{dtype} {rows}×{cols}");
+            let (mut a, mut b) = (vec![0.0f32; rows * cols], vec![0.0f32; rows * cols]);
+            packed.matrix().dequantize(rows, cols, &mut a).unwrap();
+            Matrix::Blocks { dtype, bytes: &w }.dequantize(rows, cols, &mut b).unwrap();
+            assert_eq!(bits(&a), bits(&b));
+        }
+    }
+}
+
+#[test]
+fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
+    for dtype in DTYPES {
+        let (rows, cols) = (40, 320);
+        let w = random_weights(dtype, rows, cols, 7);
+        let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
+        for n in [1, 2, 3, 4, 5, 9, 70] {
+            let xs = random_values(n * cols, n as u64);
+            let mut want = vec![0.0f32; n * rows];
+            matmul_repacked_with_isa("scalar", &packed, &xs, n, &mut want).unwrap();
+            for isa in detected_isas() {
+                for threads in [1, 2] {
+                    let mut got = vec![f32::NAN; n * rows];
+                    ComputePool::new(threads)
+                        .unwrap()
+                        .install(|| matmul_repacked_with_isa(isa, &packed, &xs, n, &mut got))
+                        .unwrap();
+                    assert_eq!(bits(&got), bits(&want), "{dtype} {isa} n={n} threads={threads}");
+                }
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        assert!(detected_isas().contains(&"avx2+fma+f16c"));
+        for dtype in DTYPES {
+            assert!(repacked_kernel_isa(dtype).is_some_and(|isa| isa.starts_with("avx")), "{dtype}");
+        }
+    }
+}
+
+/// The scalar reference against llama.cpp's product with Q8_0 activations (`matmul_ref`): the
+/// same integer sums per block, summed in f32 in another order, so within a few ulps of the sum
+/// of magnitudes.
+#[test]
+fn the_reference_is_the_q8_0_activation_product() {
+    for dtype in DTYPES {
+        let (rows, cols, n) = (33, 256, 3);
+        let w = random_weights(dtype, rows, cols, 11);
+        let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
+        let xs = random_values(n * cols, 5);
+        let (mut got, mut want) = (vec![0.0f32; n * rows], vec![0.0f32; n * rows]);
+        matmul_repacked_with_isa("scalar", &packed, &xs, n, &mut got).unwrap();
+        matmul_ref(dtype, &w, rows, cols, &xs, n, &mut want).unwrap();
+        let mut values = vec![0.0f32; rows * cols];
+        Matrix::Blocks { dtype, bytes: &w }.dequantize(rows, cols, &mut values).unwrap();
+        for j in 0..n {
+            for r in 0..rows {
+                let x = &xs[j * cols..(j + 1) * cols];
+                let magnitude: f32 = values[r * cols..(r + 1) * cols].iter().zip(x).map(|(w, x)| (w * x).abs()).sum();
+                let (g, w) = (got[j * rows + r], want[j * rows + r]);
+                assert!((g - w).abs() <= 4e-6 * magnitude, "{dtype} row {r} act {j}: {g} vs {w} (Σ|w·x| {magnitude})");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_rows_result_does_not_depend_on_its_company() {
+    let (rows, cols) = (48, 128);
+    for dtype in DTYPES {
+        let w = random_weights(dtype, rows, cols, 3);
+        let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
+        let n = 67;
+        let xs = random_values(n * cols, 9);
+        let mut all = vec![0.0f32; n * rows];
+        ComputePool::new(2)
+            .unwrap()
+            .install(|| matmul_i16_matrix(packed.matrix(), rows, cols, &xs, n, &mut all))
+            .unwrap();
+        for j in [0, 5, 66] {
+            let mut one = vec![0.0f32; rows];
+            matmul_i16_matrix(packed.matrix(), rows, cols, &xs[j * cols..(j + 1) * cols], 1, &mut one).unwrap();
+            assert_eq!(bits(&one), bits(&all[j * rows..(j + 1) * rows]), "{dtype} activation {j}");
+        }
+        // Mixed with a block matrix in one call: each product as alone.
+        let other = random_weights(DType::Q8_0, 20, cols, 4);
+        let (mut a, mut b) = (vec![0.0f32; 2 * rows], vec![0.0f32; 2 * 20]);
+        let mut products = [
+            Product { matrix: packed.matrix(), rows, ys: &mut a },
+            Product { matrix: Matrix::Blocks { dtype: DType::Q8_0, bytes: &other }, rows: 20, ys: &mut b },
+        ];
+        matmul_i16_each(&mut products, cols, &xs[..2 * cols], 2).unwrap();
+        assert_eq!(bits(&a), bits(&all[..2 * rows]));
+        let mut alone = vec![0.0f32; 2 * 20];
+        matmul_i16_matrix(
+            Matrix::Blocks { dtype: DType::Q8_0, bytes: &other },
+            20,
+            cols,
+            &xs[..2 * cols],
+            2,
+            &mut alone,
+        )
+        .unwrap();
+        assert_eq!(bits(&b), bits(&alone));
+    }
+}
+
+#[test]
+fn bad_shapes_and_dtypes_are_errors() {
+    assert!(!is_repackable(DType::Q4_K) && is_repackable(DType::Q4_1));
+    let w = random_weights(DType::Q8_0, 20, 64, 1);
+    assert!(matches!(Repacked::new(DType::Q4_K, &w, 1, 256), Err(QuantError::Unsupported { .. })));
+    assert!(matches!(Repacked::new(DType::Q8_0, &w, 21, 64), Err(QuantError::MatmulOperand { .. })));
+    assert!(matches!(Repacked::new(DType::Q8_0, &w, 20, 48), Err(QuantError::PartialBlockValues { .. })));
+    let packed = Repacked::new(DType::Q8_0, &w, 20, 64).unwrap();
+    let mut y = vec![0.0f32; 20];
+    // The matrix knows its shape: another is refused, not misread.
+    assert!(matmul_i16_matrix(packed.matrix(), 10, 128, &[0.0; 128], 1, &mut y[..10]).is_err());
+    assert!(matmul_i16_matrix(packed.matrix(), 20, 64, &[0.0; 63], 1, &mut y).is_err());
+    // Whole groups only.
+    assert!(packed.matrix().rows(16, 4, 64).is_ok());
+    assert!(packed.matrix().rows(8, 8, 64).is_err());
+    assert!(packed.matrix().rows(16, 5, 64).is_err());
+    assert!(matches!(
+        matmul_repacked_with_isa("no-such-isa", &packed, &[0.0; 64], 1, &mut y),
+        Err(QuantError::UnknownIsa { .. })
+    ));
+}
