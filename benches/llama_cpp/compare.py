@@ -2,9 +2,10 @@
 """Minerva against llama.cpp on the same models, in the same run: prefill (pp) and decode (tg)
 tokens/s at each thread count, as one markdown table with the ratios.
 
-    benches/llama_cpp/compare.py --llama-bench PATH [--model GGUF ...] [--requant TYPE,...]
-                                 [--llama-quantize PATH] [-p 512] [-n 128] [-r 5]
-                                 [--threads 1,2] [--minerva target/release/minerva]
+    benches/llama_cpp/compare.py --llama-bench PATH [--ik-llama-bench PATH] [--model GGUF ...]
+                                 [--requant TYPE,...] [--llama-quantize PATH] [-p 512] [-n 128]
+                                 [-r 5] [--threads 1,2] [--minerva target/release/minerva]
+                                 [--minerva-arg=--repack=off ...]
 
 `llama-bench` and `llama-quantize` come from `benches/llama_cpp/build_llama_cpp.sh`
 (`TARGETS="llama-bench llama-quantize"`); `minerva` from `cargo build --release -p minerva-cli`.
@@ -12,8 +13,13 @@ tokens/s at each thread count, as one markdown table with the ratios.
 the first model, copies requantized by `llama-quantize --allow-requantize` (written once next to
 it as `<name>.<TYPE>.gguf`), so both engines read the same files.
 
-The two programs alternate per (model, thread count), ours then theirs, so load from elsewhere
-hits both alike. Each figure is the median of `-r` repetitions (llama-bench's `samples_ts`,
+`--ik-llama-bench` adds ik_llama.cpp (github `ikawrakow/ik_llama.cpp`, the fork that leads CPU
+inference; build its `llama-bench` target with `-DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=OFF`), run
+with its run-time repacking (`-rtr 1`), as a third column. `--minerva-arg` passes an argument to
+every `minerva bench` (e.g. `--minerva-arg=--repack=off` for the zero-copy kernels).
+
+The programs alternate per (model, thread count), ours then theirs, so load from elsewhere hits
+them alike. Each figure is the median of `-r` repetitions (llama-bench's `samples_ts`,
 `minerva bench`'s runs). The CPU, the kernels Minerva ran, and the load average before and after
 are printed: on a shared machine the load decides how far the figures can be trusted.
 """
@@ -30,9 +36,9 @@ def load():
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def llama(args, model, threads):
-    cmd = [args.llama_bench, "-m", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r),
-           "-t", str(threads), "-o", "json"]
+def llama(args, model, threads, bench=None, extra=()):
+    cmd = [bench or args.llama_bench, "-m", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r),
+           "-t", str(threads), "-o", "json", *extra]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     result = {}
     for test in json.loads(out):
@@ -44,7 +50,7 @@ def llama(args, model, threads):
 
 def minerva(args, model, threads):
     cmd = [args.minerva, "bench", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r),
-           "--threads", str(threads), "--json"]
+           "--threads", str(threads), "--json", *args.minerva_arg]
     out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     return {"prefill": out["prefill_tok_s"], "decode": out["decode_tok_s"]}
 
@@ -64,7 +70,7 @@ def requantized(args, source, dtype):
 
 def cpu_line(args, model):
     # `minerva bench` names the CPU and the kernel (ISA) of each weight type.
-    cmd = [args.minerva, "bench", model, "-p", "8", "-n", "2", "-r", "1", "--threads", "1"]
+    cmd = [args.minerva, "bench", model, "-p", "8", "-n", "2", "-r", "1", "--threads", "1", *args.minerva_arg]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if line.startswith(("cpu", "kernels"))]
 
@@ -72,6 +78,8 @@ def cpu_line(args, model):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-bench", required=True)
+    ap.add_argument("--ik-llama-bench")
+    ap.add_argument("--minerva-arg", action="append", default=[])
     ap.add_argument("--llama-quantize")
     ap.add_argument("--model", action="append")
     ap.add_argument("--requant", default="")
@@ -90,14 +98,26 @@ def main():
             print(f"{os.path.basename(model)}: {line}", file=sys.stderr)
         for t in [int(x) for x in args.threads.split(",")]:
             ours, theirs = minerva(args, model, t), llama(args, model, t)
-            print(f"{os.path.basename(model)} threads {t}: minerva {ours}, llama.cpp {theirs}", file=sys.stderr)
-            rows.append((os.path.basename(model), t, ours, theirs))
+            ik = llama(args, model, t, args.ik_llama_bench, ["-rtr", "1"]) if args.ik_llama_bench else None
+            print(f"{os.path.basename(model)} threads {t}: minerva {ours}, llama.cpp {theirs}, ik_llama.cpp {ik}",
+                  file=sys.stderr)
+            rows.append((os.path.basename(model), t, ours, theirs, ik))
     print(f"load average after: {load()}", file=sys.stderr)
-    print("| model | threads | test | minerva tok/s | llama.cpp tok/s | minerva / llama.cpp |")
-    print("|---|---:|---|---:|---:|---:|")
-    for name, t, ours, theirs in rows:
+    if args.ik_llama_bench:
+        print("| model | threads | test | minerva tok/s | llama.cpp tok/s | ik_llama.cpp -rtr 1 tok/s "
+              "| minerva / llama.cpp | minerva / ik_llama.cpp |")
+        print("|---|---:|---|---:|---:|---:|---:|---:|")
+    else:
+        print("| model | threads | test | minerva tok/s | llama.cpp tok/s | minerva / llama.cpp |")
+        print("|---|---:|---|---:|---:|---:|")
+    for name, t, ours, theirs, ik in rows:
         for key, label in (("prefill", f"pp{args.p}"), ("decode", f"tg{args.n}")):
-            print(f"| {name} | {t} | {label} | {ours[key]:.1f} | {theirs[key]:.1f} | {ours[key] / theirs[key]:.2f} |")
+            line = f"| {name} | {t} | {label} | {ours[key]:.1f} | {theirs[key]:.1f} |"
+            if ik:
+                line += f" {ik[key]:.1f} | {ours[key] / theirs[key]:.2f} | {ours[key] / ik[key]:.2f} |"
+            else:
+                line += f" {ours[key] / theirs[key]:.2f} |"
+            print(line)
 
 
 if __name__ == "__main__":

@@ -150,8 +150,13 @@ fn measure_on<B: Backend>(
     }
     let (prefill_med, decode_med) = (median(&mut prefill), median(&mut decode));
     let on = MeasuredOn::new(path, device)?;
+    let (repacked, repacked_bytes) = model.backend.repacked();
     if !opts.json {
         let mut text = on.header(threads, opts.reps);
+        if repacked > 0 {
+            let mib = repacked_bytes as f64 / (1 << 20) as f64;
+            text += &format!("repacked {repacked} matrices, {mib:.1} MiB copied (8-bit activations)\n");
+        }
         if let Some(v) = prefill_med {
             text += &format!("prefill  pp{:<6} {v:>10.2} tok/s  (median; {})\n", opts.prompt, spread(&prefill));
         }
@@ -176,6 +181,8 @@ fn measure_on<B: Backend>(
             "cpu_features": on.features,
             "kernels": on.kernels,
             "vector_kernels": on.vectors,
+            "repacked_matrices": repacked,
+            "repacked_bytes": repacked_bytes,
         });
         format!("{object}\n")
     })

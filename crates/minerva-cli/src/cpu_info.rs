@@ -43,7 +43,10 @@ pub fn cpu_features() -> Vec<&'static str> {
 pub fn kernels_of(dtype: DType) -> String {
     let k = minerva_quant::cpu_kernels(dtype);
     let mut parts = Vec::new();
-    for (what, isa) in [("matmul", k.matmul), ("i16", k.matmul_i16), ("dequantize", k.dequantize)] {
+    let repacked = minerva_quant::repacked_kernel_isa(dtype);
+    for (what, isa) in
+        [("matmul", k.matmul), ("i16", k.matmul_i16), ("repacked", repacked), ("dequantize", k.dequantize)]
+    {
         if let Some(isa) = isa {
             parts.push(format!("{what} {isa}"));
         }

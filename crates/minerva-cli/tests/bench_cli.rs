@@ -41,6 +41,36 @@ fn json_reports_both_rates_and_every_run() {
     assert_eq!(json["vector_kernels"].as_str(), Some(minerva_quant::vector::vector_isa()), "{json}");
 }
 
+/// `--repack`: `auto` repacks SmolLM2 (LLaMA: 8-bit activations hold) — all 211 of its matrices
+/// (30 layers × 7, and the tied head), as many bytes as their blocks — and says so; `off` copies
+/// nothing; so does `auto` on Gemma 3, whose architecture keeps i16 activations.
+#[test]
+fn repacking_is_reported_where_it_happens() {
+    let run = |model: &std::path::Path, mode: &str| {
+        let args = [os("bench"), model.as_os_str(), os("-p"), os("8"), os("-n"), os("2"), os("-r"), os("1")];
+        let out = minerva(&[&args[..], &[os("--json"), os("--repack"), os(mode)]].concat());
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        (json["repacked_matrices"].as_u64().unwrap(), json["repacked_bytes"].as_u64().unwrap())
+    };
+    let smollm2 = real_model();
+    // Q4_1 layers (20 bytes per 32 values) and the Q8_0 head (34), rows whole groups of 16.
+    let (e, ff, vocab, layers) = (576u64, 1536u64, 49152u64, 30u64);
+    let layer = (e * e * 2 + e * 192 * 2 + 3 * e * ff) / 32 * 20;
+    let expected = layers * layer + vocab * e / 32 * 34;
+    if minerva_quant::repacked_kernel_isa(minerva_core::DType::Q4_1).is_some_and(|isa| isa != "scalar") {
+        assert_eq!(run(&smollm2, "auto"), (211, expected));
+    }
+    assert_eq!(run(&smollm2, "on"), (211, expected));
+    assert_eq!(run(&smollm2, "off"), (0, 0));
+    let gemma = common::root().join("models/gemma-3-270m-q4_k_m.gguf");
+    assert_eq!(run(&gemma, "auto"), (0, 0));
+    let text =
+        minerva(&[os("bench"), smollm2.as_os_str(), os("-p"), os("8"), os("-n"), os("0"), os("--repack"), os("on")]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("repacked 211 matrices"), "{text}");
+}
+
 #[test]
 fn text_output_and_skipped_phases() {
     let model = real_model();
@@ -53,11 +83,12 @@ fn text_output_and_skipped_phases() {
 #[test]
 fn bad_requests_are_one_line_errors() {
     let model = real_model();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--device", "tpu"], "--device"),
         (&["-r", "0"], "-r must be at least 1"),
         (&["-p", "0", "-n", "0"], "nothing to measure"),
         (&["-p", "100000"], "exceed the model's context"),
+        (&["--repack", "sometimes"], "--repack"),
     ];
     for (extra, what) in cases {
         let mut args = vec![os("bench"), model.as_os_str()];

@@ -308,6 +308,20 @@ pub trait Backend: Send + Sync {
     /// hidden states).
     fn read_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Vec<f32>>;
 
+    /// Matrices this backend has copied into another layout for its kernels so far (the CPU's
+    /// repacking), and their bytes; the default: none.
+    fn repacked(&self) -> (usize, usize) {
+        (0, 0)
+    }
+
+    /// Called once by [`crate::Model`] when its weights are loaded, with its architecture's row:
+    /// a backend may choose kernels by it before the first forward pass (the CPU backend's
+    /// `Repack::Auto` repacks only where `int8_activations` says 8-bit activations hold). The
+    /// default does nothing.
+    fn prepare_for(&self, arch: &crate::arch::ArchSpec) {
+        let _ = arch;
+    }
+
     /// Bytes that `values` cached keys or values take in the caches [`Backend::new_cache`] makes
     /// (4 each in f32, 2 in f16, 34 per 32 in Q8_0): what a KV block costs.
     fn kv_bytes(&self, values: usize) -> usize {

@@ -78,7 +78,7 @@ pub use backend::{
     WeightSource, argmax,
 };
 pub use config::Config;
-pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight};
+pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight, Repack};
 pub use embedding::Pooling;
 pub use error::{ModelError, Result};
 pub use model::{Hidden, Logits, LogitsFor, Model, SequenceInput};

@@ -105,7 +105,7 @@ impl<B: Backend> Model<B> {
         D: AsRef<[u8]> + Send + Sync + 'static,
     {
         let (config, weights) = arch::load_gguf(&gguf, &backend)?;
-        Ok(Model { config, weights, backend, kept_step: Mutex::new(None) })
+        Ok(Model::prepared(config, weights, backend))
     }
 
     /// Builds the model from an opened SafeTensors checkpoint and its `config.json`.
@@ -115,7 +115,15 @@ impl<B: Backend> Model<B> {
     /// `lm_head.weight` the embeddings are the head, which `tie_word_embeddings` must allow.
     pub fn from_checkpoint(checkpoint: Arc<Checkpoint>, backend: B) -> Result<Model<B>> {
         let (config, weights) = arch::load_checkpoint(&checkpoint, &backend)?;
-        Ok(Model { config, weights, backend, kept_step: Mutex::new(None) })
+        Ok(Model::prepared(config, weights, backend))
+    }
+
+    /// The model, after telling `backend` its architecture ([`Backend::prepare_for`]).
+    fn prepared(config: Config, weights: ModelWeights<B::Weight>, backend: B) -> Model<B> {
+        if let Some(spec) = arch::registry::find(&config.arch) {
+            backend.prepare_for(spec);
+        }
+        Model { config, weights, backend, kept_step: Mutex::new(None) }
     }
 
     /// A KV cache for `slots` sequences of up to `capacity` positions, each slot with its own

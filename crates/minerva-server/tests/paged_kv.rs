@@ -2,10 +2,14 @@
 //! the newest and runs it again without changing a token of what it streams; a request's choices
 //! share their prompt's blocks; a conversation's second turn finds its first turn's blocks after
 //! other requests ran in between.
+//!
+//! SmolLM2 runs repacked (`--repack auto`, 8-bit activations): these identities must hold there too.
 
 mod common;
 
-use common::{engine_config, post, post_stream, quiet, smollm2, start, start_with};
+use common::{
+    engine_config, post, post_stream, quiet, smollm2_repacked as smollm2, start_repacked as start, start_with,
+};
 use serde_json::{Value, json};
 
 /// Bytes of one KV block of SmolLM2 on the CPU: 2 (keys, values) × 30 layers × 3 KV heads × 64

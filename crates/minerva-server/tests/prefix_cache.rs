@@ -1,10 +1,12 @@
 //! A chat client re-sends the whole conversation each turn: the second turn starts from the
 //! keys and values the first left in its slot, runs only the rest, and gives exactly the answer
 //! (and log-probabilities) of a server that runs it all.
+//!
+//! SmolLM2 runs repacked (`--repack auto`, 8-bit activations): these identities must hold there too.
 
 mod common;
 
-use common::{post, start};
+use common::{post, start_repacked as start};
 use serde_json::{Value, json};
 
 /// A first turn of about 1,000 tokens.

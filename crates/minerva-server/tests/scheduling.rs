@@ -1,11 +1,13 @@
 //! Continuous batching: batch invariance, cancellation on disconnect, the bounded queue, time
 //! limits, a failing step, and shutdown.
+//!
+//! SmolLM2 runs repacked (`--repack auto`, 8-bit activations): these identities must hold there too.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, metric, post, post_stream, start, start_with};
+use common::{client, metric, post, post_stream, start_repacked as start, start_with};
 use futures_util::StreamExt;
 use minerva_server::{EngineConfig, ServerConfig};
 use serde_json::json;
@@ -68,7 +70,7 @@ async fn a_client_that_goes_away_frees_its_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_queue_bound_requests_get_503_with_retry_after() {
     let engine = EngineConfig { max_queue: 1, ..common::engine_config(1) };
-    let server = start_with(common::smollm2(), engine, common::quiet()).await;
+    let server = start_with(common::smollm2_repacked(), engine, common::quiet()).await;
     let long = json!({"prompt": "Count to one thousand:", "max_tokens": 1500, "temperature": 0, "stream": true});
     let running = client().post(format!("{}/v1/completions", server.url)).json(&long).send().await.unwrap();
     let mut running = running.bytes_stream();
@@ -88,7 +90,7 @@ async fn past_the_queue_bound_requests_get_503_with_retry_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_past_its_time_limit_ends_with_length() {
     let config = ServerConfig { request_timeout: Duration::from_millis(300), ..common::quiet() };
-    let server = start_with(common::smollm2(), common::engine_config(1), config).await;
+    let server = start_with(common::smollm2_repacked(), common::engine_config(1), config).await;
     let t = Instant::now();
     let (status, _, r) = post(
         &server.url,
@@ -122,7 +124,7 @@ async fn shutdown_lets_running_streams_finish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_prompt_is_prefilled_in_chunks_while_others_decode() {
     let engine = EngineConfig { prefill_chunk: 16, ..common::engine_config(2) };
-    let server = start_with(common::smollm2(), engine, common::quiet()).await;
+    let server = start_with(common::smollm2_repacked(), engine, common::quiet()).await;
     // A short prompt decoding a long answer…
     let long_answer = json!({"prompt": "Count:", "max_tokens": 400, "temperature": 0, "stream": true});
     let running = client().post(format!("{}/v1/completions", server.url)).json(&long_answer).send().await.unwrap();

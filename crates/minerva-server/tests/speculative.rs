@@ -3,10 +3,12 @@
 //! tokens a server without speculation gives them, drafts are made, kept and counted in
 //! `/metrics`, a request's `speculative: false` turns drafting off for it, and a pool small enough
 //! to preempt drafting sequences changes nothing either.
+//!
+//! SmolLM2 runs repacked (`--repack auto`, 8-bit activations): these identities must hold there too.
 
 mod common;
 
-use common::{engine_config, metric, post, post_stream, quiet, smollm2, start_with};
+use common::{engine_config, metric, post, post_stream, quiet, smollm2_repacked as smollm2, start_with};
 use minerva_server::{EngineConfig, SpecConfig};
 use serde_json::{Value, json};
 

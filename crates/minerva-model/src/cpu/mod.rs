@@ -6,6 +6,7 @@ mod attention;
 mod buffers;
 mod gated;
 mod moe;
+mod repacking;
 mod rope_tables;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use crate::error::{ModelError, Result};
 use crate::kv_blocks::BlockTables;
 use crate::rope::{RopeConfig, RopeStyle};
 use aligned::LineAligned;
+pub use repacking::Repack;
 
 /// An activation: `rows × cols` f32, row-major. Its buffer is recycled when it is dropped (see
 /// `buffers.rs`).
@@ -69,6 +71,8 @@ pub struct CpuWeight {
     cols: usize,
     vector: Option<Vec<f32>>,
     split: Option<SplitScales>,
+    /// The repacked copy (`Repack`), made at the first product.
+    repacked: repacking::RepackedCopy,
 }
 
 /// The scales of a split MXFP4 weight and its row stride.
@@ -115,6 +119,15 @@ impl CpuWeight {
                 row_stride: s.row_stride,
             },
         }
+    }
+
+    /// The weight as the fused products read it under `repack`: its repacked copy where the mode
+    /// and the dtype call for one (made now if it was not yet), else [`CpuWeight::matrix`].
+    fn product_matrix(&self, repack: Repack, counts: &repacking::RepackCounts) -> Matrix<'_> {
+        let repacked = (self.split.is_none() && repack.applies(self.dtype))
+            .then(|| self.repacked.get(self.dtype, self.bytes(), self.rows, self.cols, counts))
+            .flatten();
+        repacked.unwrap_or_else(|| self.matrix())
     }
 
     fn shape(&self) -> MatrixShape {
@@ -221,6 +234,11 @@ pub struct CpuBackend {
     rope_tables: rope_tables::RopeTables,
     /// Convert split MXFP4 (HF, MLX) to GGML blocks at load instead of reading it in place.
     mxfp4_copies: bool,
+    repack: Repack,
+    /// Whether the loaded architecture takes 8-bit activations (`Backend::prepare_for`): what
+    /// `Repack::Auto` asks.
+    int8_activations: std::sync::atomic::AtomicBool,
+    repacked: repacking::RepackCounts,
 }
 
 impl CpuBackend {
@@ -240,6 +258,9 @@ impl CpuBackend {
             kv_dtype: DType::F32,
             rope_tables: Default::default(),
             mxfp4_copies: false,
+            repack: Repack::Off,
+            int8_activations: Default::default(),
+            repacked: Default::default(),
         })
     }
 
@@ -261,6 +282,16 @@ impl CpuBackend {
         self
     }
 
+    /// Whether Q4_0, Q4_1 and Q8_0 matrices are repacked into row-interleaved groups at their first
+    /// product and multiplied with Q8_0 activations (`Repack::Auto`: where this CPU has a SIMD
+    /// kernel for them and the model's architecture takes 8-bit activations, see
+    /// `ArchSpec::int8_activations`), or read in place with i16 activations (`Repack::Off`, the
+    /// default: what the reference tests compare against).
+    pub fn with_repack(mut self, repack: Repack) -> CpuBackend {
+        self.repack = repack;
+        self
+    }
+
     /// The element type of new KV caches: `F32` (the default, exact), `F16` (half the memory;
     /// keys and values rounded to 11 significant bits) or `Q8_0` (about a quarter: each 32 values
     /// of a head as 8-bit integers and one f16 scale, as llama.cpp's `-ctk/-ctv q8_0`; head dims
@@ -271,6 +302,15 @@ impl CpuBackend {
         }
         self.kv_dtype = dtype;
         Ok(self)
+    }
+
+    /// The repack mode products run under: `Repack::Auto` only for architectures that take 8-bit
+    /// activations, else `Repack::Off`.
+    fn repack_mode(&self) -> Repack {
+        match self.repack {
+            Repack::Auto if !self.int8_activations.load(std::sync::atomic::Ordering::Relaxed) => Repack::Off,
+            mode => mode,
+        }
     }
 
     fn install<R>(&self, f: impl FnOnce() -> R) -> R {
@@ -337,7 +377,7 @@ impl Backend for CpuBackend {
         } else {
             None
         };
-        Ok(CpuWeight { file, range, name, dtype, rows, cols, vector, split: None })
+        Ok(CpuWeight { file, range, name, dtype, rows, cols, vector, split: None, repacked: Default::default() })
     }
 
     fn split_mxfp4_weight(&self, source: SplitMxfp4Source) -> Result<CpuWeight> {
@@ -367,6 +407,7 @@ impl Backend for CpuBackend {
             cols,
             vector: None,
             split,
+            repacked: Default::default(),
         })
     }
 
@@ -386,6 +427,14 @@ impl Backend for CpuBackend {
 
     fn kv_bytes(&self, values: usize) -> usize {
         kv_bytes(self.kv_dtype, values)
+    }
+
+    fn repacked(&self) -> (usize, usize) {
+        self.repacked.get()
+    }
+
+    fn prepare_for(&self, arch: &crate::arch::ArchSpec) {
+        self.int8_activations.store(arch.int8_activations, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn set_blocks(&self, cache: &mut CpuCache, slot: usize, blocks: &[u32]) -> Result<()> {
@@ -473,7 +522,8 @@ impl Backend for CpuBackend {
         }
         // i16 activations for the 32-value block formats (Q8_0 activations cost SmolLM2 two points
         // of top-1 agreement with an f32 reference; i16 matches it), Q8_K for the K-quants.
-        let (matrix, rows, cols) = (w.matrix(), w.rows, w.cols);
+        let (matrix, rows, cols) =
+            (self.install(|| w.product_matrix(self.repack_mode(), &self.repacked)), w.rows, w.cols);
         self.install(|| minerva_quant::matmul_i16_matrix(matrix, rows, cols, &x.data, x.rows, &mut out.data))?;
         Ok(out)
     }
@@ -489,7 +539,7 @@ impl Backend for CpuBackend {
         let mut outs = ws.map(|w| CpuTensor::for_output(x.rows, w.rows));
         let mut out_iter = outs.iter_mut();
         let mut products = ws.map(|w| minerva_quant::Product {
-            matrix: w.matrix(),
+            matrix: self.install(|| w.product_matrix(self.repack_mode(), &self.repacked)),
             rows: w.rows,
             ys: &mut out_iter.next().expect("one output per weight").data,
         });

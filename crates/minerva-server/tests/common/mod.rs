@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use minerva_generate::Tokenizer;
-use minerva_model::{Backend, CpuBackend, Model};
+use minerva_model::{Backend, CpuBackend, Model, Repack};
 use minerva_server::{EngineConfig, EngineHandle, Metrics, ServerConfig};
 use serde_json::Value;
 
@@ -89,13 +89,24 @@ where
     TestServer { url, metrics, engine: handle, stop: Some(stop), task: Some(task) }
 }
 
-/// SmolLM2 on the CPU (2 threads).
+/// SmolLM2 on the CPU (2 threads), as `minerva serve` runs it by default (`--repack off`).
 pub fn smollm2() -> impl FnOnce() -> Result<(Model<CpuBackend>, Tokenizer), String> + Send + 'static {
-    || {
+    smollm2_with(Repack::Off)
+}
+
+/// [`smollm2`] with its matrices repacked (`--repack auto`: 8-bit activations for the LLaMA
+/// family), for the identity tests (batching, preemption, shared prefixes, speculation) to hold
+/// with repacking on too.
+pub fn smollm2_repacked() -> impl FnOnce() -> Result<(Model<CpuBackend>, Tokenizer), String> + Send + 'static {
+    smollm2_with(Repack::Auto)
+}
+
+fn smollm2_with(repack: Repack) -> impl FnOnce() -> Result<(Model<CpuBackend>, Tokenizer), String> + Send + 'static {
+    move || {
         let path = real_model();
         let gguf = minerva_gguf::Gguf::open(&path).map_err(|e| e.to_string())?;
         let tokenizer = Tokenizer::from_gguf(&gguf).map_err(|e| e.to_string())?;
-        let backend = CpuBackend::new(Some(2)).map_err(|e| e.to_string())?;
+        let backend = CpuBackend::new(Some(2)).map_err(|e| e.to_string())?.with_repack(repack);
         let model = Model::from_gguf(Arc::new(gguf), backend).map_err(|e| e.to_string())?;
         Ok((model, tokenizer))
     }
@@ -103,6 +114,11 @@ pub fn smollm2() -> impl FnOnce() -> Result<(Model<CpuBackend>, Tokenizer), Stri
 
 pub async fn start(parallel: usize) -> TestServer {
     start_with(smollm2(), engine_config(parallel), quiet()).await
+}
+
+/// [`start`] on [`smollm2_repacked`].
+pub async fn start_repacked(parallel: usize) -> TestServer {
+    start_with(smollm2_repacked(), engine_config(parallel), quiet()).await
 }
 
 pub fn quiet() -> ServerConfig {

@@ -43,6 +43,7 @@ pub const GEMMA3: ArchSpec = ArchSpec {
     qk_norm: true,
     chat: ChatFormat::Gemma,
     synthetic_presets: &[],
+    int8_activations: false,
 };
 
 use crate::backend::{Backend, Batch};

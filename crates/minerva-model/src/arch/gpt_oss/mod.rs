@@ -41,6 +41,7 @@ pub const GPT_OSS: ArchSpec = ArchSpec {
     qk_norm: false,
     chat: ChatFormat::Harmony,
     synthetic_presets: &["20b", "tiny"],
+    int8_activations: false,
 };
 
 use super::block::{self, AttentionWeights, Stack};

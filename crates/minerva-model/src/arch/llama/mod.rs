@@ -32,6 +32,7 @@ pub const LLAMA: ArchSpec = ArchSpec {
     qk_norm: false,
     chat: ChatFormat::Stored,
     synthetic_presets: &["8b", "1b", "135m", "tiny"],
+    int8_activations: true,
 };
 
 /// Mistral: LLaMA blocks with a sliding window; llama.cpp's converter writes it as `llama`.
@@ -44,6 +45,7 @@ pub const MISTRAL: ArchSpec = ArchSpec {
     hf_class: "MistralForCausalLM",
     hf_sliding_window: true,
     synthetic_presets: &[],
+    int8_activations: true,
     ..LLAMA
 };
 
@@ -59,6 +61,7 @@ pub const PHI3: ArchSpec = ArchSpec {
     permutes_qk: false,
     hf_sliding_window: true,
     synthetic_presets: &[],
+    int8_activations: true,
     ..LLAMA
 };
 

@@ -42,6 +42,7 @@ pub const QWEN2: ArchSpec = ArchSpec {
     qk_norm: false,
     chat: ChatFormat::Qwen2ChatMl,
     synthetic_presets: &[],
+    int8_activations: false,
 };
 
 /// Qwen 3 (dense): per-head Q/K norms, an explicit head dim.

@@ -1,0 +1,93 @@
+//! Repacking at load (`--repack`): Q4_0, Q4_1 and Q8_0 matrices copied once into minerva-quant's
+//! row-interleaved layout ([`Repacked`]) and multiplied with 8-bit activations, instead of read in
+//! place with i16 activations.
+//!
+//! A matrix is repacked the first time a product reads it, on the backend's pool: a tensor that
+//! is only looked up (an untied embedding table) is never copied. The copy is as large as the
+//! tensor; the file's pages it was read from stay mapped (the kernel may reclaim them, they are
+//! not written).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use minerva_core::DType;
+use minerva_quant::{Matrix, Repacked};
+
+/// Whether the CPU backend repacks weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Repack {
+    /// Every repackable matrix (Q4_0, Q4_1, Q8_0) whose format has a SIMD kernel on this CPU,
+    /// when the model's architecture takes 8-bit activations (`ArchSpec::int8_activations`).
+    Auto,
+    /// Every repackable matrix, with the scalar kernel where there is no SIMD one.
+    On,
+    /// None: every weight read in place (zero-copy), i16 activations for the 32-value formats.
+    #[default]
+    Off,
+}
+
+impl std::str::FromStr for Repack {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Repack, String> {
+        match s {
+            "auto" => Ok(Repack::Auto),
+            "on" => Ok(Repack::On),
+            "off" => Ok(Repack::Off),
+            other => Err(format!("unknown repack mode {other:?} (expected auto, on or off)")),
+        }
+    }
+}
+
+impl Repack {
+    /// Whether a `rows × cols` matrix of `dtype` is repacked under this mode.
+    pub fn applies(self, dtype: DType) -> bool {
+        let fast = || minerva_quant::repacked_kernel_isa(dtype).is_some_and(|isa| isa != "scalar");
+        minerva_quant::is_repackable(dtype)
+            && match self {
+                Repack::Auto => fast(),
+                Repack::On => true,
+                Repack::Off => false,
+            }
+    }
+}
+
+/// A weight's repacked copy, made at its first product (`None` inside: repacking failed, e.g. for
+/// memory, and the weight is read in place).
+#[derive(Default)]
+pub(super) struct RepackedCopy(OnceLock<Option<Repacked>>);
+
+/// What a backend has repacked so far: matrices and bytes.
+#[derive(Default)]
+pub(super) struct RepackCounts {
+    matrices: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+impl RepackCounts {
+    /// (matrices, bytes).
+    pub(super) fn get(&self) -> (usize, usize) {
+        (self.matrices.load(Ordering::Relaxed), self.bytes.load(Ordering::Relaxed))
+    }
+}
+
+impl RepackedCopy {
+    /// The repacked matrix of `bytes` (`rows × cols` of `dtype`), made now (and counted in
+    /// `counts`) if it was not yet.
+    pub(super) fn get(
+        &self,
+        dtype: DType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+        counts: &RepackCounts,
+    ) -> Option<Matrix<'_>> {
+        let made = self.0.get_or_init(|| {
+            let repacked = Repacked::new(dtype, bytes, rows, cols).ok()?;
+            counts.matrices.fetch_add(1, Ordering::Relaxed);
+            counts.bytes.fetch_add(repacked.len_bytes(), Ordering::Relaxed);
+            Some(repacked)
+        });
+        made.as_ref().map(Repacked::matrix)
+    }
+}
