@@ -106,20 +106,28 @@ fn score_text_gives_llama_perplexitys_figure() {
         serde_json::from_slice(&std::fs::read(root().join("fixtures/model/llama_perplexity.json")).unwrap()).unwrap();
     let text = root().join(json["text"].as_str().unwrap());
     let ctx = json["ctx"].to_string();
-    let out = minerva(&[
-        "score".as_ref(),
-        real_model().as_os_str(),
-        "--text".as_ref(),
-        text.as_os_str(),
-        "--ctx".as_ref(),
-        ctx.as_ref(),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    // SmolLM2 adds no BOS: its windows are scored as cut, as llama-perplexity does.
-    assert!(stdout.contains(&format!("({} window(s) of {ctx})", json["windows"])), "{stdout}");
-    let ppl = perplexity(&out);
     let llama = json["ppl"].as_f64().unwrap();
-    let off = (ppl / llama - 1.0).abs();
-    eprintln!("SmolLM2 perplexity {ppl:.4} vs llama-perplexity {llama:.4}: {:.3} %", off * 100.0);
-    assert!(off < TEXT_VS_LLAMA_PERPLEXITY, "perplexity {ppl} vs llama-perplexity {llama}");
+    // In place with i16 activations, and repacked with 8-bit ones as llama.cpp's.
+    for repack in ["off", "on"] {
+        let out = minerva(&[
+            "score".as_ref(),
+            real_model().as_os_str(),
+            "--text".as_ref(),
+            text.as_os_str(),
+            "--ctx".as_ref(),
+            ctx.as_ref(),
+            "--repack".as_ref(),
+            repack.as_ref(),
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        // SmolLM2 adds no BOS: its windows are scored as cut, as llama-perplexity does.
+        assert!(stdout.contains(&format!("({} window(s) of {ctx})", json["windows"])), "{stdout}");
+        let ppl = perplexity(&out);
+        let off = (ppl / llama - 1.0).abs();
+        eprintln!(
+            "SmolLM2 --repack {repack}: perplexity {ppl:.4} vs llama-perplexity {llama:.4}: {:.3} %",
+            off * 100.0
+        );
+        assert!(off < TEXT_VS_LLAMA_PERPLEXITY, "--repack {repack}: perplexity {ppl} vs llama-perplexity {llama}");
+    }
 }

@@ -16,7 +16,8 @@
 //!
 //! then per block `acc = fma(d_w·d_a, f32(s), acc)` (and `fma(m_w, d_a·Σa, acc)` for Q4_1), as
 //! `crate::repack::reference_kernel` does: the results equal it bit for bit. Each pass over a
-//! block's weights serves [`ACTS`] activations (weights decoded once per pass, kept in registers).
+//! block's weights serves [`AVX512_ACTS`] or [`AVX2_ACTS`] activations (weights decoded once per
+//! pass, kept in registers).
 //!
 //! Memory safety rests on slices and `bytemuck` loads; the caller promises the features of the
 //! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`).
@@ -45,8 +46,10 @@ pub(super) const Q8_0: u8 = 0;
 pub(super) const Q4_0: u8 = 1;
 pub(super) const Q4_1: u8 = 2;
 
-/// Activations per pass over a block's weights.
-const ACTS: usize = 4;
+/// Activations per pass over a block's weights, AVX-512 (32 registers: 8 slots, 8 sums, scales).
+const AVX512_ACTS: usize = 8;
+/// Activations per pass over half a block's weights, AVX2 (16 registers: 8 slots, 4 sums).
+const AVX2_ACTS: usize = 4;
 
 /// Bytes of quants per block of a group.
 const fn quant_bytes(format: u8) -> usize {
@@ -86,9 +89,13 @@ fn blocks_of<'a, const N: usize>(acts: &'a [Activation<'_>], blocks: usize) -> [
 pub(super) fn avx512<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
     let blocks = group.len() / block_bytes(FORMAT);
     let (mut acts, mut out) = (acts, out);
-    while out.len() >= ACTS {
-        avx512_pass::<FORMAT, ACTS>(group, blocks_of(acts, blocks), &mut out[..ACTS]);
-        (acts, out) = (&acts[ACTS..], &mut out[ACTS..]);
+    while out.len() >= AVX512_ACTS {
+        avx512_pass::<FORMAT, AVX512_ACTS>(group, blocks_of(acts, blocks), &mut out[..AVX512_ACTS]);
+        (acts, out) = (&acts[AVX512_ACTS..], &mut out[AVX512_ACTS..]);
+    }
+    if out.len() >= 4 {
+        avx512_pass::<FORMAT, 4>(group, blocks_of(acts, blocks), &mut out[..4]);
+        (acts, out) = (&acts[4..], &mut out[4..]);
     }
     for (j, out) in out.chunks_exact_mut(1).enumerate() {
         avx512_pass::<FORMAT, 1>(group, blocks_of(&acts[j..], blocks), out);
@@ -153,11 +160,11 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: [&[ActBlock
 pub(super) fn avx2<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
     let blocks = group.len() / block_bytes(FORMAT);
     let (mut acts, mut out) = (acts, out);
-    while out.len() >= ACTS {
+    while out.len() >= AVX2_ACTS {
         for half in 0..2 {
-            avx2_pass::<FORMAT, ACTS>(group, half, blocks_of(acts, blocks), &mut out[..ACTS]);
+            avx2_pass::<FORMAT, AVX2_ACTS>(group, half, blocks_of(acts, blocks), &mut out[..AVX2_ACTS]);
         }
-        (acts, out) = (&acts[ACTS..], &mut out[ACTS..]);
+        (acts, out) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..]);
     }
     for (j, out) in out.chunks_exact_mut(1).enumerate() {
         for half in 0..2 {
