@@ -220,28 +220,41 @@ pub fn matmul_i16_each(products: &mut [Product<'_>], cols: usize, xs: &[f32], n:
     let mut tasks: Vec<Task<'_>> = TASKS.take();
     for p in products.iter_mut().filter(|p| p.rows > 0) {
         let (kernel, key, row_bytes) = plan(p, cols, xs.len(), n)?;
-        // Repacked matrices share their groups out themselves.
-        let Kernel::Blocks(kernel) = kernel else {
-            multiply_matrix(kernel, p.matrix, cols, p.rows, row_bytes, acts_for(key), p.ys);
-            continue;
-        };
-        let rows_per_task = rows_per_task(p.rows, row_bytes, threads);
-        let source = p.matrix.source(cols);
-        for (t, ys) in p.ys.chunks_mut(rows_per_task).enumerate() {
-            tasks.push((kernel, source, t * rows_per_task, row_bytes, acts_for(key), ys));
+        let acts = acts_for(key);
+        match (kernel, p.matrix) {
+            (Kernel::Repacked(kernel), Matrix::Repacked(view)) => {
+                // Whole groups of 16 rows per task.
+                let rows_per_task = rows_per_task(p.rows, row_bytes, threads).next_multiple_of(repack::GROUP_ROWS);
+                for (t, ys) in p.ys.chunks_mut(rows_per_task).enumerate() {
+                    tasks.push(Task::Repacked(kernel, view, t * rows_per_task, acts, ys));
+                }
+            }
+            (Kernel::Blocks(kernel), matrix) => {
+                let rows_per_task = rows_per_task(p.rows, row_bytes, threads);
+                let source = matrix.source(cols);
+                for (t, ys) in p.ys.chunks_mut(rows_per_task).enumerate() {
+                    tasks.push(Task::Blocks(kernel, source, t * rows_per_task, row_bytes, acts, ys));
+                }
+            }
+            (Kernel::Repacked(_), _) => unreachable!("a repacked kernel is planned for repacked matrices only"),
         }
     }
-    pool::for_each_chunk_mut(&mut tasks, 1, |_, task| {
-        let (kernel, source, first, row_bytes, acts, ys) = &mut task[0];
-        source.apply(*kernel, *first, ys.len(), *row_bytes, acts, ys);
+    pool::for_each_chunk_mut(&mut tasks, 1, |_, task| match &mut task[0] {
+        Task::Blocks(kernel, source, first, row_bytes, acts, ys) => {
+            source.apply(*kernel, *first, ys.len(), *row_bytes, acts, ys);
+        }
+        Task::Repacked(kernel, view, first, acts, ys) => repack::rows_into(*kernel, *view, *first, acts, ys),
     });
     TASKS.set(minerva_core::recycle_vec(tasks));
     Ok(())
 }
 
-/// One task of `matmul_i16_each`'s shared loop: a kernel, its matrix, its first row, their bytes
-/// per row, the activations and the rows' results (one per row).
-type Task<'a> = (MatKernel, RowSource<'a>, usize, usize, &'a [Activation<'a>], &'a mut [f32]);
+/// One task of `matmul_i16_each`'s shared loop: a kernel, its matrix, its first row (and for
+/// GGML rows their bytes per row), the activation and the rows' results (one per row).
+enum Task<'a> {
+    Blocks(MatKernel, RowSource<'a>, usize, usize, &'a [Activation<'a>], &'a mut [f32]),
+    Repacked(repack::RepackedKernel, repack::RepackedView<'a>, usize, &'a [Activation<'a>], &'a mut [f32]),
+}
 
 thread_local! {
     /// `matmul_i16_each`'s task list, kept empty between calls for its allocation.

@@ -346,6 +346,24 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
     }
 }
 
+/// Rows `first..first + ys.len()` of `view` (`first` a multiple of 16) against one activation
+/// (`acts`), into `ys`: one task of a decode's shared loop (`crate::matmul_i16_each`).
+pub(crate) fn rows_into(
+    kernel: RepackedKernel,
+    view: RepackedView<'_>,
+    first: usize,
+    acts: &[Activation<'_>],
+    ys: &mut [f32],
+) {
+    let group_bytes = view.bytes.len() / view.rows.div_ceil(GROUP_ROWS).max(1);
+    let mut results = [[0.0f32; GROUP_ROWS]; 1];
+    for (i, ys) in ys.chunks_mut(GROUP_ROWS).enumerate() {
+        let g = first / GROUP_ROWS + i;
+        kernel(&view.bytes[g * group_bytes..][..group_bytes], &acts[..1], &mut results);
+        ys.copy_from_slice(&results[0][..ys.len()]);
+    }
+}
+
 /// `ys = acts · Wᵀ` (`ys`: `acts.len() × view.rows`) for non-empty shapes checked by the caller,
 /// on the current pool: tasks of whole groups × chunks of activations, each writing its part of
 /// every activation's row of `ys` directly.

@@ -166,6 +166,15 @@ fn a_rows_result_does_not_depend_on_its_company() {
         )
         .unwrap();
         assert_eq!(bits(&b), bits(&alone));
+        // One activation on two threads: every product's tasks share one loop.
+        let (mut a1, mut b1) = (vec![0.0f32; rows], vec![0.0f32; 20]);
+        let mut products = [
+            Product { matrix: packed.matrix(), rows, ys: &mut a1 },
+            Product { matrix: Matrix::Blocks { dtype: DType::Q8_0, bytes: &other }, rows: 20, ys: &mut b1 },
+        ];
+        ComputePool::new(2).unwrap().install(|| matmul_i16_each(&mut products, cols, &xs[..cols], 1)).unwrap();
+        assert_eq!(bits(&a1), bits(&all[..rows]), "{dtype}: one activation, shared loop");
+        assert_eq!(bits(&b1), bits(&alone[..20]));
     }
 }
 
