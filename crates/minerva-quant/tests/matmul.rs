@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::Rng;
 use minerva_core::DType;
 use minerva_quant::{
     Matrix, Product, QuantError, activation_dtype, dequantize, detected_isas, has_i16_matmul, matmul, matmul_i16,
@@ -26,21 +27,6 @@ const DTYPES: [DType; 14] = [
     DType::BF16,
     DType::F32,
 ];
-
-/// A small deterministic generator (xorshift64*), so that shapes of any size cost nothing to build.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
 
 /// Random weights: float formats from values in [-1, 1); block formats from random bytes with
 /// their scale fields overwritten by finite, moderate scales (random bytes there could be NaN/inf).

@@ -4,6 +4,9 @@
 //! llama.cpp computes, to f32 rounding; a row's result does not depend on its company; the
 //! products route through `matmul_i16_each` and `matmul_i16_matrix`; bad shapes are errors.
 
+mod common;
+
+use common::Rng;
 use minerva_core::DType;
 use minerva_quant::{
     ComputePool, GROUP_ROWS, Matrix, Product, QuantError, Repacked, detected_isas, is_repackable, matmul_i16_each,
@@ -11,20 +14,6 @@ use minerva_quant::{
 };
 
 const DTYPES: [DType; 3] = [DType::Q8_0, DType::Q4_0, DType::Q4_1];
-
-/// xorshift64*.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
 
 /// Random blocks with finite scales (and minimums) of either sign; every quant byte random, so
 /// Q8_0's include -128.

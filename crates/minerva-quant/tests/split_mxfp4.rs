@@ -4,22 +4,14 @@
 //! at a prefill's, on one and two threads, alone and among other products; its dequantization
 //! equals the reference's.
 
+mod common;
+
+use common::Rng;
 use minerva_core::DType;
 use minerva_quant::{
     ComputePool, Matrix, Product, QuantError, dequantize_hf_mxfp4_ref, hf_mxfp4_to_ggml, matmul_i16, matmul_i16_each,
     matmul_i16_matrix,
 };
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
 
 /// HF `_blocks` / `_scales` for `rows × cols` values: random nibbles, scales 2^-8 … 2^3 (finite).
 fn hf_pair(rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {

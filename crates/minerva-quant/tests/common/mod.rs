@@ -1,5 +1,8 @@
 //! What the test binaries of this crate share.
 
+// Each binary uses part of it.
+#![allow(dead_code)]
+
 use std::io::Write;
 
 /// Whether this CPU runs the AVX2 kernels (x86-64 with AVX2, FMA and F16C). A test that checks
@@ -19,4 +22,21 @@ pub fn avx2_or_say_why_not(test: &str) -> bool {
         let _ = writeln!(std::io::stderr(), "{message}");
     }
     has
+}
+
+/// A small deterministic generator (xorshift64*), so that inputs of any size cost nothing to build.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
 }

@@ -283,44 +283,67 @@ pub(super) fn weighted_sum_add_f32(out: &mut [f32], weights: &[f32], rows: &[f32
 /// NaN products to 0 (what `as i32` makes of them).
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn quantize_i16_blocks(x: &[f32], q: &mut [i16], d: &mut [f32], sums: &mut [i32]) {
-    let load = |s: &[f32]| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&s[..8]));
-    let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    let (half, minus_half) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
     let (x_blocks, _) = x.as_chunks::<32>();
     let (q_blocks, _) = q.as_chunks_mut::<32>();
     for (((x, q), d), sum) in x_blocks.iter().zip(q_blocks).zip(d).zip(sums) {
-        let v: [__m256; 4] = std::array::from_fn(|k| load(&x[8 * k..]));
-        let mut amax = _mm256_setzero_ps();
-        for v in v {
-            amax = _mm256_max_ps(_mm256_and_ps(v, magnitude), amax);
-        }
-        let quad = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps::<1>(amax));
-        let pair = _mm_max_ps(quad, _mm_movehl_ps(quad, quad));
-        let amax = _mm_cvtss_f32(_mm_max_ss(pair, _mm_movehdup_ps(pair)));
-        let (scale, inverse) = crate::activation::i16_scale(amax);
+        let v = block_values(x);
+        let (scale, inverse) = crate::activation::i16_scale(largest_magnitude(&v));
         let inverse = _mm256_set1_ps(inverse);
-        let rounded: [__m256i; 4] = std::array::from_fn(|k| {
-            let y = _mm256_mul_ps(v[k], inverse);
-            let t = _mm256_cvttps_epi32(y);
-            let rest = _mm256_sub_ps(y, _mm256_cvtepi32_ps(t));
-            let up = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(rest, half));
-            let down = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(rest, minus_half));
-            let ordered = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_ORD_Q>(y, y));
-            // `up`/`down` are −1 where set: t − up + down.
-            _mm256_and_si256(_mm256_add_epi32(_mm256_sub_epi32(t, up), down), ordered)
-        });
+        let rounded: [__m256i; 4] = std::array::from_fn(|k| round_half_away(_mm256_mul_ps(v[k], inverse)));
         for (k, pair) in rounded.chunks_exact(2).enumerate() {
             // `packs` interleaves the two vectors' 128-bit halves; the permute restores the order.
             let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(pair[0], pair[1]));
             q[16 * k..16 * k + 16].copy_from_slice(bytemuck::cast_slice(&[packed]));
         }
-        let total =
-            _mm256_add_epi32(_mm256_add_epi32(rounded[0], rounded[1]), _mm256_add_epi32(rounded[2], rounded[3]));
-        let quad = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256::<1>(total));
-        let pair = _mm_add_epi32(quad, _mm_unpackhi_epi64(quad, quad));
-        *sum = _mm_cvtsi128_si32(_mm_add_epi32(pair, _mm_shuffle_epi32::<0b01>(pair)));
+        *sum = lane_sum(&rounded);
         *d = scale;
     }
+}
+
+/// A block's 32 values in four vectors.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn block_values(x: &[f32; 32]) -> [__m256; 4] {
+    std::array::from_fn(|k| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&x[8 * k..8 * k + 8])))
+}
+
+/// The largest magnitude of a block's values: `maxps` returns its second operand where either is
+/// NaN, so a NaN value never wins (as with `f32::max`).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn largest_magnitude(v: &[__m256; 4]) -> f32 {
+    let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let mut amax = _mm256_setzero_ps();
+    for &v in v {
+        amax = _mm256_max_ps(_mm256_and_ps(v, magnitude), amax);
+    }
+    let quad = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps::<1>(amax));
+    let pair = _mm_max_ps(quad, _mm_movehl_ps(quad, quad));
+    _mm_cvtss_f32(_mm_max_ss(pair, _mm_movehdup_ps(pair)))
+}
+
+/// `y` rounded half away from zero as `round_half_away` does (truncate, then ±1 where the
+/// remainder reaches ±0.5), NaN to 0 (what `as i32` makes of it).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn round_half_away(y: __m256) -> __m256i {
+    let t = _mm256_cvttps_epi32(y);
+    let rest = _mm256_sub_ps(y, _mm256_cvtepi32_ps(t));
+    let up = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(rest, _mm256_set1_ps(0.5)));
+    let down = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(rest, _mm256_set1_ps(-0.5)));
+    let ordered = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_ORD_Q>(y, y));
+    // `up`/`down` are −1 where set: t − up + down.
+    _mm256_and_si256(_mm256_add_epi32(_mm256_sub_epi32(t, up), down), ordered)
+}
+
+/// The sum of the 32 i32 lanes of four vectors.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn lane_sum(v: &[__m256i; 4]) -> i32 {
+    let total = _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3]));
+    let quad = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256::<1>(total));
+    let pair = _mm_add_epi32(quad, _mm_unpackhi_epi64(quad, quad));
+    _mm_cvtsi128_si32(_mm_add_epi32(pair, _mm_shuffle_epi32::<0b01>(pair)))
 }
 
 /// Columns `first_col..` of `src` (`rows × cols`) transposed into `dst` (`dst[k]`, at least

@@ -23,21 +23,19 @@
 //! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`).
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, __m512, __m512i, _CMP_GE_OQ, _CMP_LE_OQ, _CMP_ORD_Q, _mm_add_epi32, _mm_cvtsi128_si32,
-    _mm_cvtss_f32, _mm_max_ps, _mm_max_ss, _mm_movehdup_ps, _mm_movehl_ps, _mm_shuffle_epi32, _mm_unpackhi_epi64,
-    _mm256_abs_epi8, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_ps, _mm256_and_si256, _mm256_castps_si256,
-    _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_castsi256_si128, _mm256_cmp_ps, _mm256_cvtepi32_ps,
-    _mm256_cvtph_ps, _mm256_cvttps_epi32, _mm256_extractf128_ps, _mm256_extracti128_si256, _mm256_fmadd_ps,
-    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_max_ps, _mm256_min_ps, _mm256_mul_ps, _mm256_packs_epi16,
-    _mm256_packs_epi32, _mm256_permutevar8x32_epi32, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
-    _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sign_epi8, _mm256_srli_epi16,
-    _mm256_sub_epi32, _mm256_sub_ps, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps,
-    _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
-    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_srli_epi16, _mm512_sub_epi32, _mm512_xor_si512,
+    __m128i, __m256, __m256i, __m512, __m512i, _mm256_abs_epi8, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256,
+    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_max_ps,
+    _mm256_min_ps, _mm256_mul_ps, _mm256_packs_epi16, _mm256_packs_epi32, _mm256_permutevar8x32_epi32,
+    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps,
+    _mm256_setzero_si256, _mm256_sign_epi8, _mm256_srli_epi16, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512,
+    _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_epi8,
+    _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_srli_epi16, _mm512_sub_epi32,
+    _mm512_xor_si512,
 };
 
 use bytemuck::pod_read_unaligned;
 
+use super::avx2_vector::{block_values, lane_sum, largest_magnitude, round_half_away};
 use crate::activation::Activation;
 use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
 
@@ -178,44 +176,23 @@ pub(super) fn avx2<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out:
 /// i8 range and rounded half away from zero (NaN to 0), their sum, the scale rounded to f16.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn quantize_q8_1(x: &[f32], out: &mut [ActBlock]) {
-    let load = |s: &[f32]| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&s[..8]));
-    let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    let (half, minus_half) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
     let (lowest, highest) = (_mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
     let (x_blocks, _) = x.as_chunks::<32>();
     for (x, block) in x_blocks.iter().zip(out) {
-        let v: [__m256; 4] = std::array::from_fn(|k| load(&x[8 * k..]));
-        let mut amax = _mm256_setzero_ps();
-        for v in v {
-            // `maxps` returns its second operand where either is NaN: a NaN value is skipped.
-            amax = _mm256_max_ps(_mm256_and_ps(v, magnitude), amax);
-        }
-        let quad = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps::<1>(amax));
-        let pair = _mm_max_ps(quad, _mm_movehl_ps(quad, quad));
-        let amax = _mm_cvtss_f32(_mm_max_ss(pair, _mm_movehdup_ps(pair)));
-        let scale = amax / 127.0;
+        let v = block_values(x);
+        let scale = largest_magnitude(&v) / 127.0;
         let inverse = _mm256_set1_ps(if scale == 0.0 { 0.0 } else { 1.0 / scale });
         let rounded: [__m256i; 4] = std::array::from_fn(|k| {
-            let y = _mm256_mul_ps(v[k], inverse);
-            // NaN stays NaN through both (each returns its second operand, `y`, for a NaN).
-            let y = _mm256_min_ps(highest, _mm256_max_ps(lowest, y));
-            let t = _mm256_cvttps_epi32(y);
-            let rest = _mm256_sub_ps(y, _mm256_cvtepi32_ps(t));
-            let up = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(rest, half));
-            let down = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(rest, minus_half));
-            let ordered = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_ORD_Q>(y, y));
-            _mm256_and_si256(_mm256_add_epi32(_mm256_sub_epi32(t, up), down), ordered)
+            // Clamped to the i8 range first; NaN stays NaN through both (each returns its second
+            // operand, the product, for a NaN).
+            round_half_away(_mm256_min_ps(highest, _mm256_max_ps(lowest, _mm256_mul_ps(v[k], inverse))))
         });
         // i32 → i16 → i8 by saturating packs (the values fit), lanes put back in order.
         let words = [_mm256_packs_epi32(rounded[0], rounded[1]), _mm256_packs_epi32(rounded[2], rounded[3])];
         let bytes = _mm256_packs_epi16(words[0], words[1]);
         let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         block.qs = bytemuck::cast(ordered);
-        let total =
-            _mm256_add_epi32(_mm256_add_epi32(rounded[0], rounded[1]), _mm256_add_epi32(rounded[2], rounded[3]));
-        let quad = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256::<1>(total));
-        let pair = _mm_add_epi32(quad, _mm_unpackhi_epi64(quad, quad));
-        block.sum = _mm_cvtsi128_si32(_mm_add_epi32(pair, _mm_shuffle_epi32::<0b01>(pair)));
+        block.sum = lane_sum(&rounded);
         block.d = half::f16::from_f32(scale).to_f32();
         block.ds = block.d * block.sum as f32;
         block.pad = 0;
