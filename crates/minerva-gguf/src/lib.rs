@@ -31,7 +31,7 @@ mod writer;
 pub use error::{GgufError, Result};
 pub use memmap2::Mmap;
 pub use minerva_core::{DType, TensorView};
-pub use reader::{DEFAULT_ALIGNMENT, GGUF_MAGIC, Gguf, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo};
+pub use reader::{Backing, DEFAULT_ALIGNMENT, GGUF_MAGIC, Gguf, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo};
 pub use value::{ArrayIter, ArrayValue, MetadataValue, Value, ValueType};
 pub use writer::{GgufWriter, TensorDataWriter, WRITE_VERSION};
 

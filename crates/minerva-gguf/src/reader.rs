@@ -112,6 +112,38 @@ impl Gguf<Mmap> {
     }
 }
 
+/// The bytes a [`Gguf`] reads: a memory map, a `Vec` or a slice, and whether pages of them can be
+/// given back once a reader has copied what it needed ([`Gguf::release`]).
+pub trait Backing: AsRef<[u8]> {
+    /// Lets the system drop the pages of `range` (byte offsets into the whole file) from this
+    /// process's memory; the bytes read the same afterwards. The default does nothing (memory
+    /// the process owns cannot be given back without losing it).
+    fn release(&self, range: Range<usize>) {
+        let _ = range;
+    }
+}
+
+impl Backing for Vec<u8> {}
+impl Backing for &[u8] {}
+impl Backing for Box<[u8]> {}
+
+impl Backing for Mmap {
+    /// `MADV_DONTNEED` on the whole pages inside `range`: they leave the resident set, and a later
+    /// read maps them again from the page cache or the file. Ranges outside the map are ignored.
+    fn release(&self, range: Range<usize>) {
+        let page = 4096;
+        let (start, end) = (range.start.next_multiple_of(page), range.end.min(self.len()) / page * page);
+        if start < end {
+            #[allow(unsafe_code)]
+            // SAFETY: the map is read-only (`Mmap`, never `MmapMut`) of a file: dropping its pages
+            // discards nothing, and every reference into them stays valid, reading the same bytes
+            // when next touched (faulted in again from the file, as on first touch). The range is
+            // whole pages inside the map.
+            let _ = unsafe { self.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
+    }
+}
+
 /// Asks Linux to read the file into the page cache in 2 MiB folios where it reads it for this
 /// map, and to map them as huge pages: decode streams the weights, and with 4 KiB pages a core
 /// read them at about two thirds of the rate (docs/benchmarks-history.md, "Huge pages for the model's
@@ -123,6 +155,14 @@ fn advise_huge_pages(map: &Mmap) {
 
 #[cfg(not(target_os = "linux"))]
 fn advise_huge_pages(_map: &Mmap) {}
+
+impl<D: Backing> Gguf<D> {
+    /// Gives the pages of `range` (byte offsets into the file) back to the system where the
+    /// bytes are a memory map ([`Backing::release`]): after a reader copied tensors elsewhere.
+    pub fn release(&self, range: Range<usize>) {
+        self.data.release(range);
+    }
+}
 
 impl<D: AsRef<[u8]>> Gguf<D> {
     /// Parses the GGUF file held in `data`.

@@ -200,3 +200,28 @@ fn zero_size_tensors_need_no_data_when_streaming() {
         Err(minerva_gguf::GgufError::Shape { .. })
     ));
 }
+
+/// `Gguf::release` on a mapped file: the pages of a tensor's range leave the process, and every
+/// byte of the file reads the same afterwards (faulted in again); ranges past the end, empty or
+/// inside one page are ignored. A `Vec`-backed file keeps its bytes (release does nothing).
+#[test]
+fn released_pages_read_the_same_bytes_again() {
+    let data: Vec<u8> = (0..34 * 1928u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let mut w = GgufWriter::new();
+    w.add_tensor("t", DType::Q8_0, &[32 * 1928], data).unwrap();
+    let mut bytes = Vec::new();
+    w.write_to(&mut bytes).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let mapped = Gguf::open(&path).unwrap();
+    assert_eq!(mapped.bytes(), &bytes[..]);
+    let len = bytes.len();
+    for range in [0..len, 100..9000, 4096..8192, len..len + 10_000, 5..6, 0..0] {
+        mapped.release(range);
+        assert!(mapped.bytes() == &bytes[..], "after releasing");
+    }
+    let owned = Gguf::parse(bytes.clone()).unwrap();
+    owned.release(0..len);
+    assert!(owned.bytes() == &bytes[..]);
+}

@@ -21,11 +21,22 @@ use crate::rope::RopeConfig;
 pub trait ByteSource: Send + Sync {
     /// The whole file.
     fn bytes(&self) -> &[u8];
+
+    /// Lets the system drop the pages of `range` from memory, where the bytes are a file's map
+    /// (they read the same afterwards): a backend that copied a tensor into its own layout calls
+    /// it. The default does nothing.
+    fn release(&self, range: Range<usize>) {
+        let _ = range;
+    }
 }
 
-impl<D: AsRef<[u8]> + Send + Sync> ByteSource for minerva_gguf::Gguf<D> {
+impl<D: minerva_gguf::Backing + Send + Sync> ByteSource for minerva_gguf::Gguf<D> {
     fn bytes(&self) -> &[u8] {
         minerva_gguf::Gguf::bytes(self)
+    }
+
+    fn release(&self, range: Range<usize>) {
+        minerva_gguf::Gguf::release(self, range);
     }
 }
 

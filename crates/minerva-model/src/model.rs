@@ -102,7 +102,7 @@ impl<B: Backend> Model<B> {
     /// Builds the model from a parsed GGUF file: config, then every weight (shapes checked).
     pub fn from_gguf<D>(gguf: Arc<Gguf<D>>, backend: B) -> Result<Model<B>>
     where
-        D: AsRef<[u8]> + Send + Sync + 'static,
+        D: minerva_gguf::Backing + Send + Sync + 'static,
     {
         let (config, weights) = arch::load_gguf(&gguf, &backend)?;
         Ok(Model::prepared(config, weights, backend))

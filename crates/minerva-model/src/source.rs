@@ -120,7 +120,7 @@ impl TensorSource {
     /// Every tensor of a GGUF file.
     pub fn from_gguf<D>(gguf: &Arc<Gguf<D>>) -> Result<TensorSource>
     where
-        D: AsRef<[u8]> + Send + Sync + 'static,
+        D: minerva_gguf::Backing + Send + Sync + 'static,
     {
         let file: Arc<dyn ByteSource> = gguf.clone();
         let tensors = gguf

@@ -56,7 +56,7 @@ pub enum ModelWeights<W> {
 pub(crate) fn load_gguf<B, D>(gguf: &Arc<Gguf<D>>, backend: &B) -> Result<(Config, ModelWeights<B::Weight>)>
 where
     B: Backend,
-    D: AsRef<[u8]> + Send + Sync + 'static,
+    D: minerva_gguf::Backing + Send + Sync + 'static,
 {
     let source = TensorSource::from_gguf(gguf)?;
     let arch = gguf.architecture()?;

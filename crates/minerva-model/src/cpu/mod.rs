@@ -125,7 +125,10 @@ impl CpuWeight {
     /// and the dtype call for one (made now if it was not yet), else [`CpuWeight::matrix`].
     fn product_matrix(&self, repack: Repack, counts: &repacking::RepackCounts) -> Matrix<'_> {
         let repacked = (self.split.is_none() && repack.applies(self.dtype))
-            .then(|| self.repacked.get(self.dtype, self.bytes(), self.rows, self.cols, counts))
+            .then(|| {
+                let release = || self.file.release(self.range.clone());
+                self.repacked.get(self.dtype, self.bytes(), (self.rows, self.cols), counts, release)
+            })
             .flatten();
         repacked.unwrap_or_else(|| self.matrix())
     }

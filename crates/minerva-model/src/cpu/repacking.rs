@@ -4,8 +4,9 @@
 //!
 //! A matrix is repacked the first time a product reads it, on the backend's pool: a tensor that
 //! is only looked up (an untied embedding table) is never copied. The copy is as large as the
-//! tensor; the file's pages it was read from stay mapped (the kernel may reclaim them, they are
-//! not written).
+//! tensor; the file's pages it was read from are then given back (`ByteSource::release`:
+//! `MADV_DONTNEED` on a GGUF file's map), so resident memory holds the copy, not both (a tied
+//! embedding table's rows are read from the file again, a page per looked-up row).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -72,20 +73,21 @@ impl RepackCounts {
 }
 
 impl RepackedCopy {
-    /// The repacked matrix of `bytes` (`rows × cols` of `dtype`), made now (and counted in
-    /// `counts`) if it was not yet.
+    /// The repacked matrix of `bytes` (`rows × cols` of `dtype`), made now if it was not yet:
+    /// then counted in `counts`, and `made` runs (to give the file's pages back).
     pub(super) fn get(
         &self,
         dtype: DType,
         bytes: &[u8],
-        rows: usize,
-        cols: usize,
+        (rows, cols): (usize, usize),
         counts: &RepackCounts,
+        made: impl FnOnce(),
     ) -> Option<Matrix<'_>> {
         let made = self.0.get_or_init(|| {
             let repacked = Repacked::new(dtype, bytes, rows, cols).ok()?;
             counts.matrices.fetch_add(1, Ordering::Relaxed);
             counts.bytes.fetch_add(repacked.len_bytes(), Ordering::Relaxed);
+            made();
             Some(repacked)
         });
         made.as_ref().map(Repacked::matrix)

@@ -81,7 +81,7 @@ impl<W> Weights<W> {
     pub fn from_gguf<B, D>(backend: &B, g: &Arc<Gguf<D>>, cfg: &Config) -> Result<Weights<W>>
     where
         B: Backend<Weight = W>,
-        D: AsRef<[u8]> + Send + Sync + 'static,
+        D: minerva_gguf::Backing + Send + Sync + 'static,
     {
         Weights::load(backend, &TensorSource::from_gguf(g)?, cfg)
     }
