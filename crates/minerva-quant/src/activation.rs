@@ -173,26 +173,26 @@ impl<'a> Activation<'a> {
             act.ds.extend(act.d.iter().zip(&act.sums).map(|(&d, &sum)| d * sum as f32));
             return act;
         }
-        let block_elems = format.block_elems();
-        let block_bytes = format.block_bytes();
-        let blocks = x.len() / block_elems;
-        let mut bytes = std::mem::take(&mut act.scratch);
-        bytes.clear();
-        bytes.resize(blocks * block_bytes, 0);
-        act.qs.reserve(x.len());
+        let blocks = x.len() / format.block_elems();
         if format == DType::Q8_0 {
             act.qs.resize(32 * blocks, 0);
             act.d.resize(blocks, 0.0);
             act.sums.resize(blocks, 0);
             quantize_q8_0_blocks(x, &mut act.qs, &mut act.d, &mut act.sums);
             act.ds.extend(act.d.iter().zip(&act.sums).map(|(&d, &sum)| d * sum as f32));
-        } else {
-            quantize_row_q8_k_ref(x, &mut bytes).expect("whole Q8_K blocks, checked by the caller");
-            for block in bytes.chunks_exact(block_bytes) {
-                act.d.push(f32::from_le_bytes([block[0], block[1], block[2], block[3]]));
-                act.qs.extend_from_slice(&block[4..260]);
-                act.bsums.extend(block[260..].chunks_exact(2).map(|s| i16::from_le_bytes([s[0], s[1]])));
-            }
+            return act;
+        }
+        // Q8_K: through the reference quantizer's block bytes.
+        let block_bytes = format.block_bytes();
+        let mut bytes = std::mem::take(&mut act.scratch);
+        bytes.clear();
+        bytes.resize(blocks * block_bytes, 0);
+        act.qs.reserve(x.len());
+        quantize_row_q8_k_ref(x, &mut bytes).expect("whole Q8_K blocks, checked by the caller");
+        for block in bytes.chunks_exact(block_bytes) {
+            act.d.push(f32::from_le_bytes([block[0], block[1], block[2], block[3]]));
+            act.qs.extend_from_slice(&block[4..260]);
+            act.bsums.extend(block[260..].chunks_exact(2).map(|s| i16::from_le_bytes([s[0], s[1]])));
         }
         act.scratch = bytes;
         act

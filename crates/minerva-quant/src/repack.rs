@@ -1,9 +1,9 @@
-//! Weights repacked at load into row-interleaved groups, multiplied with 8-bit activations.
+//! Weights repacked into row-interleaved groups, multiplied with 8-bit activations.
 //!
 //! The zero-copy kernels read a GGML row block by block and must bring every row's sums
 //! together across SIMD lanes, or unpack groups of rows into a panel again on every call
-//! (`avx2_panel`, `avx512_panel`). A repacked matrix is that panel made once, at load, and kept
-//! instead of the file's bytes (ik_llama.cpp's `_R8`/`_R16` layouts and llama.cpp's `repack`
+//! (`avx2_panel`, `avx512_panel`). A repacked matrix is that panel made once and kept instead of
+//! the file's bytes (ik_llama.cpp's `_R8`/`_R16` layouts and llama.cpp's `repack`
 //! follow the same idea): 16 rows side by side, four bytes of each row next to four of the
 //! next, so that one 64-byte load holds four values of each of 16 rows and one `vpdpbusd`
 //! (AVX-512 VNNI) — or `vpmaddubsw` + `vpmaddwd` on two halves (AVX2) — adds a broadcast group
@@ -371,9 +371,10 @@ pub(crate) fn multiply(kernel: RepackedKernel, view: RepackedView<'_>, acts: &[A
     let (rows, n, threads) = (view.rows, acts.len(), pool::current_threads());
     let group_bytes = view.bytes.len() / rows.div_ceil(GROUP_ROWS);
     let groups = rows.div_ceil(GROUP_ROWS);
-    // Several tasks per thread for one activation (a shared core should not hold the rest up),
-    // one block of groups per thread for many (each claims chunks of activations in turn).
-    let tasks_per_thread = if n == 1 { 4 } else { 1 };
+    // Several tasks per thread for one activation on several threads (a shared core should not
+    // hold the rest up), one block of groups per thread otherwise (each claims chunks of
+    // activations in turn; one thread takes every row in one task).
+    let tasks_per_thread = if n == 1 && threads > 1 { 4 } else { 1 };
     let groups_per_task = groups.div_ceil((threads * tasks_per_thread).max(1)).max(1);
     let block_rows = groups_per_task * GROUP_ROWS;
     let run = |block: &mut pool::ColumnBlock<'_, f32>, first: usize, chunk: &[Activation<'_>]| {
@@ -393,10 +394,6 @@ pub(crate) fn multiply(kernel: RepackedKernel, view: RepackedView<'_>, acts: &[A
             }
         }
     };
-    if threads == 1 && n <= MAX_ACTS {
-        pool::for_each_tile_mut(ys, rows, n, rows, |_, _, mut block| run(&mut block, 0, acts));
-        return;
-    }
     pool::for_each_tile_mut(ys, rows, MAX_ACTS, block_rows, |c, _, mut block| {
         let first = c * MAX_ACTS;
         run(&mut block, first, &acts[first..(first + MAX_ACTS).min(n)]);
