@@ -55,7 +55,7 @@ pub struct ModelArgs {
     /// bounds it (few cores).
     #[arg(long)]
     pub mxfp4_copies: bool,
-    /// CPU: copy Q4_0, Q4_1 and Q8_0 matrices once, at their first product, into groups of 16
+    /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 matrices once, at their first product, into groups of 16
     /// interleaved rows multiplied with 8-bit activations as llama.cpp's (as much memory again as
     /// those matrices; faster prefill and decode, llama.cpp's accuracy rather than f32's): `auto`
     /// where the architecture takes 8-bit activations (the LLaMA family) and this CPU has SIMD
@@ -70,7 +70,7 @@ pub struct ModelArgs {
 pub enum RepackMode {
     /// Where the architecture takes 8-bit activations and this CPU has SIMD kernels.
     Auto,
-    /// Every Q4_0, Q4_1 and Q8_0 matrix.
+    /// Every Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 matrix.
     On,
     /// None: zero-copy, i16 activations.
     #[default]

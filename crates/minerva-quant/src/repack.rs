@@ -12,23 +12,30 @@
 //! ```text
 //! group g (rows 16g .. 16g+16, missing rows zero), then per 32-value block b, 16 × block bytes:
 //!   quants   Q8_0: 8 slots × 64 B   slot s, row r, byte i  = row r's quant 4s + i
-//!            Q4_x: 4 slots × 64 B   slot c, row r, byte i  = row r's byte 4c + i
+//!            Q4_x, Q5_x: 4 slots × 64 B
+//!                                   slot c, row r, byte i  = row r's byte 4c + i
 //!                                   (low nibble: value 4c + i, high: value 16 + 4c + i)
+//!   fifth bits (Q5_x only) 8 × u64  word s, bit 4r + i     = row r's bit 4s + i of `qh`
+//!                                   (the fifth bit of value 4s + i: one mask per decoded slot)
 //!   scales   16 × f16               row r's d
-//!   minimums 16 × f16 (Q4_1 only)   row r's m
+//!   minimums 16 × f16 (Q4_1, Q5_1)  row r's m
 //! ```
 //!
-//! Every block takes exactly its 16 rows' GGML bytes, so a repacked matrix is the size of the
-//! original (plus zero rows up to a multiple of 16).
+//! A decoded slot s (nibbles: s < 4 the low ones of slot s, s ≥ 4 the high ones of slot s − 4)
+//! holds values 4s .. 4s + 4 of each row, so Q5's word s is the bit each of its bytes needs: one
+//! masked add (AVX-512) or a bit-to-byte spread (AVX2) per slot. Every block takes exactly its 16
+//! rows' GGML bytes, so a repacked matrix is the size of the original (plus zero rows up to a
+//! multiple of 16).
 //!
 //! Activations are Q8_0 as llama.cpp quantizes them (i8 quants, one f16-rounded scale `d_a` per
 //! 32 values, and their sum `Σa`). Per row and block the integer sum is exact and the f32 steps
 //! are fixed, so every ISA gives the scalar reference's bits ([`reference_kernel`]):
 //!
 //! ```text
-//!   s   = Σ q·a  (Q8_0: signed quants; Q4_0: q − 8 folded in as s − 8·Σa; Q4_1: unsigned q)
+//!   s   = Σ q·a  (Q8_0: signed quants; Q4_0: q − 8 folded in as s − 8·Σa; Q5_0: q − 16 as
+//!                 s − 16·Σa; Q4_1, Q5_1: unsigned q)
 //!   acc = fma(d_w · d_a, f32(s), acc)
-//!   acc = fma(m_w, d_a·Σa, acc)                        (Q4_1)
+//!   acc = fma(m_w, d_a·Σa, acc)                        (Q4_1, Q5_1)
 //! ```
 //!
 //! in block order, one accumulator per (row, activation): a row's result does not depend on how
@@ -70,9 +77,9 @@ pub(crate) struct ActBlock {
 /// Activations per kernel call.
 pub(crate) const MAX_ACTS: usize = 64;
 
-/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q8_0).
+/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
 pub fn is_repackable(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0)
+    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0)
 }
 
 /// The instruction set of the kernel that multiplies repacked `dtype` weights on this CPU
@@ -81,12 +88,46 @@ pub fn repacked_kernel_isa(dtype: DType) -> Option<&'static str> {
     crate::kernels::selected(dtype).repacked_isa
 }
 
-/// Bytes of quants per block of a group (before its scales).
+/// Bytes of quants per block of a group (the nibbles or Q8_0's bytes, then Q5's fifth bits):
+/// where its scales begin.
 pub(crate) const fn quant_bytes(dtype: DType) -> usize {
     match dtype {
         DType::Q8_0 => 8 * SLOT_BYTES,
+        DType::Q5_0 | DType::Q5_1 => 5 * SLOT_BYTES,
         _ => 4 * SLOT_BYTES,
     }
+}
+
+/// Where a GGML block's fields lie: (quant bytes, Q5's `qh`, or 0 for formats without it).
+const fn ggml_fields(dtype: DType) -> (usize, usize) {
+    match dtype {
+        DType::Q4_1 => (4, 0),
+        DType::Q5_0 => (6, 2),
+        DType::Q5_1 => (8, 4),
+        _ => (2, 0),
+    }
+}
+
+/// Whether a format has a minimum per block (`m`, GGML bytes 2..4).
+const fn has_minimum(dtype: DType) -> bool {
+    matches!(dtype, DType::Q4_1 | DType::Q5_1)
+}
+
+/// Slots of nibbles or bytes per block (Q8_0 8, the 4- and 5-bit formats 4).
+const fn packed_slots(dtype: DType) -> usize {
+    if matches!(dtype, DType::Q8_0) { 8 } else { 4 }
+}
+
+/// Q5's fifth bits of up to 16 rows (`qh`, one u32 per row) as the layout's 8 mask words.
+fn fifth_bit_masks(qh: &[u32]) -> [u64; 8] {
+    std::array::from_fn(|s| {
+        qh.iter().enumerate().fold(0u64, |mask, (r, &qh)| mask | (u64::from((qh >> (4 * s)) & 0xF) << (4 * r)))
+    })
+}
+
+/// Row `r`'s `qh` back from the 8 mask words.
+fn row_fifth_bits(masks: &[u64; 8], r: usize) -> u32 {
+    masks.iter().enumerate().fold(0u32, |qh, (s, &mask)| qh | (((mask >> (4 * r)) & 0xF) as u32) << (4 * s))
 }
 
 /// One 64-byte line: the storage unit, so that every group and slot starts where the kernels'
@@ -95,7 +136,7 @@ pub(crate) const fn quant_bytes(dtype: DType) -> usize {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// A `rows × cols` matrix of Q4_0, Q4_1 or Q8_0 blocks in the interleaved layout (module docs),
+/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 blocks in the interleaved layout (module docs),
 /// owned.
 pub struct Repacked {
     dtype: DType,
@@ -275,20 +316,27 @@ const fn slot_offset(slot: usize, row: usize) -> usize {
 /// Up to 16 GGML rows (`rows`) into one group (`out`, every byte written; missing rows zero).
 fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
     let (block_bytes, quants) = (dtype.block_bytes(), quant_bytes(dtype));
-    let slots = quants / SLOT_BYTES;
-    let quants_at = if dtype == DType::Q4_1 { 4 } else { 2 };
+    let (quants_at, qh_at) = ggml_fields(dtype);
     for (b, dst) in out.chunks_exact_mut(GROUP_ROWS * block_bytes).enumerate() {
         dst.fill(0);
+        let mut qh = [0u32; GROUP_ROWS];
         for (r, row) in rows.iter().enumerate() {
             let src = &row[b * block_bytes..][..block_bytes];
-            for s in 0..slots {
+            for s in 0..packed_slots(dtype) {
                 let at = slot_offset(s, r);
                 dst[at..at + 4].copy_from_slice(&src[quants_at + 4 * s..][..4]);
             }
             dst[quants + 2 * r..][..2].copy_from_slice(&src[..2]);
-            if dtype == DType::Q4_1 {
+            if has_minimum(dtype) {
                 dst[quants + 2 * GROUP_ROWS + 2 * r..][..2].copy_from_slice(&src[2..4]);
             }
+            if qh_at > 0 {
+                qh[r] = u32::from_le_bytes(src[qh_at..qh_at + 4].try_into().expect("four bytes"));
+            }
+        }
+        if qh_at > 0 {
+            let masks = bytemuck::cast::<[u64; 8], [u8; 64]>(fifth_bit_masks(&qh).map(u64::to_le));
+            dst[4 * SLOT_BYTES..5 * SLOT_BYTES].copy_from_slice(&masks);
         }
     }
 }
@@ -296,29 +344,39 @@ fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
 /// Row `r` of a group back to its GGML bytes.
 fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
     let (block_bytes, quants) = (dtype.block_bytes(), quant_bytes(dtype));
-    let quants_at = if dtype == DType::Q4_1 { 4 } else { 2 };
+    let (quants_at, qh_at) = ggml_fields(dtype);
     for (b, dst) in out.chunks_exact_mut(block_bytes).enumerate() {
         let src = &group[b * GROUP_ROWS * block_bytes..][..GROUP_ROWS * block_bytes];
-        for s in 0..quants / SLOT_BYTES {
+        for s in 0..packed_slots(dtype) {
             let at = slot_offset(s, r);
             dst[quants_at + 4 * s..][..4].copy_from_slice(&src[at..at + 4]);
         }
         dst[..2].copy_from_slice(&src[quants + 2 * r..][..2]);
-        if dtype == DType::Q4_1 {
+        if has_minimum(dtype) {
             dst[2..4].copy_from_slice(&src[quants + 2 * GROUP_ROWS + 2 * r..][..2]);
         }
+        if qh_at > 0 {
+            dst[qh_at..qh_at + 4].copy_from_slice(&row_fifth_bits(&fifth_bit_words(src), r).to_le_bytes());
+        }
     }
+}
+
+/// A block's 8 fifth-bit mask words (Q5 formats).
+fn fifth_bit_words(block: &[u8]) -> [u64; 8] {
+    std::array::from_fn(|s| u64::from_le_bytes(block[4 * SLOT_BYTES + 8 * s..][..8].try_into().expect("eight bytes")))
 }
 
 /// The scalar kernel of every repacked format: the definition the SIMD kernels equal bit for bit.
 pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
     let block = GROUP_ROWS * dtype.block_bytes();
     let quants = quant_bytes(dtype);
+    let five = matches!(dtype, DType::Q5_0 | DType::Q5_1);
     for (act, out) in acts.iter().zip(out.iter_mut()) {
         *out = [0.0; GROUP_ROWS];
         for (src, act) in group.chunks_exact(block).zip(&act.blocks) {
             let a = &act.qs;
             let (d_a, sum_a) = (act.d, act.sum);
+            let masks = if five { fifth_bit_words(src) } else { [0; 8] };
             for (r, acc) in out.iter_mut().enumerate() {
                 let mut s = 0i32;
                 for k in 0..32 {
@@ -326,17 +384,21 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
                         DType::Q8_0 => i32::from(src[slot_offset(k / 4, r) + k % 4] as i8),
                         _ => {
                             let byte = src[slot_offset(k % 16 / 4, r) + k % 4];
-                            i32::from(if k < 16 { byte & 0x0F } else { byte >> 4 })
+                            let nibble = i32::from(if k < 16 { byte & 0x0F } else { byte >> 4 });
+                            let fifth = (masks[k / 4] >> (4 * r + k % 4)) & 1;
+                            nibble | (fifth as i32) << 4
                         }
                     };
                     s += q * i32::from(a[k] as i8);
                 }
-                if dtype == DType::Q4_0 {
-                    s -= 8 * sum_a;
+                match dtype {
+                    DType::Q4_0 => s -= 8 * sum_a,
+                    DType::Q5_0 => s -= 16 * sum_a,
+                    _ => {}
                 }
                 let d_w = f16::from_le_bytes([src[quants + 2 * r], src[quants + 2 * r + 1]]).to_f32();
                 *acc = (d_w * d_a).mul_add(s as f32, *acc);
-                if dtype == DType::Q4_1 {
+                if has_minimum(dtype) {
                     let at = quants + 2 * GROUP_ROWS + 2 * r;
                     let m_w = f16::from_le_bytes([src[at], src[at + 1]]).to_f32();
                     *acc = m_w.mul_add(act.ds, *acc);

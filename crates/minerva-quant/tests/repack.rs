@@ -13,15 +13,15 @@ use minerva_quant::{
     matmul_i16_matrix, matmul_ref, matmul_repacked_with_isa, repacked_kernel_isa,
 };
 
-const DTYPES: [DType; 3] = [DType::Q8_0, DType::Q4_0, DType::Q4_1];
+const DTYPES: [DType; 5] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1];
 
 /// Random blocks with finite scales (and minimums) of either sign; every quant byte random, so
-/// Q8_0's include -128.
+/// Q8_0's include -128 (and Q5's fifth bits every pattern).
 fn random_weights(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     let mut rng = Rng(seed | 1);
     let block_bytes = dtype.block_bytes();
     let mut bytes: Vec<u8> = (0..rows * cols / 32 * block_bytes).map(|_| rng.next() as u8).collect();
-    let fields: &[usize] = if dtype == DType::Q4_1 { &[0, 2] } else { &[0] };
+    let fields: &[usize] = if matches!(dtype, DType::Q4_1 | DType::Q5_1) { &[0, 2] } else { &[0] };
     for block in bytes.chunks_exact_mut(block_bytes) {
         for &at in fields {
             block[at..at + 2].copy_from_slice(&half::f16::from_f32(0.05 * rng.unit()).to_le_bytes());

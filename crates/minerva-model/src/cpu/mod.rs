@@ -285,7 +285,7 @@ impl CpuBackend {
         self
     }
 
-    /// Whether Q4_0, Q4_1 and Q8_0 matrices are repacked into row-interleaved groups at their first
+    /// Whether Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 matrices are repacked into row-interleaved groups at their first
     /// product and multiplied with Q8_0 activations (`Repack::Auto`: where this CPU has a SIMD
     /// kernel for them and the model's architecture takes 8-bit activations, see
     /// `ArchSpec::int8_activations`), or read in place with i16 activations (`Repack::Off`, the

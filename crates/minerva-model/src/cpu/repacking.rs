@@ -1,4 +1,4 @@
-//! Repacking at load (`--repack`): Q4_0, Q4_1 and Q8_0 matrices copied once into minerva-quant's
+//! Repacking at load (`--repack`): Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 matrices copied once into minerva-quant's
 //! row-interleaved layout ([`Repacked`]) and multiplied with 8-bit activations, instead of read in
 //! place with i16 activations.
 //!
@@ -17,7 +17,7 @@ use minerva_quant::{Matrix, Repacked};
 /// Whether the CPU backend repacks weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Repack {
-    /// Every repackable matrix (Q4_0, Q4_1, Q8_0) whose format has a SIMD kernel on this CPU,
+    /// Every repackable matrix (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) whose format has a SIMD kernel on this CPU,
     /// when the model's architecture takes 8-bit activations (`ArchSpec::int8_activations`).
     Auto,
     /// Every repackable matrix, with the scalar kernel where there is no SIMD one.

@@ -42,12 +42,14 @@ pub(super) const ROWS: [Kernels; 15] = [
         .dequantize(crate::dequantize_row_q5_0_ref)
         .quantize(crate::quantize_row_q5_0_ref)
         .dot(Q8_0, dot_q5_0)
-        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_0_ref)),
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_0_ref))
+        .repacked(|group, acts, out| crate::repack::reference_kernel(Q5_0, group, acts, out)),
     Kernels::new(Q5_1)
         .dequantize(crate::dequantize_row_q5_1_ref)
         .quantize(crate::quantize_row_q5_1_ref)
         .dot(Q8_0, dot_q5_1)
-        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_1_ref)),
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_1_ref))
+        .repacked(|group, acts, out| crate::repack::reference_kernel(Q5_1, group, acts, out)),
     Kernels::new(MXFP4)
         .dequantize(crate::dequantize_row_mxfp4_ref)
         .quantize(crate::quantize_row_mxfp4_ref)

@@ -135,8 +135,14 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
             .tile(avx2_tile!(tiles_q4_1))
             .tile_i16(tile!(avx2_tile_i16::tiles_q4_1::<I16_ACT_GROUPS>))
             .repacked(repacked!(repacked::avx2::<{ repacked::Q4_1 }>)),
-        Kernels::new(Q5_0).tile(avx2_tile!(tiles_q5_0)).tile_i16(tile!(avx2_tile_i16::tiles_q5_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q5_1).tile(avx2_tile!(tiles_q5_1)).tile_i16(tile!(avx2_tile_i16::tiles_q5_1::<I16_ACT_GROUPS>)),
+        Kernels::new(Q5_0)
+            .tile(avx2_tile!(tiles_q5_0))
+            .tile_i16(tile!(avx2_tile_i16::tiles_q5_0::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx2::<{ repacked::Q5_0 }>)),
+        Kernels::new(Q5_1)
+            .tile(avx2_tile!(tiles_q5_1))
+            .tile_i16(tile!(avx2_tile_i16::tiles_q5_1::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx2::<{ repacked::Q5_1 }>)),
         Kernels::new(MXFP4).tile(avx2_tile!(tiles_mxfp4)).tile_i16(tile!(avx2_tile_i16::tiles_mxfp4::<I16_ACT_GROUPS>)),
         Kernels::new(Q2_K).tile(tile!(avx2_tile_k::tiles_q2_k::<K_QUANT_ACTS>)),
         Kernels::new(Q3_K).tile(tile!(avx2_tile_k::tiles_q3_k::<K_QUANT_ACTS>)),
@@ -187,8 +193,12 @@ pub(super) const AVX512_VNNI: Isa = Isa {
         Kernels::new(Q4_1)
             .tile_i16(tile!(avx512_panel::kernel_q4_1::<I16_ACT_GROUPS>))
             .repacked(repacked!(repacked::avx512::<{ repacked::Q4_1 }>)),
-        Kernels::new(Q5_0).tile_i16(tile!(avx512_panel::kernel_q5_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q5_1).tile_i16(tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>)),
+        Kernels::new(Q5_0)
+            .tile_i16(tile!(avx512_panel::kernel_q5_0::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx512::<{ repacked::Q5_0 }>)),
+        Kernels::new(Q5_1)
+            .tile_i16(tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx512::<{ repacked::Q5_1 }>)),
         Kernels::new(MXFP4).tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>)),
         Kernels::new(Q2_K).tile(tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>)),
         Kernels::new(Q3_K).tile(tile!(avx512_panel_k::kernel_q3_k::<K_QUANT_ACTS>)),

@@ -9,12 +9,14 @@
 //!   AVX-512 VNNI   s = vpdpbusd(s, slot, broadcast(a[4k..4k+4]))      u8 weights × i8 activations
 //!                  Q8_0's signed quants as unsigned bytes: q ^ 0x80 = q + 128, then s − 128·Σa
 //!   AVX2           each slot as two 32-byte halves (rows 0..8, 8..16)
-//!                  Q4_x: vpmaddubsw per slot (≤ 2·15·127 per i16), the 8 slots added as i16
-//!                        (≤ 30,480), one vpmaddwd by ones
+//!                  Q4_x, Q5_x: vpmaddubsw per slot (≤ 2·15·128 per i16; Q5 2·31·128), the slots
+//!                        added as i16 (Q4: all 8, ≤ 30,720; Q5: two sums of 4, ≤ 31,744),
+//!                        each sum one vpmaddwd by ones; Q5's fifth bits spread from their mask
+//!   AVX-512        Q5's fifth bits: one masked byte add of 16 per decoded slot
 //!                  Q8_0: vpmaddubsw(|q|, sign(a, q)) per slot, each vpmaddwd by ones, added as i32
 //! ```
 //!
-//! then per block `acc = fma(d_w·d_a, f32(s), acc)` (and `fma(m_w, d_a·Σa, acc)` for Q4_1), as
+//! then per block `acc = fma(d_w·d_a, f32(s), acc)` (and `fma(m_w, d_a·Σa, acc)` for Q4_1, Q5_1), as
 //! `crate::repack::reference_kernel` does: the results equal it bit for bit. Each pass over a
 //! block's weights serves [`AVX512_ACTS`] or [`AVX2_ACTS`] activations (weights decoded once per
 //! pass, kept in registers).
@@ -24,13 +26,14 @@
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, __m512, __m512i, _mm256_abs_epi8, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256,
-    _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_max_ps,
-    _mm256_min_ps, _mm256_mul_ps, _mm256_packs_epi16, _mm256_packs_epi32, _mm256_permutevar8x32_epi32,
-    _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps,
-    _mm256_setzero_si256, _mm256_sign_epi8, _mm256_srli_epi16, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512,
-    _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_epi8,
-    _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_srli_epi16, _mm512_sub_epi32,
-    _mm512_xor_si512,
+    _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16,
+    _mm256_max_ps, _mm256_min_ps, _mm256_mul_ps, _mm256_or_si256, _mm256_packs_epi16, _mm256_packs_epi32,
+    _mm256_permutevar8x32_epi32, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x,
+    _mm256_set1_ps, _mm256_setr_epi32, _mm256_setr_epi64x, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_srli_epi16, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512,
+    _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mask_add_epi8, _mm512_mul_ps,
+    _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_srli_epi16,
+    _mm512_sub_epi32, _mm512_xor_si512,
 };
 
 use bytemuck::pod_read_unaligned;
@@ -43,20 +46,42 @@ use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
 pub(super) const Q8_0: u8 = 0;
 pub(super) const Q4_0: u8 = 1;
 pub(super) const Q4_1: u8 = 2;
+pub(super) const Q5_0: u8 = 3;
+pub(super) const Q5_1: u8 = 4;
 
 /// Activations per pass over a block's weights, AVX-512 (32 registers: 8 slots, 8 sums, scales).
 const AVX512_ACTS: usize = 8;
 /// Activations per pass over half a block's weights, AVX2 (16 registers: 8 slots, 4 sums).
 const AVX2_ACTS: usize = 4;
 
-/// Bytes of quants per block of a group.
+/// Bytes of quants per block of a group (with Q5's fifth bits): where the scales begin.
 const fn quant_bytes(format: u8) -> usize {
-    if format == Q8_0 { 8 * SLOT_BYTES } else { 4 * SLOT_BYTES }
+    match format {
+        Q8_0 => 8 * SLOT_BYTES,
+        Q5_0 | Q5_1 => 5 * SLOT_BYTES,
+        _ => 4 * SLOT_BYTES,
+    }
 }
 
-/// Bytes per block of a group: the quants, 16 f16 scales, and 16 f16 minimums for Q4_1.
+/// Whether the format has a minimum per block (Q4_1, Q5_1).
+const fn has_minimum(format: u8) -> bool {
+    matches!(format, Q4_1 | Q5_1)
+}
+
+/// Whether the format keeps a fifth bit per value (Q5_0, Q5_1).
+const fn has_fifth_bit(format: u8) -> bool {
+    matches!(format, Q5_0 | Q5_1)
+}
+
+/// Bytes per block of a group: the quants, 16 f16 scales, and 16 f16 minimums for Q4_1, Q5_1.
 const fn block_bytes(format: u8) -> usize {
-    quant_bytes(format) + if format == Q4_1 { 64 } else { 32 }
+    quant_bytes(format) + if has_minimum(format) { 64 } else { 32 }
+}
+
+/// A Q5 block's fifth-bit mask word `s` (bit 4r + i: row r's value 4s + i).
+#[inline(always)]
+fn fifth_bits(src: &[u8], s: usize) -> u64 {
+    pod_read_unaligned::<u64>(&src[4 * SLOT_BYTES + 8 * s..4 * SLOT_BYTES + 8 * s + 8])
 }
 
 /// An activation block's quants four at a time, as i32 (value order 4k..4k + 4).
@@ -71,6 +96,7 @@ fn offset_sum(format: u8, act: &ActBlock) -> i32 {
     match format {
         Q8_0 => act.sum << 7,
         Q4_0 => act.sum << 3,
+        Q5_0 => act.sum << 4,
         _ => 0,
     }
 }
@@ -107,6 +133,7 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: [&[ActBlock
     let blocks = group.len() / block;
     let mut acc: [__m512; N] = [_mm512_setzero_ps(); N];
     let low = _mm512_set1_epi8(0x0F);
+    let sixteen = _mm512_set1_epi8(0x10);
     let sign = _mm512_set1_epi8(-128);
     for b in 0..blocks {
         let src = &group[b * block..][..block];
@@ -116,15 +143,20 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: [&[ActBlock
         } else {
             let packed: [__m512i; 4] = std::array::from_fn(|c| load(SLOT_BYTES * c));
             std::array::from_fn(|s| {
-                if s < 4 {
+                let nibbles = if s < 4 {
                     _mm512_and_si512(packed[s], low)
                 } else {
                     _mm512_and_si512(_mm512_srli_epi16(packed[s - 4], 4), low)
+                };
+                if has_fifth_bit(FORMAT) {
+                    _mm512_mask_add_epi8(nibbles, fifth_bits(src, s), nibbles, sixteen)
+                } else {
+                    nibbles
                 }
             })
         };
         let d_w = _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants..quants + 32]));
-        let m_w = if FORMAT == Q4_1 {
+        let m_w = if has_minimum(FORMAT) {
             _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants + 32..quants + 64]))
         } else {
             _mm512_setzero_ps()
@@ -137,12 +169,12 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: [&[ActBlock
                 sums[k % 2] = _mm512_dpbusd_epi32(sums[k % 2], slots[k], _mm512_set1_epi32(word(act, k)));
             }
             let mut s = _mm512_add_epi32(sums[0], sums[1]);
-            if FORMAT != Q4_1 {
+            if !has_minimum(FORMAT) {
                 s = _mm512_sub_epi32(s, _mm512_set1_epi32(offset_sum(FORMAT, act)));
             }
             let scale = _mm512_mul_ps(d_w, _mm512_set1_ps(act.d));
             acc[j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s), acc[j]);
-            if FORMAT == Q4_1 {
+            if has_minimum(FORMAT) {
                 acc[j] = _mm512_fmadd_ps(m_w, _mm512_set1_ps(act.ds), acc[j]);
             }
         }
@@ -211,6 +243,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
     let blocks = group.len() / block;
     let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
     let low = _mm256_set1_epi8(0x0F);
+    let sixteen = _mm256_set1_epi8(0x10);
     let ones = _mm256_set1_epi16(1);
     for b in 0..blocks {
         let src = &group[b * block..][..block];
@@ -235,26 +268,38 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
         } else {
             let packed: [__m256i; 4] = std::array::from_fn(|c| load(SLOT_BYTES * c));
             let slots: [__m256i; 8] = std::array::from_fn(|s| {
-                if s < 4 {
+                let nibbles = if s < 4 {
                     _mm256_and_si256(packed[s], low)
                 } else {
                     _mm256_and_si256(_mm256_srli_epi16(packed[s - 4], 4), low)
+                };
+                if has_fifth_bit(FORMAT) {
+                    let word = (fifth_bits(src, s) >> (32 * half)) as u32;
+                    _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
+                } else {
+                    nibbles
                 }
             });
-            let m_w = if FORMAT == Q4_1 { scales(quants + 32) } else { _mm256_setzero_ps() };
+            let m_w = if has_minimum(FORMAT) { scales(quants + 32) } else { _mm256_setzero_ps() };
             for j in 0..N {
                 let act = &acts[j][b];
-                let mut p = _mm256_maddubs_epi16(slots[0], _mm256_set1_epi32(word(act, 0)));
-                for (k, &slot) in slots.iter().enumerate().skip(1) {
-                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(slot, _mm256_set1_epi32(word(act, k))));
-                }
-                let mut s = _mm256_madd_epi16(p, ones);
-                if FORMAT == Q4_0 {
+                // Slot pairs' products are at most 2·15·128 (Q4) or 2·31·128 (Q5) per i16: eight
+                // Q4 slots sum within i16 (≤ 30,720), Q5's in two halves of four (≤ 31,744).
+                let partial = |from: usize, to: usize| {
+                    let mut p = _mm256_maddubs_epi16(slots[from], _mm256_set1_epi32(word(act, from)));
+                    for (k, &slot) in slots.iter().enumerate().take(to).skip(from + 1) {
+                        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(slot, _mm256_set1_epi32(word(act, k))));
+                    }
+                    _mm256_madd_epi16(p, ones)
+                };
+                let mut s =
+                    if has_fifth_bit(FORMAT) { _mm256_add_epi32(partial(0, 4), partial(4, 8)) } else { partial(0, 8) };
+                if !has_minimum(FORMAT) {
                     s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset_sum(FORMAT, act)));
                 }
                 let scale = _mm256_mul_ps(d_w, _mm256_set1_ps(act.d));
                 acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[j]);
-                if FORMAT == Q4_1 {
+                if has_minimum(FORMAT) {
                     acc[j] = _mm256_fmadd_ps(m_w, _mm256_set1_ps(act.ds), acc[j]);
                 }
             }
@@ -264,4 +309,17 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
         let values: [f32; 8] = bytemuck::cast(acc);
         out[8 * half..8 * half + 8].copy_from_slice(&values);
     }
+}
+
+/// The 32 bits of `word` as 32 bytes, 0xFF where the bit is set: byte j takes byte j / 8 of the
+/// word, every bit but j % 8 is set, and the byte is all ones only if bit j % 8 was.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bytes_from_bits(word: u32) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(word as i32),
+        _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303),
+    );
+    let others = _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe_u64 as i64));
+    _mm256_cmpeq_epi8(others, _mm256_set1_epi64x(-1))
 }
