@@ -7,14 +7,16 @@
 #
 #   benches/llama_cpp/serve_curve.sh [LLAMA_SERVER]
 #
+# MINERVA_ARGS adds flags to `minerva serve` (e.g. MINERVA_ARGS="--repack auto"); MODEL picks
+# another GGUF file.
 # (llama-server from benches/llama_cpp/build_llama_cpp.sh; a release build of minerva and xtask.)
 set -u
 cd "$(dirname "$0")/../.."
-M=models/SmolLM2-135M-Instruct.Q4_1.gguf
+M=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 LS=${1:-/tmp/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-server}
 LEVELS=1,2,4,8,16,32
 wait_up() { for i in $(seq 1 200); do curl -sf localhost:$1/health >/dev/null && break; sleep 0.3; done; curl -s localhost:$1/v1/chat/completions -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"warm up"}],"max_tokens":8}' > /dev/null; }
-target/release/minerva serve $M --threads 2 --parallel 32 --ctx-size 1024 --port 8093 > /tmp/curve_minerva.log 2>&1 &
+target/release/minerva serve $M --threads 2 --parallel 32 --ctx-size 1024 --port 8093 ${MINERVA_ARGS:-} > /tmp/curve_minerva.log 2>&1 &
 P=$!; wait_up 8093; sleep 1
 target/release/xtask loadgen --url http://127.0.0.1:8093 --concurrency $LEVELS --requests 48 --max-tokens 64 --json /tmp/curve_minerva.json > /tmp/curve_minerva.txt 2>&1
 kill $P; sleep 2

@@ -55,12 +55,13 @@ pub struct ModelArgs {
     /// bounds it (few cores).
     #[arg(long)]
     pub mxfp4_copies: bool,
-    /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 matrices once, at their first product, into groups of 16
-    /// interleaved rows multiplied with 8-bit activations as llama.cpp's (as much memory again as
-    /// those matrices; faster prefill and decode, llama.cpp's accuracy rather than f32's): `auto`
-    /// where the architecture takes 8-bit activations (the LLaMA family) and this CPU has SIMD
-    /// kernels for them, `on` everywhere; `off` (default) reads every weight in place with i16
-    /// activations.
+    /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices once, at their first
+    /// product, into groups of 16 interleaved rows multiplied with 8-bit activations as
+    /// llama.cpp's (the file's pages are given back; faster prefill and decode; for the 32-value
+    /// formats llama.cpp's accuracy rather than the i16 path's): `auto` where this CPU has SIMD
+    /// kernels and the format keeps its activations' precision (the K-quants) or the
+    /// architecture takes 8-bit activations (the LLaMA family), `on` everywhere; `off` (default)
+    /// reads every weight in place.
     #[arg(long, value_enum, value_name = "MODE", default_value_t)]
     pub repack: RepackMode,
 }
@@ -68,11 +69,12 @@ pub struct ModelArgs {
 /// `--repack`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum RepackMode {
-    /// Where the architecture takes 8-bit activations and this CPU has SIMD kernels.
+    /// Where this CPU has SIMD kernels and the format's activations keep their precision (the
+    /// K-quants) or the architecture takes 8-bit activations.
     Auto,
-    /// Every Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 matrix.
+    /// Every Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrix.
     On,
-    /// None: zero-copy, i16 activations.
+    /// None: zero-copy (i16 activations for the 32-value formats).
     #[default]
     Off,
 }

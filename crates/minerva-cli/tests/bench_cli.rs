@@ -43,7 +43,8 @@ fn json_reports_both_rates_and_every_run() {
 
 /// `--repack`: `auto` repacks SmolLM2 (LLaMA: 8-bit activations hold) — all 211 of its matrices
 /// (30 layers × 7, and the tied head), as many bytes as their blocks — and says so; `off` copies
-/// nothing; so does `auto` on Gemma 3, whose architecture keeps i16 activations.
+/// nothing; on Gemma 3, whose architecture keeps i16 activations, `auto` repacks only the
+/// K-quants (Q8_K activations either way).
 #[test]
 fn repacking_is_reported_where_it_happens() {
     let run = |model: &std::path::Path, mode: &str| {
@@ -64,7 +65,17 @@ fn repacking_is_reported_where_it_happens() {
     assert_eq!(run(&smollm2, "on"), (211, expected));
     assert_eq!(run(&smollm2, "off"), (0, 0));
     let gemma = common::root().join("models/gemma-3-270m-q4_k_m.gguf");
-    assert_eq!(run(&gemma, "auto"), (0, 0));
+    // 18 attention outputs Q4_K 640×1024, 9 FFN downs Q4_K and 9 Q6_K 640×2048: 40 groups of 16
+    // rows, super-blocks of 2368 (Q4_K: 16 × 144 and its unpacked scales) and 3360 (Q6_K: 16 × 210)
+    // bytes.
+    let q4_k = |cols: u64| 40 * cols / 256 * 2368;
+    let expected = 18 * q4_k(1024) + 9 * q4_k(2048) + 9 * (40 * 2048 / 256 * 3360);
+    if minerva_quant::repacked_kernel_isa(minerva_core::DType::Q4_K).is_some_and(|isa| isa != "scalar") {
+        assert_eq!(run(&gemma, "auto"), (36, expected));
+    }
+    // And on: its Q5_0 (q, k, gate, up) and Q8_0 (v) matrices and the tied Q8_0 head too.
+    assert_eq!(run(&gemma, "on").0, 36 + 18 * 5 + 1);
+    assert_eq!(run(&gemma, "off"), (0, 0));
     let text =
         minerva(&[os("bench"), smollm2.as_os_str(), os("-p"), os("8"), os("-n"), os("0"), os("--repack"), os("on")]);
     let text = String::from_utf8_lossy(&text.stdout);

@@ -97,7 +97,9 @@ pub use matrix::Matrix;
 pub use mlx::MlxAffine;
 pub use mxfp4::{dequantize_hf_mxfp4_ref, dequantize_mlx_mxfp4_ref, ggml_mxfp4_to_hf, hf_mxfp4_to_ggml};
 pub use pool::ComputePool;
-pub use repack::{GROUP_ROWS, Repacked, RepackedView, is_repackable, repacked_kernel_isa};
+pub use repack::{
+    GROUP_ROWS, Repacked, RepackedView, is_repackable, repacked_kernel_isa, repacking_changes_activations,
+};
 
 /// The reference dequantizer for `dtype`, if this crate has one.
 pub fn dequantizer(dtype: DType) -> Option<DequantizeFn> {

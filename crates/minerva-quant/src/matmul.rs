@@ -168,7 +168,7 @@ pub fn matmul_repacked_with_isa(
         ys.fill(0.0);
         return Ok(());
     }
-    let acts = quantize_all(DType::Q8_1, false, xs, cols, n);
+    let acts = quantize_all(repack::activation_format(weights.dtype()), false, xs, cols, n);
     multiply_matrix(kernel, matrix, cols, rows, row_bytes, &acts, ys);
     Ok(())
 }
@@ -268,7 +268,7 @@ fn plan(p: &Product<'_>, cols: usize, xs: usize, n: usize) -> Result<(Kernel, (D
     let dtype = p.matrix.dtype();
     let row = &kernels::selected(dtype).kernels;
     if let Matrix::Repacked(_) = p.matrix {
-        return Ok((Kernel::Repacked(repacked_kernel(row)?), (DType::Q8_1, false), row_bytes));
+        return Ok((Kernel::Repacked(repacked_kernel(row)?), (repack::activation_format(dtype), false), row_bytes));
     }
     let (kernel, i16) = i16_kernel(row);
     let (kernel, format) = kernel_and_format(dtype, kernel)?;
@@ -404,7 +404,12 @@ fn run(
 ) -> Result<(), QuantError> {
     let (kernel, act_dtype, i16) = match matrix {
         Matrix::Repacked(_) => {
-            (Kernel::Repacked(repacked_kernel(&kernels::selected(matrix.dtype()).kernels)?), DType::Q8_1, false)
+            let dtype = matrix.dtype();
+            (
+                Kernel::Repacked(repacked_kernel(&kernels::selected(dtype).kernels)?),
+                repack::activation_format(dtype),
+                false,
+            )
         }
         _ => {
             let (kernel, act_dtype) = kernel_and_format(matrix.dtype(), kernel)?;

@@ -25,7 +25,8 @@
 //! holds values 4s .. 4s + 4 of each row, so Q5's word s is the bit each of its bytes needs: one
 //! masked add (AVX-512) or a bit-to-byte spread (AVX2) per slot. Every block takes exactly its 16
 //! rows' GGML bytes, so a repacked matrix is the size of the original (plus zero rows up to a
-//! multiple of 16).
+//! multiple of 16). The K-quants (Q4_K, Q6_K: super-blocks of 256 values, Q8_K activations)
+//! follow the same slot scheme with their scales unpacked, in `k_quants`.
 //!
 //! Activations are Q8_0 as llama.cpp quantizes them (i8 quants, one f16-rounded scale `d_a` per
 //! 32 values, and their sum `Σa`). Per row and block the integer sum is exact and the f32 steps
@@ -47,6 +48,8 @@ use minerva_core::DType;
 use crate::QuantError;
 use crate::activation::Activation;
 use crate::pool;
+
+pub(crate) mod k_quants;
 
 /// Rows per interleaved group.
 pub const GROUP_ROWS: usize = 16;
@@ -77,9 +80,21 @@ pub(crate) struct ActBlock {
 /// Activations per kernel call.
 pub(crate) const MAX_ACTS: usize = 64;
 
-/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K).
 pub fn is_repackable(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0)
+    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q4_K | DType::Q6_K)
+}
+
+/// Whether repacking `dtype` changes the precision of the activations it is multiplied with: the
+/// 32-value formats go from the zero-copy kernels' i16 to 8 bits; the K-quants take Q8_K either way.
+pub fn repacking_changes_activations(dtype: DType) -> bool {
+    is_repackable(dtype) && k_quants::group_block_bytes(dtype).is_none()
+}
+
+/// The activations a repacked `dtype` is multiplied with: Q8_K for the K-quants (`k_quants`),
+/// else `Q8_1`, the key of [`ActBlock`]s (Q8_0's values).
+pub(crate) fn activation_format(dtype: DType) -> DType {
+    if k_quants::group_block_bytes(dtype).is_some() { DType::Q8_K } else { DType::Q8_1 }
 }
 
 /// The instruction set of the kernel that multiplies repacked `dtype` weights on this CPU
@@ -136,7 +151,8 @@ fn row_fifth_bits(masks: &[u64; 8], r: usize) -> u32 {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 blocks in the interleaved layout (module docs),
+/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K blocks in the interleaved
+/// layout (module docs, and `k_quants` for the K-quants),
 /// owned.
 pub struct Repacked {
     dtype: DType,
@@ -297,14 +313,19 @@ impl<'a> RepackedView<'a> {
     }
 }
 
-/// Bytes of one group of 16 rows of `cols` values.
+/// Bytes of one group of 16 rows of `cols` values: the rows' GGML bytes, or for the K-quants
+/// their super-blocks' parts (`k_quants::group_block_bytes`).
 fn group_bytes(dtype: DType, cols: usize) -> Result<usize, QuantError> {
     let row_bytes = dtype.row_bytes(cols).ok_or(QuantError::PartialBlockValues {
         dtype,
         len: cols,
         block_elems: dtype.block_elems(),
     })?;
-    row_bytes.checked_mul(GROUP_ROWS).ok_or(QuantError::ShapeOverflow { dtype, rows: GROUP_ROWS, cols, n: 1 })
+    let overflow = QuantError::ShapeOverflow { dtype, rows: GROUP_ROWS, cols, n: 1 };
+    match k_quants::group_block_bytes(dtype) {
+        Some(block) => (cols / dtype.block_elems()).checked_mul(block).ok_or(overflow),
+        None => row_bytes.checked_mul(GROUP_ROWS).ok_or(overflow),
+    }
 }
 
 /// Where row `r`'s quant bytes `4k..4k + 4` (k = slot) of a block lie within the block's part of
@@ -315,6 +336,9 @@ const fn slot_offset(slot: usize, row: usize) -> usize {
 
 /// Up to 16 GGML rows (`rows`) into one group (`out`, every byte written; missing rows zero).
 fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
+    if k_quants::group_block_bytes(dtype).is_some() {
+        return k_quants::pack_group(dtype, rows, out);
+    }
     let (block_bytes, quants) = (dtype.block_bytes(), quant_bytes(dtype));
     let (quants_at, qh_at) = ggml_fields(dtype);
     for (b, dst) in out.chunks_exact_mut(GROUP_ROWS * block_bytes).enumerate() {
@@ -343,6 +367,9 @@ fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
 
 /// Row `r` of a group back to its GGML bytes.
 fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
+    if k_quants::group_block_bytes(dtype).is_some() {
+        return k_quants::unpack_row(dtype, group, r, out);
+    }
     let (block_bytes, quants) = (dtype.block_bytes(), quant_bytes(dtype));
     let (quants_at, qh_at) = ggml_fields(dtype);
     for (b, dst) in out.chunks_exact_mut(block_bytes).enumerate() {
@@ -368,6 +395,9 @@ fn fifth_bit_words(block: &[u8]) -> [u64; 8] {
 
 /// The scalar kernel of every repacked format: the definition the SIMD kernels equal bit for bit.
 pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    if k_quants::group_block_bytes(dtype).is_some() {
+        return k_quants::reference_kernel(dtype, group, acts, out);
+    }
     let block = GROUP_ROWS * dtype.block_bytes();
     let quants = quant_bytes(dtype);
     let five = matches!(dtype, DType::Q5_0 | DType::Q5_1);

@@ -1,7 +1,7 @@
-//! Repacked weights (`Repacked`, 16 rows interleaved, Q8_0 activations): the layout gives back
-//! the bytes it was made from; every detected ISA's kernel equals the scalar reference bit for
-//! bit at any number of activations and threads; the reference is the Q8_0-activation product
-//! llama.cpp computes, to f32 rounding; a row's result does not depend on its company; the
+//! Repacked weights (`Repacked`, 16 rows interleaved, Q8_0 activations, Q8_K for the K-quants):
+//! the layout gives back the bytes it was made from; every detected ISA's kernel equals the
+//! scalar reference bit for bit at any number of activations and threads; the reference is the
+//! 8-bit-activation product llama.cpp computes, to f32 rounding; a row's result does not depend on its company; the
 //! products route through `matmul_i16_each` and `matmul_i16_matrix`; bad shapes are errors.
 
 mod common;
@@ -13,15 +13,24 @@ use minerva_quant::{
     matmul_i16_matrix, matmul_ref, matmul_repacked_with_isa, repacked_kernel_isa,
 };
 
-const DTYPES: [DType; 5] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1];
+const DTYPES: [DType; 7] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q6_K];
+
+/// `cols` rounded up to whole blocks of `dtype` (the K-quants' 256 values).
+fn whole(dtype: DType, cols: usize) -> usize {
+    cols.next_multiple_of(dtype.block_elems())
+}
 
 /// Random blocks with finite scales (and minimums) of either sign; every quant byte random, so
 /// Q8_0's include -128 (and Q5's fifth bits every pattern).
 fn random_weights(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     let mut rng = Rng(seed | 1);
     let block_bytes = dtype.block_bytes();
-    let mut bytes: Vec<u8> = (0..rows * cols / 32 * block_bytes).map(|_| rng.next() as u8).collect();
-    let fields: &[usize] = if matches!(dtype, DType::Q4_1 | DType::Q5_1) { &[0, 2] } else { &[0] };
+    let mut bytes: Vec<u8> = (0..rows * cols / dtype.block_elems() * block_bytes).map(|_| rng.next() as u8).collect();
+    let fields: &[usize] = match dtype {
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K => &[0, 2],
+        DType::Q6_K => &[208],
+        _ => &[0],
+    };
     for block in bytes.chunks_exact_mut(block_bytes) {
         for &at in fields {
             block[at..at + 2].copy_from_slice(&half::f16::from_f32(0.05 * rng.unit()).to_le_bytes());
@@ -43,11 +52,15 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn the_layout_gives_back_the_bytes_it_was_made_from() {
     for dtype in DTYPES {
         for (rows, cols) in [(1, 32), (15, 64), (16, 96), (17, 32), (40, 576)] {
+            let cols = whole(dtype, cols);
             let w = random_weights(dtype, rows, cols, (rows * cols) as u64);
             let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
+            // The rows' bytes, whole groups; Q4_K's scales unpacked add 64 bytes per super-block
+            // of a group.
+            let extra = if dtype == DType::Q4_K { 64 * cols / 256 } else { 0 };
             assert_eq!(
                 packed.len_bytes(),
-                (rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * w.len() / rows).next_multiple_of(64)
+                (rows.div_ceil(GROUP_ROWS) * (GROUP_ROWS * w.len() / rows + extra)).next_multiple_of(64)
             );
             let mut back = vec![0u8; w.len()];
             packed.to_ggml_blocks(&mut back).unwrap();
@@ -63,7 +76,7 @@ fn the_layout_gives_back_the_bytes_it_was_made_from() {
 #[test]
 fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
     for dtype in DTYPES {
-        let (rows, cols) = (40, 320);
+        let (rows, cols) = (40, whole(dtype, 320));
         let w = random_weights(dtype, rows, cols, 7);
         let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
         for n in [1, 2, 3, 4, 5, 9, 70] {
@@ -97,7 +110,7 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
 #[test]
 fn the_reference_is_the_q8_0_activation_product() {
     for dtype in DTYPES {
-        let (rows, cols, n) = (33, 256, 3);
+        let (rows, cols, n) = (33, 512, 3);
         let w = random_weights(dtype, rows, cols, 11);
         let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
         let xs = random_values(n * cols, 5);
@@ -119,8 +132,8 @@ fn the_reference_is_the_q8_0_activation_product() {
 
 #[test]
 fn a_rows_result_does_not_depend_on_its_company() {
-    let (rows, cols) = (48, 128);
     for dtype in DTYPES {
+        let (rows, cols) = (48, whole(dtype, 128));
         let w = random_weights(dtype, rows, cols, 3);
         let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
         let n = 67;
@@ -169,9 +182,10 @@ fn a_rows_result_does_not_depend_on_its_company() {
 
 #[test]
 fn bad_shapes_and_dtypes_are_errors() {
-    assert!(!is_repackable(DType::Q4_K) && is_repackable(DType::Q4_1));
+    assert!(!is_repackable(DType::Q5_K) && is_repackable(DType::Q4_1) && is_repackable(DType::Q6_K));
     let w = random_weights(DType::Q8_0, 20, 64, 1);
-    assert!(matches!(Repacked::new(DType::Q4_K, &w, 1, 256), Err(QuantError::Unsupported { .. })));
+    assert!(matches!(Repacked::new(DType::Q5_K, &w, 1, 256), Err(QuantError::Unsupported { .. })));
+    assert!(matches!(Repacked::new(DType::Q4_K, &w, 2, 128), Err(QuantError::PartialBlockValues { .. })));
     assert!(matches!(Repacked::new(DType::Q8_0, &w, 21, 64), Err(QuantError::MatmulOperand { .. })));
     assert!(matches!(Repacked::new(DType::Q8_0, &w, 20, 48), Err(QuantError::PartialBlockValues { .. })));
     let packed = Repacked::new(DType::Q8_0, &w, 20, 64).unwrap();

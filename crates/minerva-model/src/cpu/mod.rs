@@ -123,8 +123,8 @@ impl CpuWeight {
 
     /// The weight as the fused products read it under `repack`: its repacked copy where the mode
     /// and the dtype call for one (made now if it was not yet), else [`CpuWeight::matrix`].
-    fn product_matrix(&self, repack: Repack, counts: &repacking::RepackCounts) -> Matrix<'_> {
-        let repacked = (self.split.is_none() && repack.applies(self.dtype))
+    fn product_matrix(&self, (repack, int8): (Repack, bool), counts: &repacking::RepackCounts) -> Matrix<'_> {
+        let repacked = (self.split.is_none() && repack.applies(self.dtype, int8))
             .then(|| {
                 let release = || self.file.release(self.range.clone());
                 self.repacked.get(self.dtype, self.bytes(), (self.rows, self.cols), counts, release)
@@ -285,11 +285,12 @@ impl CpuBackend {
         self
     }
 
-    /// Whether Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 matrices are repacked into row-interleaved groups at their first
-    /// product and multiplied with Q8_0 activations (`Repack::Auto`: where this CPU has a SIMD
-    /// kernel for them and the model's architecture takes 8-bit activations, see
-    /// `ArchSpec::int8_activations`), or read in place with i16 activations (`Repack::Off`, the
-    /// default: what the reference tests compare against).
+    /// Whether Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices are repacked into
+    /// row-interleaved groups at their first product and multiplied with 8-bit activations
+    /// (`Repack::Auto`: where this CPU has a SIMD kernel for them and either the format keeps its
+    /// activations' precision, the K-quants, or the model's architecture takes 8-bit activations,
+    /// see `ArchSpec::int8_activations`), or read in place (`Repack::Off`, the default: what the
+    /// reference tests compare against).
     pub fn with_repack(mut self, repack: Repack) -> CpuBackend {
         self.repack = repack;
         self
@@ -307,13 +308,10 @@ impl CpuBackend {
         Ok(self)
     }
 
-    /// The repack mode products run under: `Repack::Auto` only for architectures that take 8-bit
-    /// activations, else `Repack::Off`.
-    fn repack_mode(&self) -> Repack {
-        match self.repack {
-            Repack::Auto if !self.int8_activations.load(std::sync::atomic::Ordering::Relaxed) => Repack::Off,
-            mode => mode,
-        }
+    /// The repack mode products run under, and whether the model's architecture takes 8-bit
+    /// activations (`Repack::applies`).
+    fn repack_mode(&self) -> (Repack, bool) {
+        (self.repack, self.int8_activations.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     fn install<R>(&self, f: impl FnOnce() -> R) -> R {

@@ -1,6 +1,7 @@
-//! Repacking at load (`--repack`): Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 matrices copied once into minerva-quant's
-//! row-interleaved layout ([`Repacked`]) and multiplied with 8-bit activations, instead of read in
-//! place with i16 activations.
+//! Repacking (`--repack`): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K matrices copied once into
+//! minerva-quant's row-interleaved layout ([`Repacked`]) and multiplied with 8-bit activations
+//! (Q8_0's for the 32-value formats, instead of the zero-copy kernels' i16; Q8_K for the K-quants,
+//! as in place).
 //!
 //! A matrix is repacked the first time a product reads it, on the backend's pool: a tensor that
 //! is only looked up (an untied embedding table) is never copied. The copy is as large as the
@@ -17,8 +18,9 @@ use minerva_quant::{Matrix, Repacked};
 /// Whether the CPU backend repacks weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Repack {
-    /// Every repackable matrix (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) whose format has a SIMD kernel on this CPU,
-    /// when the model's architecture takes 8-bit activations (`ArchSpec::int8_activations`).
+    /// Every repackable matrix whose format has a SIMD kernel on this CPU, where that keeps the
+    /// activations' precision (the K-quants) or the model's architecture takes 8-bit activations
+    /// (`ArchSpec::int8_activations`).
     Auto,
     /// Every repackable matrix, with the scalar kernel where there is no SIMD one.
     On,
@@ -41,12 +43,14 @@ impl std::str::FromStr for Repack {
 }
 
 impl Repack {
-    /// Whether a `rows × cols` matrix of `dtype` is repacked under this mode.
-    pub fn applies(self, dtype: DType) -> bool {
+    /// Whether a matrix of `dtype` is repacked under this mode, for a model whose architecture
+    /// does (`int8_activations`) or does not take 8-bit activations.
+    pub fn applies(self, dtype: DType, int8_activations: bool) -> bool {
         let fast = || minerva_quant::repacked_kernel_isa(dtype).is_some_and(|isa| isa != "scalar");
+        let precise = || int8_activations || !minerva_quant::repacking_changes_activations(dtype);
         minerva_quant::is_repackable(dtype)
             && match self {
-                Repack::Auto => fast(),
+                Repack::Auto => fast() && precise(),
                 Repack::On => true,
                 Repack::Off => false,
             }

@@ -60,7 +60,8 @@ pub(super) const ROWS: [Kernels; 15] = [
     Kernels::new(Q4_K)
         .dequantize(crate::dequantize_row_q4_k_ref)
         .quantize(crate::quantize_row_q4_k_ref)
-        .dot(Q8_K, dot_q4_k),
+        .dot(Q8_K, dot_q4_k)
+        .repacked(|group, acts, out| crate::repack::reference_kernel(Q4_K, group, acts, out)),
     Kernels::new(Q5_K)
         .dequantize(crate::dequantize_row_q5_k_ref)
         .quantize(crate::quantize_row_q5_k_ref)
@@ -68,7 +69,8 @@ pub(super) const ROWS: [Kernels; 15] = [
     Kernels::new(Q6_K)
         .dequantize(crate::dequantize_row_q6_k_ref)
         .quantize(crate::quantize_row_q6_k_ref)
-        .dot(Q8_K, dot_q6_k),
+        .dot(Q8_K, dot_q6_k)
+        .repacked(|group, acts, out| crate::repack::reference_kernel(Q6_K, group, acts, out)),
     Kernels::new(Q8_K).dequantize(crate::dequantize_row_q8_k_ref).quantize(crate::quantize_row_q8_k_ref),
 ];
 

@@ -39,6 +39,7 @@ mod avx512_vector;
 mod avx_vnni;
 mod float_panel;
 mod repacked;
+mod repacked_k;
 
 use std::arch::is_x86_feature_detected as has;
 
@@ -146,9 +147,13 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(MXFP4).tile(avx2_tile!(tiles_mxfp4)).tile_i16(tile!(avx2_tile_i16::tiles_mxfp4::<I16_ACT_GROUPS>)),
         Kernels::new(Q2_K).tile(tile!(avx2_tile_k::tiles_q2_k::<K_QUANT_ACTS>)),
         Kernels::new(Q3_K).tile(tile!(avx2_tile_k::tiles_q3_k::<K_QUANT_ACTS>)),
-        Kernels::new(Q4_K).tile(tile!(avx2_tile_k::tiles_q4_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q4_K)
+            .tile(tile!(avx2_tile_k::tiles_q4_k::<K_QUANT_ACTS>))
+            .repacked(repacked!(repacked_k::avx2::<{ repacked_k::Q4_K }>)),
         Kernels::new(Q5_K).tile(tile!(avx2_tile_k::tiles_q5_k::<K_QUANT_ACTS>)),
-        Kernels::new(Q6_K).tile(tile!(avx2_tile_k::tiles_q6_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q6_K)
+            .tile(tile!(avx2_tile_k::tiles_q6_k::<K_QUANT_ACTS>))
+            .repacked(repacked!(repacked_k::avx2::<{ repacked_k::Q6_K }>)),
     ],
 };
 
@@ -202,9 +207,13 @@ pub(super) const AVX512_VNNI: Isa = Isa {
         Kernels::new(MXFP4).tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>)),
         Kernels::new(Q2_K).tile(tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>)),
         Kernels::new(Q3_K).tile(tile!(avx512_panel_k::kernel_q3_k::<K_QUANT_ACTS>)),
-        Kernels::new(Q4_K).tile(tile!(avx512_panel_k::kernel_q4_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q4_K)
+            .tile(tile!(avx512_panel_k::kernel_q4_k::<K_QUANT_ACTS>))
+            .repacked(repacked!(repacked_k::avx512::<{ repacked_k::Q4_K }>)),
         Kernels::new(Q5_K).tile(tile!(avx512_panel_k::kernel_q5_k::<K_QUANT_ACTS>)),
-        Kernels::new(Q6_K).tile(tile!(avx512_panel_k::kernel_q6_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q6_K)
+            .tile(tile!(avx512_panel_k::kernel_q6_k::<K_QUANT_ACTS>))
+            .repacked(repacked!(repacked_k::avx512::<{ repacked_k::Q6_K }>)),
     ],
 };
 

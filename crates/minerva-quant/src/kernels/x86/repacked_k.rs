@@ -1,0 +1,319 @@
+//! The kernels of repacked Q4_K and Q6_K weights (`crate::repack::k_quants`: 16 rows
+//! interleaved, scales unpacked in pairs) against Q8_K activations, for AVX-512 VNNI and AVX2.
+//!
+//! A decoded slot holds four values of each of the 16 rows; an activation's four quants of the
+//! same values are broadcast to every lane:
+//!
+//! ```text
+//!   AVX-512 VNNI   dot_j = vpdpbusd over the sub-block's slots (u8 weights × i8 activations)
+//!                  s    += vpmulld(dot_j, sc_j)
+//!                  Q6_K: the chain starts at −32·Σa_j, so s is Σ sc_j·(dot_j − 32·Σa_j)
+//!                  Q4_K: n = vpdpwssd over the minimum pairs × (Σa_2p, Σa_2p+1)
+//!   AVX2           two halves of 8 rows; vpmaddubsw per slot, summed in i16 (Q4_K: 8 slots,
+//!                  ≤ 30,720; Q6_K: 2 slots, ≤ 32,256), then vpmaddwd by (sc_j, sc_j)
+//!                  Q6_K: the −32·Σ sc_j·Σa_j term by vpmaddwd over the scale pairs
+//! ```
+//!
+//! then per super-block the scalar reference's f32 steps
+//! (`crate::repack::k_quants::reference_kernel`): every ISA gives its bits.
+//!
+//! Memory safety rests on slices and `bytemuck` loads; the caller promises the features of the
+//! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`).
+
+use core::arch::x86_64::{
+    __m128i, __m256, __m256i, __m512, __m512i, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256,
+    _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_fnmadd_ps,
+    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi32,
+    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srli_epi16,
+    _mm256_srli_epi32, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi8_epi16, _mm512_cvtepi32_ps,
+    _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps,
+    _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srai_epi32,
+    _mm512_srli_epi16, _mm512_srli_epi32,
+};
+
+use bytemuck::pod_read_unaligned;
+
+use crate::activation::Activation;
+use crate::repack::k_quants::{q4_k, q6_k};
+use crate::repack::{GROUP_ROWS, SLOT_BYTES};
+
+/// The repacked K-quant formats as the kernels' const parameter.
+pub(super) const Q4_K: u8 = 0;
+pub(super) const Q6_K: u8 = 1;
+
+/// Values per super-block.
+const QK: usize = 256;
+
+/// Activations per pass over a super-block's weights.
+const AVX512_ACTS: usize = 8;
+const AVX2_ACTS: usize = 4;
+
+const fn block_bytes(format: u8) -> usize {
+    if format == Q4_K { q4_k::BYTES } else { q6_k::BYTES }
+}
+
+/// The four activation quants of values `at..at + 4`, as one i32.
+#[inline(always)]
+fn word(qs: &[u8], at: usize) -> i32 {
+    pod_read_unaligned::<i32>(&qs[at..at + 4])
+}
+
+/// Two i16 as one i32 (low, high).
+#[inline(always)]
+fn pair(low: i32, high: i32) -> i32 {
+    (low as u16 as u32 | (high as u16 as u32) << 16) as i32
+}
+
+/// An activation's parts for super-block `b`: its quants, bsums (per 16 values) and scale.
+#[inline(always)]
+fn act_block<'a>(act: &'a Activation<'_>, b: usize) -> (&'a [u8], &'a [i16], f32) {
+    (&act.qs[QK * b..QK * b + QK], &act.bsums[16 * b..16 * b + 16], act.d[b])
+}
+
+/// AVX-512 VNNI: one group against `acts`, results into `out` (one per activation).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn avx512<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    let (mut acts, mut out) = (acts, out);
+    while out.len() >= AVX512_ACTS {
+        avx512_pass::<FORMAT, AVX512_ACTS>(group, &acts[..AVX512_ACTS], &mut out[..AVX512_ACTS]);
+        (acts, out) = (&acts[AVX512_ACTS..], &mut out[AVX512_ACTS..]);
+    }
+    if out.len() >= 4 {
+        avx512_pass::<FORMAT, 4>(group, &acts[..4], &mut out[..4]);
+        (acts, out) = (&acts[4..], &mut out[4..]);
+    }
+    for (j, out) in out.chunks_exact_mut(1).enumerate() {
+        avx512_pass::<FORMAT, 1>(group, &acts[j..j + 1], out);
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    let block = block_bytes(FORMAT);
+    let mut acc: [__m512; N] = [_mm512_setzero_ps(); N];
+    let low = _mm512_set1_epi8(0x0F);
+    let high_bits = _mm512_set1_epi8(0x30);
+    let low_word = _mm512_set1_epi32(0xFFFF);
+    for (b, src) in group.chunks_exact(block).enumerate() {
+        let load = |at: usize| pod_read_unaligned::<__m512i>(&src[at..at + 64]);
+        let load_half = |at: usize| pod_read_unaligned::<__m256i>(&src[at..at + 32]);
+        let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
+        let mut sums = [_mm512_setzero_si512(); N];
+        if FORMAT == Q4_K {
+            for p in 0..4 {
+                let pairs = _mm512_cvtepu8_epi16(load_half(q4_k::SCALES + 32 * p));
+                let scales = [_mm512_and_si512(pairs, low_word), _mm512_srli_epi32(pairs, 16)];
+                for (half, &scale) in scales.iter().enumerate() {
+                    let j = 2 * p + half;
+                    let w: [__m512i; 8] = std::array::from_fn(|c| {
+                        let packed = load(SLOT_BYTES * (8 * p + c));
+                        if half == 0 {
+                            _mm512_and_si512(packed, low)
+                        } else {
+                            _mm512_and_si512(_mm512_srli_epi16(packed, 4), low)
+                        }
+                    });
+                    for n in 0..N {
+                        let qs = parts[n].0;
+                        let mut dot = [_mm512_setzero_si512(); 2];
+                        for (c, &w) in w.iter().enumerate() {
+                            dot[c % 2] =
+                                _mm512_dpbusd_epi32(dot[c % 2], w, _mm512_set1_epi32(word(qs, 32 * j + 4 * c)));
+                        }
+                        sums[n] =
+                            _mm512_add_epi32(sums[n], _mm512_mullo_epi32(_mm512_add_epi32(dot[0], dot[1]), scale));
+                    }
+                }
+            }
+            let d_w = _mm512_cvtph_ps(load_half(q4_k::D));
+            let dmin_w = _mm512_cvtph_ps(load_half(q4_k::DMIN));
+            let mins: [__m512i; 4] = std::array::from_fn(|p| _mm512_cvtepu8_epi16(load_half(q4_k::MINIMUMS + 32 * p)));
+            for n in 0..N {
+                let (_, bsums, d_a) = parts[n];
+                let mut m = _mm512_setzero_si512();
+                for (p, &mins) in mins.iter().enumerate() {
+                    let sum = |j: usize| i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]);
+                    m = _mm512_dpwssd_epi32(m, mins, _mm512_set1_epi32(pair(sum(2 * p), sum(2 * p + 1))));
+                }
+                let d_a = _mm512_set1_ps(d_a);
+                acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(d_w, d_a), _mm512_cvtepi32_ps(sums[n]), acc[n]);
+                acc[n] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin_w, d_a), _mm512_cvtepi32_ps(m), acc[n]);
+            }
+        } else {
+            for p in 0..8 {
+                let pairs = _mm512_cvtepi8_epi16(load_half(q6_k::SCALES + 32 * p));
+                let scales = [_mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16), _mm512_srai_epi32(pairs, 16)];
+                for (half, &scale) in scales.iter().enumerate() {
+                    let j = 2 * p + half;
+                    let w: [__m512i; 4] = std::array::from_fn(|k| {
+                        let t = 4 * j + k;
+                        let packed = load(SLOT_BYTES * (t % 32));
+                        let nibbles = if t < 32 { packed } else { _mm512_srli_epi16(packed, 4) };
+                        let high = load(q6_k::HIGH + SLOT_BYTES * (t % 16));
+                        let high = match t / 16 {
+                            0 => _mm512_slli_epi16(high, 4),
+                            1 => _mm512_slli_epi16(high, 2),
+                            2 => high,
+                            _ => _mm512_srli_epi16(high, 2),
+                        };
+                        _mm512_or_si512(_mm512_and_si512(nibbles, low), _mm512_and_si512(high, high_bits))
+                    });
+                    for n in 0..N {
+                        let (qs, bsums, _) = parts[n];
+                        // The chain starts at −32·Σa_j: Q6_K's quants are stored plus 32.
+                        let mut dot = [_mm512_set1_epi32(-32 * i32::from(bsums[j])), _mm512_setzero_si512()];
+                        for (k, &w) in w.iter().enumerate() {
+                            dot[k % 2] =
+                                _mm512_dpbusd_epi32(dot[k % 2], w, _mm512_set1_epi32(word(qs, 16 * j + 4 * k)));
+                        }
+                        sums[n] =
+                            _mm512_add_epi32(sums[n], _mm512_mullo_epi32(_mm512_add_epi32(dot[0], dot[1]), scale));
+                    }
+                }
+            }
+            let d_w = _mm512_cvtph_ps(load_half(q6_k::D));
+            for n in 0..N {
+                let d_a = _mm512_set1_ps(parts[n].2);
+                acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(d_w, d_a), _mm512_cvtepi32_ps(sums[n]), acc[n]);
+            }
+        }
+    }
+    for (out, acc) in out.iter_mut().zip(acc) {
+        *out = bytemuck::cast(acc);
+    }
+}
+
+/// AVX2 + FMA + F16C: one group against `acts`, results into `out`, as two halves of 8 rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn avx2<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    let (mut acts, mut out) = (acts, out);
+    while out.len() >= AVX2_ACTS {
+        for half in 0..2 {
+            avx2_pass::<FORMAT, AVX2_ACTS>(group, half, &acts[..AVX2_ACTS], &mut out[..AVX2_ACTS]);
+        }
+        (acts, out) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..]);
+    }
+    for (j, out) in out.chunks_exact_mut(1).enumerate() {
+        for half in 0..2 {
+            avx2_pass::<FORMAT, 1>(group, half, &acts[j..j + 1], out);
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn avx2_pass<const FORMAT: u8, const N: usize>(
+    group: &[u8],
+    half: usize,
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let block = block_bytes(FORMAT);
+    let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
+    let low = _mm256_set1_epi8(0x0F);
+    let high_bits = _mm256_set1_epi8(0x30);
+    let (low_word, high_word) = (_mm256_set1_epi32(0xFFFF), _mm256_set1_epi32(-0x1_0000));
+    for (b, src) in group.chunks_exact(block).enumerate() {
+        // Row half `half` of a slot, of a pair vector, of the f16 scales.
+        let load = |at: usize| pod_read_unaligned::<__m256i>(&src[at + 32 * half..at + 32 * half + 32]);
+        let load_pairs = |at: usize| pod_read_unaligned::<__m128i>(&src[at + 16 * half..at + 16 * half + 16]);
+        let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
+        let mut sums = [_mm256_setzero_si256(); N];
+        // (sc, sc) in each i32 lane, from a lane's (sc_2p, sc_2p+1).
+        let replicated = |pairs: __m256i| {
+            [
+                _mm256_or_si256(_mm256_and_si256(pairs, low_word), _mm256_slli_epi32(pairs, 16)),
+                _mm256_or_si256(_mm256_srli_epi32(pairs, 16), _mm256_and_si256(pairs, high_word)),
+            ]
+        };
+        if FORMAT == Q4_K {
+            for p in 0..4 {
+                let scales = replicated(_mm256_cvtepu8_epi16(load_pairs(q4_k::SCALES + 32 * p)));
+                for (h, &scale) in scales.iter().enumerate() {
+                    let j = 2 * p + h;
+                    let w: [__m256i; 8] = std::array::from_fn(|c| {
+                        let packed = load(SLOT_BYTES * (8 * p + c));
+                        if h == 0 {
+                            _mm256_and_si256(packed, low)
+                        } else {
+                            _mm256_and_si256(_mm256_srli_epi16(packed, 4), low)
+                        }
+                    });
+                    for n in 0..N {
+                        let qs = parts[n].0;
+                        let mut s = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(word(qs, 32 * j)));
+                        for (c, &w) in w.iter().enumerate().skip(1) {
+                            s = _mm256_add_epi16(
+                                s,
+                                _mm256_maddubs_epi16(w, _mm256_set1_epi32(word(qs, 32 * j + 4 * c))),
+                            );
+                        }
+                        sums[n] = _mm256_add_epi32(sums[n], _mm256_madd_epi16(s, scale));
+                    }
+                }
+            }
+            let d_w = _mm256_cvtph_ps(load_pairs(q4_k::D));
+            let dmin_w = _mm256_cvtph_ps(load_pairs(q4_k::DMIN));
+            let mins: [__m256i; 4] = std::array::from_fn(|p| _mm256_cvtepu8_epi16(load_pairs(q4_k::MINIMUMS + 32 * p)));
+            for n in 0..N {
+                let (_, bsums, d_a) = parts[n];
+                let mut m = _mm256_setzero_si256();
+                for (p, &mins) in mins.iter().enumerate() {
+                    let sum = |j: usize| i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]);
+                    m = _mm256_add_epi32(
+                        m,
+                        _mm256_madd_epi16(mins, _mm256_set1_epi32(pair(sum(2 * p), sum(2 * p + 1)))),
+                    );
+                }
+                let d_a = _mm256_set1_ps(d_a);
+                acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, d_a), _mm256_cvtepi32_ps(sums[n]), acc[n]);
+                acc[n] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_w, d_a), _mm256_cvtepi32_ps(m), acc[n]);
+            }
+        } else {
+            let mut correction = [_mm256_setzero_si256(); N];
+            for p in 0..8 {
+                let pairs = _mm256_cvtepi8_epi16(load_pairs(q6_k::SCALES + 32 * p));
+                for n in 0..N {
+                    let bsums = parts[n].1;
+                    let sums = _mm256_set1_epi32(pair(i32::from(bsums[2 * p]), i32::from(bsums[2 * p + 1])));
+                    correction[n] = _mm256_add_epi32(correction[n], _mm256_madd_epi16(pairs, sums));
+                }
+                for (h, &scale) in replicated(pairs).iter().enumerate() {
+                    let j = 2 * p + h;
+                    let w: [__m256i; 4] = std::array::from_fn(|k| {
+                        let t = 4 * j + k;
+                        let packed = load(SLOT_BYTES * (t % 32));
+                        let nibbles = if t < 32 { packed } else { _mm256_srli_epi16(packed, 4) };
+                        let high = load(q6_k::HIGH + SLOT_BYTES * (t % 16));
+                        let high = match t / 16 {
+                            0 => _mm256_slli_epi16(high, 4),
+                            1 => _mm256_slli_epi16(high, 2),
+                            2 => high,
+                            _ => _mm256_srli_epi16(high, 2),
+                        };
+                        _mm256_or_si256(_mm256_and_si256(nibbles, low), _mm256_and_si256(high, high_bits))
+                    });
+                    for n in 0..N {
+                        let qs = parts[n].0;
+                        let product =
+                            |k: usize| _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(word(qs, 16 * j + 4 * k)));
+                        let first = _mm256_madd_epi16(_mm256_add_epi16(product(0), product(1)), scale);
+                        let second = _mm256_madd_epi16(_mm256_add_epi16(product(2), product(3)), scale);
+                        sums[n] = _mm256_add_epi32(sums[n], _mm256_add_epi32(first, second));
+                    }
+                }
+            }
+            let d_w = _mm256_cvtph_ps(load_pairs(q6_k::D));
+            for n in 0..N {
+                let s = _mm256_sub_epi32(sums[n], _mm256_slli_epi32(correction[n], 5));
+                acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, _mm256_set1_ps(parts[n].2)), _mm256_cvtepi32_ps(s), acc[n]);
+            }
+        }
+    }
+    for (out, acc) in out.iter_mut().zip(acc) {
+        let values: [f32; 8] = bytemuck::cast(acc);
+        out[8 * half..8 * half + 8].copy_from_slice(&values);
+    }
+}
