@@ -80,9 +80,10 @@ pub(crate) struct ActBlock {
 /// Activations per kernel call.
 pub(crate) const MAX_ACTS: usize = 64;
 
-/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K).
+/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
 pub fn is_repackable(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q4_K | DType::Q6_K)
+    use DType::{Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+    matches!(dtype, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K)
 }
 
 /// Whether repacking `dtype` changes the precision of the activations it is multiplied with: the
@@ -151,7 +152,7 @@ fn row_fifth_bits(masks: &[u64; 8], r: usize) -> u32 {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q6_K blocks in the interleaved
+/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K blocks in the interleaved
 /// layout (module docs, and `k_quants` for the K-quants),
 /// owned.
 pub struct Repacked {

@@ -65,7 +65,8 @@ pub(super) const ROWS: [Kernels; 15] = [
     Kernels::new(Q5_K)
         .dequantize(crate::dequantize_row_q5_k_ref)
         .quantize(crate::quantize_row_q5_k_ref)
-        .dot(Q8_K, dot_q5_k),
+        .dot(Q8_K, dot_q5_k)
+        .repacked(|group, acts, out| crate::repack::reference_kernel(Q5_K, group, acts, out)),
     Kernels::new(Q6_K)
         .dequantize(crate::dequantize_row_q6_k_ref)
         .quantize(crate::quantize_row_q6_k_ref)

@@ -1,5 +1,5 @@
-//! The K-quant layouts of [`crate::repack`]: Q4_K and Q6_K super-blocks of 256 values, 16 rows
-//! interleaved, multiplied with Q8_K activations (llama.cpp's `vec_dot_type` for the K-quants, and
+//! The K-quant layouts of [`crate::repack`]: Q4_K, Q5_K and Q6_K super-blocks of 256 values, 16
+//! rows interleaved, multiplied with Q8_K activations (llama.cpp's `vec_dot_type` for the K-quants, and
 //! what the zero-copy K-quant kernels read: repacking them changes no activation's precision).
 //!
 //! A decoded slot t holds values 4t .. 4t + 4 of each of the 16 rows (64 bytes, row r's four at
@@ -12,6 +12,8 @@
 //!   scales      4 × 32 B         pair p, row r: sc(2p), sc(2p + 1)   (6-bit, unpacked to bytes)
 //!   minimums    4 × 32 B         pair p, row r: m(2p), m(2p + 1)
 //!   d, dmin    16 × f16 each
+//! Q5_K (2880 B = 16 × 176 + 64): Q4_K's parts at the same offsets, then
+//!   fifth bits 64 × u64          word t, bit 4r + i = row r's fifth bit of value 4t + i
 //! Q6_K (3360 B = 16 × 210)
 //!   low bits   32 slots × 64 B   slot c: low nibble = bits 0..4 of decoded slot c, high nibble
 //!                                of decoded slot 32 + c
@@ -26,7 +28,7 @@
 //! steps ([`reference_kernel`]):
 //!
 //! ```text
-//! Q4_K  s = Σ_j sc_j · Σ q·a       n = Σ_j m_j · Σa_j (32 values each)
+//! Q4_K  s = Σ_j sc_j · Σ q·a       n = Σ_j m_j · Σa_j (32 values each; Q5_K the same, q 0..31)
 //!       acc = fma(d_w·d_a, f32(s), acc);  acc = fma(−(dmin_w·d_a), f32(n), acc)
 //! Q6_K  s = Σ_j sc_j · Σ q·a − 32 · Σ_j sc_j · Σa_j  (q unsigned 0..63; 16 values each)
 //!       acc = fma(d_w·d_a, f32(s), acc)
@@ -50,6 +52,12 @@ pub(crate) mod q4_k {
     pub(crate) const BYTES: usize = DMIN + 32;
 }
 
+/// Where a Q5_K super-block's fifth bits begin (the rest as Q4_K's), and its size.
+pub(crate) mod q5_k {
+    pub(crate) const HIGH: usize = super::q4_k::BYTES;
+    pub(crate) const BYTES: usize = HIGH + 64 * 8;
+}
+
 /// Where a Q6_K super-block's parts begin within its part of a group.
 pub(crate) mod q6_k {
     pub(crate) const HIGH: usize = 32 * super::SLOT_BYTES;
@@ -62,6 +70,7 @@ pub(crate) mod q6_k {
 pub(crate) const fn group_block_bytes(dtype: DType) -> Option<usize> {
     match dtype {
         DType::Q4_K => Some(q4_k::BYTES),
+        DType::Q5_K => Some(q5_k::BYTES),
         DType::Q6_K => Some(q6_k::BYTES),
         _ => None,
     }
@@ -127,7 +136,7 @@ const fn at(slot: usize, r: usize, i: usize) -> usize {
     SLOT_BYTES * slot + 4 * r + i
 }
 
-/// Up to 16 GGML rows of Q4_K or Q6_K into one group (every byte written; missing rows zero).
+/// Up to 16 GGML rows of Q4_K, Q5_K or Q6_K into one group (every byte written; missing rows zero).
 pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
     let (block_bytes, group_block) = (dtype.block_bytes(), group_block_bytes(dtype).unwrap_or(0));
     for (b, dst) in out.chunks_exact_mut(group_block).enumerate() {
@@ -135,9 +144,19 @@ pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
         for (r, row) in rows.iter().enumerate() {
             let src = &row[b * block_bytes..][..block_bytes];
             match dtype {
-                DType::Q4_K => {
-                    for (slot, bytes) in src[16..144].chunks_exact(4).enumerate() {
+                DType::Q4_K | DType::Q5_K => {
+                    let qs = if dtype == DType::Q5_K { 48 } else { 16 };
+                    for (slot, bytes) in src[qs..qs + 128].chunks_exact(4).enumerate() {
                         dst[at(slot, r, 0)..][..4].copy_from_slice(bytes);
+                    }
+                    if dtype == DType::Q5_K {
+                        let qh = &src[16..48];
+                        for v in 0..QK {
+                            let bit = u64::from((qh[v % 32] >> (v / 32)) & 1);
+                            let word = q5_k::HIGH + 8 * (v / 4);
+                            let mask = u64::from_le_bytes(dst[word..word + 8].try_into().expect("eight bytes"));
+                            dst[word..word + 8].copy_from_slice(&(mask | bit << (4 * r + v % 4)).to_le_bytes());
+                        }
                     }
                     let (sc, m) = q4_k_scales(&src[4..16]);
                     for j in 0..8 {
@@ -164,15 +183,23 @@ pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
     }
 }
 
-/// Row `r` of a Q4_K or Q6_K group back to its GGML bytes.
+/// Row `r` of a Q4_K, Q5_K or Q6_K group back to its GGML bytes.
 pub(crate) fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
     let (block_bytes, group_block) = (dtype.block_bytes(), group_block_bytes(dtype).unwrap_or(0));
     for (b, dst) in out.chunks_exact_mut(block_bytes).enumerate() {
         let src = &group[b * group_block..][..group_block];
         match dtype {
-            DType::Q4_K => {
-                for (slot, bytes) in dst[16..144].chunks_exact_mut(4).enumerate() {
+            DType::Q4_K | DType::Q5_K => {
+                let qs = if dtype == DType::Q5_K { 48 } else { 16 };
+                for (slot, bytes) in dst[qs..qs + 128].chunks_exact_mut(4).enumerate() {
                     bytes.copy_from_slice(&src[at(slot, r, 0)..][..4]);
+                }
+                if dtype == DType::Q5_K {
+                    let qh = &mut dst[16..48];
+                    qh.fill(0);
+                    for v in 0..QK {
+                        qh[v % 32] |= (q5_k_fifth_bit(src, r, v) as u8) << (v / 32);
+                    }
                 }
                 let sc = std::array::from_fn(|j| src[q4_k::SCALES + 32 * (j / 2) + 2 * r + j % 2]);
                 let m = std::array::from_fn(|j| src[q4_k::MINIMUMS + 32 * (j / 2) + 2 * r + j % 2]);
@@ -199,7 +226,14 @@ fn q6_k_quant(src: &[u8], r: usize, v: usize) -> u8 {
     low | (high << 4)
 }
 
-/// Row `r`'s four-bit quant of value `v` from a Q4_K super-block's part of a group.
+/// Row `r`'s fifth bit of value `v` from a Q5_K super-block's part of a group.
+fn q5_k_fifth_bit(src: &[u8], r: usize, v: usize) -> u32 {
+    let word = q5_k::HIGH + 8 * (v / 4);
+    let mask = u64::from_le_bytes(src[word..word + 8].try_into().expect("eight bytes"));
+    ((mask >> (4 * r + v % 4)) & 1) as u32
+}
+
+/// Row `r`'s four-bit quant of value `v` from a Q4_K (or Q5_K) super-block's part of a group.
 fn q4_k_quant(src: &[u8], r: usize, v: usize) -> u8 {
     let (j, l) = (v / 32, v % 32);
     let byte = src[at(8 * (j / 2) + l / 4, r, l % 4)];
@@ -218,14 +252,16 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
             for (r, acc) in out.iter_mut().enumerate() {
                 let d_w = f16::from_le_bytes([src[d_at(dtype) + 2 * r], src[d_at(dtype) + 2 * r + 1]]);
                 match dtype {
-                    DType::Q4_K => {
+                    DType::Q4_K | DType::Q5_K => {
                         let (mut s, mut n) = (0i32, 0i32);
+                        let quant = |v: usize| {
+                            let fifth = if dtype == DType::Q5_K { q5_k_fifth_bit(src, r, v) << 4 } else { 0 };
+                            (u32::from(q4_k_quant(src, r, v)) | fifth) as i32
+                        };
                         for j in 0..8 {
                             let sc = i32::from(src[q4_k::SCALES + 32 * (j / 2) + 2 * r + j % 2]);
                             let m = i32::from(src[q4_k::MINIMUMS + 32 * (j / 2) + 2 * r + j % 2]);
-                            let dot: i32 = (32 * j..32 * j + 32)
-                                .map(|v| i32::from(q4_k_quant(src, r, v)) * i32::from(a[v] as i8))
-                                .sum();
+                            let dot: i32 = (32 * j..32 * j + 32).map(|v| quant(v) * i32::from(a[v] as i8)).sum();
                             s += sc * dot;
                             n += m * (i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]));
                         }
@@ -254,7 +290,7 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
 /// Where a super-block's 16 f16 `d`s begin.
 const fn d_at(dtype: DType) -> usize {
     match dtype {
-        DType::Q4_K => q4_k::D,
+        DType::Q4_K | DType::Q5_K => q4_k::D,
         _ => q6_k::D,
     }
 }

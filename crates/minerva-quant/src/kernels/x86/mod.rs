@@ -150,7 +150,9 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(Q4_K)
             .tile(tile!(avx2_tile_k::tiles_q4_k::<K_QUANT_ACTS>))
             .repacked(repacked!(repacked_k::avx2::<{ repacked_k::Q4_K }>)),
-        Kernels::new(Q5_K).tile(tile!(avx2_tile_k::tiles_q5_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q5_K)
+            .tile(tile!(avx2_tile_k::tiles_q5_k::<K_QUANT_ACTS>))
+            .repacked(repacked!(repacked_k::avx2::<{ repacked_k::Q5_K }>)),
         Kernels::new(Q6_K)
             .tile(tile!(avx2_tile_k::tiles_q6_k::<K_QUANT_ACTS>))
             .repacked(repacked!(repacked_k::avx2::<{ repacked_k::Q6_K }>)),
@@ -210,7 +212,9 @@ pub(super) const AVX512_VNNI: Isa = Isa {
         Kernels::new(Q4_K)
             .tile(tile!(avx512_panel_k::kernel_q4_k::<K_QUANT_ACTS>))
             .repacked(repacked!(repacked_k::avx512::<{ repacked_k::Q4_K }>)),
-        Kernels::new(Q5_K).tile(tile!(avx512_panel_k::kernel_q5_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q5_K)
+            .tile(tile!(avx512_panel_k::kernel_q5_k::<K_QUANT_ACTS>))
+            .repacked(repacked!(repacked_k::avx512::<{ repacked_k::Q5_K }>)),
         Kernels::new(Q6_K)
             .tile(tile!(avx512_panel_k::kernel_q6_k::<K_QUANT_ACTS>))
             .repacked(repacked!(repacked_k::avx512::<{ repacked_k::Q6_K }>)),

@@ -315,7 +315,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
 /// word, every bit but j % 8 is set, and the byte is all ones only if bit j % 8 was.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn bytes_from_bits(word: u32) -> __m256i {
+pub(super) fn bytes_from_bits(word: u32) -> __m256i {
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(word as i32),
         _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303),

@@ -1,4 +1,4 @@
-//! The kernels of repacked Q4_K and Q6_K weights (`crate::repack::k_quants`: 16 rows
+//! The kernels of repacked Q4_K, Q5_K and Q6_K weights (`crate::repack::k_quants`: 16 rows
 //! interleaved, scales unpacked in pairs) against Q8_K activations, for AVX-512 VNNI and AVX2.
 //!
 //! A decoded slot holds four values of each of the 16 rows; an activation's four quants of the
@@ -8,9 +8,11 @@
 //!   AVX-512 VNNI   dot_j = vpdpbusd over the sub-block's slots (u8 weights × i8 activations)
 //!                  s    += vpmulld(dot_j, sc_j)
 //!                  Q6_K: the chain starts at −32·Σa_j, so s is Σ sc_j·(dot_j − 32·Σa_j)
-//!                  Q4_K: n = vpdpwssd over the minimum pairs × (Σa_2p, Σa_2p+1)
+//!                  Q4_K, Q5_K: n = vpdpwssd over the minimum pairs × (Σa_2p, Σa_2p+1)
+//!                  Q5_K's fifth bits: one masked byte add of 16 per decoded slot
 //!   AVX2           two halves of 8 rows; vpmaddubsw per slot, summed in i16 (Q4_K: 8 slots,
-//!                  ≤ 30,720; Q6_K: 2 slots, ≤ 32,256), then vpmaddwd by (sc_j, sc_j)
+//!                  ≤ 30,720; Q5_K: 4 slots, ≤ 31,744; Q6_K: 2 slots, ≤ 32,256), then vpmaddwd
+//!                  by (sc_j, sc_j); Q5_K's fifth bits spread from their mask words
 //!                  Q6_K: the −32·Σ sc_j·Σa_j term by vpmaddwd over the scale pairs
 //! ```
 //!
@@ -27,20 +29,22 @@ use core::arch::x86_64::{
     _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srli_epi16,
     _mm256_srli_epi32, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi8_epi16, _mm512_cvtepi32_ps,
     _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps,
-    _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
-    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srai_epi32,
+    _mm512_mask_add_epi8, _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32,
+    _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srai_epi32,
     _mm512_srli_epi16, _mm512_srli_epi32,
 };
 
 use bytemuck::pod_read_unaligned;
 
+use super::repacked::bytes_from_bits;
 use crate::activation::Activation;
-use crate::repack::k_quants::{q4_k, q6_k};
+use crate::repack::k_quants::{q4_k, q5_k, q6_k};
 use crate::repack::{GROUP_ROWS, SLOT_BYTES};
 
 /// The repacked K-quant formats as the kernels' const parameter.
 pub(super) const Q4_K: u8 = 0;
 pub(super) const Q6_K: u8 = 1;
+pub(super) const Q5_K: u8 = 2;
 
 /// Values per super-block.
 const QK: usize = 256;
@@ -50,7 +54,17 @@ const AVX512_ACTS: usize = 8;
 const AVX2_ACTS: usize = 4;
 
 const fn block_bytes(format: u8) -> usize {
-    if format == Q4_K { q4_k::BYTES } else { q6_k::BYTES }
+    match format {
+        Q4_K => q4_k::BYTES,
+        Q5_K => q5_k::BYTES,
+        _ => q6_k::BYTES,
+    }
+}
+
+/// A Q5_K super-block's fifth-bit mask word of decoded slot `t`.
+#[inline(always)]
+fn fifth_bits(src: &[u8], t: usize) -> u64 {
+    pod_read_unaligned::<u64>(&src[q5_k::HIGH + 8 * t..q5_k::HIGH + 8 * t + 8])
 }
 
 /// The four activation quants of values `at..at + 4`, as one i32.
@@ -94,6 +108,7 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
     let block = block_bytes(FORMAT);
     let mut acc: [__m512; N] = [_mm512_setzero_ps(); N];
     let low = _mm512_set1_epi8(0x0F);
+    let sixteen = _mm512_set1_epi8(0x10);
     let high_bits = _mm512_set1_epi8(0x30);
     let low_word = _mm512_set1_epi32(0xFFFF);
     for (b, src) in group.chunks_exact(block).enumerate() {
@@ -101,7 +116,7 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
         let load_half = |at: usize| pod_read_unaligned::<__m256i>(&src[at..at + 32]);
         let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
         let mut sums = [_mm512_setzero_si512(); N];
-        if FORMAT == Q4_K {
+        if FORMAT != Q6_K {
             for p in 0..4 {
                 let pairs = _mm512_cvtepu8_epi16(load_half(q4_k::SCALES + 32 * p));
                 let scales = [_mm512_and_si512(pairs, low_word), _mm512_srli_epi32(pairs, 16)];
@@ -109,10 +124,15 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
                     let j = 2 * p + half;
                     let w: [__m512i; 8] = std::array::from_fn(|c| {
                         let packed = load(SLOT_BYTES * (8 * p + c));
-                        if half == 0 {
+                        let nibbles = if half == 0 {
                             _mm512_and_si512(packed, low)
                         } else {
                             _mm512_and_si512(_mm512_srli_epi16(packed, 4), low)
+                        };
+                        if FORMAT == Q5_K {
+                            _mm512_mask_add_epi8(nibbles, fifth_bits(src, 8 * j + c), nibbles, sixteen)
+                        } else {
+                            nibbles
                         }
                     });
                     for n in 0..N {
@@ -213,6 +233,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
     let block = block_bytes(FORMAT);
     let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
     let low = _mm256_set1_epi8(0x0F);
+    let sixteen = _mm256_set1_epi8(0x10);
     let high_bits = _mm256_set1_epi8(0x30);
     let (low_word, high_word) = (_mm256_set1_epi32(0xFFFF), _mm256_set1_epi32(-0x1_0000));
     for (b, src) in group.chunks_exact(block).enumerate() {
@@ -228,29 +249,39 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                 _mm256_or_si256(_mm256_srli_epi32(pairs, 16), _mm256_and_si256(pairs, high_word)),
             ]
         };
-        if FORMAT == Q4_K {
+        if FORMAT != Q6_K {
             for p in 0..4 {
                 let scales = replicated(_mm256_cvtepu8_epi16(load_pairs(q4_k::SCALES + 32 * p)));
                 for (h, &scale) in scales.iter().enumerate() {
                     let j = 2 * p + h;
                     let w: [__m256i; 8] = std::array::from_fn(|c| {
                         let packed = load(SLOT_BYTES * (8 * p + c));
-                        if h == 0 {
+                        let nibbles = if h == 0 {
                             _mm256_and_si256(packed, low)
                         } else {
                             _mm256_and_si256(_mm256_srli_epi16(packed, 4), low)
+                        };
+                        if FORMAT == Q5_K {
+                            let word = (fifth_bits(src, 8 * j + c) >> (32 * half)) as u32;
+                            _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
+                        } else {
+                            nibbles
                         }
                     });
                     for n in 0..N {
                         let qs = parts[n].0;
-                        let mut s = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(word(qs, 32 * j)));
-                        for (c, &w) in w.iter().enumerate().skip(1) {
-                            s = _mm256_add_epi16(
-                                s,
-                                _mm256_maddubs_epi16(w, _mm256_set1_epi32(word(qs, 32 * j + 4 * c))),
-                            );
-                        }
-                        sums[n] = _mm256_add_epi32(sums[n], _mm256_madd_epi16(s, scale));
+                        // Q4_K's 8 slots sum within i16 (≤ 30,720), Q5_K's in two halves of 4.
+                        let partial = |from: usize, to: usize| {
+                            let mut s = _mm256_maddubs_epi16(w[from], _mm256_set1_epi32(word(qs, 32 * j + 4 * from)));
+                            for (c, &w) in w.iter().enumerate().take(to).skip(from + 1) {
+                                let a = _mm256_set1_epi32(word(qs, 32 * j + 4 * c));
+                                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w, a));
+                            }
+                            _mm256_madd_epi16(s, scale)
+                        };
+                        let s =
+                            if FORMAT == Q5_K { _mm256_add_epi32(partial(0, 4), partial(4, 8)) } else { partial(0, 8) };
+                        sums[n] = _mm256_add_epi32(sums[n], s);
                     }
                 }
             }
