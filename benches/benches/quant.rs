@@ -286,7 +286,8 @@ fn bench_batch(c: &mut Criterion) {
 }
 
 /// Repacked weights (16 rows interleaved, Q8_0 activations) against the zero-copy i16 kernels, at
-/// SmolLM2's shapes, from one decode to a 512-token prefill: `repacked/<shape>/<dtype>/n<N>/
+/// SmolLM2's shapes, Llama 1B's and 8B's FFN (K-quants: within an L3 of 32 MiB, and larger), from
+/// one decode to a 512-token prefill: `repacked/<shape>/<dtype>/n<N>/
 /// {zero-copy,repacked}/<threads>t`.
 fn bench_repacked(c: &mut Criterion) {
     let pools: Vec<(usize, ComputePool)> =
@@ -298,6 +299,11 @@ fn bench_repacked(c: &mut Criterion) {
         ("smollm2_576x1536", DType::Q4_1, 576, 1536),
         ("smollm2_1536x576", DType::Q8_0, 1536, 576),
         ("smollm2_1536x576", DType::Q4_0, 1536, 576),
+        ("llama1b_8192x2048", DType::Q5_K, 8192, 2048),
+        ("llama1b_2048x8192", DType::Q6_K, 2048, 8192),
+        ("llama8b_14336x4096", DType::Q4_K, 14336, 4096),
+        ("llama8b_14336x4096", DType::Q5_K, 14336, 4096),
+        ("llama8b_4096x14336", DType::Q6_K, 4096, 14336),
     ];
     for (label, dtype, rows, cols) in shapes {
         let w = weights(dtype, rows * cols);

@@ -2,30 +2,34 @@
 //! rows interleaved, multiplied with Q8_K activations (llama.cpp's `vec_dot_type` for the K-quants, and
 //! what the zero-copy K-quant kernels read: repacking them changes no activation's precision).
 //!
-//! A decoded slot t holds values 4t .. 4t + 4 of each of the 16 rows (64 bytes, row r's four at
-//! 4r), as in the 32-value formats; per super-block of a group:
+//! A decoded slot holds four values of each of the 16 rows (64 bytes, row r's four at 4r), as in
+//! the 32-value formats. A super-block's part of a group is a run of *parts*, each everything a
+//! kernel needs for two sub-blocks, in the order it reads them, then the f16 scales of the rows
+//! (one pass over a group is one forward sweep through memory: a layout that made the kernels
+//! jump between regions ran at half the DRAM bandwidth of the file's own rows on one activation):
 //!
 //! ```text
-//! Q4_K (2368 B = 16 × 144 + 64)
-//!   quants     32 slots × 64 B   slot 8p + c, row r, byte i = row r's qs byte 32p + 4c + i
-//!                                (low nibble: sub-block 2p value 4c + i, high: sub-block 2p + 1)
-//!   scales      4 × 32 B         pair p, row r: sc(2p), sc(2p + 1)   (6-bit, unpacked to bytes)
-//!   minimums    4 × 32 B         pair p, row r: m(2p), m(2p + 1)
-//!   d, dmin    16 × f16 each
-//! Q5_K (2880 B = 16 × 176 + 64): Q4_K's parts at the same offsets, then
-//!   fifth bits 64 × u64          word t, bit 4r + i = row r's fifth bit of value 4t + i
-//! Q6_K (3360 B = 16 × 210)
-//!   low bits   32 slots × 64 B   slot c: low nibble = bits 0..4 of decoded slot c, high nibble
-//!                                of decoded slot 32 + c
-//!   high bits  16 slots × 64 B   slot e, bits 2k, 2k + 1 = bits 4, 5 of decoded slot e + 16k
-//!   scales      8 × 32 B         pair p, row r: sc(2p), sc(2p + 1)   (i8, one per 16 values)
-//!   d          16 × f16
+//! Q4_K, Q5_K: 4 parts of 64 values (sub-blocks 2p, 2p + 1 of 32), then d, dmin (16 × f16 each)
+//!   slots       8 × 64 B   slot c, row r, byte i: value 4c + i of sub-block 2p (low nibble) and
+//!                          of sub-block 2p + 1 (high nibble)
+//!   scales     32 B        row r: sc(2p), sc(2p + 1)     (6-bit, unpacked to bytes)
+//!   minimums   32 B        row r: m(2p), m(2p + 1)
+//!   fifth bits 16 × u64    (Q5_K) word 8h + c, bit 4r + i: the fifth bit of slot c's value i in
+//!                          sub-block 2p + h
+//!   Q4_K 4 × 576 + 64 = 2368 B = 16 × 144 + 64;  Q5_K 4 × 704 + 64 = 2880 B = 16 × 176 + 64
+//! Q6_K: 8 parts of 32 values (sub-blocks 2p, 2p + 1 of 16), then d (16 × f16)
+//!   low bits    4 × 64 B   slot k, row r, byte i: bits 0..4 of value 4k + i (low nibble) and
+//!                          of value 16 + 4k + i (high nibble)
+//!   high bits   2 × 64 B   slot e, bits 2m, 2m + 1 of byte (r, i): bits 4, 5 of value
+//!                          16e + 4m + i
+//!   scales     32 B        row r: sc(2p), sc(2p + 1)     (i8)
+//!   8 × 416 + 32 = 3360 B = 16 × 210
 //! ```
 //!
-//! The scales are unpacked once (Q4_K's 6-bit fields cost 64 bytes per super-block of 16 rows,
-//! 2.8 %) and kept in pairs, so a kernel widens a pair to i16 lanes in one instruction for
-//! `vpmaddwd` / `vpdpwssd`. Per row and super-block the sums are exact integers, then fixed f32
-//! steps ([`reference_kernel`]):
+//! The scales are unpacked once (Q4_K's and Q5_K's 6-bit fields cost 64 bytes per super-block of
+//! 16 rows, 2.8 % and 2.3 %) and kept in pairs, so a kernel widens a pair to i16 lanes in one
+//! instruction for `vpmaddwd` / `vpdpwssd`. Per row and super-block the sums are exact integers,
+//! then fixed f32 steps ([`reference_kernel`]):
 //!
 //! ```text
 //! Q4_K  s = Σ_j sc_j · Σ q·a       n = Σ_j m_j · Σa_j (32 values each; Q5_K the same, q 0..31)
@@ -43,36 +47,47 @@ use crate::activation::Activation;
 /// Values per super-block.
 const QK: usize = 256;
 
-/// Where a Q4_K super-block's parts begin within its part of a group.
-pub(crate) mod q4_k {
-    pub(crate) const SCALES: usize = 32 * super::SLOT_BYTES;
-    pub(crate) const MINIMUMS: usize = SCALES + 128;
-    pub(crate) const D: usize = MINIMUMS + 128;
-    pub(crate) const DMIN: usize = D + 32;
-    pub(crate) const BYTES: usize = DMIN + 32;
+/// Where a super-block's parts lie within its part of a group (module docs).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    /// Values per part (two sub-blocks).
+    pub(crate) values: usize,
+    /// Bytes per part.
+    pub(crate) part: usize,
+    /// Within a part: the scale pairs, the minimum pairs (Q4_K, Q5_K), and the fifth bits (Q5_K)
+    /// or the high bits (Q6_K).
+    pub(crate) scales: usize,
+    pub(crate) minimums: usize,
+    pub(crate) high: usize,
+    /// After the parts: the rows' d, then (Q4_K, Q5_K) dmin.
+    pub(crate) d: usize,
+    pub(crate) dmin: usize,
+    /// Bytes of a super-block of a group.
+    pub(crate) bytes: usize,
 }
 
-/// Where a Q5_K super-block's fifth bits begin (the rest as Q4_K's), and its size.
-pub(crate) mod q5_k {
-    pub(crate) const HIGH: usize = super::q4_k::BYTES;
-    pub(crate) const BYTES: usize = HIGH + 64 * 8;
-}
+pub(crate) const Q4_K: Layout =
+    Layout { values: 64, part: 576, scales: 512, minimums: 544, high: 576, d: 2304, dmin: 2336, bytes: 2368 };
+pub(crate) const Q5_K: Layout =
+    Layout { values: 64, part: 704, scales: 512, minimums: 544, high: 576, d: 2816, dmin: 2848, bytes: 2880 };
+pub(crate) const Q6_K: Layout =
+    Layout { values: 32, part: 416, scales: 384, minimums: 416, high: 256, d: 3328, dmin: 3360, bytes: 3360 };
 
-/// Where a Q6_K super-block's parts begin within its part of a group.
-pub(crate) mod q6_k {
-    pub(crate) const HIGH: usize = 32 * super::SLOT_BYTES;
-    pub(crate) const SCALES: usize = HIGH + 16 * super::SLOT_BYTES;
-    pub(crate) const D: usize = SCALES + 256;
-    pub(crate) const BYTES: usize = D + 32;
+/// The layout of a K-quant that repacks.
+pub(crate) const fn layout(dtype: DType) -> Option<Layout> {
+    match dtype {
+        DType::Q4_K => Some(Q4_K),
+        DType::Q5_K => Some(Q5_K),
+        DType::Q6_K => Some(Q6_K),
+        _ => None,
+    }
 }
 
 /// Bytes of one super-block of a group of 16 rows, for the K-quants that repack.
 pub(crate) const fn group_block_bytes(dtype: DType) -> Option<usize> {
-    match dtype {
-        DType::Q4_K => Some(q4_k::BYTES),
-        DType::Q5_K => Some(q5_k::BYTES),
-        DType::Q6_K => Some(q6_k::BYTES),
-        _ => None,
+    match layout(dtype) {
+        Some(layout) => Some(layout.bytes),
+        None => None,
     }
 }
 
@@ -131,53 +146,142 @@ fn q6_k_store_values(q: &[u8; QK], block: &mut [u8]) {
     }
 }
 
-/// Byte `i` of row `r` in slot `s` of a super-block's part.
-const fn at(slot: usize, r: usize, i: usize) -> usize {
-    SLOT_BYTES * slot + 4 * r + i
+/// Where row `r`'s value `v` lies in a super-block's part of a group: (byte, shift) of its low
+/// bits (four of them), and for Q5_K / Q6_K of its high bits (one or two).
+fn value_at(dtype: DType, r: usize, v: usize) -> ((usize, u32), Option<(usize, u32)>) {
+    let Some(l) = layout(dtype) else { return ((0, 0), None) };
+    let (p, within, i) = (v / l.values, v % l.values, v % 4);
+    let base = p * l.part + 4 * r + i;
+    match dtype {
+        DType::Q6_K => {
+            let (k, e) = (within % 16 / 4, within / 16);
+            let m = within % 16 / 4;
+            ((base + SLOT_BYTES * k, 4 * e as u32), Some((base + l.high + SLOT_BYTES * e, 2 * m as u32)))
+        }
+        _ => {
+            let (h, c) = (within / 32, within % 32 / 4);
+            let low = (base + SLOT_BYTES * c, 4 * h as u32);
+            // Word 8h + c of the fifth bits, bit 4r + i: byte (4r + i) / 8 of it.
+            let word = p * l.part + l.high + 8 * (8 * h + c);
+            let high = (dtype == DType::Q5_K).then_some((word + (4 * r + i) / 8, ((4 * r + i) % 8) as u32));
+            (low, high)
+        }
+    }
+}
+
+/// Where row `r`'s scale (and minimum) byte of sub-block `j` lies.
+fn scale_at(l: Layout, r: usize, j: usize) -> (usize, usize) {
+    let at = j / 2 * l.part + 2 * r + j % 2;
+    (at + l.scales, at + l.minimums)
+}
+
+/// Row `r`'s quant of value `v` (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63).
+fn quant(dtype: DType, src: &[u8], r: usize, v: usize) -> u8 {
+    let ((at, shift), high) = value_at(dtype, r, v);
+    let low = (src[at] >> shift) & 0xF;
+    match (dtype, high) {
+        (DType::Q6_K, Some((at, shift))) => low | (((src[at] >> shift) & 3) << 4),
+        (_, Some((at, shift))) => low | (((src[at] >> shift) & 1) << 4),
+        _ => low,
+    }
+}
+
+/// Stores row `r`'s quant `q` of value `v` (its bits zero before).
+fn set_quant(dtype: DType, dst: &mut [u8], r: usize, v: usize, q: u8) {
+    let ((at, shift), high) = value_at(dtype, r, v);
+    dst[at] |= (q & 0xF) << shift;
+    if let Some((at, shift)) = high {
+        dst[at] |= (q >> 4) << shift;
+    }
+}
+
+/// Row `r`'s quants, scales (minimums) and f16 scale bytes of one GGML K-quant block.
+struct Block {
+    q: [u8; QK],
+    sc: [u8; 16],
+    m: [u8; 8],
+    d: [u8; 2],
+    dmin: [u8; 2],
+}
+
+impl Block {
+    fn from_ggml(dtype: DType, src: &[u8]) -> Block {
+        let mut block = Block { q: [0; QK], sc: [0; 16], m: [0; 8], d: [0; 2], dmin: [0; 2] };
+        match dtype {
+            DType::Q6_K => {
+                block.q = q6_k_values(src);
+                block.sc.copy_from_slice(&src[192..208]);
+                block.d.copy_from_slice(&src[208..210]);
+            }
+            _ => {
+                let (sc, m) = q4_k_scales(&src[4..16]);
+                block.sc[..8].copy_from_slice(&sc);
+                block.m = m;
+                block.d.copy_from_slice(&src[0..2]);
+                block.dmin.copy_from_slice(&src[2..4]);
+                let (qh, qs) =
+                    if dtype == DType::Q5_K { (&src[16..48], &src[48..176]) } else { (&[0u8; 32][..], &src[16..144]) };
+                for v in 0..QK {
+                    let (j, l) = (v / 32, v % 32);
+                    let byte = qs[32 * (j / 2) + l];
+                    let nibble = if j % 2 == 0 { byte & 0xF } else { byte >> 4 };
+                    block.q[v] = nibble | (((qh[l] >> j) & 1) << 4);
+                }
+            }
+        }
+        block
+    }
+
+    fn to_ggml(&self, dtype: DType, dst: &mut [u8]) {
+        match dtype {
+            DType::Q6_K => {
+                q6_k_store_values(&self.q, dst);
+                dst[192..208].copy_from_slice(&self.sc);
+                dst[208..210].copy_from_slice(&self.d);
+            }
+            _ => {
+                dst[0..2].copy_from_slice(&self.d);
+                dst[2..4].copy_from_slice(&self.dmin);
+                let sc: [u8; 8] = self.sc[..8].try_into().expect("eight scales");
+                dst[4..16].copy_from_slice(&q4_k_packed_scales(&sc, &self.m));
+                let (qh, qs) =
+                    if dtype == DType::Q5_K { dst[16..176].split_at_mut(32) } else { dst[16..144].split_at_mut(0) };
+                qh.fill(0);
+                qs.fill(0);
+                for v in 0..QK {
+                    let (j, l) = (v / 32, v % 32);
+                    qs[32 * (j / 2) + l] |= (self.q[v] & 0xF) << (4 * (j % 2));
+                    if let Some(bit) = qh.get_mut(l) {
+                        *bit |= (self.q[v] >> 4) << j;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Up to 16 GGML rows of Q4_K, Q5_K or Q6_K into one group (every byte written; missing rows zero).
 pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
-    let (block_bytes, group_block) = (dtype.block_bytes(), group_block_bytes(dtype).unwrap_or(0));
-    for (b, dst) in out.chunks_exact_mut(group_block).enumerate() {
+    let Some(l) = layout(dtype) else { return };
+    let block_bytes = dtype.block_bytes();
+    let subs = QK / (l.values / 2);
+    for (b, dst) in out.chunks_exact_mut(l.bytes).enumerate() {
         dst.fill(0);
         for (r, row) in rows.iter().enumerate() {
-            let src = &row[b * block_bytes..][..block_bytes];
-            match dtype {
-                DType::Q4_K | DType::Q5_K => {
-                    let qs = if dtype == DType::Q5_K { 48 } else { 16 };
-                    for (slot, bytes) in src[qs..qs + 128].chunks_exact(4).enumerate() {
-                        dst[at(slot, r, 0)..][..4].copy_from_slice(bytes);
-                    }
-                    if dtype == DType::Q5_K {
-                        let qh = &src[16..48];
-                        for v in 0..QK {
-                            let bit = u64::from((qh[v % 32] >> (v / 32)) & 1);
-                            let word = q5_k::HIGH + 8 * (v / 4);
-                            let mask = u64::from_le_bytes(dst[word..word + 8].try_into().expect("eight bytes"));
-                            dst[word..word + 8].copy_from_slice(&(mask | bit << (4 * r + v % 4)).to_le_bytes());
-                        }
-                    }
-                    let (sc, m) = q4_k_scales(&src[4..16]);
-                    for j in 0..8 {
-                        dst[q4_k::SCALES + 32 * (j / 2) + 2 * r + j % 2] = sc[j];
-                        dst[q4_k::MINIMUMS + 32 * (j / 2) + 2 * r + j % 2] = m[j];
-                    }
-                    dst[q4_k::D + 2 * r..][..2].copy_from_slice(&src[0..2]);
-                    dst[q4_k::DMIN + 2 * r..][..2].copy_from_slice(&src[2..4]);
+            let block = Block::from_ggml(dtype, &row[b * block_bytes..][..block_bytes]);
+            for (v, &q) in block.q.iter().enumerate() {
+                set_quant(dtype, dst, r, v, q);
+            }
+            for j in 0..subs {
+                let (sc, m) = scale_at(l, r, j);
+                dst[sc] = block.sc[j];
+                if dtype != DType::Q6_K {
+                    dst[m] = block.m[j];
                 }
-                _ => {
-                    let q = q6_k_values(src);
-                    for (v, &q) in q.iter().enumerate() {
-                        let (t, i) = (v / 4, v % 4);
-                        dst[at(t % 32, r, i)] |= (q & 0xF) << (4 * (t / 32));
-                        dst[q6_k::HIGH + at(t % 16, r, i)] |= (q >> 4) << (2 * (t / 16));
-                    }
-                    for j in 0..16 {
-                        dst[q6_k::SCALES + 32 * (j / 2) + 2 * r + j % 2] = src[192 + j];
-                    }
-                    dst[q6_k::D + 2 * r..][..2].copy_from_slice(&src[208..210]);
-                }
+            }
+            dst[l.d + 2 * r..][..2].copy_from_slice(&block.d);
+            if dtype != DType::Q6_K {
+                dst[l.dmin + 2 * r..][..2].copy_from_slice(&block.dmin);
             }
         }
     }
@@ -185,112 +289,63 @@ pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
 
 /// Row `r` of a Q4_K, Q5_K or Q6_K group back to its GGML bytes.
 pub(crate) fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
-    let (block_bytes, group_block) = (dtype.block_bytes(), group_block_bytes(dtype).unwrap_or(0));
-    for (b, dst) in out.chunks_exact_mut(block_bytes).enumerate() {
-        let src = &group[b * group_block..][..group_block];
-        match dtype {
-            DType::Q4_K | DType::Q5_K => {
-                let qs = if dtype == DType::Q5_K { 48 } else { 16 };
-                for (slot, bytes) in dst[qs..qs + 128].chunks_exact_mut(4).enumerate() {
-                    bytes.copy_from_slice(&src[at(slot, r, 0)..][..4]);
-                }
-                if dtype == DType::Q5_K {
-                    let qh = &mut dst[16..48];
-                    qh.fill(0);
-                    for v in 0..QK {
-                        qh[v % 32] |= (q5_k_fifth_bit(src, r, v) as u8) << (v / 32);
-                    }
-                }
-                let sc = std::array::from_fn(|j| src[q4_k::SCALES + 32 * (j / 2) + 2 * r + j % 2]);
-                let m = std::array::from_fn(|j| src[q4_k::MINIMUMS + 32 * (j / 2) + 2 * r + j % 2]);
-                dst[4..16].copy_from_slice(&q4_k_packed_scales(&sc, &m));
-                dst[0..2].copy_from_slice(&src[q4_k::D + 2 * r..][..2]);
-                dst[2..4].copy_from_slice(&src[q4_k::DMIN + 2 * r..][..2]);
-            }
-            _ => {
-                q6_k_store_values(&std::array::from_fn(|v| q6_k_quant(src, r, v)), dst);
-                for j in 0..16 {
-                    dst[192 + j] = src[q6_k::SCALES + 32 * (j / 2) + 2 * r + j % 2];
-                }
-                dst[208..210].copy_from_slice(&src[q6_k::D + 2 * r..][..2]);
+    let Some(l) = layout(dtype) else { return };
+    let subs = QK / (l.values / 2);
+    for (b, dst) in out.chunks_exact_mut(dtype.block_bytes()).enumerate() {
+        let src = &group[b * l.bytes..][..l.bytes];
+        let mut block = Block { q: [0; QK], sc: [0; 16], m: [0; 8], d: [0; 2], dmin: [0; 2] };
+        for v in 0..QK {
+            block.q[v] = quant(dtype, src, r, v);
+        }
+        for j in 0..subs {
+            let (sc, m) = scale_at(l, r, j);
+            block.sc[j] = src[sc];
+            if dtype != DType::Q6_K {
+                block.m[j] = src[m];
             }
         }
+        block.d.copy_from_slice(&src[l.d + 2 * r..][..2]);
+        if dtype != DType::Q6_K {
+            block.dmin.copy_from_slice(&src[l.dmin + 2 * r..][..2]);
+        }
+        block.to_ggml(dtype, dst);
     }
-}
-
-/// Row `r`'s six-bit quant of value `v` (0..63) from a Q6_K super-block's part of a group.
-fn q6_k_quant(src: &[u8], r: usize, v: usize) -> u8 {
-    let (t, i) = (v / 4, v % 4);
-    let low = (src[at(t % 32, r, i)] >> (4 * (t / 32))) & 0xF;
-    let high = (src[q6_k::HIGH + at(t % 16, r, i)] >> (2 * (t / 16))) & 3;
-    low | (high << 4)
-}
-
-/// Row `r`'s fifth bit of value `v` from a Q5_K super-block's part of a group.
-fn q5_k_fifth_bit(src: &[u8], r: usize, v: usize) -> u32 {
-    let word = q5_k::HIGH + 8 * (v / 4);
-    let mask = u64::from_le_bytes(src[word..word + 8].try_into().expect("eight bytes"));
-    ((mask >> (4 * r + v % 4)) & 1) as u32
-}
-
-/// Row `r`'s four-bit quant of value `v` from a Q4_K (or Q5_K) super-block's part of a group.
-fn q4_k_quant(src: &[u8], r: usize, v: usize) -> u8 {
-    let (j, l) = (v / 32, v % 32);
-    let byte = src[at(8 * (j / 2) + l / 4, r, l % 4)];
-    if j % 2 == 0 { byte & 0xF } else { byte >> 4 }
 }
 
 /// The scalar kernel of the K-quant layouts: the definition their SIMD kernels equal bit for bit.
 pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-    let group_block = group_block_bytes(dtype).unwrap_or(usize::MAX);
+    let Some(l) = layout(dtype) else { return };
     for (act, out) in acts.iter().zip(out.iter_mut()) {
         *out = [0.0; GROUP_ROWS];
-        for (b, src) in group.chunks_exact(group_block).enumerate() {
+        for (b, src) in group.chunks_exact(l.bytes).enumerate() {
             let a = &act.qs[QK * b..][..QK];
             let bsums = &act.bsums[16 * b..][..16];
             let d_a = act.d[b];
             for (r, acc) in out.iter_mut().enumerate() {
-                let d_w = f16::from_le_bytes([src[d_at(dtype) + 2 * r], src[d_at(dtype) + 2 * r + 1]]);
-                match dtype {
-                    DType::Q4_K | DType::Q5_K => {
-                        let (mut s, mut n) = (0i32, 0i32);
-                        let quant = |v: usize| {
-                            let fifth = if dtype == DType::Q5_K { q5_k_fifth_bit(src, r, v) << 4 } else { 0 };
-                            (u32::from(q4_k_quant(src, r, v)) | fifth) as i32
-                        };
-                        for j in 0..8 {
-                            let sc = i32::from(src[q4_k::SCALES + 32 * (j / 2) + 2 * r + j % 2]);
-                            let m = i32::from(src[q4_k::MINIMUMS + 32 * (j / 2) + 2 * r + j % 2]);
-                            let dot: i32 = (32 * j..32 * j + 32).map(|v| quant(v) * i32::from(a[v] as i8)).sum();
-                            s += sc * dot;
-                            n += m * (i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]));
-                        }
-                        let dmin = f16::from_le_bytes([src[q4_k::DMIN + 2 * r], src[q4_k::DMIN + 2 * r + 1]]).to_f32();
-                        *acc = (d_w.to_f32() * d_a).mul_add(s as f32, *acc);
-                        *acc = (-(dmin * d_a)).mul_add(n as f32, *acc);
+                let d_w = f16::from_le_bytes([src[l.d + 2 * r], src[l.d + 2 * r + 1]]).to_f32();
+                let dot = |values: std::ops::Range<usize>| -> i32 {
+                    values.map(|v| i32::from(quant(dtype, src, r, v)) * i32::from(a[v] as i8)).sum()
+                };
+                if dtype == DType::Q6_K {
+                    let (mut s, mut c) = (0i32, 0i32);
+                    for j in 0..16 {
+                        let sc = i32::from(src[scale_at(l, r, j).0] as i8);
+                        s += sc * dot(16 * j..16 * j + 16);
+                        c += sc * i32::from(bsums[j]);
                     }
-                    _ => {
-                        let (mut s, mut c) = (0i32, 0i32);
-                        for j in 0..16 {
-                            let sc = i32::from(src[q6_k::SCALES + 32 * (j / 2) + 2 * r + j % 2] as i8);
-                            let dot: i32 = (16 * j..16 * j + 16)
-                                .map(|v| i32::from(q6_k_quant(src, r, v)) * i32::from(a[v] as i8))
-                                .sum();
-                            s += sc * dot;
-                            c += sc * i32::from(bsums[j]);
-                        }
-                        *acc = (d_w.to_f32() * d_a).mul_add((s - 32 * c) as f32, *acc);
+                    *acc = (d_w * d_a).mul_add((s - 32 * c) as f32, *acc);
+                } else {
+                    let (mut s, mut n) = (0i32, 0i32);
+                    for j in 0..8 {
+                        let (sc, m) = scale_at(l, r, j);
+                        s += i32::from(src[sc]) * dot(32 * j..32 * j + 32);
+                        n += i32::from(src[m]) * (i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]));
                     }
+                    let dmin = f16::from_le_bytes([src[l.dmin + 2 * r], src[l.dmin + 2 * r + 1]]).to_f32();
+                    *acc = (d_w * d_a).mul_add(s as f32, *acc);
+                    *acc = (-(dmin * d_a)).mul_add(n as f32, *acc);
                 }
             }
         }
-    }
-}
-
-/// Where a super-block's 16 f16 `d`s begin.
-const fn d_at(dtype: DType) -> usize {
-    match dtype {
-        DType::Q4_K | DType::Q5_K => q4_k::D,
-        _ => q6_k::D,
     }
 }

@@ -38,7 +38,7 @@ use bytemuck::pod_read_unaligned;
 
 use super::repacked::bytes_from_bits;
 use crate::activation::Activation;
-use crate::repack::k_quants::{q4_k, q5_k, q6_k};
+use crate::repack::k_quants::{self, Layout};
 use crate::repack::{GROUP_ROWS, SLOT_BYTES};
 
 /// The repacked K-quant formats as the kernels' const parameter.
@@ -53,18 +53,19 @@ const QK: usize = 256;
 const AVX512_ACTS: usize = 8;
 const AVX2_ACTS: usize = 4;
 
-const fn block_bytes(format: u8) -> usize {
+const fn layout(format: u8) -> Layout {
     match format {
-        Q4_K => q4_k::BYTES,
-        Q5_K => q5_k::BYTES,
-        _ => q6_k::BYTES,
+        Q4_K => k_quants::Q4_K,
+        Q5_K => k_quants::Q5_K,
+        _ => k_quants::Q6_K,
     }
 }
 
-/// A Q5_K super-block's fifth-bit mask word of decoded slot `t`.
+/// Q5_K's fifth-bit mask word `8h + c` of the part at `part` (slot c of sub-block half h).
 #[inline(always)]
-fn fifth_bits(src: &[u8], t: usize) -> u64 {
-    pod_read_unaligned::<u64>(&src[q5_k::HIGH + 8 * t..q5_k::HIGH + 8 * t + 8])
+fn fifth_bits(part: &[u8], h: usize, c: usize) -> u64 {
+    let at = k_quants::Q5_K.high + 8 * (8 * h + c);
+    pod_read_unaligned::<u64>(&part[at..at + 8])
 }
 
 /// The four activation quants of values `at..at + 4`, as one i32.
@@ -105,32 +106,33 @@ pub(super) fn avx512<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], ou
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-    let block = block_bytes(FORMAT);
+    let l = layout(FORMAT);
     let mut acc: [__m512; N] = [_mm512_setzero_ps(); N];
     let low = _mm512_set1_epi8(0x0F);
     let sixteen = _mm512_set1_epi8(0x10);
     let high_bits = _mm512_set1_epi8(0x30);
     let low_word = _mm512_set1_epi32(0xFFFF);
-    for (b, src) in group.chunks_exact(block).enumerate() {
-        let load = |at: usize| pod_read_unaligned::<__m512i>(&src[at..at + 64]);
+    for (b, src) in group.chunks_exact(l.bytes).enumerate() {
         let load_half = |at: usize| pod_read_unaligned::<__m256i>(&src[at..at + 32]);
         let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
         let mut sums = [_mm512_setzero_si512(); N];
         if FORMAT != Q6_K {
-            for p in 0..4 {
-                let pairs = _mm512_cvtepu8_epi16(load_half(q4_k::SCALES + 32 * p));
+            let mut mins = [_mm512_setzero_si512(); N];
+            for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
+                let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
+                let pairs = _mm512_cvtepu8_epi16(pod_read_unaligned::<__m256i>(&part[l.scales..l.scales + 32]));
                 let scales = [_mm512_and_si512(pairs, low_word), _mm512_srli_epi32(pairs, 16)];
-                for (half, &scale) in scales.iter().enumerate() {
-                    let j = 2 * p + half;
+                for (h, &scale) in scales.iter().enumerate() {
+                    let j = 2 * p + h;
                     let w: [__m512i; 8] = std::array::from_fn(|c| {
-                        let packed = load(SLOT_BYTES * (8 * p + c));
-                        let nibbles = if half == 0 {
+                        let packed = load(SLOT_BYTES * c);
+                        let nibbles = if h == 0 {
                             _mm512_and_si512(packed, low)
                         } else {
                             _mm512_and_si512(_mm512_srli_epi16(packed, 4), low)
                         };
                         if FORMAT == Q5_K {
-                            _mm512_mask_add_epi8(nibbles, fifth_bits(src, 8 * j + c), nibbles, sixteen)
+                            _mm512_mask_add_epi8(nibbles, fifth_bits(part, h, c), nibbles, sixteen)
                         } else {
                             nibbles
                         }
@@ -146,33 +148,34 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
                             _mm512_add_epi32(sums[n], _mm512_mullo_epi32(_mm512_add_epi32(dot[0], dot[1]), scale));
                     }
                 }
-            }
-            let d_w = _mm512_cvtph_ps(load_half(q4_k::D));
-            let dmin_w = _mm512_cvtph_ps(load_half(q4_k::DMIN));
-            let mins: [__m512i; 4] = std::array::from_fn(|p| _mm512_cvtepu8_epi16(load_half(q4_k::MINIMUMS + 32 * p)));
-            for n in 0..N {
-                let (_, bsums, d_a) = parts[n];
-                let mut m = _mm512_setzero_si512();
-                for (p, &mins) in mins.iter().enumerate() {
+                let minimums = _mm512_cvtepu8_epi16(pod_read_unaligned::<__m256i>(&part[l.minimums..l.minimums + 32]));
+                for n in 0..N {
+                    let bsums = parts[n].1;
                     let sum = |j: usize| i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]);
-                    m = _mm512_dpwssd_epi32(m, mins, _mm512_set1_epi32(pair(sum(2 * p), sum(2 * p + 1))));
+                    let a = _mm512_set1_epi32(pair(sum(2 * p), sum(2 * p + 1)));
+                    mins[n] = _mm512_dpwssd_epi32(mins[n], minimums, a);
                 }
-                let d_a = _mm512_set1_ps(d_a);
+            }
+            let d_w = _mm512_cvtph_ps(load_half(l.d));
+            let dmin_w = _mm512_cvtph_ps(load_half(l.dmin));
+            for n in 0..N {
+                let d_a = _mm512_set1_ps(parts[n].2);
                 acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(d_w, d_a), _mm512_cvtepi32_ps(sums[n]), acc[n]);
-                acc[n] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin_w, d_a), _mm512_cvtepi32_ps(m), acc[n]);
+                acc[n] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin_w, d_a), _mm512_cvtepi32_ps(mins[n]), acc[n]);
             }
         } else {
-            for p in 0..8 {
-                let pairs = _mm512_cvtepi8_epi16(load_half(q6_k::SCALES + 32 * p));
+            for (p, part) in src[..8 * l.part].chunks_exact(l.part).enumerate() {
+                let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
+                let pairs = _mm512_cvtepi8_epi16(pod_read_unaligned::<__m256i>(&part[l.scales..l.scales + 32]));
                 let scales = [_mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16), _mm512_srai_epi32(pairs, 16)];
-                for (half, &scale) in scales.iter().enumerate() {
-                    let j = 2 * p + half;
+                for (h, &scale) in scales.iter().enumerate() {
+                    let j = 2 * p + h;
+                    let high = load(l.high + SLOT_BYTES * h);
                     let w: [__m512i; 4] = std::array::from_fn(|k| {
-                        let t = 4 * j + k;
-                        let packed = load(SLOT_BYTES * (t % 32));
-                        let nibbles = if t < 32 { packed } else { _mm512_srli_epi16(packed, 4) };
-                        let high = load(q6_k::HIGH + SLOT_BYTES * (t % 16));
-                        let high = match t / 16 {
+                        let packed = load(SLOT_BYTES * k);
+                        let nibbles = if h == 0 { packed } else { _mm512_srli_epi16(packed, 4) };
+                        // Field k of the high bits (bits 2k, 2k + 1) to bits 4, 5.
+                        let high = match k {
                             0 => _mm512_slli_epi16(high, 4),
                             1 => _mm512_slli_epi16(high, 2),
                             2 => high,
@@ -193,7 +196,7 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
                     }
                 }
             }
-            let d_w = _mm512_cvtph_ps(load_half(q6_k::D));
+            let d_w = _mm512_cvtph_ps(load_half(l.d));
             for n in 0..N {
                 let d_a = _mm512_set1_ps(parts[n].2);
                 acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(d_w, d_a), _mm512_cvtepi32_ps(sums[n]), acc[n]);
@@ -230,39 +233,41 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
     acts: &[Activation<'_>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
-    let block = block_bytes(FORMAT);
+    let l = layout(FORMAT);
     let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
     let low = _mm256_set1_epi8(0x0F);
     let sixteen = _mm256_set1_epi8(0x10);
     let high_bits = _mm256_set1_epi8(0x30);
     let (low_word, high_word) = (_mm256_set1_epi32(0xFFFF), _mm256_set1_epi32(-0x1_0000));
-    for (b, src) in group.chunks_exact(block).enumerate() {
-        // Row half `half` of a slot, of a pair vector, of the f16 scales.
-        let load = |at: usize| pod_read_unaligned::<__m256i>(&src[at + 32 * half..at + 32 * half + 32]);
-        let load_pairs = |at: usize| pod_read_unaligned::<__m128i>(&src[at + 16 * half..at + 16 * half + 16]);
+    // (sc, sc) in each i32 lane, from a lane's (sc_2p, sc_2p+1).
+    let replicated = |pairs: __m256i| {
+        [
+            _mm256_or_si256(_mm256_and_si256(pairs, low_word), _mm256_slli_epi32(pairs, 16)),
+            _mm256_or_si256(_mm256_srli_epi32(pairs, 16), _mm256_and_si256(pairs, high_word)),
+        ]
+    };
+    for (b, src) in group.chunks_exact(l.bytes).enumerate() {
+        // Row half `half` of a slot (32 bytes), of a pair vector or of the f16 scales (16 bytes).
+        let load = |bytes: &[u8], at: usize| pod_read_unaligned::<__m256i>(&bytes[at + 32 * half..at + 32 * half + 32]);
+        let load_pairs =
+            |bytes: &[u8], at: usize| pod_read_unaligned::<__m128i>(&bytes[at + 16 * half..at + 16 * half + 16]);
         let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
         let mut sums = [_mm256_setzero_si256(); N];
-        // (sc, sc) in each i32 lane, from a lane's (sc_2p, sc_2p+1).
-        let replicated = |pairs: __m256i| {
-            [
-                _mm256_or_si256(_mm256_and_si256(pairs, low_word), _mm256_slli_epi32(pairs, 16)),
-                _mm256_or_si256(_mm256_srli_epi32(pairs, 16), _mm256_and_si256(pairs, high_word)),
-            ]
-        };
         if FORMAT != Q6_K {
-            for p in 0..4 {
-                let scales = replicated(_mm256_cvtepu8_epi16(load_pairs(q4_k::SCALES + 32 * p)));
+            let mut mins = [_mm256_setzero_si256(); N];
+            for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
+                let scales = replicated(_mm256_cvtepu8_epi16(load_pairs(part, l.scales)));
                 for (h, &scale) in scales.iter().enumerate() {
                     let j = 2 * p + h;
                     let w: [__m256i; 8] = std::array::from_fn(|c| {
-                        let packed = load(SLOT_BYTES * (8 * p + c));
+                        let packed = load(part, SLOT_BYTES * c);
                         let nibbles = if h == 0 {
                             _mm256_and_si256(packed, low)
                         } else {
                             _mm256_and_si256(_mm256_srli_epi16(packed, 4), low)
                         };
                         if FORMAT == Q5_K {
-                            let word = (fifth_bits(src, 8 * j + c) >> (32 * half)) as u32;
+                            let word = (fifth_bits(part, h, c) >> (32 * half)) as u32;
                             _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
                         } else {
                             nibbles
@@ -284,41 +289,37 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                         sums[n] = _mm256_add_epi32(sums[n], s);
                     }
                 }
-            }
-            let d_w = _mm256_cvtph_ps(load_pairs(q4_k::D));
-            let dmin_w = _mm256_cvtph_ps(load_pairs(q4_k::DMIN));
-            let mins: [__m256i; 4] = std::array::from_fn(|p| _mm256_cvtepu8_epi16(load_pairs(q4_k::MINIMUMS + 32 * p)));
-            for n in 0..N {
-                let (_, bsums, d_a) = parts[n];
-                let mut m = _mm256_setzero_si256();
-                for (p, &mins) in mins.iter().enumerate() {
+                let minimums = _mm256_cvtepu8_epi16(load_pairs(part, l.minimums));
+                for n in 0..N {
+                    let bsums = parts[n].1;
                     let sum = |j: usize| i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]);
-                    m = _mm256_add_epi32(
-                        m,
-                        _mm256_madd_epi16(mins, _mm256_set1_epi32(pair(sum(2 * p), sum(2 * p + 1)))),
-                    );
+                    let a = _mm256_set1_epi32(pair(sum(2 * p), sum(2 * p + 1)));
+                    mins[n] = _mm256_add_epi32(mins[n], _mm256_madd_epi16(minimums, a));
                 }
-                let d_a = _mm256_set1_ps(d_a);
+            }
+            let d_w = _mm256_cvtph_ps(load_pairs(src, l.d));
+            let dmin_w = _mm256_cvtph_ps(load_pairs(src, l.dmin));
+            for n in 0..N {
+                let d_a = _mm256_set1_ps(parts[n].2);
                 acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, d_a), _mm256_cvtepi32_ps(sums[n]), acc[n]);
-                acc[n] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_w, d_a), _mm256_cvtepi32_ps(m), acc[n]);
+                acc[n] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_w, d_a), _mm256_cvtepi32_ps(mins[n]), acc[n]);
             }
         } else {
             let mut correction = [_mm256_setzero_si256(); N];
-            for p in 0..8 {
-                let pairs = _mm256_cvtepi8_epi16(load_pairs(q6_k::SCALES + 32 * p));
+            for (p, part) in src[..8 * l.part].chunks_exact(l.part).enumerate() {
+                let pairs = _mm256_cvtepi8_epi16(load_pairs(part, l.scales));
                 for n in 0..N {
                     let bsums = parts[n].1;
-                    let sums = _mm256_set1_epi32(pair(i32::from(bsums[2 * p]), i32::from(bsums[2 * p + 1])));
-                    correction[n] = _mm256_add_epi32(correction[n], _mm256_madd_epi16(pairs, sums));
+                    let a = _mm256_set1_epi32(pair(i32::from(bsums[2 * p]), i32::from(bsums[2 * p + 1])));
+                    correction[n] = _mm256_add_epi32(correction[n], _mm256_madd_epi16(pairs, a));
                 }
                 for (h, &scale) in replicated(pairs).iter().enumerate() {
                     let j = 2 * p + h;
+                    let high = load(part, l.high + SLOT_BYTES * h);
                     let w: [__m256i; 4] = std::array::from_fn(|k| {
-                        let t = 4 * j + k;
-                        let packed = load(SLOT_BYTES * (t % 32));
-                        let nibbles = if t < 32 { packed } else { _mm256_srli_epi16(packed, 4) };
-                        let high = load(q6_k::HIGH + SLOT_BYTES * (t % 16));
-                        let high = match t / 16 {
+                        let packed = load(part, SLOT_BYTES * k);
+                        let nibbles = if h == 0 { packed } else { _mm256_srli_epi16(packed, 4) };
+                        let high = match k {
                             0 => _mm256_slli_epi16(high, 4),
                             1 => _mm256_slli_epi16(high, 2),
                             2 => high,
@@ -336,7 +337,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                     }
                 }
             }
-            let d_w = _mm256_cvtph_ps(load_pairs(q6_k::D));
+            let d_w = _mm256_cvtph_ps(load_pairs(src, l.d));
             for n in 0..N {
                 let s = _mm256_sub_epi32(sums[n], _mm256_slli_epi32(correction[n], 5));
                 acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, _mm256_set1_ps(parts[n].2)), _mm256_cvtepi32_ps(s), acc[n]);
