@@ -25,8 +25,8 @@
 //! holds values 4s .. 4s + 4 of each row, so Q5's word s is the bit each of its bytes needs: one
 //! masked add (AVX-512) or a bit-to-byte spread (AVX2) per slot. Every block takes exactly its 16
 //! rows' GGML bytes, so a repacked matrix is the size of the original (plus zero rows up to a
-//! multiple of 16). The K-quants (Q4_K, Q6_K: super-blocks of 256 values, Q8_K activations)
-//! follow the same slot scheme with their scales unpacked, in `k_quants`.
+//! multiple of 16). The K-quants (Q4_K, Q5_K, Q6_K: super-blocks of 256 values, Q8_K
+//! activations) follow the same slot scheme with their scales unpacked, in `k_quants`.
 //!
 //! Activations are Q8_0 as llama.cpp quantizes them (i8 quants, one f16-rounded scale `d_a` per
 //! 32 values, and their sum `Σa`). Per row and block the integer sum is exact and the f32 steps
@@ -152,9 +152,8 @@ fn row_fifth_bits(masks: &[u64; 8], r: usize) -> u32 {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K blocks in the interleaved
-/// layout (module docs, and `k_quants` for the K-quants),
-/// owned.
+/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K blocks in the
+/// interleaved layout (module docs, and `k_quants` for the K-quants), owned.
 pub struct Repacked {
     dtype: DType,
     rows: usize,

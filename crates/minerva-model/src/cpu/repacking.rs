@@ -1,7 +1,7 @@
-//! Repacking (`--repack`): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices copied once into
-//! minerva-quant's row-interleaved layout ([`Repacked`]) and multiplied with 8-bit activations
-//! (Q8_0's for the 32-value formats, instead of the zero-copy kernels' i16; Q8_K for the K-quants,
-//! as in place).
+//! Repacking (`--repack`): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices copied once
+//! into minerva-quant's row-interleaved layout ([`Repacked`]) and multiplied with 8-bit
+//! activations (Q8_0's for the 32-value formats, instead of the zero-copy kernels' i16; Q8_K for
+//! the K-quants, as in place).
 //!
 //! A matrix is repacked the first time a product reads it, on the backend's pool: a tensor that
 //! is only looked up (an untied embedding table) is never copied. The copy is as large as the

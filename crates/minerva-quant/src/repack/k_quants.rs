@@ -1,6 +1,7 @@
 //! The K-quant layouts of [`crate::repack`]: Q4_K, Q5_K and Q6_K super-blocks of 256 values, 16
-//! rows interleaved, multiplied with Q8_K activations (llama.cpp's `vec_dot_type` for the K-quants, and
-//! what the zero-copy K-quant kernels read: repacking them changes no activation's precision).
+//! rows interleaved, multiplied with Q8_K activations (llama.cpp's `vec_dot_type` for the
+//! K-quants, and what the zero-copy K-quant kernels read: repacking them changes no activation's
+//! precision).
 //!
 //! A decoded slot holds four values of each of the 16 rows (64 bytes, row r's four at 4r), as in
 //! the 32-value formats. A super-block's part of a group is a run of *parts*, each everything a
@@ -55,7 +56,8 @@ pub(crate) struct Layout {
     /// Bytes per part.
     pub(crate) part: usize,
     /// Within a part: the scale pairs, the minimum pairs (Q4_K, Q5_K), and the fifth bits (Q5_K)
-    /// or the high bits (Q6_K).
+    /// or the high bits (Q6_K). A field a format lacks (Q4_K's `high`, Q6_K's `minimums` and
+    /// `dmin`) holds where it would begin and is never read.
     pub(crate) scales: usize,
     pub(crate) minimums: usize,
     pub(crate) high: usize,
