@@ -33,6 +33,22 @@ pub fn dots(out: &mut [f32], x: &[f32], rows: &[f32]) {
     (kernels::vector_kernels().dots)(out, x, rows)
 }
 
+/// [`dots`] over rows of f16 values (an f16 KV cache's keys where they lie): bit for bit [`dots`]
+/// of the rows widened to f32 (widening is exact), without writing the widened rows anywhere —
+/// with AVX-512 and F16C each chunk is widened in its register; elsewhere a block of rows at a
+/// time on the stack.
+///
+/// ```
+/// use half::f16;
+/// let keys: Vec<f16> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|&v| f16::from_f32(v)).collect();
+/// let mut scores = [0.0f32; 2];
+/// minerva_quant::vector::dots_f16(&mut scores, &[1.0, 1.0], &keys);
+/// assert_eq!(scores, [3.0, 7.0]);
+/// ```
+pub fn dots_f16(out: &mut [f32], x: &[f32], rows: &[half::f16]) {
+    (kernels::vector_kernels().dots_f16)(out, x, rows)
+}
+
 /// `y[i] += a·x[i]` over the common length.
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     (kernels::vector_kernels().axpy)(y, a, x)
@@ -65,6 +81,12 @@ pub fn weighted_sum_add(out: &mut [f32], weights: &[f32], rows: &[f32]) {
 /// with AVX-512, where the queries' sums overlap (attention's query heads that share a KV head).
 pub fn weighted_sums_add(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32]) {
     (kernels::vector_kernels().weighted_sums_add)(outs, weights, rows)
+}
+
+/// [`weighted_sums_add`] over rows of f16 values (an f16 KV cache's values where they lie): bit
+/// for bit [`weighted_sums_add`] of the rows widened to f32, without writing them anywhere.
+pub fn weighted_sums_add_f16(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[half::f16]) {
+    (kernels::vector_kernels().weighted_sums_add_f16)(outs, weights, rows)
 }
 
 /// [`weighted_sums_add`] with the scalar loops.

@@ -10,7 +10,7 @@ use common::Rng;
 use minerva_core::DType;
 use minerva_quant::{
     ComputePool, GROUP_ROWS, Matrix, Product, QuantError, Repacked, detected_isas, is_repackable, matmul_i16_each,
-    matmul_i16_matrix, matmul_ref, matmul_repacked_with_isa, repacked_kernel_isa,
+    matmul_i16_matrix, matmul_ref, matmul_repacked_with_isa,
 };
 
 const DTYPES: [DType; 8] =
@@ -100,7 +100,7 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         assert!(detected_isas().contains(&"avx2+fma+f16c"));
         for dtype in DTYPES {
-            assert!(repacked_kernel_isa(dtype).is_some_and(|isa| isa.starts_with("avx")), "{dtype}");
+            assert!(minerva_quant::repacked_kernel_isa(dtype).is_some_and(|isa| isa.starts_with("avx")), "{dtype}");
         }
     }
 }

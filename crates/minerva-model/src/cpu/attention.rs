@@ -2,8 +2,10 @@
 //!
 //! A task takes a few rows of the batch and the query heads that share one KV head, and goes
 //! through that head's keys, then its values, a block at a time: a block is read from the cache
-//! (widened from f16 if need be) once per task and stays in L1 (or L2) while every query of the
-//! task meets it, instead of once per query from further out. The heads of one row share their
+//! once per task and stays in L1 (or L2) while every query of the task meets it, instead of once
+//! per query from further out. An f16 block is read in place by tasks of few queries (decode: the
+//! kernels widen each chunk in a register) and widened into a buffer first by tasks of many
+//! (prefill), whose queries would otherwise each widen it again. The heads of one row share their
 //! window, so their weighted sums go through a block of values together
 //! (`vector::weighted_sums_add`). Each query's scores and weighted sum come out as
 //! they would for that query alone (the same `dot` per key, the values added key by key in
@@ -13,6 +15,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+use half::f16;
 use half::slice::HalfFloatSliceExt;
 use minerva_core::DType;
 use minerva_quant::{pool, vector};
@@ -32,6 +35,10 @@ const MAX_TASK_SCORES: usize = 1 << 20;
 
 /// Most query heads whose weighted sums go through a block of values in one call.
 const MAX_HEADS_PER_SUM: usize = 8;
+
+/// Queries of a task from which an f16 block is widened into a buffer once, rather than in each
+/// query's loads (decode's few queries per block read it in place).
+const WIDEN_FROM_QUERIES: usize = 16;
 
 /// Bytes of keys (or values) per block: at most an L1 of 48 KiB beside the queries, and enough
 /// keys per call that the calls' own costs stay small (16 KiB measured slower, 64 KiB no faster).
@@ -208,6 +215,8 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
         let span = run.rows.clone().map(self.window).reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
         let Some(span) = span else { return };
         let block = (BLOCK_BYTES / (4 * hd.max(1))).max(1);
+        // Many queries per block: widen an f16 block once rather than in every query's loads.
+        let widen = run.rows.len() * run.heads.len() >= WIDEN_FROM_QUERIES;
         // The window's positions in runs that lie one after another in the cache, at most a
         // block's worth each: (positions, element offset of the first).
         let runs = || {
@@ -231,15 +240,15 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
         };
         for (positions, base) in runs() {
             let (from, to) = (positions.start, positions.end);
-            let keys = self.cache.k.load(base..base + (to - from) * hd, keys);
+            let keys = self.cache.k.rows(base..base + (to - from) * hd, keys, widen);
             let mut dots = |i: usize, h: usize, in_window: Range<usize>, in_block: Range<usize>| {
                 let r = run.rows.start + i / run.heads.len();
                 let query = &self.q.data[r * self.q.cols + h * hd..][..hd];
                 let at = starts[i];
-                vector::dots(
+                keys.dots(
                     &mut scores[at + in_window.start..at + in_window.end],
                     query,
-                    &keys[in_block.start * hd..in_block.end * hd],
+                    in_block.start * hd..in_block.end * hd,
                 );
             };
             each_query(from, to, &mut dots);
@@ -253,7 +262,7 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
         let heads = run.heads.len();
         for (positions, base) in runs() {
             let (from, to) = (positions.start, positions.end);
-            let values = self.cache.v.load(base..base + (to - from) * hd, values);
+            let values = self.cache.v.rows(base..base + (to - from) * hd, values, widen);
             // A row's heads share its window: their sums go through the block together.
             for (ri, r) in run.rows.clone().enumerate() {
                 let w = (self.window)(r);
@@ -271,11 +280,7 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
                         *weights = &scores[at + in_window.start..at + in_window.end];
                     }
                     let m = starts.len();
-                    vector::weighted_sums_add(
-                        &mut outs[..m],
-                        &weights[..m],
-                        &values[in_block.start * hd..in_block.end * hd],
-                    );
+                    values.weighted_sums_add(&mut outs[..m], &weights[..m], in_block.start * hd..in_block.end * hd);
                 }
             }
         }
@@ -297,6 +302,30 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::default();
 }
 
+/// A block of cached keys or values, in the element type the vector kernels take.
+enum KvRows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+impl KvRows<'_> {
+    /// `vector::dots` of `x` with the rows at element offsets `part` of the block.
+    fn dots(&self, out: &mut [f32], x: &[f32], part: Range<usize>) {
+        match self {
+            KvRows::F32(rows) => vector::dots(out, x, &rows[part]),
+            KvRows::F16(rows) => vector::dots_f16(out, x, &rows[part]),
+        }
+    }
+
+    /// `vector::weighted_sums_add` over the rows at element offsets `part` of the block.
+    fn weighted_sums_add(&self, outs: &mut [&mut [f32]], weights: &[&[f32]], part: Range<usize>) {
+        match self {
+            KvRows::F32(rows) => vector::weighted_sums_add(outs, weights, &rows[part]),
+            KvRows::F16(rows) => vector::weighted_sums_add_f16(outs, weights, &rows[part]),
+        }
+    }
+}
+
 impl KvData {
     /// Writes `values` at element offset `at`.
     fn store(&mut self, at: usize, values: &[f32]) {
@@ -307,6 +336,17 @@ impl KvData {
                 let bytes = &mut data[at / 32 * 34..(at + values.len()) / 32 * 34];
                 minerva_quant::quantize(DType::Q8_0, values, bytes).expect("whole Q8_0 blocks of a head");
             }
+        }
+    }
+
+    /// Elements `range` as the vector kernels read them: borrowed from an f32 or f16 cache (f16
+    /// values are widened in the kernels' registers: widening a block into `buf` first cost a
+    /// decode step of 8 sequences 14 % of its time), dequantized into `buf` from a Q8_0 one.
+    fn rows<'a>(&'a self, range: Range<usize>, buf: &'a mut LineAligned<f32>, widen: bool) -> KvRows<'a> {
+        match self {
+            KvData::F32(data) => KvRows::F32(&data[range]),
+            KvData::F16(data) if !widen => KvRows::F16(&data[range]),
+            KvData::F16(_) | KvData::Q8_0(_) => KvRows::F32(self.load(range, buf)),
         }
     }
 
@@ -400,14 +440,20 @@ mod tests {
 
     /// Two sequences (the second resuming at position 5) in one batch, their positions in blocks
     /// of 4 whose ids jump about (so a window reads as several runs), with every grouping of
-    /// rows and heads into tasks that 1, 3 and 16 threads lead to, an f32 and an f16 cache, head
+    /// rows and heads into tasks that 1, 3 and 16 threads lead to, an f32 and an f16 cache (an f16
+    /// block read in place by tasks of few queries, widened first by tasks of many), head
     /// sizes with and without a tail past whole 8-value chunks, causal and sliding masks, with
     /// and without sinks: every query's output equals its attention computed alone, bit for bit.
     #[test]
     fn tasks_of_any_shape_give_each_query_its_own_attention_bit_for_bit() {
-        for (hd, dtype, threads) in
-            [(64, DType::F32, 1), (12, DType::F32, 3), (64, DType::F16, 16), (12, DType::F16, 1)]
-        {
+        for (hd, dtype, threads) in [
+            (64, DType::F32, 1),
+            (12, DType::F32, 3),
+            (64, DType::F16, 16),
+            (12, DType::F16, 1),
+            (64, DType::F16, 1),
+            (12, DType::F16, 16),
+        ] {
             for (mask, with_sinks) in [(Mask::Causal, false), (Mask::SlidingWindow(7), true), (Mask::Causal, true)] {
                 let (n_head, n_head_kv) = (6, 2);
                 let shape = CacheShape {

@@ -17,6 +17,7 @@
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 pub(crate) mod reference;
+mod widened;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
@@ -194,6 +195,10 @@ pub(crate) struct VectorKernels {
     pub(crate) weighted_sum_add: fn(&mut [f32], &[f32], &[f32]),
     /// `(outs, weights, rows)`: `crate::vector::weighted_sums_add`.
     pub(crate) weighted_sums_add: WeightedSumsFn,
+    /// `crate::vector::dots_f16`.
+    pub(crate) dots_f16: fn(&mut [f32], &[f32], &[half::f16]),
+    /// `crate::vector::weighted_sums_add_f16`.
+    pub(crate) weighted_sums_add_f16: WeightedSumsF16Fn,
     /// `(xs, scale, sink)`: `crate::vector::softmax`.
     pub(crate) softmax: fn(&mut [f32], f32, Option<f32>),
     /// `reference::quantize_i16_blocks`, bit for bit.
@@ -212,6 +217,9 @@ pub(crate) type TransposeFn = fn(&[f32], usize, usize, usize, &mut [&mut [f32]])
 /// Several queries' weighted sums over the same rows: `(outs, weights, rows)`.
 pub(crate) type WeightedSumsFn = fn(&mut [&mut [f32]], &[&[f32]], &[f32]);
 
+/// [`WeightedSumsFn`] over f16 rows.
+pub(crate) type WeightedSumsF16Fn = fn(&mut [&mut [f32]], &[&[f32]], &[half::f16]);
+
 /// Quantizes whole 32-value blocks of f32 (`x`) to i16 quants, one scale and one quant sum per
 /// block: `(x, quants, scales, sums)`.
 pub(crate) type QuantizeI16Fn = fn(&[f32], &mut [i16], &mut [f32], &mut [i32]);
@@ -225,6 +233,10 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     exp: reference::vector_exp_f32,
     weighted_sum_add: reference::vector_weighted_sum_add_f32,
     weighted_sums_add: reference::vector_weighted_sums_add_f32,
+    dots_f16: |out, x, rows| widened::dots_f16(reference::vector_dots_f32, out, x, rows),
+    weighted_sums_add_f16: |outs, weights, rows| {
+        widened::weighted_sums_add_f16(reference::vector_weighted_sums_add_f32, outs, weights, rows)
+    },
     softmax: reference::vector_softmax_f32,
     quantize_i16: reference::quantize_i16_blocks,
     quantize_q8_1: crate::activation::quantize_act_blocks,

@@ -70,6 +70,14 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         // Scalar `axpy` row by row, which NEON's `axpy` equals bit for bit.
         weighted_sum_add: super::reference::vector_weighted_sum_add_f32,
         weighted_sums_add: super::reference::vector_weighted_sums_add_f32,
+        // The rows widened a block at a time for NEON's `dots`.
+        dots_f16: |out, x, rows| {
+            // SAFETY: as above.
+            super::widened::dots_f16(|out, x, rows| unsafe { neon_vector::dots_f32(out, x, rows) }, out, x, rows)
+        },
+        weighted_sums_add_f16: |outs, weights, rows| {
+            super::widened::weighted_sums_add_f16(super::reference::vector_weighted_sums_add_f32, outs, weights, rows)
+        },
         // SAFETY: as above.
         softmax: |xs, scale, sink| unsafe { neon_vector::softmax_f32(xs, scale, sink) },
         quantize_i16: super::reference::quantize_i16_blocks,

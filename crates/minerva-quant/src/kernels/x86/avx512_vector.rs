@@ -5,14 +5,17 @@
 //! promises AVX2, FMA and AVX-512F (see `super::avx512_vector_kernels`).
 
 use std::arch::x86_64::{
-    __m512, __m512d, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps,
-    _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_unpackhi_pd, _mm512_unpackhi_ps, _mm512_unpacklo_pd,
-    _mm512_unpacklo_ps,
+    __m256i, __m512, __m512d, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_cvtph_ps, _mm512_fmadd_ps,
+    _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_unpackhi_pd, _mm512_unpackhi_ps,
+    _mm512_unpacklo_pd, _mm512_unpacklo_ps,
 };
 
-use bytemuck::pod_read_unaligned;
+use bytemuck::{Pod, pod_read_unaligned};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use super::avx2_vector;
+use crate::kernels::widened;
 
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f")]
@@ -23,8 +26,8 @@ fn load16(values: &[f32]) -> __m512 {
 /// `x · row` for each row of `rows` (`rows.len() / x.len()` whole rows, `out` zero past them),
 /// sixteen rows at a time: each row's 16 lanes take the 16-value chunks in order by FMA, then the
 /// rows' lanes are summed side by side ([`sum_rows`]). Every row goes through the same operations
-/// wherever it sits (a last group short of sixteen is filled with copies of `x`), so a row's
-/// result depends on `x` and that row alone. Lengths that are not a multiple of 16 take
+/// wherever it sits (a last group short of sixteen is filled with copies of its first row), so a
+/// row's result depends on `x` and that row alone. Lengths that are not a multiple of 16 take
 /// `avx2_vector::dots_f32` (the choice depends on the length only).
 #[target_feature(enable = "avx2,fma,avx512f")]
 pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
@@ -32,28 +35,49 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
     if len == 0 || !len.is_multiple_of(16) {
         return avx2_vector::dots_f32(out, x, rows);
     }
+    dots_rows(out, x, rows, |chunk| load16(chunk));
+}
+
+/// [`dots_f32`] over f16 rows, each chunk widened in its register (`vcvtph2ps`): bit for bit
+/// [`dots_f32`] of the widened rows, without writing them anywhere. Lengths that are not a
+/// multiple of 16 widen blocks of rows for [`dots_f32`].
+#[target_feature(enable = "avx2,fma,avx512f,f16c")]
+pub(super) fn dots_f16(out: &mut [f32], x: &[f32], rows: &[f16]) {
+    let len = x.len();
+    if len == 0 || !len.is_multiple_of(16) {
+        return widened::dots_f16(|out, x, rows| dots_f32(out, x, rows), out, x, rows);
+    }
+    dots_rows(out, x, rows, |chunk| widen16(chunk));
+}
+
+/// [`dots_f32`] for a length that is a whole number of chunks, rows of `T` read by `load`.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn dots_rows<T: Pod>(out: &mut [f32], x: &[f32], rows: &[T], load: impl Fn(&[T; 16]) -> __m512 + Copy) {
+    let len = x.len();
     let written = out.len().min(rows.len() / len);
     let (x16, _) = x.as_chunks::<16>();
     let (rows16, _) = rows[..written * len].as_chunks::<16>();
     // Head sizes of 64, 128 and 256 with the chunk count known to the compiler (no bounds check
     // per load); the same operations either way.
     match x16.len() {
-        4 => dots_in::<4>(&mut out[..written], x16, rows16),
-        8 => dots_in::<8>(&mut out[..written], x16, rows16),
-        16 => dots_in::<16>(&mut out[..written], x16, rows16),
+        4 => dots_in::<4, T>(&mut out[..written], x16, rows16, load),
+        8 => dots_in::<8, T>(&mut out[..written], x16, rows16, load),
+        16 => dots_in::<16, T>(&mut out[..written], x16, rows16, load),
         chunks => {
             let mut first = 0;
             for (group, out) in rows16.chunks_exact(16 * chunks).zip(out.as_chunks_mut::<16>().0) {
-                let keys: [&[[f32; 16]]; 16] = std::array::from_fn(|k| &group[k * chunks..(k + 1) * chunks]);
-                *out = bytemuck::cast(dots16(x16, &keys));
+                let keys: [&[[T; 16]]; 16] = std::array::from_fn(|k| &group[k * chunks..(k + 1) * chunks]);
+                *out = bytemuck::cast(dots16(x16, &keys, load));
                 first += 16;
             }
             if first < written {
-                let mut keys: [&[[f32; 16]]; 16] = [x16; 16];
-                for (k, row) in keys.iter_mut().zip(rows16[first * chunks..].chunks_exact(chunks)) {
+                let last = &rows16[first * chunks..];
+                let mut keys: [&[[T; 16]]; 16] = [&last[..chunks]; 16];
+                for (k, row) in keys.iter_mut().zip(last.chunks_exact(chunks)) {
                     *k = row;
                 }
-                let sums: [f32; 16] = bytemuck::cast(dots16(x16, &keys));
+                let sums: [f32; 16] = bytemuck::cast(dots16(x16, &keys, load));
                 out[first..written].copy_from_slice(&sums[..written - first]);
             }
         }
@@ -61,40 +85,52 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
     out[written..].fill(0.0);
 }
 
-/// [`dots_f32`] over whole rows of `C` chunks (`out` one value per row of `rows16`).
+/// [`dots_rows`] over whole rows of `C` chunks (`out` one value per row of `rows16`).
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f")]
-fn dots_in<const C: usize>(out: &mut [f32], x16: &[[f32; 16]], rows16: &[[f32; 16]]) {
+fn dots_in<const C: usize, T: Pod>(
+    out: &mut [f32],
+    x16: &[[f32; 16]],
+    rows16: &[[T; 16]],
+    load: impl Fn(&[T; 16]) -> __m512 + Copy,
+) {
     let x: &[[f32; 16]; C] = x16.try_into().expect("C chunks");
     let (rows, _) = rows16.as_chunks::<C>();
     let (groups, last) = rows.as_chunks::<16>();
     let (outs, last_out) = out.as_chunks_mut::<16>();
     for (group, out) in groups.iter().zip(outs) {
-        *out = bytemuck::cast(dots16(x, &group.each_ref()));
+        *out = bytemuck::cast(dots16(x, &group.each_ref(), load));
     }
-    if !last.is_empty() {
-        let mut keys: [&[[f32; 16]; C]; 16] = [x; 16];
+    if let Some(first) = last.first() {
+        let mut keys: [&[[T; 16]; C]; 16] = [first; 16];
         for (k, row) in keys.iter_mut().zip(last) {
             *k = row;
         }
-        let sums: [f32; 16] = bytemuck::cast(dots16(x, &keys));
+        let sums: [f32; 16] = bytemuck::cast(dots16(x, &keys, load));
         last_out.copy_from_slice(&sums[..last_out.len()]);
     }
 }
 
-/// Lane `k`: row `keys[k]`'s chunks against `x`'s, by FMA in chunk order, then its lanes summed
-/// ([`sum_rows`]).
+/// Lane `k`: row `keys[k]`'s chunks (read by `load`) against `x`'s, by FMA in chunk order, then
+/// its lanes summed ([`sum_rows`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f")]
-fn dots16<R: AsRef<[[f32; 16]]>>(x: &[[f32; 16]], keys: &[R; 16]) -> __m512 {
+fn dots16<T, R: AsRef<[[T; 16]]>>(x: &[[f32; 16]], keys: &[R; 16], load: impl Fn(&[T; 16]) -> __m512) -> __m512 {
     let mut acc = [_mm512_setzero_ps(); 16];
     for (c, x) in x.iter().enumerate() {
         let x = load16(x);
         for (acc, key) in acc.iter_mut().zip(keys) {
-            *acc = _mm512_fmadd_ps(x, load16(&key.as_ref()[c]), *acc);
+            *acc = _mm512_fmadd_ps(x, load(&key.as_ref()[c]), *acc);
         }
     }
     sum_rows(acc)
+}
+
+/// 16 f16 values as f32 lanes (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f,f16c")]
+fn widen16(values: &[f16; 16]) -> __m512 {
+    _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(bytemuck::cast_slice(values)))
 }
 
 /// Lane `k` of the result: the 16 lanes of `acc[k]` summed, the same way for every `k`: within
@@ -129,34 +165,84 @@ fn sum_rows(acc: [__m512; 16]) -> __m512 {
 /// outputs or weights differ in length from the first's go one at a time.
 #[target_feature(enable = "avx2,fma,avx512f")]
 pub(super) fn weighted_sums_add_f32(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32]) {
-    let Some((len, count)) = outs.first().zip(weights.first()).map(|(out, w)| (out.len(), w.len())) else { return };
-    let uniform = outs.iter().all(|out| out.len() == len) && weights.iter().all(|w| w.len() == count);
-    if len < 64 || !uniform || weights.len() < outs.len() {
+    if !sums_fit(outs, weights) {
         for (out, weights) in outs.iter_mut().zip(weights) {
             avx2_vector::weighted_sum_add_f32(out, weights, rows);
         }
         return;
     }
+    sums_of_rows(outs, weights, rows, |values| load16(values), |out, w, tail| avx2_vector::axpy_f32(out, w, tail));
+}
+
+/// [`weighted_sums_add_f32`] over f16 rows, each value widened in its register: bit for bit
+/// [`weighted_sums_add_f32`] of the widened rows. Shapes it takes one query at a time widen
+/// blocks of rows for it instead.
+#[target_feature(enable = "avx2,fma,avx512f,f16c")]
+pub(super) fn weighted_sums_add_f16(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f16]) {
+    if !sums_fit(outs, weights) {
+        let sums =
+            |outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32]| weighted_sums_add_f32(outs, weights, rows);
+        return widened::weighted_sums_add_f16(sums, outs, weights, rows);
+    }
+    let axpy_tail = |out: &mut [f32], w: f32, tail: &[f16]| {
+        let mut wide = [0.0f32; 64];
+        tail.convert_to_f32_slice(&mut wide[..tail.len()]);
+        avx2_vector::axpy_f32(out, w, &wide[..tail.len()]);
+    };
+    sums_of_rows(outs, weights, rows, |values| widen16(values), axpy_tail);
+}
+
+/// Whether [`sums_of_rows`] takes these queries: outputs of at least 64 values, every output and
+/// every weight slice as long as the first, a weight slice per output.
+fn sums_fit(outs: &[&mut [f32]], weights: &[&[f32]]) -> bool {
+    let Some((len, count)) = outs.first().zip(weights.first()).map(|(out, w)| (out.len(), w.len())) else {
+        return false;
+    };
+    len >= 64
+        && outs.iter().all(|out| out.len() == len)
+        && weights.iter().all(|w| w.len() == count)
+        && weights.len() >= outs.len()
+}
+
+/// [`weighted_sums_add_f32`] for queries [`sums_fit`] takes, rows of `T` read 16 values at a time
+/// by `load`; a row's values past the last whole 64 go through `axpy_tail`.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn sums_of_rows<T: Pod>(
+    outs: &mut [&mut [f32]],
+    weights: &[&[f32]],
+    rows: &[T],
+    load: impl Fn(&[T; 16]) -> __m512 + Copy,
+    axpy_tail: impl Fn(&mut [f32], f32, &[T]) + Copy,
+) {
+    let (len, count) = (outs[0].len(), weights[0].len());
     let count = count.min(rows.len() / len);
     let rows = &rows[..count * len];
     let mut outs = &mut outs[..];
     let mut weights = &weights[..outs.len()];
     while !outs.is_empty() {
         let taken = match outs.len() {
-            1 => sums::<1>(outs, weights, rows, len),
-            2 => sums::<2>(outs, weights, rows, len),
-            3 => sums::<3>(outs, weights, rows, len),
-            _ => sums::<4>(outs, weights, rows, len),
+            1 => sums::<1, T>(outs, weights, rows, len, load, axpy_tail),
+            2 => sums::<2, T>(outs, weights, rows, len, load, axpy_tail),
+            3 => sums::<3, T>(outs, weights, rows, len, load, axpy_tail),
+            _ => sums::<4, T>(outs, weights, rows, len, load, axpy_tail),
         };
         (outs, weights) = (&mut outs[taken..], &weights[taken..]);
     }
 }
 
-/// [`weighted_sums_add_f32`] for the first `Q` queries (every weight slice at least as long as
-/// `rows` has rows of `len`); returns `Q`.
+/// [`sums_of_rows`] for the first `Q` queries (every weight slice at least as long as `rows` has
+/// rows of `len`); returns `Q`.
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f")]
-fn sums<const Q: usize>(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32], len: usize) -> usize {
+fn sums<const Q: usize, T: Pod>(
+    outs: &mut [&mut [f32]],
+    weights: &[&[f32]],
+    rows: &[T],
+    len: usize,
+    load: impl Fn(&[T; 16]) -> __m512,
+    axpy_tail: impl Fn(&mut [f32], f32, &[T]),
+) -> usize {
     let count = rows.len() / len;
     let weights: [&[f32]; Q] = std::array::from_fn(|q| &weights[q][..count]);
     let wide = len / 64 * 64;
@@ -164,7 +250,8 @@ fn sums<const Q: usize>(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32
         let mut acc: [[__m512; 4]; Q] =
             std::array::from_fn(|q| std::array::from_fn(|k| load16(&outs[q][start + 16 * k..])));
         for (j, row) in rows.chunks_exact(len).enumerate() {
-            let values: [__m512; 4] = std::array::from_fn(|k| load16(&row[start + 16 * k..]));
+            let chunk: &[[T; 16]; 4] = row[start..start + 64].as_chunks::<16>().0.try_into().expect("64 values");
+            let values: [__m512; 4] = std::array::from_fn(|k| load(&chunk[k]));
             for (acc, weights) in acc.iter_mut().zip(&weights) {
                 let scale = _mm512_set1_ps(weights[j]);
                 for (acc, v) in acc.iter_mut().zip(values) {
@@ -180,7 +267,7 @@ fn sums<const Q: usize>(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32
     if wide < len {
         for (out, weights) in outs.iter_mut().zip(weights) {
             for (&w, row) in weights.iter().zip(rows.chunks_exact(len)) {
-                avx2_vector::axpy_f32(&mut out[wide..], w, &row[wide..]);
+                axpy_tail(&mut out[wide..], w, &row[wide..]);
             }
         }
     }

@@ -46,6 +46,7 @@ use std::arch::is_x86_feature_detected as has;
 use minerva_core::DType::{BF16, F16, F32, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
 
 use super::{Isa, Kernels, VectorKernels};
+use crate::kernels::widened;
 
 /// A [`super::DequantizeFn`] that checks the lengths for `$dtype`, then runs the unchecked
 /// `#[target_feature]` dequantizer `$kernel`.
@@ -241,6 +242,20 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
                 unsafe { avx2_vector::weighted_sum_add_f32(out, weights, rows) }
             }
         },
+        // The rows widened a block at a time for the AVX2 `dots`.
+        dots_f16: |out, x, rows| {
+            // SAFETY: as above.
+            widened::dots_f16(|out, x, rows| unsafe { avx2_vector::dots_f32(out, x, rows) }, out, x, rows)
+        },
+        weighted_sums_add_f16: |outs, weights, rows| {
+            let sums = |outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32]| {
+                for (out, weights) in outs.iter_mut().zip(weights) {
+                    // SAFETY: as above.
+                    unsafe { avx2_vector::weighted_sum_add_f32(out, weights, rows) }
+                }
+            };
+            widened::weighted_sums_add_f16(sums, outs, weights, rows)
+        },
         // SAFETY: as above.
         softmax: |xs, scale, sink| unsafe { avx2_vector::softmax_f32(xs, scale, sink) },
         // SAFETY: as above.
@@ -259,13 +274,27 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
 /// this CPU has all three.
 pub(super) fn avx512_vector() -> Option<VectorKernels> {
     let avx2 = avx2_fma_vector()?;
+    // f16 rows widened in registers where F16C is there too (every AVX-512 CPU so far).
+    let with_f16 = if has!("f16c") {
+        VectorKernels {
+            // SAFETY: used only after the checks here and below found AVX2, FMA, F16C and AVX-512F.
+            dots_f16: |out, x, rows| unsafe { avx512_vector::dots_f16(out, x, rows) },
+            // SAFETY: as above.
+            weighted_sums_add_f16: |outs, weights, rows| unsafe {
+                avx512_vector::weighted_sums_add_f16(outs, weights, rows)
+            },
+            ..avx2
+        }
+    } else {
+        avx2
+    };
     has!("avx512f").then_some(VectorKernels {
         isa: "avx512f+avx2+fma",
         // SAFETY: returned only after the checks above found AVX2, FMA and AVX-512F.
         dots: |out, x, rows| unsafe { avx512_vector::dots_f32(out, x, rows) },
         // SAFETY: as above.
         weighted_sums_add: |outs, weights, rows| unsafe { avx512_vector::weighted_sums_add_f32(outs, weights, rows) },
-        ..avx2
+        ..with_f16
     })
 }
 
@@ -345,6 +374,78 @@ mod tests {
                         "{} len {len} queries {queries} rows {count}, uneven weights",
                         set.isa
                     );
+                }
+            }
+        }
+    }
+
+    /// f16 rows as values of an f16 KV cache: any f16 but NaN (infinities and subnormals among them).
+    fn halves(len: usize, seed: usize) -> Vec<half::f16> {
+        let special = [half::f16::INFINITY, half::f16::NEG_INFINITY, half::f16::from_bits(1), half::f16::MAX];
+        (0..len)
+            .map(|i| match (i * 7 + seed) % 97 {
+                0 => special[(i / 97 + seed) % special.len()],
+                _ => half::f16::from_f32(((i * 37 + seed * 101) % 211) as f32 / 53.0 - 2.0),
+            })
+            .collect()
+    }
+
+    fn widen(rows: &[half::f16]) -> Vec<f32> {
+        rows.iter().map(|v| v.to_f32()).collect()
+    }
+
+    /// Each set's (and the scalar set's) `dots_f16` gives bit for bit what its `dots` gives on the
+    /// rows widened to f32: lengths the AVX-512 kernel takes in registers (4, 8, 16 and 5 chunks)
+    /// and lengths it widens in blocks (0, 12, 72; 3000, longer than a block), row counts around
+    /// the groups of sixteen and the blocks, `out` longer and shorter than the rows.
+    #[test]
+    fn every_sets_f16_dots_equal_its_dots_of_the_widened_rows() {
+        for set in sets().into_iter().chain([SCALAR_VECTOR]) {
+            for len in [0, 12, 64, 72, 80, 128, 256, 3000] {
+                for (n, extra) in [(0, 2), (1, 0), (15, 3), (16, 0), (17, 1), (33, 0), (40, -2_isize)] {
+                    let x = values(len, n);
+                    let rows = halves(n * len, len + n);
+                    let size = (n as isize + extra) as usize;
+                    let (mut got, mut want) = (vec![f32::NAN; size], vec![f32::NAN; size]);
+                    (set.dots_f16)(&mut got, &x, &rows);
+                    (set.dots)(&mut want, &x, &widen(&rows));
+                    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{} len {len} rows {n} out {size}", set.isa);
+                }
+            }
+        }
+    }
+
+    /// Each set's `weighted_sums_add_f16` gives bit for bit what its `weighted_sums_add` gives on
+    /// the rows widened to f32: 1–9 queries, outputs with and without a tail past the 64-wide
+    /// steps (and 3000 values, longer than a block), weights of equal and of uneven lengths,
+    /// outputs of uneven lengths.
+    #[test]
+    fn every_sets_f16_weighted_sums_equal_its_sums_of_the_widened_rows() {
+        for set in sets().into_iter().chain([SCALAR_VECTOR]) {
+            for len in [8, 64, 100, 128, 3000] {
+                for (queries, count) in [(1, 7), (3, 40), (4, 1), (6, 33), (9, 12), (0, 3)] {
+                    let rows = halves(count * len, len + queries);
+                    let wide = widen(&rows);
+                    let weights: Vec<Vec<f32>> = (0..queries).map(|q| values(count, q + 7)).collect();
+                    let mut uneven = weights.clone();
+                    if let Some(last) = uneven.last_mut() {
+                        last.truncate(count / 2);
+                    }
+                    for (weights, out_lens) in [(&weights, false), (&uneven, false), (&weights, true)] {
+                        // Uneven outputs: the last query's is 8 values shorter (it reads rows of its own length).
+                        let starts: Vec<Vec<f32>> = (0..queries)
+                            .map(|q| values(if out_lens && q + 1 == queries { len.saturating_sub(8) } else { len }, q))
+                            .collect();
+                        let weight_refs: Vec<&[f32]> = weights.iter().map(|w| &w[..]).collect();
+                        let (mut got, mut want) = (starts.clone(), starts);
+                        let mut refs: Vec<&mut [f32]> = got.iter_mut().map(|o| &mut o[..]).collect();
+                        (set.weighted_sums_add_f16)(&mut refs, &weight_refs, &rows);
+                        let mut refs: Vec<&mut [f32]> = want.iter_mut().map(|o| &mut o[..]).collect();
+                        (set.weighted_sums_add)(&mut refs, &weight_refs, &wide);
+                        let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "{} len {len} queries {queries} rows {count}", set.isa);
+                    }
                 }
             }
         }
