@@ -55,8 +55,8 @@ pub struct ModelArgs {
     /// bounds it (few cores).
     #[arg(long)]
     pub mxfp4_copies: bool,
-    /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices once, at their first
-    /// product, into groups of 16 interleaved rows multiplied with 8-bit activations as
+    /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices once, while loading,
+    /// into groups of 16 interleaved rows multiplied with 8-bit activations as
     /// llama.cpp's (the file's pages are given back; faster prefill and decode; for the 32-value
     /// formats llama.cpp's accuracy rather than the i16 path's): `auto` where this CPU has SIMD
     /// kernels and the format keeps its activations' precision (the K-quants) or the

@@ -325,6 +325,14 @@ pub trait Backend: Send + Sync {
         (0, 0)
     }
 
+    /// Whether this backend makes something of a weight at its first product (the CPU's
+    /// repacked copies): [`crate::Model`] then runs one token through the model when it is
+    /// loaded, so that the copies are made while loading, not in the first request's time. The
+    /// default: no.
+    fn makes_copies_at_first_product(&self) -> bool {
+        false
+    }
+
     /// Called once by [`crate::Model`] when its weights are loaded, with its architecture's row:
     /// a backend may choose kernels by it before the first forward pass (the CPU backend's
     /// `Repack::Auto` repacks only where `int8_activations` says 8-bit activations hold). The

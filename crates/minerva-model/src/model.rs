@@ -105,7 +105,7 @@ impl<B: Backend> Model<B> {
         D: minerva_gguf::Backing + Send + Sync + 'static,
     {
         let (config, weights) = arch::load_gguf(&gguf, &backend)?;
-        Ok(Model::prepared(config, weights, backend))
+        Model::prepared(config, weights, backend)
     }
 
     /// Builds the model from an opened SafeTensors checkpoint and its `config.json`.
@@ -115,15 +115,26 @@ impl<B: Backend> Model<B> {
     /// `lm_head.weight` the embeddings are the head, which `tie_word_embeddings` must allow.
     pub fn from_checkpoint(checkpoint: Arc<Checkpoint>, backend: B) -> Result<Model<B>> {
         let (config, weights) = arch::load_checkpoint(&checkpoint, &backend)?;
-        Ok(Model::prepared(config, weights, backend))
+        Model::prepared(config, weights, backend)
     }
 
-    /// The model, after telling `backend` its architecture ([`Backend::prepare_for`]).
-    fn prepared(config: Config, weights: ModelWeights<B::Weight>, backend: B) -> Model<B> {
+    /// The model, after telling `backend` its architecture ([`Backend::prepare_for`]) and, where
+    /// the backend copies weights at their first product, after one token through it on a cache
+    /// of one position ([`Backend::makes_copies_at_first_product`]): the CPU's repacked copies are
+    /// made while loading, each on the backend's pool, and only of the weights a forward pass
+    /// multiplies by (not an untied embedding table, which is only looked up; a mixture's experts
+    /// that the token was not routed to are copied at their first product).
+    fn prepared(config: Config, weights: ModelWeights<B::Weight>, backend: B) -> Result<Model<B>> {
         if let Some(spec) = arch::registry::find(&config.arch) {
             backend.prepare_for(spec);
         }
-        Model { config, weights, backend, kept_step: Mutex::new(None) }
+        let model = Model { config, weights, backend, kept_step: Mutex::new(None) };
+        if model.backend.makes_copies_at_first_product() {
+            let mut cache = model.new_cache(1, 1)?;
+            let token = [0];
+            model.forward(&mut cache, &[SequenceInput { tokens: &token, start_pos: 0, slot: 0 }], LogitsFor::Last)?;
+        }
+        Ok(model)
     }
 
     /// A KV cache for `slots` sequences of up to `capacity` positions, each slot with its own

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use minerva_model::{CpuBackend, LogitsFor, Model, SequenceInput};
+use minerva_model::{Backend, CpuBackend, LogitsFor, Model, Repack, SequenceInput};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -124,4 +124,18 @@ fn quantized_activations_stay_close_to_transformers() {
     assert_eq!(s.top1, 1.0, "top-1 agreement");
     assert!(s.worst_ppl < 3e-4, "perplexity off by {}", s.worst_ppl);
     assert!(s.max_delta < 0.008, "max |Δlogit| {}", s.max_delta);
+}
+
+/// Repacking's copies are made while the model loads (one token through it), not in the first
+/// request's time: right after `Model::load`, every matrix SmolLM2 multiplies by — 30 layers × 7
+/// and the head, which is the embedding table (tied) — is copied, 96,436,224 bytes; none without
+/// repacking or in the f32 reference mode (which repacks nothing).
+#[test]
+fn repacked_copies_are_made_at_load() {
+    let path = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let loaded = |backend: CpuBackend| Model::load(&path, backend).unwrap().backend.repacked();
+    let backend = || CpuBackend::new(None).unwrap();
+    assert_eq!(loaded(backend().with_repack(Repack::On)), (211, 96_436_224));
+    assert_eq!(loaded(backend()), (0, 0));
+    assert_eq!(loaded(backend().with_repack(Repack::On).with_f32_activations(true)), (0, 0));
 }

@@ -71,7 +71,7 @@ pub struct CpuWeight {
     cols: usize,
     vector: Option<Vec<f32>>,
     split: Option<SplitScales>,
-    /// The repacked copy (`Repack`), made at the first product.
+    /// The repacked copy (`Repack`), made at the first product (the model's warm-up token at load).
     repacked: repacking::RepackedCopy,
 }
 
@@ -286,7 +286,8 @@ impl CpuBackend {
     }
 
     /// Whether Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices are repacked into
-    /// row-interleaved groups at their first product and multiplied with 8-bit activations
+    /// row-interleaved groups at their first product (when the model loads: `Model` runs a
+    /// warm-up token through it) and multiplied with 8-bit activations
     /// (`Repack::Auto`: where this CPU has a SIMD kernel for them and either the format keeps its
     /// activations' precision, the K-quants, or the model's architecture takes 8-bit activations,
     /// see `ArchSpec::int8_activations`), or read in place (`Repack::Off`, the default: what the
@@ -432,6 +433,10 @@ impl Backend for CpuBackend {
 
     fn repacked(&self) -> (usize, usize) {
         self.repacked.get()
+    }
+
+    fn makes_copies_at_first_product(&self) -> bool {
+        self.repack != Repack::Off && !self.f32_activations
     }
 
     fn prepare_for(&self, arch: &crate::arch::ArchSpec) {

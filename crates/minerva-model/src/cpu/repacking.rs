@@ -3,7 +3,9 @@
 //! activations (Q8_0's for the 32-value formats, instead of the zero-copy kernels' i16; Q8_K for
 //! the K-quants, as in place).
 //!
-//! A matrix is repacked the first time a product reads it, on the backend's pool: a tensor that
+//! A matrix is repacked the first time a product reads it, on the backend's pool — while the model
+//! loads, since `Model` runs one token through it then
+//! (`Backend::makes_copies_at_first_product`) — so a tensor that
 //! is only looked up (an untied embedding table) is never copied. The copy is as large as the
 //! tensor; the file's pages it was read from are then given back (`ByteSource::release`:
 //! `MADV_DONTNEED` on a GGUF file's map), so resident memory holds the copy, not both (a tied
