@@ -73,6 +73,10 @@ impl ByteSource for ShardBytes {
         // The index was taken from the checkpoint's own shard list when this was built.
         self.checkpoint.shard_bytes(self.shard).unwrap_or_default()
     }
+
+    fn release(&self, range: Range<usize>) {
+        self.checkpoint.release(self.shard, range);
+    }
 }
 
 /// Top-level GGUF names → Hugging Face names (every architecture).

@@ -229,6 +229,16 @@ impl Checkpoint {
         self.shards.get(shard).map(|s| &*s.bytes)
     }
 
+    /// Gives the pages of `range` (byte offsets into shard `shard`) back to the system where the
+    /// shard is a memory map: after a reader copied tensors elsewhere (the CPU backend's repacked
+    /// weights). The bytes read the same afterwards; an owned shard, or a shard or range out of
+    /// bounds, is left as it is.
+    pub fn release(&self, shard: usize, range: std::ops::Range<usize>) {
+        if let Some(shard) = self.shards.get(shard) {
+            shard.bytes.release(range);
+        }
+    }
+
     /// A shard's `__metadata__` (string → string), if it had one; empty otherwise.
     pub fn shard_metadata(&self, shard: usize) -> Option<&BTreeMap<String, String>> {
         self.shards.get(shard).map(|s| &s.metadata)

@@ -32,6 +32,25 @@ impl Deref for Backing {
     }
 }
 
+impl Backing {
+    /// `MADV_DONTNEED` on the whole pages inside `range` of a map: they leave the resident set,
+    /// and a later read maps them again from the page cache or the file (as `minerva-gguf`'s
+    /// mapped files do). An owned buffer keeps its bytes; ranges outside the map are ignored.
+    pub(crate) fn release(&self, range: std::ops::Range<usize>) {
+        let Backing::Map(map) = self else { return };
+        let page = 4096;
+        let (start, end) = (range.start.next_multiple_of(page), range.end.min(map.len()) / page * page);
+        if start < end {
+            #[allow(unsafe_code)]
+            // SAFETY: the map is read-only (`Mmap`, never `MmapMut`) of a file: dropping its pages
+            // discards nothing, and every reference into them stays valid, reading the same bytes
+            // when next touched (faulted in again from the file, as on first touch). The range is
+            // whole pages inside the map.
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
+    }
+}
+
 /// One validated tensor entry. `begin..end` are absolute file offsets, checked to lie in the file.
 pub(crate) struct Entry {
     pub name: String,
