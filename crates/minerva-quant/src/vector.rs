@@ -49,6 +49,13 @@ pub fn dots_f16(out: &mut [f32], x: &[f32], rows: &[half::f16]) {
     (kernels::vector_kernels().dots_f16)(out, x, rows)
 }
 
+/// Whether [`dots_f16`] and [`weighted_sums_add_f16`] widen f16 values in registers on this CPU
+/// (AVX2 or AVX-512 with F16C). Where they do not, each call widens its rows into a buffer, so a
+/// caller that reads the same rows for several queries does better to widen them once itself.
+pub fn f16_in_registers() -> bool {
+    kernels::vector_kernels().f16_in_registers
+}
+
 /// `y[i] += a·x[i]` over the common length.
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     (kernels::vector_kernels().axpy)(y, a, x)

@@ -3,9 +3,10 @@
 //! A task takes a few rows of the batch and the query heads that share one KV head, and goes
 //! through that head's keys, then its values, a block at a time: a block is read from the cache
 //! once per task and stays in L1 (or L2) while every query of the task meets it, instead of once
-//! per query from further out. An f16 block is read in place by tasks of few queries (decode: the
-//! kernels widen each chunk in a register) and widened into a buffer first by tasks of many
-//! (prefill), whose queries would otherwise each widen it again. The heads of one row share their
+//! per query from further out. An f16 block is read in place by tasks of few queries (decode)
+//! where the kernels widen each chunk in a register (AVX2 or AVX-512 with F16C), and widened into
+//! a buffer first by tasks of many (prefill), whose queries would otherwise each widen it again,
+//! and wherever the kernels would widen it per call. The heads of one row share their
 //! window, so their weighted sums go through a block of values together
 //! (`vector::weighted_sums_add`). Each query's scores and weighted sum come out as
 //! they would for that query alone (the same `dot` per key, the values added key by key in
@@ -215,8 +216,9 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
         let span = run.rows.clone().map(self.window).reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
         let Some(span) = span else { return };
         let block = (BLOCK_BYTES / (4 * hd.max(1))).max(1);
-        // Many queries per block: widen an f16 block once rather than in every query's loads.
-        let widen = run.rows.len() * run.heads.len() >= WIDEN_FROM_QUERIES;
+        // Many queries per block, or kernels without f16 loads of their own: widen an f16 block
+        // once rather than in every query's loads (or every call).
+        let widen = run.rows.len() * run.heads.len() >= WIDEN_FROM_QUERIES || !vector::f16_in_registers();
         // The window's positions in runs that lie one after another in the cache, at most a
         // block's worth each: (positions, element offset of the first).
         let runs = || {

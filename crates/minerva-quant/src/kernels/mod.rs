@@ -195,6 +195,9 @@ pub(crate) struct VectorKernels {
     pub(crate) weighted_sum_add: fn(&mut [f32], &[f32], &[f32]),
     /// `(outs, weights, rows)`: `crate::vector::weighted_sums_add`.
     pub(crate) weighted_sums_add: WeightedSumsFn,
+    /// Whether `dots_f16` and `weighted_sums_add_f16` widen f16 values in registers (otherwise
+    /// they widen blocks of rows on the stack): `crate::vector::f16_in_registers`.
+    pub(crate) f16_in_registers: bool,
     /// `crate::vector::dots_f16`.
     pub(crate) dots_f16: fn(&mut [f32], &[f32], &[half::f16]),
     /// `crate::vector::weighted_sums_add_f16`.
@@ -233,6 +236,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     exp: reference::vector_exp_f32,
     weighted_sum_add: reference::vector_weighted_sum_add_f32,
     weighted_sums_add: reference::vector_weighted_sums_add_f32,
+    f16_in_registers: false,
     dots_f16: |out, x, rows| widened::dots_f16(reference::vector_dots_f32, out, x, rows),
     weighted_sums_add_f16: |outs, weights, rows| {
         widened::weighted_sums_add_f16(reference::vector_weighted_sums_add_f32, outs, weights, rows)

@@ -71,6 +71,7 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         weighted_sum_add: super::reference::vector_weighted_sum_add_f32,
         weighted_sums_add: super::reference::vector_weighted_sums_add_f32,
         // The rows widened a block at a time for NEON's `dots`.
+        f16_in_registers: false,
         dots_f16: |out, x, rows| {
             // SAFETY: as above.
             super::widened::dots_f16(|out, x, rows| unsafe { neon_vector::dots_f32(out, x, rows) }, out, x, rows)

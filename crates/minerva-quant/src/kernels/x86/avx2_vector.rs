@@ -4,6 +4,10 @@
 use std::arch::x86_64::*;
 
 use bytemuck::pod_read_unaligned;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use crate::kernels::widened;
 
 /// Horizontal sum of 8 lanes.
 #[target_feature(enable = "avx2,fma")]
@@ -61,7 +65,7 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
             for (row, chunks) in rows.iter_mut().zip(group.chunks_exact(chunks)) {
                 *row = chunks;
             }
-            *out = bytemuck::cast(dots8(x8, rows));
+            *out = bytemuck::cast(dots8(x8, rows, |v| load8(v)));
             first += 8;
         }
     }
@@ -74,7 +78,7 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
         for (chunks, row) in rows.iter_mut().zip(eight) {
             *chunks = row.as_chunks::<8>().0;
         }
-        let mut sums: [f32; 8] = bytemuck::cast(dots8(x8, rows));
+        let mut sums: [f32; 8] = bytemuck::cast(dots8(x8, rows, |v| load8(v)));
         if !x_tail.is_empty() {
             for (sum, row) in sums.iter_mut().zip(eight) {
                 *sum += row[8 * chunks..].iter().zip(x_tail).map(|(r, x)| r * x).sum::<f32>();
@@ -85,11 +89,11 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
     out[written..].fill(0.0);
 }
 
-/// Lane `k`: row `k`'s chunks (the first `x8.len()` of `rows[k]`) against `x8`, by FMA in chunk
-/// order, then its lanes summed (see [`dots_f32`]).
+/// Lane `k`: row `k`'s chunks (the first `x8.len()` of `rows[k]`, read by `load`) against `x8`,
+/// by FMA in chunk order, then its lanes summed (see [`dots_f32`]).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn dots8(x8: &[[f32; 8]], rows: [&[[f32; 8]]; 8]) -> __m256 {
+fn dots8<T>(x8: &[[f32; 8]], rows: [&[[T; 8]]; 8], load: impl Fn(&[T; 8]) -> __m256) -> __m256 {
     // Cut to `x8`'s length once, so that the loop's indices need no checks (with a check per
     // row and chunk, the loop ran three times as many instructions as FMAs).
     let mut rows = rows;
@@ -100,7 +104,7 @@ fn dots8(x8: &[[f32; 8]], rows: [&[[f32; 8]]; 8]) -> __m256 {
     for (c, x) in x8.iter().enumerate() {
         let x = load8(x);
         for (k, acc) in acc.iter_mut().enumerate() {
-            *acc = _mm256_fmadd_ps(x, load8(&rows[k][c]), *acc);
+            *acc = _mm256_fmadd_ps(x, load(&rows[k][c]), *acc);
         }
     }
     sum_rows(acc)
@@ -275,6 +279,78 @@ pub(super) fn weighted_sum_add_f32(out: &mut [f32], weights: &[f32], rows: &[f32
     for (j, &w) in weights.iter().enumerate() {
         axpy_f32(rest, w, &rows[j * len + start..(j + 1) * len]);
     }
+}
+
+/// [`dots_f32`] over f16 rows, each chunk widened in its register (F16C): bit for bit
+/// [`dots_f32`] of the widened rows. Lengths with a tail past whole chunks widen blocks of rows for
+/// [`dots_f32`] instead.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dots_f16(out: &mut [f32], x: &[f32], rows: &[f16]) {
+    let len = x.len();
+    if len == 0 || !len.is_multiple_of(8) {
+        return widened::dots_f16(|out, x, rows| dots_f32(out, x, rows), out, x, rows);
+    }
+    let written = out.len().min(rows.len() / len);
+    let (x8, _) = x.as_chunks::<8>();
+    let chunks = x8.len();
+    let (rows8, _) = rows[..written * len].as_chunks::<8>();
+    let whole = written / 8 * 8;
+    for (group, out) in rows8[..whole * chunks].chunks_exact(8 * chunks).zip(out.as_chunks_mut::<8>().0) {
+        let mut rows: [&[[f16; 8]]; 8] = [&[]; 8];
+        for (row, chunks) in rows.iter_mut().zip(group.chunks_exact(chunks)) {
+            *row = chunks;
+        }
+        *out = bytemuck::cast(dots8(x8, rows, |v| widen8(v)));
+    }
+    if whole < written {
+        // A last group short of eight: its first row stands in for the missing ones.
+        let last = &rows8[whole * chunks..];
+        let mut rows: [&[[f16; 8]]; 8] = [&last[..chunks]; 8];
+        for (row, chunks) in rows.iter_mut().zip(last.chunks_exact(chunks)) {
+            *row = chunks;
+        }
+        let sums: [f32; 8] = bytemuck::cast(dots8(x8, rows, |v| widen8(v)));
+        out[whole..written].copy_from_slice(&sums[..written - whole]);
+    }
+    out[written..].fill(0.0);
+}
+
+/// [`weighted_sum_add_f32`] over f16 rows, each chunk widened in its register (F16C): bit for bit
+/// [`weighted_sum_add_f32`] of the widened rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn weighted_sum_add_f16(out: &mut [f32], weights: &[f32], rows: &[f16]) {
+    const WIDE: usize = 64;
+    let len = out.len();
+    if len == 0 {
+        return;
+    }
+    let weights = &weights[..weights.len().min(rows.len() / len)];
+    let (wide, rest) = out.as_chunks_mut::<WIDE>();
+    for (c, out) in wide.iter_mut().enumerate() {
+        let mut acc: [__m256; WIDE / 8] = std::array::from_fn(|k| load8(out[8 * k..][..8].try_into().expect("8")));
+        for (j, &w) in weights.iter().enumerate() {
+            let (row, _) = rows[j * len + c * WIDE..][..WIDE].as_chunks::<8>();
+            let scale = _mm256_set1_ps(w);
+            for (acc, values) in acc.iter_mut().zip(row) {
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, widen8(values)));
+            }
+        }
+        *out = bytemuck::cast(acc);
+    }
+    let start = len - rest.len();
+    let mut tail = [0.0f32; WIDE];
+    for (j, &w) in weights.iter().enumerate() {
+        let values = &mut tail[..rest.len()];
+        rows[j * len + start..(j + 1) * len].convert_to_f32_slice(values);
+        axpy_f32(rest, w, values);
+    }
+}
+
+/// 8 f16 values as f32 lanes (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn widen8(values: &[f16; 8]) -> __m256 {
+    _mm256_cvtph_ps(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(values)))
 }
 
 /// `super::super::reference::quantize_i16_blocks` in 8 lanes, bit for bit: the same `amax` (a

@@ -15,7 +15,6 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use super::avx2_vector;
-use crate::kernels::widened;
 
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f")]
@@ -40,12 +39,12 @@ pub(super) fn dots_f32(out: &mut [f32], x: &[f32], rows: &[f32]) {
 
 /// [`dots_f32`] over f16 rows, each chunk widened in its register (`vcvtph2ps`): bit for bit
 /// [`dots_f32`] of the widened rows, without writing them anywhere. Lengths that are not a
-/// multiple of 16 widen blocks of rows for [`dots_f32`].
+/// multiple of 16 take `avx2_vector::dots_f16`, as [`dots_f32`] takes the AVX2 kernel.
 #[target_feature(enable = "avx2,fma,avx512f,f16c")]
 pub(super) fn dots_f16(out: &mut [f32], x: &[f32], rows: &[f16]) {
     let len = x.len();
     if len == 0 || !len.is_multiple_of(16) {
-        return widened::dots_f16(|out, x, rows| dots_f32(out, x, rows), out, x, rows);
+        return avx2_vector::dots_f16(out, x, rows);
     }
     dots_rows(out, x, rows, |chunk| widen16(chunk));
 }
@@ -175,14 +174,15 @@ pub(super) fn weighted_sums_add_f32(outs: &mut [&mut [f32]], weights: &[&[f32]],
 }
 
 /// [`weighted_sums_add_f32`] over f16 rows, each value widened in its register: bit for bit
-/// [`weighted_sums_add_f32`] of the widened rows. Shapes it takes one query at a time widen
-/// blocks of rows for it instead.
+/// [`weighted_sums_add_f32`] of the widened rows. Shapes it takes one query at a time go to
+/// `avx2_vector::weighted_sum_add_f16`, as [`weighted_sums_add_f32`]'s go to the AVX2 kernel.
 #[target_feature(enable = "avx2,fma,avx512f,f16c")]
 pub(super) fn weighted_sums_add_f16(outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f16]) {
     if !sums_fit(outs, weights) {
-        let sums =
-            |outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32]| weighted_sums_add_f32(outs, weights, rows);
-        return widened::weighted_sums_add_f16(sums, outs, weights, rows);
+        for (out, weights) in outs.iter_mut().zip(weights) {
+            avx2_vector::weighted_sum_add_f16(out, weights, rows);
+        }
+        return;
     }
     let axpy_tail = |out: &mut [f32], w: f32, tail: &[f16]| {
         let mut wide = [0.0f32; 64];

@@ -224,7 +224,7 @@ pub(super) const AVX512_VNNI: Isa = Isa {
 
 /// The f32 vector kernels of AVX2 + FMA, if this CPU has both.
 pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
-    (has!("avx2") && has!("fma")).then_some(VectorKernels {
+    let set = (has!("avx2") && has!("fma")).then_some(VectorKernels {
         isa: "avx2+fma",
         // SAFETY: returned only after the check above found AVX2 and FMA.
         dot: |a, b| unsafe { avx2_vector::dot_f32(a, b) },
@@ -242,7 +242,8 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
                 unsafe { avx2_vector::weighted_sum_add_f32(out, weights, rows) }
             }
         },
-        // The rows widened a block at a time for the AVX2 `dots`.
+        // The rows widened a block at a time for the AVX2 `dots` (F16C's own loads below).
+        f16_in_registers: false,
         dots_f16: |out, x, rows| {
             // SAFETY: as above.
             widened::dots_f16(|out, x, rows| unsafe { avx2_vector::dots_f32(out, x, rows) }, out, x, rows)
@@ -266,6 +267,22 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         transpose: |src, rows, cols, first_col, dst| unsafe {
             avx2_vector::transpose_f32(src, rows, cols, first_col, dst)
         },
+    })?;
+    Some(if has!("f16c") {
+        VectorKernels {
+            f16_in_registers: true,
+            // SAFETY: used only after the checks above found AVX2, FMA and F16C.
+            dots_f16: |out, x, rows| unsafe { avx2_vector::dots_f16(out, x, rows) },
+            weighted_sums_add_f16: |outs, weights, rows| {
+                for (out, weights) in outs.iter_mut().zip(weights) {
+                    // SAFETY: as above.
+                    unsafe { avx2_vector::weighted_sum_add_f16(out, weights, rows) }
+                }
+            },
+            ..set
+        }
+    } else {
+        set
     })
 }
 
@@ -277,6 +294,7 @@ pub(super) fn avx512_vector() -> Option<VectorKernels> {
     // f16 rows widened in registers where F16C is there too (every AVX-512 CPU so far).
     let with_f16 = if has!("f16c") {
         VectorKernels {
+            f16_in_registers: true,
             // SAFETY: used only after the checks here and below found AVX2, FMA, F16C and AVX-512F.
             dots_f16: |out, x, rows| unsafe { avx512_vector::dots_f16(out, x, rows) },
             // SAFETY: as above.
