@@ -52,6 +52,43 @@ pub enum ModelWeights<W> {
     Qwen(QwenWeights<W>),
 }
 
+/// An architecture's hyper-parameters, as its graph's reader reads them from a GGUF file's
+/// metadata or a checkpoint's `config.json`: the one place that picks the reader per graph
+/// (loading and `convert` both ask it).
+#[derive(Clone, Debug)]
+pub(crate) enum GraphConfig {
+    /// LLaMA / Mistral / Phi-3.
+    Llama(Config),
+    /// Qwen 2 / Qwen 3.
+    Qwen(Config),
+    /// Gemma 3, with its layer pattern and RoPEs.
+    Gemma3(Box<Gemma3Config>),
+    /// GPT-OSS, with its mixture's hyper-parameters.
+    GptOss(Box<GptOssConfig>),
+}
+
+impl GraphConfig {
+    /// The hyper-parameters of `spec`'s graph from a GGUF file's metadata.
+    pub(crate) fn from_gguf<D: AsRef<[u8]>>(spec: &ArchSpec, gguf: &Gguf<D>) -> Result<GraphConfig> {
+        Ok(match spec.graph {
+            Graph::Llama => GraphConfig::Llama(Config::from_gguf(gguf)?),
+            Graph::Qwen => GraphConfig::Qwen(qwen::config::from_gguf(gguf)?),
+            Graph::Gemma3 => GraphConfig::Gemma3(Box::new(Gemma3Config::from_gguf(gguf)?)),
+            Graph::GptOss => GraphConfig::GptOss(Box::new(GptOssConfig::from_gguf(gguf)?)),
+        })
+    }
+
+    /// The hyper-parameters of `spec`'s graph from a checkpoint's `config.json`.
+    pub(crate) fn from_hf(spec: &ArchSpec, json: &serde_json::Value) -> Result<GraphConfig> {
+        Ok(match spec.graph {
+            Graph::Llama => GraphConfig::Llama(Config::from_hf_config(json)?),
+            Graph::Qwen => GraphConfig::Qwen(qwen::config::from_hf_config(json)?),
+            Graph::Gemma3 => GraphConfig::Gemma3(Box::new(Gemma3Config::from_hf_config(json)?)),
+            Graph::GptOss => GraphConfig::GptOss(Box::new(GptOssConfig::from_hf_config(json)?)),
+        })
+    }
+}
+
 /// Reads the config and loads every weight of a GGUF file.
 pub(crate) fn load_gguf<B, D>(gguf: &Arc<Gguf<D>>, backend: &B) -> Result<(Config, ModelWeights<B::Weight>)>
 where
@@ -61,24 +98,20 @@ where
     let source = TensorSource::from_gguf(gguf)?;
     let arch = gguf.architecture()?;
     let spec = registry::for_gguf(arch).ok_or_else(|| ModelError::UnsupportedArch { arch: arch.to_string() })?;
-    Ok(match spec.graph {
-        Graph::Gemma3 => {
-            let cfg = Gemma3Config::from_gguf(gguf)?;
+    Ok(match GraphConfig::from_gguf(spec, gguf)? {
+        GraphConfig::Gemma3(cfg) => {
             let weights = Gemma3Weights::load(backend, &source, &cfg)?;
-            (cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights))))
+            (cfg.base.clone(), ModelWeights::Gemma3(Box::new((*cfg, weights))))
         }
-        Graph::GptOss => {
-            let cfg = GptOssConfig::from_gguf(gguf)?;
+        GraphConfig::GptOss(cfg) => {
             let weights = GptOssWeights::load(backend, &source, &cfg)?;
-            (cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights))))
+            (cfg.base.clone(), ModelWeights::GptOss(Box::new((*cfg, weights))))
         }
-        Graph::Qwen => {
-            let config = qwen::config::from_gguf(gguf)?;
+        GraphConfig::Qwen(config) => {
             let weights = QwenWeights::load(backend, &source, &config)?;
             (config, ModelWeights::Qwen(weights))
         }
-        Graph::Llama => {
-            let config = Config::from_gguf(gguf)?;
+        GraphConfig::Llama(config) => {
             let weights = Weights::load(backend, &source, &config)?;
             (config, ModelWeights::Llama(weights))
         }
@@ -97,26 +130,22 @@ pub(crate) fn load_checkpoint<B: Backend>(
     let spec = model_type
         .and_then(registry::for_hf)
         .ok_or_else(|| ModelError::UnsupportedArch { arch: model_type.unwrap_or("(no model_type)").to_string() })?;
-    Ok(match spec.graph {
-        Graph::Gemma3 => {
-            let cfg = Gemma3Config::from_hf_config(json)?;
+    Ok(match GraphConfig::from_hf(spec, json)? {
+        GraphConfig::Gemma3(cfg) => {
             let source = TensorSource::from_checkpoint(checkpoint, spec.name)?;
             let weights = Gemma3Weights::load(backend, &source, &cfg)?;
-            (cfg.base.clone(), ModelWeights::Gemma3(Box::new((cfg, weights))))
+            (cfg.base.clone(), ModelWeights::Gemma3(Box::new((*cfg, weights))))
         }
-        Graph::GptOss => {
-            let cfg = GptOssConfig::from_hf_config(json)?;
+        GraphConfig::GptOss(cfg) => {
             let weights = GptOssWeights::from_safetensors(backend, checkpoint, &cfg)?;
-            (cfg.base.clone(), ModelWeights::GptOss(Box::new((cfg, weights))))
+            (cfg.base.clone(), ModelWeights::GptOss(Box::new((*cfg, weights))))
         }
-        Graph::Qwen => {
-            let config = qwen::config::from_hf_config(json)?;
+        GraphConfig::Qwen(config) => {
             let source = checkpoint_source(checkpoint, json, &config)?;
             let weights = QwenWeights::load(backend, &source, &config)?;
             (config, ModelWeights::Qwen(weights))
         }
-        Graph::Llama => {
-            let config = Config::from_hf_config(json)?;
+        GraphConfig::Llama(config) => {
             let source = checkpoint_source(checkpoint, json, &config)?;
             let weights = Weights::load(backend, &source, &config)?;
             (config, ModelWeights::Llama(weights))

@@ -23,9 +23,9 @@ use minerva_safetensors::{Checkpoint, Encoding};
 
 use super::dtype::{permute_qk_rows, shift_norm};
 use super::{ConvertError, Result, unsupported};
+use crate::arch::GraphConfig;
 use crate::arch::gemma3::Gemma3Config;
 use crate::arch::gpt_oss::GptOssConfig;
-use crate::arch::qwen;
 use crate::arch::registry::{self, ArchSpec, Graph};
 use crate::config::Config;
 use crate::error::ModelError;
@@ -55,6 +55,16 @@ pub(crate) enum Family {
 }
 
 impl Family {
+    /// The family of a graph's hyper-parameters; `tied` when the LM head is the embedding matrix
+    /// (GPT-OSS has a head of its own).
+    fn of(config: GraphConfig, tied: bool) -> Family {
+        match config {
+            GraphConfig::Llama(config) | GraphConfig::Qwen(config) => Family::Dense { config, tied },
+            GraphConfig::Gemma3(config) => Family::Gemma3 { config, tied },
+            GraphConfig::GptOss(config) => Family::GptOss(config),
+        }
+    }
+
     pub(crate) fn base(&self) -> &Config {
         match self {
             Family::Dense { config, .. } => config,
@@ -139,12 +149,7 @@ impl SourceModel {
         let arch = gguf.architecture().map_err(ModelError::from)?;
         let spec = registry::for_gguf(arch).ok_or_else(|| ModelError::UnsupportedArch { arch: arch.to_string() })?;
         let tied = gguf.tensor_info("output.weight").is_err();
-        let family = match spec.graph {
-            Graph::GptOss => Family::GptOss(Box::new(GptOssConfig::from_gguf(&gguf)?)),
-            Graph::Gemma3 => Family::Gemma3 { config: Box::new(Gemma3Config::from_gguf(&gguf)?), tied },
-            Graph::Qwen => Family::Dense { config: qwen::config::from_gguf(&gguf)?, tied },
-            Graph::Llama => Family::Dense { config: Config::from_gguf(&gguf)?, tied },
-        };
+        let family = Family::of(GraphConfig::from_gguf(spec, &gguf)?, tied);
         let tensors = gguf
             .tensor_infos()
             .iter()
@@ -170,16 +175,9 @@ impl SourceModel {
             .and_then(registry::for_hf)
             .ok_or_else(|| ModelError::UnsupportedArch { arch: model_type.unwrap_or("(no model_type)").to_string() })?;
         let tied = json.get("tie_word_embeddings").and_then(serde_json::Value::as_bool);
-        let family = match spec.graph {
-            Graph::GptOss => Family::GptOss(Box::new(GptOssConfig::from_hf_config(json)?)),
-            // Gemma 3 ties its head unless told otherwise (transformers' default).
-            Graph::Gemma3 => Family::Gemma3 {
-                config: Box::new(Gemma3Config::from_hf_config(json)?),
-                tied: tied.unwrap_or(ckpt.tensor("lm_head.weight").is_none()),
-            },
-            Graph::Qwen => Family::Dense { config: qwen::config::from_hf_config(json)?, tied: tied.unwrap_or(false) },
-            Graph::Llama => Family::Dense { config: Config::from_hf_config(json)?, tied: tied.unwrap_or(false) },
-        };
+        // Gemma 3 ties its head unless told otherwise (transformers' default); the others do not.
+        let tied = tied.unwrap_or(spec.graph == Graph::Gemma3 && ckpt.tensor("lm_head.weight").is_none());
+        let family = Family::of(GraphConfig::from_hf(spec, json)?, tied);
         let gpt_oss = spec.graph == Graph::GptOss;
         let arch = spec.name;
         let mut tensors = Vec::new();
