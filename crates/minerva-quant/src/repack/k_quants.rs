@@ -11,12 +11,12 @@
 //!
 //! ```text
 //! Q4_K, Q5_K: 4 parts of 64 values (sub-blocks 2p, 2p + 1 of 32), then d, dmin (16 × f16 each)
+//!   fifth bits 16 × u64    (Q5_K only, first) word 8h + c, bit 4r + i: the fifth bit of slot c's
+//!                          value i in sub-block 2p + h
 //!   slots       8 × 64 B   slot c, row r, byte i: value 4c + i of sub-block 2p (low nibble) and
 //!                          of sub-block 2p + 1 (high nibble)
 //!   scales     32 B        row r: sc(2p), sc(2p + 1)     (6-bit, unpacked to bytes)
 //!   minimums   32 B        row r: m(2p), m(2p + 1)
-//!   fifth bits 16 × u64    (Q5_K) word 8h + c, bit 4r + i: the fifth bit of slot c's value i in
-//!                          sub-block 2p + h
 //!   Q4_K 4 × 576 + 64 = 2368 B = 16 × 144 + 64;  Q5_K 4 × 704 + 64 = 2880 B = 16 × 176 + 64
 //! Q6_K: 8 parts of 32 values (sub-blocks 2p, 2p + 1 of 16), then d (16 × f16)
 //!   low bits    4 × 64 B   slot k, row r, byte i: bits 0..4 of value 4k + i (low nibble) and
@@ -55,9 +55,11 @@ pub(crate) struct Layout {
     pub(crate) values: usize,
     /// Bytes per part.
     pub(crate) part: usize,
+    /// Within a part: the decoded slots.
+    pub(crate) slots: usize,
     /// Within a part: the scale pairs, the minimum pairs (Q4_K, Q5_K), and the fifth bits (Q5_K)
     /// or the high bits (Q6_K). A field a format lacks (Q4_K's `high`, Q6_K's `minimums` and
-    /// `dmin`) holds where it would begin and is never read.
+    /// `dmin`) holds an offset past the fields it has and is never read.
     pub(crate) scales: usize,
     pub(crate) minimums: usize,
     pub(crate) high: usize,
@@ -69,11 +71,11 @@ pub(crate) struct Layout {
 }
 
 pub(crate) const Q4_K: Layout =
-    Layout { values: 64, part: 576, scales: 512, minimums: 544, high: 576, d: 2304, dmin: 2336, bytes: 2368 };
+    Layout { values: 64, part: 576, slots: 0, scales: 512, minimums: 544, high: 576, d: 2304, dmin: 2336, bytes: 2368 };
 pub(crate) const Q5_K: Layout =
-    Layout { values: 64, part: 704, scales: 512, minimums: 544, high: 576, d: 2816, dmin: 2848, bytes: 2880 };
+    Layout { values: 64, part: 704, slots: 128, scales: 640, minimums: 672, high: 0, d: 2816, dmin: 2848, bytes: 2880 };
 pub(crate) const Q6_K: Layout =
-    Layout { values: 32, part: 416, scales: 384, minimums: 416, high: 256, d: 3328, dmin: 3360, bytes: 3360 };
+    Layout { values: 32, part: 416, slots: 0, scales: 384, minimums: 416, high: 256, d: 3328, dmin: 3360, bytes: 3360 };
 
 /// The layout of a K-quant that repacks.
 pub(crate) const fn layout(dtype: DType) -> Option<Layout> {
@@ -158,11 +160,11 @@ fn value_at(dtype: DType, r: usize, v: usize) -> ((usize, u32), Option<(usize, u
         DType::Q6_K => {
             let (k, e) = (within % 16 / 4, within / 16);
             let m = within % 16 / 4;
-            ((base + SLOT_BYTES * k, 4 * e as u32), Some((base + l.high + SLOT_BYTES * e, 2 * m as u32)))
+            ((base + l.slots + SLOT_BYTES * k, 4 * e as u32), Some((base + l.high + SLOT_BYTES * e, 2 * m as u32)))
         }
         _ => {
             let (h, c) = (within / 32, within % 32 / 4);
-            let low = (base + SLOT_BYTES * c, 4 * h as u32);
+            let low = (base + l.slots + SLOT_BYTES * c, 4 * h as u32);
             // Word 8h + c of the fifth bits, bit 4r + i: byte (4r + i) / 8 of it.
             let word = p * l.part + l.high + 8 * (8 * h + c);
             let high = (dtype == DType::Q5_K).then_some((word + (4 * r + i) / 8, ((4 * r + i) % 8) as u32));

@@ -120,12 +120,11 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
             let mut mins = [_mm512_setzero_si512(); N];
             for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
                 let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
-                let pairs = _mm512_cvtepu8_epi16(pod_read_unaligned::<__m256i>(&part[l.scales..l.scales + 32]));
-                let scales = [_mm512_and_si512(pairs, low_word), _mm512_srli_epi32(pairs, 16)];
-                for (h, &scale) in scales.iter().enumerate() {
+                let mut dots = [[_mm512_setzero_si512(); N]; 2];
+                for (h, dots) in dots.iter_mut().enumerate() {
                     let j = 2 * p + h;
                     let w: [__m512i; 8] = std::array::from_fn(|c| {
-                        let packed = load(SLOT_BYTES * c);
+                        let packed = load(l.slots + SLOT_BYTES * c);
                         let nibbles = if h == 0 {
                             _mm512_and_si512(packed, low)
                         } else {
@@ -144,8 +143,16 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
                             dot[c % 2] =
                                 _mm512_dpbusd_epi32(dot[c % 2], w, _mm512_set1_epi32(word(qs, 32 * j + 4 * c)));
                         }
-                        sums[n] =
-                            _mm512_add_epi32(sums[n], _mm512_mullo_epi32(_mm512_add_epi32(dot[0], dot[1]), scale));
+                        dots[n] = _mm512_add_epi32(dot[0], dot[1]);
+                    }
+                }
+                // The scale pairs after the slots they scale: a part is read front to back (a
+                // load past the slots first made the next part's lines demand misses).
+                let pairs = _mm512_cvtepu8_epi16(pod_read_unaligned::<__m256i>(&part[l.scales..l.scales + 32]));
+                let scales = [_mm512_and_si512(pairs, low_word), _mm512_srli_epi32(pairs, 16)];
+                for (dots, scale) in dots.iter().zip(scales) {
+                    for (sum, &dot) in sums.iter_mut().zip(dots) {
+                        *sum = _mm512_add_epi32(*sum, _mm512_mullo_epi32(dot, scale));
                     }
                 }
                 let minimums = _mm512_cvtepu8_epi16(pod_read_unaligned::<__m256i>(&part[l.minimums..l.minimums + 32]));
@@ -166,13 +173,12 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
         } else {
             for (p, part) in src[..8 * l.part].chunks_exact(l.part).enumerate() {
                 let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
-                let pairs = _mm512_cvtepi8_epi16(pod_read_unaligned::<__m256i>(&part[l.scales..l.scales + 32]));
-                let scales = [_mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16), _mm512_srai_epi32(pairs, 16)];
-                for (h, &scale) in scales.iter().enumerate() {
+                let mut dots = [[_mm512_setzero_si512(); N]; 2];
+                for (h, dots) in dots.iter_mut().enumerate() {
                     let j = 2 * p + h;
                     let high = load(l.high + SLOT_BYTES * h);
                     let w: [__m512i; 4] = std::array::from_fn(|k| {
-                        let packed = load(SLOT_BYTES * k);
+                        let packed = load(l.slots + SLOT_BYTES * k);
                         let nibbles = if h == 0 { packed } else { _mm512_srli_epi16(packed, 4) };
                         // Field k of the high bits (bits 2k, 2k + 1) to bits 4, 5.
                         let high = match k {
@@ -191,8 +197,15 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
                             dot[k % 2] =
                                 _mm512_dpbusd_epi32(dot[k % 2], w, _mm512_set1_epi32(word(qs, 16 * j + 4 * k)));
                         }
-                        sums[n] =
-                            _mm512_add_epi32(sums[n], _mm512_mullo_epi32(_mm512_add_epi32(dot[0], dot[1]), scale));
+                        dots[n] = _mm512_add_epi32(dot[0], dot[1]);
+                    }
+                }
+                // The scale pairs last, in the order the part's bytes lie (slots, high bits, scales).
+                let pairs = _mm512_cvtepi8_epi16(pod_read_unaligned::<__m256i>(&part[l.scales..l.scales + 32]));
+                let scales = [_mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16), _mm512_srai_epi32(pairs, 16)];
+                for (dots, scale) in dots.iter().zip(scales) {
+                    for (sum, &dot) in sums.iter_mut().zip(dots) {
+                        *sum = _mm512_add_epi32(*sum, _mm512_mullo_epi32(dot, scale));
                     }
                 }
             }
@@ -260,7 +273,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                 for (h, &scale) in scales.iter().enumerate() {
                     let j = 2 * p + h;
                     let w: [__m256i; 8] = std::array::from_fn(|c| {
-                        let packed = load(part, SLOT_BYTES * c);
+                        let packed = load(part, l.slots + SLOT_BYTES * c);
                         let nibbles = if h == 0 {
                             _mm256_and_si256(packed, low)
                         } else {
@@ -317,7 +330,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                     let j = 2 * p + h;
                     let high = load(part, l.high + SLOT_BYTES * h);
                     let w: [__m256i; 4] = std::array::from_fn(|k| {
-                        let packed = load(part, SLOT_BYTES * k);
+                        let packed = load(part, l.slots + SLOT_BYTES * k);
                         let nibbles = if h == 0 { packed } else { _mm256_srli_epi16(packed, 4) };
                         let high = match k {
                             0 => _mm256_slli_epi16(high, 4),
