@@ -299,6 +299,7 @@ fn bench_repacked(c: &mut Criterion) {
         ("smollm2_576x1536", DType::Q4_1, 576, 1536),
         ("smollm2_1536x576", DType::Q8_0, 1536, 576),
         ("smollm2_1536x576", DType::Q4_0, 1536, 576),
+        ("smollm2_1536x576", DType::Q5_0, 1536, 576),
         ("llama1b_8192x2048", DType::Q5_K, 8192, 2048),
         ("llama1b_2048x8192", DType::Q6_K, 2048, 8192),
         ("llama8b_14336x4096", DType::Q4_K, 14336, 4096),

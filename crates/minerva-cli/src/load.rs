@@ -58,8 +58,9 @@ pub struct ModelArgs {
     /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices once, while loading,
     /// into groups of 16 interleaved rows multiplied with 8-bit activations as
     /// llama.cpp's (the file's pages are given back; faster prefill and decode; for the 32-value
-    /// formats llama.cpp's accuracy rather than the i16 path's): `auto` where this CPU has SIMD
-    /// kernels and the format keeps its activations' precision (the K-quants) or the
+    /// formats llama.cpp's accuracy rather than the i16 path's): `auto` where this CPU's
+    /// repacked kernel for the format is the faster (AVX-512 VNNI; AVX2 for the 32-value
+    /// formats) and the format keeps its activations' precision (the K-quants) or the
     /// architecture takes 8-bit activations (the LLaMA family), `on` everywhere; `off` (default)
     /// reads every weight in place.
     #[arg(long, value_enum, value_name = "MODE", default_value_t)]
@@ -69,8 +70,9 @@ pub struct ModelArgs {
 /// `--repack`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum RepackMode {
-    /// Where this CPU has SIMD kernels and the format's activations keep their precision (the
-    /// K-quants) or the architecture takes 8-bit activations.
+    /// Where this CPU's repacked kernel is the faster (AVX-512 VNNI; AVX2 for the 32-value
+    /// formats) and the format's activations keep their precision (the K-quants) or the
+    /// architecture takes 8-bit activations.
     Auto,
     /// Every Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrix.
     On,

@@ -99,6 +99,7 @@ pub use mxfp4::{dequantize_hf_mxfp4_ref, dequantize_mlx_mxfp4_ref, ggml_mxfp4_to
 pub use pool::ComputePool;
 pub use repack::{
     GROUP_ROWS, Repacked, RepackedView, is_repackable, repacked_kernel_isa, repacking_changes_activations,
+    repacking_pays,
 };
 
 /// The reference dequantizer for `dtype`, if this crate has one.

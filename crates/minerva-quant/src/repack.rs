@@ -104,6 +104,25 @@ pub fn repacked_kernel_isa(dtype: DType) -> Option<&'static str> {
     crate::kernels::selected(dtype).repacked_isa
 }
 
+/// Whether the repacked kernel this CPU runs for `dtype` beats the zero-copy kernels on one
+/// activation as on many (what `--repack auto` asks of a format): the AVX-512 VNNI kernels for
+/// every format; the AVX2 ones for the 32-value formats only — their K-quant kernels read a
+/// large matrix for one activation at 0.71–0.94× the zero-copy kernels' rate (Llama 8B FFN
+/// shapes, one thread, `repacked/llama8b_*` with `MINERVA_CPU_ISAS=avx2+fma+f16c`: Q6_K 0.71×,
+/// Q5_K 0.75×, Q4_K 0.94×), so decode would lose what prefill gains.
+pub fn repacking_pays(dtype: DType) -> bool {
+    match repacked_kernel_isa(dtype) {
+        Some(isa) if isa.starts_with("avx512") => true,
+        Some(isa) if isa != crate::kernels::SCALAR => !is_k_quant(dtype),
+        _ => false,
+    }
+}
+
+/// Whether `dtype` is one of the K-quants that repack (256-value super-blocks, Q8_K activations).
+fn is_k_quant(dtype: DType) -> bool {
+    k_quants::group_block_bytes(dtype).is_some()
+}
+
 /// Bytes of quants per block of a group (the nibbles or Q8_0's bytes, then Q5's fifth bits):
 /// where its scales begin.
 pub(crate) const fn quant_bytes(dtype: DType) -> usize {

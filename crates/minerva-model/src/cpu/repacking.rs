@@ -20,9 +20,10 @@ use minerva_quant::{Matrix, Repacked};
 /// Whether the CPU backend repacks weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Repack {
-    /// Every repackable matrix whose format has a SIMD kernel on this CPU, where that keeps the
-    /// activations' precision (the K-quants) or the model's architecture takes 8-bit activations
-    /// (`ArchSpec::int8_activations`).
+    /// Every repackable matrix whose format's repacked kernel on this CPU beats the zero-copy
+    /// ones (`minerva_quant::repacking_pays`: AVX-512 VNNI for every format, AVX2 for the
+    /// 32-value formats), where that keeps the activations' precision (the K-quants) or the
+    /// model's architecture takes 8-bit activations (`ArchSpec::int8_activations`).
     Auto,
     /// Every repackable matrix, with the scalar kernel where there is no SIMD one.
     On,
@@ -48,11 +49,10 @@ impl Repack {
     /// Whether a matrix of `dtype` is repacked under this mode, for a model whose architecture
     /// does (`int8_activations`) or does not take 8-bit activations.
     pub fn applies(self, dtype: DType, int8_activations: bool) -> bool {
-        let fast = || minerva_quant::repacked_kernel_isa(dtype).is_some_and(|isa| isa != "scalar");
         let precise = || int8_activations || !minerva_quant::repacking_changes_activations(dtype);
         minerva_quant::is_repackable(dtype)
             && match self {
-                Repack::Auto => fast() && precise(),
+                Repack::Auto => minerva_quant::repacking_pays(dtype) && precise(),
                 Repack::On => true,
                 Repack::Off => false,
             }

@@ -287,7 +287,9 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                 // Q4 slots sum within i16 (≤ 30,720), Q5's in two halves of four (≤ 31,744).
                 let partial = |from: usize, to: usize| {
                     let mut p = _mm256_maddubs_epi16(slots[from], _mm256_set1_epi32(word(act, from)));
-                    for (k, &slot) in slots.iter().enumerate().take(to).skip(from + 1) {
+                    // A slice and a range, not `enumerate().take().skip()`: `Skip::next` was not
+                    // inlined here, and its call per slot spilled the accumulators (3.6× slower).
+                    for (&slot, k) in slots[from + 1..to].iter().zip(from + 1..) {
                         p = _mm256_add_epi16(p, _mm256_maddubs_epi16(slot, _mm256_set1_epi32(word(act, k))));
                     }
                     _mm256_madd_epi16(p, ones)

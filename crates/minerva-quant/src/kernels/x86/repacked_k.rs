@@ -291,7 +291,8 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                         // Q4_K's 8 slots sum within i16 (≤ 30,720), Q5_K's in two halves of 4.
                         let partial = |from: usize, to: usize| {
                             let mut s = _mm256_maddubs_epi16(w[from], _mm256_set1_epi32(word(qs, 32 * j + 4 * from)));
-                            for (c, &w) in w.iter().enumerate().take(to).skip(from + 1) {
+                            // A slice and a range (see `repacked::avx2_pass`).
+                            for (&w, c) in w[from + 1..to].iter().zip(from + 1..) {
                                 let a = _mm256_set1_epi32(word(qs, 32 * j + 4 * c));
                                 s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w, a));
                             }
