@@ -106,10 +106,11 @@ pub fn repacked_kernel_isa(dtype: DType) -> Option<&'static str> {
 
 /// Whether the repacked kernel this CPU runs for `dtype` beats the zero-copy kernels on one
 /// activation as on many (what `--repack auto` asks of a format): the AVX-512 VNNI kernels for
-/// every format; the AVX2 ones for the 32-value formats only — their K-quant kernels read a
-/// large matrix for one activation at 0.71–0.94× the zero-copy kernels' rate (Llama 8B FFN
-/// shapes, one thread, `repacked/llama8b_*` with `MINERVA_CPU_ISAS=avx2+fma+f16c`: Q6_K 0.71×,
-/// Q5_K 0.75×, Q4_K 0.94×), so decode would lose what prefill gains.
+/// every format; the AVX2 ones for the 32-value formats only — their Q4_K and Q5_K kernels read
+/// a large matrix for one activation at 0.75–0.94× the zero-copy kernels' rate (Llama 8B FFN
+/// shapes, one thread, `repacked/llama8b_*` with `MINERVA_CPU_ISAS=avx2+fma+f16c`: Q5_K 0.75×,
+/// Q4_K 0.94×; Q6_K 1.06×, not enough to set K-quant files apart), so decode would lose what
+/// prefill gains.
 pub fn repacking_pays(dtype: DType) -> bool {
     match repacked_kernel_isa(dtype) {
         Some(isa) if isa.starts_with("avx512") => true,

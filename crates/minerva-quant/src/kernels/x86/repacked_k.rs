@@ -321,13 +321,11 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
         } else {
             let mut correction = [_mm256_setzero_si256(); N];
             for (p, part) in src[..8 * l.part].chunks_exact(l.part).enumerate() {
-                let pairs = _mm256_cvtepi8_epi16(load_pairs(part, l.scales));
-                for n in 0..N {
-                    let bsums = parts[n].1;
-                    let a = _mm256_set1_epi32(pair(i32::from(bsums[2 * p]), i32::from(bsums[2 * p + 1])));
-                    correction[n] = _mm256_add_epi32(correction[n], _mm256_madd_epi16(pairs, a));
-                }
-                for (h, &scale) in replicated(pairs).iter().enumerate() {
+                // Each half's i16 sums first, the scale pairs (after the slots and high bits)
+                // last: the part is read front to back (one activation from DRAM: 5.18 -> 3.46 ms
+                // on Llama 8B's FFN down; Q4_K's and Q5_K's kernels measured no faster so).
+                let mut halves = [[[_mm256_setzero_si256(); 2]; N]; 2];
+                for (h, halves) in halves.iter_mut().enumerate() {
                     let j = 2 * p + h;
                     let high = load(part, l.high + SLOT_BYTES * h);
                     let w: [__m256i; 4] = std::array::from_fn(|k| {
@@ -345,9 +343,21 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                         let qs = parts[n].0;
                         let product =
                             |k: usize| _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(word(qs, 16 * j + 4 * k)));
-                        let first = _mm256_madd_epi16(_mm256_add_epi16(product(0), product(1)), scale);
-                        let second = _mm256_madd_epi16(_mm256_add_epi16(product(2), product(3)), scale);
-                        sums[n] = _mm256_add_epi32(sums[n], _mm256_add_epi32(first, second));
+                        halves[n] =
+                            [_mm256_add_epi16(product(0), product(1)), _mm256_add_epi16(product(2), product(3))];
+                    }
+                }
+                let pairs = _mm256_cvtepi8_epi16(load_pairs(part, l.scales));
+                for n in 0..N {
+                    let bsums = parts[n].1;
+                    let a = _mm256_set1_epi32(pair(i32::from(bsums[2 * p]), i32::from(bsums[2 * p + 1])));
+                    correction[n] = _mm256_add_epi32(correction[n], _mm256_madd_epi16(pairs, a));
+                }
+                for (halves, scale) in halves.iter().zip(replicated(pairs)) {
+                    for (sum, [first, second]) in sums.iter_mut().zip(halves) {
+                        let first = _mm256_madd_epi16(*first, scale);
+                        let second = _mm256_madd_epi16(*second, scale);
+                        *sum = _mm256_add_epi32(*sum, _mm256_add_epi32(first, second));
                     }
                 }
             }
