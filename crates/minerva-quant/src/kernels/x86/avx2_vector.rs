@@ -256,28 +256,42 @@ pub(super) fn softmax_f32(xs: &mut [f32], scale: f32, sink: Option<f32>) {
 /// stored for every row (attention's probability-weighted sum of values).
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn weighted_sum_add_f32(out: &mut [f32], weights: &[f32], rows: &[f32]) {
+    sum_rows_of(out, weights, rows, |v| load8(v), |rest, w, tail| axpy_f32(rest, w, tail));
+}
+
+/// [`weighted_sum_add_f32`] for rows of `T`, 8 values read by `load`; a row's values past the
+/// last whole 64 go through `axpy_tail`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn sum_rows_of<T: Copy>(
+    out: &mut [f32],
+    weights: &[f32],
+    rows: &[T],
+    load: impl Fn(&[T; 8]) -> __m256,
+    axpy_tail: impl Fn(&mut [f32], f32, &[T]),
+) {
     const WIDE: usize = 64;
     let len = out.len();
     if len == 0 {
         return;
     }
     let weights = &weights[..weights.len().min(rows.len() / len)];
-    let load = |s: &[f32]| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&s[..8]));
     let (wide, rest) = out.as_chunks_mut::<WIDE>();
     for (c, out) in wide.iter_mut().enumerate() {
-        let mut acc: [__m256; WIDE / 8] = std::array::from_fn(|k| load(&out[8 * k..]));
+        let (outs, _) = out.as_chunks::<8>();
+        let mut acc: [__m256; WIDE / 8] = std::array::from_fn(|k| load8(&outs[k]));
         for (j, &w) in weights.iter().enumerate() {
-            let row = &rows[j * len + c * WIDE..][..WIDE];
+            let (row, _) = rows[j * len + c * WIDE..][..WIDE].as_chunks::<8>();
             let scale = _mm256_set1_ps(w);
-            for (k, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, load(&row[8 * k..])));
+            for (acc, values) in acc.iter_mut().zip(row) {
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, load(values)));
             }
         }
         *out = bytemuck::cast(acc);
     }
     let start = len - rest.len();
     for (j, &w) in weights.iter().enumerate() {
-        axpy_f32(rest, w, &rows[j * len + start..(j + 1) * len]);
+        axpy_tail(rest, w, &rows[j * len + start..(j + 1) * len]);
     }
 }
 
@@ -319,31 +333,12 @@ pub(super) fn dots_f16(out: &mut [f32], x: &[f32], rows: &[f16]) {
 /// [`weighted_sum_add_f32`] of the widened rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn weighted_sum_add_f16(out: &mut [f32], weights: &[f32], rows: &[f16]) {
-    const WIDE: usize = 64;
-    let len = out.len();
-    if len == 0 {
-        return;
-    }
-    let weights = &weights[..weights.len().min(rows.len() / len)];
-    let (wide, rest) = out.as_chunks_mut::<WIDE>();
-    for (c, out) in wide.iter_mut().enumerate() {
-        let mut acc: [__m256; WIDE / 8] = std::array::from_fn(|k| load8(out[8 * k..][..8].try_into().expect("8")));
-        for (j, &w) in weights.iter().enumerate() {
-            let (row, _) = rows[j * len + c * WIDE..][..WIDE].as_chunks::<8>();
-            let scale = _mm256_set1_ps(w);
-            for (acc, values) in acc.iter_mut().zip(row) {
-                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, widen8(values)));
-            }
-        }
-        *out = bytemuck::cast(acc);
-    }
-    let start = len - rest.len();
-    let mut tail = [0.0f32; WIDE];
-    for (j, &w) in weights.iter().enumerate() {
-        let values = &mut tail[..rest.len()];
-        rows[j * len + start..(j + 1) * len].convert_to_f32_slice(values);
-        axpy_f32(rest, w, values);
-    }
+    let axpy_tail = |rest: &mut [f32], w: f32, tail: &[f16]| {
+        let mut wide = [0.0f32; 64];
+        tail.convert_to_f32_slice(&mut wide[..tail.len()]);
+        axpy_f32(rest, w, &wide[..tail.len()]);
+    };
+    sum_rows_of(out, weights, rows, |v| widen8(v), axpy_tail);
 }
 
 /// 8 f16 values as f32 lanes (exact).
