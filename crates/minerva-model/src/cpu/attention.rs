@@ -341,9 +341,10 @@ impl KvData {
         }
     }
 
-    /// Elements `range` as the vector kernels read them: borrowed from an f32 or f16 cache (f16
-    /// values are widened in the kernels' registers: widening a block into `buf` first cost a
-    /// decode step of 8 sequences 14 % of its time), dequantized into `buf` from a Q8_0 one.
+    /// Elements `range` as the vector kernels read them: borrowed from an f32 cache; from an f16
+    /// one borrowed (the kernels widen in registers: widening every block into `buf` first cost a
+    /// decode step of 8 sequences 14 % of its time) unless `widen`, then widened into `buf`;
+    /// dequantized into `buf` from a Q8_0 one.
     fn rows<'a>(&'a self, range: Range<usize>, buf: &'a mut LineAligned<f32>, widen: bool) -> KvRows<'a> {
         match self {
             KvData::F32(data) => KvRows::F32(&data[range]),
