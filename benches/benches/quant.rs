@@ -261,6 +261,7 @@ fn bench_batch(c: &mut Criterion) {
     let mut group = c.benchmark_group("matmul_batch");
     group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
     let shapes = [
+        ("dram_8192x8192", DType::Q4_1, 8192, 8192),
         ("smollm2_1536x576", DType::Q4_1, 1536, 576),
         ("smollm2_576x1536", DType::Q4_1, 576, 1536),
         ("smollm2_1536x576", DType::Q8_0, 1536, 576),
@@ -286,7 +287,8 @@ fn bench_batch(c: &mut Criterion) {
 }
 
 /// Repacked weights (16 rows interleaved, Q8_0 activations) against the zero-copy i16 kernels, at
-/// SmolLM2's shapes, Llama 1B's and 8B's FFN (K-quants: within an L3 of 32 MiB, and larger), from
+/// a Q4_1 matrix larger than an L3 of 32 MiB (as a whole model's weights are, read from DRAM once
+/// per step), SmolLM2's shapes, Llama 1B's and 8B's FFN (K-quants: within L3, and larger), from
 /// one decode to a 512-token prefill: `repacked/<shape>/<dtype>/n<N>/
 /// {zero-copy,repacked}/<threads>t`.
 fn bench_repacked(c: &mut Criterion) {
@@ -295,6 +297,7 @@ fn bench_repacked(c: &mut Criterion) {
     let mut group = c.benchmark_group("repacked");
     group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
     let shapes = [
+        ("dram_8192x8192", DType::Q4_1, 8192, 8192),
         ("smollm2_1536x576", DType::Q4_1, 1536, 576),
         ("smollm2_576x1536", DType::Q4_1, 576, 1536),
         ("smollm2_1536x576", DType::Q8_0, 1536, 576),

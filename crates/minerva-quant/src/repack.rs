@@ -59,7 +59,13 @@ pub(crate) const SLOT_BYTES: usize = 4 * GROUP_ROWS;
 
 /// A repacked kernel: one group's blocks (`blocks × 16 × block bytes`) against `acts` (Q8_1:
 /// their [`ActBlock`]s), each activation's 16 row results into `out` (one per activation).
-pub(crate) type RepackedKernel = fn(&[u8], &[Activation<'_>], &mut [[f32; GROUP_ROWS]]);
+///
+/// The second argument, `ahead`, holds the bytes read next (the following group, or nothing):
+/// a kernel whose pass over the group serves several activations asks for them, a block's share
+/// per block, to be loaded into L2 meanwhile. Such a pass is compute-bound on its own, and the
+/// hardware prefetcher alone left a decode batch's matrices, read from DRAM, 1.6× slower than
+/// the same pass over weights in cache (docs/benchmarks.md, "Prefetching repacked groups").
+pub(crate) type RepackedKernel = fn(&[u8], &[u8], &[Activation<'_>], &mut [[f32; GROUP_ROWS]]);
 
 /// One 32-value block of a Q8_0 activation as the repacked kernels read it: everything a block's
 /// product needs in one 48-byte record, so that a kernel follows one pointer per activation.
@@ -471,7 +477,8 @@ pub(crate) fn rows_into(
     let mut results = [[0.0f32; GROUP_ROWS]; 1];
     for (i, ys) in ys.chunks_mut(GROUP_ROWS).enumerate() {
         let g = first / GROUP_ROWS + i;
-        kernel(&view.bytes[g * group_bytes..][..group_bytes], &acts[..1], &mut results);
+        // One activation: memory-bound, the hardware prefetcher keeps up with the stream.
+        kernel(&view.bytes[g * group_bytes..][..group_bytes], &[], &acts[..1], &mut results);
         ys.copy_from_slice(&results[0][..ys.len()]);
     }
 }
@@ -493,9 +500,11 @@ pub(crate) fn multiply(kernel: RepackedKernel, view: RepackedView<'_>, acts: &[A
         let mut results = [[0.0f32; GROUP_ROWS]; MAX_ACTS];
         let (first_row, width) = (block.first_column(), block.width());
         for g in (first_row..first_row + width).step_by(GROUP_ROWS) {
-            let group = &view.bytes[g / GROUP_ROWS * group_bytes..][..group_bytes];
+            let at = g / GROUP_ROWS * group_bytes;
+            let group = &view.bytes[at..][..group_bytes];
+            let ahead = view.bytes.get(at + group_bytes..at + 2 * group_bytes).unwrap_or_default();
             let results = &mut results[..chunk.len()];
-            kernel(group, chunk, results);
+            kernel(group, ahead, chunk, results);
             let valid = GROUP_ROWS.min(rows - g);
             for (row, result) in block.rows_mut(first..first + chunk.len()).zip(results.iter()) {
                 match <&mut [f32; GROUP_ROWS]>::try_from(&mut row[g - first_row..][..valid]) {

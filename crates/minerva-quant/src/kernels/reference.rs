@@ -25,31 +25,31 @@ pub(super) const ROWS: [Kernels; 15] = [
         .quantize(crate::quantize_row_q8_0_ref)
         .dot(Q8_0, dot_q8_0)
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q8_0_ref))
-        .repacked(|group, acts, out| crate::repack::reference_kernel(Q8_0, group, acts, out)),
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(Q8_0, group, acts, out)),
     Kernels::new(Q4_0)
         .dequantize(crate::dequantize_row_q4_0_ref)
         .quantize(crate::quantize_row_q4_0_ref)
         .dot(Q8_0, dot_q4_0)
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_0_ref))
-        .repacked(|group, acts, out| crate::repack::reference_kernel(Q4_0, group, acts, out)),
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(Q4_0, group, acts, out)),
     Kernels::new(Q4_1)
         .dequantize(crate::dequantize_row_q4_1_ref)
         .quantize(crate::quantize_row_q4_1_ref)
         .dot(Q8_0, dot_q4_1)
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q4_1_ref))
-        .repacked(|group, acts, out| crate::repack::reference_kernel(Q4_1, group, acts, out)),
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(Q4_1, group, acts, out)),
     Kernels::new(Q5_0)
         .dequantize(crate::dequantize_row_q5_0_ref)
         .quantize(crate::quantize_row_q5_0_ref)
         .dot(Q8_0, dot_q5_0)
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_0_ref))
-        .repacked(|group, acts, out| crate::repack::reference_kernel(Q5_0, group, acts, out)),
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(Q5_0, group, acts, out)),
     Kernels::new(Q5_1)
         .dequantize(crate::dequantize_row_q5_1_ref)
         .quantize(crate::quantize_row_q5_1_ref)
         .dot(Q8_0, dot_q5_1)
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_q5_1_ref))
-        .repacked(|group, acts, out| crate::repack::reference_kernel(Q5_1, group, acts, out)),
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(Q5_1, group, acts, out)),
     Kernels::new(MXFP4)
         .dequantize(crate::dequantize_row_mxfp4_ref)
         .quantize(crate::quantize_row_mxfp4_ref)
@@ -61,17 +61,17 @@ pub(super) const ROWS: [Kernels; 15] = [
         .dequantize(crate::dequantize_row_q4_k_ref)
         .quantize(crate::quantize_row_q4_k_ref)
         .dot(Q8_K, dot_q4_k)
-        .repacked(|group, acts, out| crate::repack::reference_kernel(Q4_K, group, acts, out)),
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(Q4_K, group, acts, out)),
     Kernels::new(Q5_K)
         .dequantize(crate::dequantize_row_q5_k_ref)
         .quantize(crate::quantize_row_q5_k_ref)
         .dot(Q8_K, dot_q5_k)
-        .repacked(|group, acts, out| crate::repack::reference_kernel(Q5_K, group, acts, out)),
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(Q5_K, group, acts, out)),
     Kernels::new(Q6_K)
         .dequantize(crate::dequantize_row_q6_k_ref)
         .quantize(crate::quantize_row_q6_k_ref)
         .dot(Q8_K, dot_q6_k)
-        .repacked(|group, acts, out| crate::repack::reference_kernel(Q6_K, group, acts, out)),
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(Q6_K, group, acts, out)),
     Kernels::new(Q8_K).dequantize(crate::dequantize_row_q8_k_ref).quantize(crate::quantize_row_q8_k_ref),
 ];
 

@@ -77,10 +77,10 @@ macro_rules! tile {
 /// A `crate::repack::RepackedKernel` calling the `#[target_feature]` kernel `$kernel`.
 macro_rules! repacked {
     ($kernel:expr) => {
-        |group, acts, out| {
+        |group, ahead, acts, out| {
             // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
             // the kernel enables (see `super::Isa::detected`).
-            unsafe { $kernel(group, acts, out) }
+            unsafe { $kernel(group, ahead, acts, out) }
         }
     };
 }

@@ -38,6 +38,7 @@ use core::arch::x86_64::{
 
 use bytemuck::pod_read_unaligned;
 
+use super::avx2_tile_i16::prefetch;
 use super::avx2_vector::{block_values, lane_sum, largest_magnitude, round_half_away};
 use crate::activation::Activation;
 use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
@@ -108,27 +109,38 @@ fn blocks_of<'a, const N: usize>(acts: &'a [Activation<'_>], blocks: usize) -> [
 }
 
 /// AVX-512 VNNI: one group against the activations of `acts`, results into `out` (one per
-/// activation).
+/// activation); the first pass of several activations streams `ahead` into L2
+/// (`crate::repack::RepackedKernel`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) fn avx512<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+pub(super) fn avx512<const FORMAT: u8>(
+    group: &[u8],
+    ahead: &[u8],
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     let blocks = group.len() / block_bytes(FORMAT);
-    let (mut acts, mut out) = (acts, out);
+    let (mut acts, mut out, mut ahead) = (acts, out, ahead);
     while out.len() >= AVX512_ACTS {
-        avx512_pass::<FORMAT, AVX512_ACTS>(group, blocks_of(acts, blocks), &mut out[..AVX512_ACTS]);
-        (acts, out) = (&acts[AVX512_ACTS..], &mut out[AVX512_ACTS..]);
+        avx512_pass::<FORMAT, AVX512_ACTS>(group, ahead, blocks_of(acts, blocks), &mut out[..AVX512_ACTS]);
+        (acts, out, ahead) = (&acts[AVX512_ACTS..], &mut out[AVX512_ACTS..], &[]);
     }
     if out.len() >= 4 {
-        avx512_pass::<FORMAT, 4>(group, blocks_of(acts, blocks), &mut out[..4]);
+        avx512_pass::<FORMAT, 4>(group, ahead, blocks_of(acts, blocks), &mut out[..4]);
         (acts, out) = (&acts[4..], &mut out[4..]);
     }
     for (j, out) in out.chunks_exact_mut(1).enumerate() {
-        avx512_pass::<FORMAT, 1>(group, blocks_of(&acts[j..], blocks), out);
+        avx512_pass::<FORMAT, 1>(group, &[], blocks_of(&acts[j..], blocks), out);
     }
 }
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: [&[ActBlock]; N], out: &mut [[f32; GROUP_ROWS]]) {
+fn avx512_pass<const FORMAT: u8, const N: usize>(
+    group: &[u8],
+    ahead: &[u8],
+    acts: [&[ActBlock]; N],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     let (block, quants) = (block_bytes(FORMAT), quant_bytes(FORMAT));
     let blocks = group.len() / block;
     let mut acc: [__m512; N] = [_mm512_setzero_ps(); N];
@@ -137,6 +149,7 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: [&[ActBlock
     let sign = _mm512_set1_epi8(-128);
     for b in 0..blocks {
         let src = &group[b * block..][..block];
+        prefetch(ahead, b * block, block);
         let load = |at: usize| pod_read_unaligned::<__m512i>(&src[at..at + 64]);
         let slots: [__m512i; 8] = if FORMAT == Q8_0 {
             std::array::from_fn(|s| _mm512_xor_si512(load(SLOT_BYTES * s), sign))
@@ -187,18 +200,24 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: [&[ActBlock
 /// AVX2 + FMA + F16C: one group against the activations of `acts`, results into `out`, as two
 /// halves of 8 rows.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn avx2<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+pub(super) fn avx2<const FORMAT: u8>(
+    group: &[u8],
+    ahead: &[u8],
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     let blocks = group.len() / block_bytes(FORMAT);
-    let (mut acts, mut out) = (acts, out);
+    let (mut acts, mut out, mut ahead) = (acts, out, ahead);
     while out.len() >= AVX2_ACTS {
         for half in 0..2 {
-            avx2_pass::<FORMAT, AVX2_ACTS>(group, half, blocks_of(acts, blocks), &mut out[..AVX2_ACTS]);
+            let ahead = if half == 0 { ahead } else { &[] };
+            avx2_pass::<FORMAT, AVX2_ACTS>(group, ahead, half, blocks_of(acts, blocks), &mut out[..AVX2_ACTS]);
         }
-        (acts, out) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..]);
+        (acts, out, ahead) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..], &[]);
     }
     for (j, out) in out.chunks_exact_mut(1).enumerate() {
         for half in 0..2 {
-            avx2_pass::<FORMAT, 1>(group, half, blocks_of(&acts[j..], blocks), out);
+            avx2_pass::<FORMAT, 1>(group, &[], half, blocks_of(&acts[j..], blocks), out);
         }
     }
 }
@@ -235,6 +254,7 @@ pub(super) fn quantize_q8_1(x: &[f32], out: &mut [ActBlock]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn avx2_pass<const FORMAT: u8, const N: usize>(
     group: &[u8],
+    ahead: &[u8],
     half: usize,
     acts: [&[ActBlock]; N],
     out: &mut [[f32; GROUP_ROWS]],
@@ -247,6 +267,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
     let ones = _mm256_set1_epi16(1);
     for b in 0..blocks {
         let src = &group[b * block..][..block];
+        prefetch(ahead, b * block, block);
         let load = |at: usize| pod_read_unaligned::<__m256i>(&src[at + 32 * half..at + 32 * half + 32]);
         let scales = |at: usize| {
             let at = at + 16 * half;

@@ -36,6 +36,7 @@ use core::arch::x86_64::{
 
 use bytemuck::pod_read_unaligned;
 
+use super::avx2_tile_i16::prefetch;
 use super::repacked::bytes_from_bits;
 use crate::activation::Activation;
 use crate::repack::k_quants::{self, Layout};
@@ -86,26 +87,37 @@ fn act_block<'a>(act: &'a Activation<'_>, b: usize) -> (&'a [u8], &'a [i16], f32
     (&act.qs[QK * b..QK * b + QK], &act.bsums[16 * b..16 * b + 16], act.d[b])
 }
 
-/// AVX-512 VNNI: one group against `acts`, results into `out` (one per activation).
+/// AVX-512 VNNI: one group against `acts`, results into `out` (one per activation); the first
+/// pass of several activations streams `ahead` into L2 (`crate::repack::RepackedKernel`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) fn avx512<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-    let (mut acts, mut out) = (acts, out);
+pub(super) fn avx512<const FORMAT: u8>(
+    group: &[u8],
+    ahead: &[u8],
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let (mut acts, mut out, mut ahead) = (acts, out, ahead);
     while out.len() >= AVX512_ACTS {
-        avx512_pass::<FORMAT, AVX512_ACTS>(group, &acts[..AVX512_ACTS], &mut out[..AVX512_ACTS]);
-        (acts, out) = (&acts[AVX512_ACTS..], &mut out[AVX512_ACTS..]);
+        avx512_pass::<FORMAT, AVX512_ACTS>(group, ahead, &acts[..AVX512_ACTS], &mut out[..AVX512_ACTS]);
+        (acts, out, ahead) = (&acts[AVX512_ACTS..], &mut out[AVX512_ACTS..], &[]);
     }
     if out.len() >= 4 {
-        avx512_pass::<FORMAT, 4>(group, &acts[..4], &mut out[..4]);
+        avx512_pass::<FORMAT, 4>(group, ahead, &acts[..4], &mut out[..4]);
         (acts, out) = (&acts[4..], &mut out[4..]);
     }
     for (j, out) in out.chunks_exact_mut(1).enumerate() {
-        avx512_pass::<FORMAT, 1>(group, &acts[j..j + 1], out);
+        avx512_pass::<FORMAT, 1>(group, &[], &acts[j..j + 1], out);
     }
 }
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+fn avx512_pass<const FORMAT: u8, const N: usize>(
+    group: &[u8],
+    ahead: &[u8],
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     let l = layout(FORMAT);
     let mut acc: [__m512; N] = [_mm512_setzero_ps(); N];
     let low = _mm512_set1_epi8(0x0F);
@@ -113,6 +125,7 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
     let high_bits = _mm512_set1_epi8(0x30);
     let low_word = _mm512_set1_epi32(0xFFFF);
     for (b, src) in group.chunks_exact(l.bytes).enumerate() {
+        prefetch(ahead, b * l.bytes, l.bytes);
         let load_half = |at: usize| pod_read_unaligned::<__m256i>(&src[at..at + 32]);
         let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
         let mut sums = [_mm512_setzero_si512(); N];
@@ -223,17 +236,23 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(group: &[u8], acts: &[Activatio
 
 /// AVX2 + FMA + F16C: one group against `acts`, results into `out`, as two halves of 8 rows.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn avx2<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-    let (mut acts, mut out) = (acts, out);
+pub(super) fn avx2<const FORMAT: u8>(
+    group: &[u8],
+    ahead: &[u8],
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let (mut acts, mut out, mut ahead) = (acts, out, ahead);
     while out.len() >= AVX2_ACTS {
         for half in 0..2 {
-            avx2_pass::<FORMAT, AVX2_ACTS>(group, half, &acts[..AVX2_ACTS], &mut out[..AVX2_ACTS]);
+            let ahead = if half == 0 { ahead } else { &[] };
+            avx2_pass::<FORMAT, AVX2_ACTS>(group, ahead, half, &acts[..AVX2_ACTS], &mut out[..AVX2_ACTS]);
         }
-        (acts, out) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..]);
+        (acts, out, ahead) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..], &[]);
     }
     for (j, out) in out.chunks_exact_mut(1).enumerate() {
         for half in 0..2 {
-            avx2_pass::<FORMAT, 1>(group, half, &acts[j..j + 1], out);
+            avx2_pass::<FORMAT, 1>(group, &[], half, &acts[j..j + 1], out);
         }
     }
 }
@@ -242,6 +261,7 @@ pub(super) fn avx2<const FORMAT: u8>(group: &[u8], acts: &[Activation<'_>], out:
 #[target_feature(enable = "avx2,fma,f16c")]
 fn avx2_pass<const FORMAT: u8, const N: usize>(
     group: &[u8],
+    ahead: &[u8],
     half: usize,
     acts: &[Activation<'_>],
     out: &mut [[f32; GROUP_ROWS]],
@@ -260,6 +280,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
         ]
     };
     for (b, src) in group.chunks_exact(l.bytes).enumerate() {
+        prefetch(ahead, b * l.bytes, l.bytes);
         // Row half `half` of a slot (32 bytes), of a pair vector or of the f16 scales (16 bytes).
         let load = |bytes: &[u8], at: usize| pod_read_unaligned::<__m256i>(&bytes[at + 32 * half..at + 32 * half + 32]);
         let load_pairs =
