@@ -49,6 +49,30 @@ pub fn dots_f16(out: &mut [f32], x: &[f32], rows: &[half::f16]) {
     (kernels::vector_kernels().dots_f16)(out, x, rows)
 }
 
+/// [`dots_f16`] of each query of `xs` into its entry of `outs`, over the same rows: bit for bit
+/// those calls, in one where the kernels do better with the queries together (AVX-512 with
+/// F16C widens each chunk of a row once for up to four queries: the query heads that share a KV
+/// head).
+///
+/// ```
+/// use half::f16;
+/// let keys: Vec<f16> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|&v| f16::from_f32(v)).collect();
+/// let (mut a, mut b) = ([0.0f32; 2], [0.0f32; 2]);
+/// minerva_quant::vector::dots_many_f16(&mut [&mut a, &mut b], &[&[1.0, 1.0], &[1.0, 0.0]], &keys);
+/// assert_eq!((a, b), ([3.0, 7.0], [1.0, 3.0]));
+/// ```
+pub fn dots_many_f16(outs: &mut [&mut [f32]], xs: &[&[f32]], rows: &[half::f16]) {
+    let kernels = kernels::vector_kernels();
+    match kernels.dots_many_f16 {
+        Some(dots_many) => dots_many(outs, xs, rows),
+        None => {
+            for (out, x) in outs.iter_mut().zip(xs) {
+                (kernels.dots_f16)(out, x, rows);
+            }
+        }
+    }
+}
+
 /// Whether [`dots_f16`] and [`weighted_sums_add_f16`] widen f16 values in registers on this CPU
 /// (AVX2 or AVX-512 with F16C). Where they do not, each call widens its rows into a buffer, so a
 /// caller that reads the same rows for several queries does better to widen them once itself.

@@ -7,8 +7,9 @@
 //! where the kernels widen each chunk in a register (AVX2 or AVX-512 with F16C), and widened into
 //! a buffer first by tasks of many (prefill), whose queries would otherwise each widen it again,
 //! and wherever the kernels would widen it per call. The heads of one row share their
-//! window, so their weighted sums go through a block of values together
-//! (`vector::weighted_sums_add`). Each query's scores and weighted sum come out as
+//! window, so their dot products go through a block of keys together (`vector::dots_many_f16`:
+//! with AVX-512 each f16 chunk widened once for up to four heads) and their weighted sums through
+//! a block of values (`vector::weighted_sums_add`). Each query's scores and weighted sum come out as
 //! they would for that query alone (the same `dot` per key, the values added key by key in
 //! order), so results do not depend on how rows and heads were grouped into tasks: decode and
 //! prefill agree bit for bit.
@@ -227,33 +228,33 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
                 .runs(run.slot, span.clone(), block)
                 .map(|(positions, b, at)| (positions, self.cache.offset(self.layer, run.kv_head, b) + at * hd))
         };
-        // `f(query, its row, its head, its window's part in the block as (in window, in block))`
-        // for each query that attends to some position of the block.
-        let each_query = |from: usize, to: usize, f: &mut dyn FnMut(usize, usize, Range<usize>, Range<usize>)| {
-            for (ri, r) in run.rows.clone().enumerate() {
-                let w = (self.window)(r);
-                let (a, e) = (w.start.max(from), w.end.min(to));
-                if a < e {
-                    for (hi, h) in run.heads.clone().enumerate() {
-                        f(ri * run.heads.len() + hi, h, a - w.start..e - w.start, a - from..e - from);
-                    }
-                }
-            }
-        };
+        let heads = run.heads.len();
         for (positions, base) in runs() {
             let (from, to) = (positions.start, positions.end);
             let keys = self.cache.k.rows(base..base + (to - from) * hd, keys, widen);
-            let mut dots = |i: usize, h: usize, in_window: Range<usize>, in_block: Range<usize>| {
-                let r = run.rows.start + i / run.heads.len();
-                let query = &self.q.data[r * self.q.cols + h * hd..][..hd];
-                let at = starts[i];
-                keys.dots(
-                    &mut scores[at + in_window.start..at + in_window.end],
-                    query,
-                    in_block.start * hd..in_block.end * hd,
-                );
-            };
-            each_query(from, to, &mut dots);
+            // A row's heads share its window: their scores lie side by side, a window's length
+            // each, and go through the block of keys together.
+            for (ri, r) in run.rows.clone().enumerate() {
+                let w = (self.window)(r);
+                let (a, e) = (w.start.max(from), w.end.min(to));
+                if a >= e {
+                    continue;
+                }
+                let row_scores = &mut scores[starts[ri * heads]..][..heads * w.len()];
+                let queries = &self.q.data[r * self.q.cols..][run.heads.start * hd..run.heads.end * hd];
+                for (row_scores, queries) in
+                    row_scores.chunks_mut(MAX_HEADS_PER_SUM * w.len()).zip(queries.chunks(MAX_HEADS_PER_SUM * hd))
+                {
+                    let mut outs: [&mut [f32]; MAX_HEADS_PER_SUM] = std::array::from_fn(|_| Default::default());
+                    let mut xs: [&[f32]; MAX_HEADS_PER_SUM] = [&[]; MAX_HEADS_PER_SUM];
+                    let pairs = row_scores.chunks_exact_mut(w.len()).zip(queries.chunks_exact(hd));
+                    for ((out, x), (scores, query)) in outs.iter_mut().zip(&mut xs).zip(pairs) {
+                        (*out, *x) = (&mut scores[a - w.start..e - w.start], query);
+                    }
+                    let m = queries.len() / hd;
+                    keys.dots_many(&mut outs[..m], &xs[..m], (a - from) * hd..(e - from) * hd);
+                }
+            }
         }
         for (i, &at) in starts.iter().enumerate() {
             let end = starts.get(i + 1).copied().unwrap_or(total);
@@ -261,7 +262,6 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
             // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
             vector::softmax(&mut scores[at..end], self.scale, self.sinks.map(|sinks| sinks[h]));
         }
-        let heads = run.heads.len();
         for (positions, base) in runs() {
             let (from, to) = (positions.start, positions.end);
             let values = self.cache.v.rows(base..base + (to - from) * hd, values, widen);
@@ -311,11 +311,16 @@ enum KvRows<'a> {
 }
 
 impl KvRows<'_> {
-    /// `vector::dots` of `x` with the rows at element offsets `part` of the block.
-    fn dots(&self, out: &mut [f32], x: &[f32], part: Range<usize>) {
+    /// `vector::dots` of each query of `xs` with the rows at element offsets `part` of the
+    /// block, into its entry of `outs`.
+    fn dots_many(&self, outs: &mut [&mut [f32]], xs: &[&[f32]], part: Range<usize>) {
         match self {
-            KvRows::F32(rows) => vector::dots(out, x, &rows[part]),
-            KvRows::F16(rows) => vector::dots_f16(out, x, &rows[part]),
+            KvRows::F32(rows) => {
+                for (out, x) in outs.iter_mut().zip(xs) {
+                    vector::dots(out, x, &rows[part.clone()]);
+                }
+            }
+            KvRows::F16(rows) => vector::dots_many_f16(outs, xs, &rows[part]),
         }
     }
 

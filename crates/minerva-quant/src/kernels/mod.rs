@@ -200,6 +200,9 @@ pub(crate) struct VectorKernels {
     pub(crate) f16_in_registers: bool,
     /// `crate::vector::dots_f16`.
     pub(crate) dots_f16: fn(&mut [f32], &[f32], &[half::f16]),
+    /// `(outs, xs, rows)`: `crate::vector::dots_many_f16` where a set does better than
+    /// `dots_f16` query by query (which it is otherwise).
+    pub(crate) dots_many_f16: Option<DotsManyF16Fn>,
     /// `crate::vector::weighted_sums_add_f16`.
     pub(crate) weighted_sums_add_f16: WeightedSumsF16Fn,
     /// `(xs, scale, sink)`: `crate::vector::softmax`.
@@ -216,6 +219,9 @@ pub(crate) struct VectorKernels {
 /// Columns `first_col..` of a row-major matrix into one slice per column: `(src, rows, cols,
 /// first_col, dst)`.
 pub(crate) type TransposeFn = fn(&[f32], usize, usize, usize, &mut [&mut [f32]]);
+
+/// Several queries' dot products with the same f16 rows: `(outs, xs, rows)`.
+pub(crate) type DotsManyF16Fn = fn(&mut [&mut [f32]], &[&[f32]], &[half::f16]);
 
 /// Several queries' weighted sums over the same rows: `(outs, weights, rows)`.
 pub(crate) type WeightedSumsFn = fn(&mut [&mut [f32]], &[&[f32]], &[f32]);
@@ -238,6 +244,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     weighted_sums_add: reference::vector_weighted_sums_add_f32,
     f16_in_registers: false,
     dots_f16: |out, x, rows| widened::dots_f16(reference::vector_dots_f32, out, x, rows),
+    dots_many_f16: None,
     weighted_sums_add_f16: |outs, weights, rows| {
         widened::weighted_sums_add_f16(reference::vector_weighted_sums_add_f32, outs, weights, rows)
     },

@@ -76,6 +76,7 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
             // SAFETY: as above.
             super::widened::dots_f16(|out, x, rows| unsafe { neon_vector::dots_f32(out, x, rows) }, out, x, rows)
         },
+        dots_many_f16: None,
         weighted_sums_add_f16: |outs, weights, rows| {
             super::widened::weighted_sums_add_f16(super::reference::vector_weighted_sums_add_f32, outs, weights, rows)
         },

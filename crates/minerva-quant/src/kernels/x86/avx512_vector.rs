@@ -49,6 +49,80 @@ pub(super) fn dots_f16(out: &mut [f32], x: &[f32], rows: &[f16]) {
     dots_rows(out, x, rows, |chunk| widen16(chunk));
 }
 
+/// [`dots_f16`] for each query of `xs` into its `outs` entry, over the same f16 rows, bit for bit
+/// (the same FMAs per row in the same order, and the same [`sum_rows`] lane), with each chunk of
+/// a row widened once for up to four queries rather than once for each: `vcvtph2ps` on a 512-bit
+/// register, not the FMAs, bounded a query at a time (the query heads sharing a KV head in a
+/// decode step). Shapes [`dots_f16`] would hand to AVX2, or queries of other lengths than the
+/// first's, go one query at a time.
+#[target_feature(enable = "avx2,fma,avx512f,f16c")]
+pub(super) fn dots_many_f16(outs: &mut [&mut [f32]], xs: &[&[f32]], rows: &[f16]) {
+    let len = xs.first().map_or(0, |x| x.len());
+    let same = |n: usize| outs.first().is_some_and(|o| o.len() == n);
+    let fits = len > 0
+        && len.is_multiple_of(16)
+        && outs.len() == xs.len()
+        && xs.iter().all(|x| x.len() == len)
+        && outs.iter().all(|o| same(o.len()));
+    if !fits {
+        for (out, x) in outs.iter_mut().zip(xs) {
+            dots_f16(out, x, rows);
+        }
+        return;
+    }
+    for (outs, xs) in outs.chunks_mut(4).zip(xs.chunks(4)) {
+        match xs.len() {
+            4 => dots_shared::<4>(outs, xs, rows),
+            3 => dots_shared::<3>(outs, xs, rows),
+            2 => dots_shared::<2>(outs, xs, rows),
+            _ => dots_f16(outs[0], xs[0], rows),
+        }
+    }
+}
+
+/// [`dots_many_f16`] for `Q` (≤ 4) queries of one length (a whole number of chunks) and outputs
+/// of one length: four rows at a time, accumulator `4q + k` for query `q` and row `k`.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f,f16c")]
+fn dots_shared<const Q: usize>(outs: &mut [&mut [f32]], xs: &[&[f32]], rows: &[f16]) {
+    let len = xs[0].len();
+    let written = outs[0].len().min(rows.len() / len);
+    let x16: [&[[f32; 16]]; Q] = std::array::from_fn(|q| xs[q].as_chunks::<16>().0);
+    let (rows16, _) = rows[..written * len].as_chunks::<16>();
+    let chunks = len / 16;
+    let four = |keys: [&[[f16; 16]]; 4]| {
+        let mut acc = [_mm512_setzero_ps(); 16];
+        for c in 0..chunks {
+            let key: [__m512; 4] = std::array::from_fn(|k| widen16(&keys[k][c]));
+            for (q, x) in x16.iter().enumerate() {
+                let x = load16(&x[c]);
+                for (k, &key) in key.iter().enumerate() {
+                    acc[4 * q + k] = _mm512_fmadd_ps(x, key, acc[4 * q + k]);
+                }
+            }
+        }
+        let sums: [f32; 16] = bytemuck::cast(sum_rows(acc));
+        sums
+    };
+    let mut first = 0;
+    while first < written {
+        let n = (written - first).min(4);
+        let row = |k: usize| {
+            // A last group short of four repeats its first row (its results are not written).
+            let r = first + if k < n { k } else { 0 };
+            &rows16[r * chunks..(r + 1) * chunks]
+        };
+        let sums = four(std::array::from_fn(row));
+        for (q, out) in outs.iter_mut().enumerate() {
+            out[first..first + n].copy_from_slice(&sums[4 * q..4 * q + n]);
+        }
+        first += n;
+    }
+    for out in outs.iter_mut() {
+        out[written..].fill(0.0);
+    }
+}
+
 /// [`dots_f32`] for a length that is a whole number of chunks, rows of `T` read by `load`.
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f")]

@@ -248,6 +248,7 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
             // SAFETY: as above.
             widened::dots_f16(|out, x, rows| unsafe { avx2_vector::dots_f32(out, x, rows) }, out, x, rows)
         },
+        dots_many_f16: None,
         weighted_sums_add_f16: |outs, weights, rows| {
             let sums = |outs: &mut [&mut [f32]], weights: &[&[f32]], rows: &[f32]| {
                 for (out, weights) in outs.iter_mut().zip(weights) {
@@ -297,6 +298,8 @@ pub(super) fn avx512_vector() -> Option<VectorKernels> {
             f16_in_registers: true,
             // SAFETY: used only after the checks here and below found AVX2, FMA, F16C and AVX-512F.
             dots_f16: |out, x, rows| unsafe { avx512_vector::dots_f16(out, x, rows) },
+            // SAFETY: as above.
+            dots_many_f16: Some(|outs, xs, rows| unsafe { avx512_vector::dots_many_f16(outs, xs, rows) }),
             // SAFETY: as above.
             weighted_sums_add_f16: |outs, weights, rows| unsafe {
                 avx512_vector::weighted_sums_add_f16(outs, weights, rows)
@@ -431,6 +434,55 @@ mod tests {
                     assert_eq!(bits(&got), bits(&want), "{} len {len} rows {n} out {size}", set.isa);
                 }
             }
+        }
+    }
+
+    /// Each set's `dots_many_f16` (where it has one) gives bit for bit its `dots_f16` query by
+    /// query: 1–9 queries (groups of four, three, two and one), lengths it takes together (1, 4 and
+    /// 5 chunks) and one at a time (0, 12), row counts around the groups of four, outputs longer
+    /// and shorter than the rows, and queries (or outputs) of uneven lengths.
+    #[test]
+    fn every_sets_f16_dots_of_many_queries_equal_its_dots_query_by_query() {
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let mut checked = 0;
+        for set in sets() {
+            let Some(dots_many) = set.dots_many_f16 else { continue };
+            for len in [0, 12, 16, 64, 80] {
+                for (n, extra) in [(0, 1), (1, 0), (3, 2), (4, 0), (7, 0), (9, -2_isize), (33, 1)] {
+                    for queries in 1..=9 {
+                        for uneven in [None, Some("x"), Some("out")] {
+                            let rows = halves(n * len, len + n + queries);
+                            let size = (n as isize + extra) as usize;
+                            let xs: Vec<Vec<f32>> = (0..queries)
+                                .map(|q| values(if uneven == Some("x") && q == 1 { len + 16 } else { len }, q + n))
+                                .collect();
+                            let sizes: Vec<usize> = (0..queries)
+                                .map(|q| if uneven == Some("out") && q == 2 { size + 1 } else { size })
+                                .collect();
+                            let mut got: Vec<Vec<f32>> = sizes.iter().map(|&s| vec![f32::NAN; s]).collect();
+                            let mut want = got.clone();
+                            let x_refs: Vec<&[f32]> = xs.iter().map(Vec::as_slice).collect();
+                            let mut outs: Vec<&mut [f32]> = got.iter_mut().map(Vec::as_mut_slice).collect();
+                            dots_many(&mut outs, &x_refs, &rows);
+                            for (want, x) in want.iter_mut().zip(&xs) {
+                                (set.dots_f16)(want, x, &rows);
+                            }
+                            for (q, (got, want)) in got.iter().zip(&want).enumerate() {
+                                let what = format!(
+                                    "{} len {len} rows {n} out {size} queries {queries} {uneven:?} q {q}",
+                                    set.isa
+                                );
+                                assert_eq!(bits(got), bits(want), "{what}");
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // Every AVX-512 CPU so far has F16C: the test checks something there.
+        if sets().iter().any(|set| set.isa.starts_with("avx512")) {
+            assert!(checked > 0, "the AVX-512 set has dots_many_f16");
         }
     }
 
