@@ -73,6 +73,16 @@ pub fn dots_many_f16(outs: &mut [&mut [f32]], xs: &[&[f32]], rows: &[half::f16])
     }
 }
 
+/// Asks the CPU to start loading `values` into its L2 cache (x86-64: `prefetcht1` per cache line;
+/// elsewhere nothing): a hint that changes no result, for data the caller reads soon from places
+/// too scattered for the hardware prefetcher to guess (a paged KV cache's next block).
+pub fn prefetch<T: bytemuck::NoUninit>(values: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    kernels::prefetch_l2(bytemuck::cast_slice(values));
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = values;
+}
+
 /// Whether [`dots_f16`] and [`weighted_sums_add_f16`] widen f16 values in registers on this CPU
 /// (AVX2 or AVX-512 with F16C). Where they do not, each call widens its rows into a buffer, so a
 /// caller that reads the same rows for several queries does better to widen them once itself.

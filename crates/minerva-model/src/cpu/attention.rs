@@ -229,7 +229,20 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
                 .map(|(positions, b, at)| (positions, self.cache.offset(self.layer, run.kv_head, b) + at * hd))
         };
         let heads = run.heads.len();
-        for (positions, base) in runs() {
+        // Each run is asked for (into L2) while the one before it is computed: the runs of a
+        // paged cache lie apart, each a few KiB, too short for the hardware prefetcher to find
+        // before the kernels wait on it. The first key run is asked for whole here, the first
+        // value run while the last key run is computed.
+        let elements = |(positions, base): &(Range<usize>, usize)| *base..base + positions.len() * hd;
+        let mut key_runs = runs().peekable();
+        if let Some(first) = key_runs.peek() {
+            self.cache.k.prefetch(elements(first));
+        }
+        while let Some((positions, base)) = key_runs.next() {
+            match key_runs.peek() {
+                Some(next) => self.cache.k.prefetch(elements(next)),
+                None => runs().take(1).for_each(|first| self.cache.v.prefetch(elements(&first))),
+            }
             let (from, to) = (positions.start, positions.end);
             let keys = self.cache.k.rows(base..base + (to - from) * hd, keys, widen);
             // A row's heads share its window: their scores lie side by side, a window's length
@@ -262,7 +275,11 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
             // A sink is one more score in the softmax whose value row is zero: it only adds to the total.
             vector::softmax(&mut scores[at..end], self.scale, self.sinks.map(|sinks| sinks[h]));
         }
-        for (positions, base) in runs() {
+        let mut value_runs = runs().peekable();
+        while let Some((positions, base)) = value_runs.next() {
+            if let Some(next) = value_runs.peek() {
+                self.cache.v.prefetch(elements(next));
+            }
             let (from, to) = (positions.start, positions.end);
             let values = self.cache.v.rows(base..base + (to - from) * hd, values, widen);
             // A row's heads share its window: their sums go through the block together.
@@ -355,6 +372,15 @@ impl KvData {
             KvData::F32(data) => KvRows::F32(&data[range]),
             KvData::F16(data) if !widen => KvRows::F16(&data[range]),
             KvData::F16(_) | KvData::Q8_0(_) => KvRows::F32(self.load(range, buf)),
+        }
+    }
+
+    /// Asks for elements `range` to be loaded into L2 (`vector::prefetch`).
+    fn prefetch(&self, range: Range<usize>) {
+        match self {
+            KvData::F32(data) => vector::prefetch(&data[range]),
+            KvData::F16(data) => vector::prefetch(&data[range]),
+            KvData::Q8_0(data) => vector::prefetch(&data[range.start / 32 * 34..range.end / 32 * 34]),
         }
     }
 

@@ -22,6 +22,8 @@ mod widened;
 mod x86;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::mxfp4_pairs_to_halves;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::prefetch_l2;
 
 use std::sync::OnceLock;
 

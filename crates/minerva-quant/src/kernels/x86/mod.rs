@@ -21,7 +21,8 @@
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
 //! them, which the kernel table uses only after the ISA's `detected` check has passed.
 
-// The one unsafe thing here: calling `#[target_feature]` functions, after run-time detection.
+// The one unsafe thing here: calling `#[target_feature]` functions, after run-time detection
+// (or, for `prefetch_l2`, of the x86-64 baseline).
 #![allow(unsafe_code)]
 
 mod avx2_dequant;
@@ -47,6 +48,21 @@ use minerva_core::DType::{BF16, F16, F32, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q
 
 use super::{Isa, Kernels, VectorKernels};
 use crate::kernels::widened;
+
+/// Asks for the cache lines of `bytes` to be loaded into L2 (`prefetcht1`): a hint that changes
+/// no result (`crate::vector::prefetch`).
+pub(crate) fn prefetch_l2(bytes: &[u8]) {
+    use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+    let Some(last) = bytes.last() else { return };
+    // From the line holding the first byte to the one holding the last.
+    let lines = bytes.as_ptr().addr() % 64 + bytes.len();
+    for line in 0..lines.div_ceil(64) {
+        let at = bytes.get(64 * line).unwrap_or(last);
+        // SAFETY: SSE (`prefetcht1`) is part of the x86-64 baseline, and a prefetch of an address
+        // inside a live slice neither faults nor changes anything the program can read.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(std::ptr::from_ref(at).cast::<i8>()) }
+    }
+}
 
 /// A [`super::DequantizeFn`] that checks the lengths for `$dtype`, then runs the unchecked
 /// `#[target_feature]` dequantizer `$kernel`.
