@@ -6,9 +6,13 @@
 //! * a random f32 LLaMA (8 layers, 256 wide, 768 MLP: every row a multiple of 256), written by
 //!   [`write_f32_llama`] — `Q4_K_M`, `Q5_K_M` and `--pure` Q4_K, Q5_K, Q6_K, Q5_0, Q5_1;
 //! * SmolLM2-135M Q4_1 (the project's model, 576-wide rows: llama.cpp's Q4_K → Q5_0 and
-//!   Q6_K → Q8_0 fallbacks, a tied head) — `Q4_K_M` (llama-quantize `--allow-requantize`).
+//!   Q6_K → Q8_0 fallbacks, a tied head) — `Q4_K_M` (llama-quantize `--allow-requantize`);
+//! * a random f32 LLaMA of 80 layers with grouped KV heads, which llama.cpp takes for a 70B
+//!   (64 wide, so every K-quant falls back: the 70B rule's Q5_K for `attn_v` shows as Q5_1
+//!   where the others' Q4_K shows as Q5_0) — `Q4_K_M`.
 //!
-//! `MINERVA_WRITE_F32_LLAMA=PATH` also saves the random model, for the script.
+//! `MINERVA_WRITE_F32_LLAMA=PATH` and `MINERVA_WRITE_F32_LLAMA80=PATH` also save the random
+//! models, for the script.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,10 +42,27 @@ impl Rng {
     }
 }
 
+/// The shape of a random LLaMA.
+#[derive(Clone, Copy)]
+struct Shape {
+    layers: usize,
+    hidden: usize,
+    ff: usize,
+    heads: usize,
+    kv_heads: usize,
+    vocab: usize,
+}
+
+/// 8 layers, every row a multiple of 256.
+const SMALL: Shape = Shape { layers: 8, hidden: 256, ff: 768, heads: 4, kv_heads: 2, vocab: 256 };
+
+/// 80 layers and grouped KV heads (llama.cpp's 70B), rows of 64 and 128.
+const SEVENTY_B: Shape = Shape { layers: 80, hidden: 64, ff: 128, heads: 4, kv_heads: 2, vocab: 64 };
+
 /// An f32 LLaMA GGUF with weights of uneven scale per row, a few outliers and some all-zero
 /// blocks (what the quantizers' searches and special cases meet in real models).
-fn write_f32_llama(path: &Path) {
-    let (layers, hidden, ff, heads, kv_heads, vocab) = (8usize, 256usize, 768usize, 4usize, 2usize, 256usize);
+fn write_f32_llama(path: &Path, shape: &Shape) {
+    let Shape { layers, hidden, ff, heads, kv_heads, vocab } = *shape;
     let head_dim = hidden / heads;
     let mut w = GgufWriter::new();
     let meta: [(&str, MetadataValue); 11] = [
@@ -147,7 +168,7 @@ fn check(src: &Path, quant: Quant, expected: &Tensors, what: &str) {
 fn random_f32_llama_quantizes_as_llama_quantize_does() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("f32.gguf");
-    write_f32_llama(&src);
+    write_f32_llama(&src, &SMALL);
     if let Ok(save) = std::env::var("MINERVA_WRITE_F32_LLAMA") {
         std::fs::copy(&src, save).unwrap();
     }
@@ -174,4 +195,21 @@ fn random_f32_llama_quantizes_as_llama_quantize_does() {
 fn smollm2_q4_k_m_is_llama_quantize_s() {
     let model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     check(&model, Quant::Q4KM, &reference()["smollm2_q4_1"]["Q4_K_M"], "SmolLM2 Q4_K_M");
+}
+
+#[test]
+fn an_80_layer_llama_gets_llama_quantize_s_70b_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("f32_80.gguf");
+    write_f32_llama(&src, &SEVENTY_B);
+    if let Ok(save) = std::env::var("MINERVA_WRITE_F32_LLAMA80") {
+        std::fs::copy(&src, save).unwrap();
+    }
+    let reference = reference();
+    let expected = &reference["f32_llama80"]["Q4_K_M"];
+    check(&src, Quant::Q4KM, expected, "80 layers Q4_K_M");
+    // Spelled out: layer 11 of 80 is not a `more_bits` layer; its attn_v takes the 70B rule's
+    // Q5_K (→ Q5_1 on 64-wide rows), its attn_k the mixture's Q4_K (→ Q5_0).
+    let dtype = |name: &str| expected[name].0.as_str();
+    assert_eq!((dtype("blk.11.attn_v.weight"), dtype("blk.11.attn_k.weight")), ("Q5_1", "Q5_0"));
 }

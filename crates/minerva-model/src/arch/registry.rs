@@ -10,6 +10,8 @@
 //! (`arch::load_*`, `arch::forward`, `convert`'s config writers). `tests/registry.rs` walks the
 //! table: every row must load, convert both ways and round-trip.
 
+use crate::config::Config;
+
 /// The graph (and weights type) an architecture runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -83,6 +85,15 @@ pub struct ArchSpec {
     /// them); otherwise the CPU keeps i16 activations (Gemma 3's perplexity moved 0.27 % from
     /// llama.cpp's with 8-bit activations, past its 0.25 % bound; unmeasured rows stay off).
     pub int8_activations: bool,
+    /// Whether llama.cpp takes a model of this architecture and shape for a 70B (its model type
+    /// by layer count, `src/models/<arch>.cpp`), which `llama-quantize`'s K-quant mixtures give
+    /// `attn_v` Q5_K where they would give Q4_K (`convert/mixture.rs`).
+    pub llama_cpp_70b: fn(&Config) -> bool,
+}
+
+/// [`ArchSpec::llama_cpp_70b`] of the architectures llama.cpp never calls 70B.
+pub fn never_70b(_: &Config) -> bool {
+    false
 }
 
 impl ArchSpec {
@@ -169,6 +180,40 @@ mod tests {
                 assert_eq!(a.hf_layer_name(g), Some(*hf), "{}: {g}", a.name);
                 assert_eq!(a.gguf_layer_suffix(hf), Some(*g), "{}: {hf}", a.name);
             }
+        }
+    }
+
+    /// llama.cpp's 70B: LLaMA (and Mistral, written as `llama`) with 80 layers and grouped KV
+    /// heads, Qwen 2 with 80 layers; not a 65B (80 layers, as many KV heads as heads), not
+    /// another layer count, not Qwen 3.
+    #[test]
+    fn llama_cpp_70b_as_llama_cpp_sizes_models() {
+        let config = |model_type: &str, layers: usize, kv_heads: usize| {
+            let json = serde_json::json!({
+                "model_type": model_type, "num_hidden_layers": layers, "hidden_size": 8192,
+                "intermediate_size": 28672, "num_attention_heads": 64, "num_key_value_heads": kv_heads,
+                "vocab_size": 128256, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192,
+                "head_dim": 128,
+            });
+            let spec = ARCHITECTURES.iter().find(|a| a.answers_to(model_type)).expect("registered");
+            let config = match spec.graph {
+                Graph::Qwen => crate::arch::qwen::config::from_hf_config(&json),
+                _ => Config::from_hf_config(&json),
+            };
+            (spec, config.expect("config"))
+        };
+        for (model_type, layers, kv_heads, want) in [
+            ("llama", 80, 8, true),
+            ("llama", 80, 64, false),
+            ("llama", 32, 8, false),
+            ("mistral", 80, 8, true),
+            ("qwen2", 80, 8, true),
+            ("qwen2", 80, 64, true),
+            ("qwen2", 64, 8, false),
+            ("qwen3", 80, 8, false),
+        ] {
+            let (spec, c) = config(model_type, layers, kv_heads);
+            assert_eq!((spec.llama_cpp_70b)(&c), want, "{model_type} {layers} layers {kv_heads} KV heads");
         }
     }
 }

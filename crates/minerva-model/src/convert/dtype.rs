@@ -45,7 +45,10 @@ pub(crate) fn is_mxfp4_experts(t: &CanonTensor) -> bool {
 /// The dtype each tensor of `model` is written as, in order.
 pub(crate) fn output_dtypes(model: &SourceModel, opts: &ConvertOptions) -> Result<Vec<DType>> {
     let quantized = match (opts.quant, opts.target) {
-        (Some(q), Target::Gguf) => matrix_types(q, &model.tensors, is_matrix, model.config().n_layer),
+        (Some(q), Target::Gguf) => {
+            let config = model.config();
+            matrix_types(q, &model.tensors, is_matrix, config.n_layer, (model.spec.llama_cpp_70b)(config))
+        }
         _ => vec![None; model.tensors.len()],
     };
     model.tensors.iter().zip(quantized).map(|(t, q)| output_dtype(t, q, opts)).collect()

@@ -10,10 +10,13 @@
 //! | `ffn_down` of layer i of n | Q6_K if `more_bits(i, n)`, else Q4_K | Q6_K if `more_bits`, else Q5_K |
 //! | every other matrix | Q4_K | Q5_K |
 //!
-//! `more_bits(i, n)`: `i < n/8 || i >= 7n/8 || (i − n/8) % 3 == 2`. A row length the chosen type's
+//! `more_bits(i, n)`: `i < n/8 || i >= 7n/8 || (i − n/8) % 3 == 2`. A model llama.cpp takes for a
+//! 70B (`ArchSpec::llama_cpp_70b`: LLaMA or Mistral with 80 layers and fewer KV heads than heads,
+//! Qwen 2 with 80) gets Q5_K for the `attn_v` it would give Q4_K. A row length the chosen type's
 //! block does not divide falls back as llama.cpp's `tensor_type_fallback` does (Q4_K → Q5_0,
 //! Q5_K → Q5_1, Q6_K → Q8_0; the head to Q8_0 directly; F16 when even 32 does not divide).
-//! Not reproduced: the rules for 8-expert models (Mixtral) and for LLaMA 70B, and Falcon's.
+//! Not reproduced: the rules for 8-expert models (Mixtral) and Falcon's, architectures Minerva
+//! does not run.
 
 use minerva_core::DType;
 
@@ -100,12 +103,14 @@ pub(crate) fn fallback(wanted: DType, cols: usize) -> DType {
 }
 
 /// The type `quant` gives each matrix of `tensors` (`is_matrix` says which are matrices; `None`
-/// for the others), in their order; `n_layer` and `tied` as the model has them.
+/// for the others), in their order; `n_layer` as the model has it, `seventy_b` whether llama.cpp
+/// takes it for a 70B.
 pub(crate) fn matrix_types(
     quant: Quant,
     tensors: &[CanonTensor],
     is_matrix: impl Fn(&CanonTensor) -> bool,
     n_layer: usize,
+    seventy_b: bool,
 ) -> Vec<Option<DType>> {
     let tied = !tensors.iter().any(|t| t.name == "output.weight");
     // llama.cpp counts `attn_v` tensors in its loader's order: by layer, then by name.
@@ -133,7 +138,11 @@ pub(crate) fn matrix_types(
                 },
                 _ if is_attn_v(&t.name) => {
                     let i = v_order.iter().position(|(_, n)| *n == t.name).unwrap_or(0);
-                    if more_bits(i, v_order.len()) { more } else { base }
+                    match if more_bits(i, v_order.len()) { more } else { base } {
+                        // A 70B's V heads are shared by 8 query heads: more bits cost little.
+                        DType::Q4_K if seventy_b => DType::Q5_K,
+                        chosen => chosen,
+                    }
                 }
                 _ if t.name.contains("ffn_down") => match layer_of(&t.name) {
                     Some(i) if more_bits(i, n_layer) => more,
@@ -156,6 +165,30 @@ mod tests {
         assert_eq!(picked, [0, 1, 2, 5, 8, 11, 14, 17, 20, 21, 22, 23]);
         let picked: Vec<usize> = (0..8).filter(|&i| more_bits(i, 8)).collect();
         assert_eq!(picked, [0, 3, 6, 7]);
+    }
+
+    /// A 70B-sized model (80 layers) gets Q5_K for the `attn_v` that Q4_K_M gives Q4_K, Q6_K
+    /// where `more_bits` picks the layer, as before; Q5_K_M's and every other tensor's types, and
+    /// a model that is not a 70B, are unchanged.
+    #[test]
+    fn a_70b_gets_more_bits_in_attn_v() {
+        let tensors: Vec<CanonTensor> = (0..80)
+            .flat_map(|i| {
+                ["attn_v", "attn_k", "ffn_down"]
+                    .map(|n| CanonTensor::for_test(&format!("blk.{i}.{n}.weight"), DType::F16, &[1024, 8192]))
+            })
+            .collect();
+        let types = |quant, seventy_b| matrix_types(quant, &tensors, |_| true, 80, seventy_b);
+        let of = |types: &[Option<DType>], name: &str| types[tensors.iter().position(|t| t.name == name).unwrap()];
+        let (big, small) = (types(Quant::Q4KM, true), types(Quant::Q4KM, false));
+        assert_eq!(of(&big, "blk.11.attn_v.weight"), Some(DType::Q5_K), "layer 11 of 80: not more_bits");
+        assert_eq!(of(&small, "blk.11.attn_v.weight"), Some(DType::Q4_K));
+        assert_eq!(of(&big, "blk.0.attn_v.weight"), Some(DType::Q6_K));
+        for name in ["blk.11.attn_k.weight", "blk.11.ffn_down.weight", "blk.0.ffn_down.weight"] {
+            assert_eq!(of(&big, name), of(&small, name), "{name}");
+        }
+        assert_eq!(types(Quant::Q5KM, true), types(Quant::Q5KM, false));
+        assert_eq!(types(Quant::Type(DType::Q4_K), true), types(Quant::Type(DType::Q4_K), false));
     }
 
     #[test]

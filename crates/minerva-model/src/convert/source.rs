@@ -104,6 +104,20 @@ pub(crate) struct CanonTensor {
     mlx_affine: bool,
 }
 
+#[cfg(test)]
+impl CanonTensor {
+    /// A tensor of the GGUF file by `name` and `shape` (tests of the choices made per tensor).
+    pub(crate) fn for_test(name: &str, dtype: DType, shape: &[usize]) -> CanonTensor {
+        CanonTensor {
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+            origin: Origin::Gguf { index: 0 },
+            mlx_affine: false,
+        }
+    }
+}
+
 impl CanonTensor {
     /// Whether reading rearranges the stored bytes (Q/K rows, MXFP4 layout, gate/up split).
     pub(crate) fn repacked(&self) -> bool {

@@ -44,6 +44,7 @@ pub const GEMMA3: ArchSpec = ArchSpec {
     chat: ChatFormat::Gemma,
     synthetic_presets: &[],
     int8_activations: false,
+    llama_cpp_70b: super::registry::never_70b,
 };
 
 use crate::backend::{Backend, Batch};

@@ -42,6 +42,7 @@ pub const GPT_OSS: ArchSpec = ArchSpec {
     chat: ChatFormat::Harmony,
     synthetic_presets: &["20b", "tiny"],
     int8_activations: false,
+    llama_cpp_70b: super::registry::never_70b,
 };
 
 use super::block::{self, AttentionWeights, Stack};

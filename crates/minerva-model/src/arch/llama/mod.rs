@@ -33,6 +33,8 @@ pub const LLAMA: ArchSpec = ArchSpec {
     chat: ChatFormat::Stored,
     synthetic_presets: &["8b", "1b", "135m", "tiny"],
     int8_activations: true,
+    // `llama.cpp`: 80 layers are 65B with as many KV heads as heads, 70B with fewer.
+    llama_cpp_70b: |c| c.n_layer == 80 && c.n_head != c.n_head_kv,
 };
 
 /// Mistral: LLaMA blocks with a sliding window; llama.cpp's converter writes it as `llama`.
@@ -46,6 +48,8 @@ pub const MISTRAL: ArchSpec = ArchSpec {
     hf_sliding_window: true,
     synthetic_presets: &[],
     int8_activations: true,
+    // Written as `llama`, so llama.cpp sizes it as LLaMA.
+    llama_cpp_70b: LLAMA.llama_cpp_70b,
     ..LLAMA
 };
 
@@ -62,6 +66,7 @@ pub const PHI3: ArchSpec = ArchSpec {
     hf_sliding_window: true,
     synthetic_presets: &[],
     int8_activations: true,
+    llama_cpp_70b: super::registry::never_70b,
     ..LLAMA
 };
 

@@ -43,6 +43,8 @@ pub const QWEN2: ArchSpec = ArchSpec {
     chat: ChatFormat::Qwen2ChatMl,
     synthetic_presets: &[],
     int8_activations: false,
+    // `llama.cpp` (`src/models/qwen2.cpp`): 80 layers are 70B.
+    llama_cpp_70b: |c| c.n_layer == 80,
 };
 
 /// Qwen 3 (dense): per-head Q/K norms, an explicit head dim.
@@ -55,6 +57,7 @@ pub const QWEN3: ArchSpec = ArchSpec {
     hf_class: "Qwen3ForCausalLM",
     qk_norm: true,
     chat: ChatFormat::Qwen3ChatMl,
+    llama_cpp_70b: super::registry::never_70b,
     ..QWEN2
 };
 
