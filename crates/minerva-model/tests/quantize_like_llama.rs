@@ -164,14 +164,21 @@ fn check(src: &Path, quant: Quant, expected: &Tensors, what: &str) {
     );
 }
 
-#[test]
-fn random_f32_llama_quantizes_as_llama_quantize_does() {
+/// A random LLaMA of `shape` in a temporary folder (kept while the folder lives), also saved where
+/// the environment variable `save_to` names (for the script).
+fn random_llama(shape: &Shape, save_to: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("f32.gguf");
-    write_f32_llama(&src, &SMALL);
-    if let Ok(save) = std::env::var("MINERVA_WRITE_F32_LLAMA") {
+    write_f32_llama(&src, shape);
+    if let Ok(save) = std::env::var(save_to) {
         std::fs::copy(&src, save).unwrap();
     }
+    (dir, src)
+}
+
+#[test]
+fn random_f32_llama_quantizes_as_llama_quantize_does() {
+    let (_dir, src) = random_llama(&SMALL, "MINERVA_WRITE_F32_LLAMA");
     let reference = reference();
     let expected = &reference["f32_llama"];
     for (name, quant) in [
@@ -199,12 +206,7 @@ fn smollm2_q4_k_m_is_llama_quantize_s() {
 
 #[test]
 fn an_80_layer_llama_gets_llama_quantize_s_70b_types() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("f32_80.gguf");
-    write_f32_llama(&src, &SEVENTY_B);
-    if let Ok(save) = std::env::var("MINERVA_WRITE_F32_LLAMA80") {
-        std::fs::copy(&src, save).unwrap();
-    }
+    let (_dir, src) = random_llama(&SEVENTY_B, "MINERVA_WRITE_F32_LLAMA80");
     let reference = reference();
     let expected = &reference["f32_llama80"]["Q4_K_M"];
     check(&src, Quant::Q4KM, expected, "80 layers Q4_K_M");
