@@ -58,12 +58,12 @@ pub(super) fn dots_f16(out: &mut [f32], x: &[f32], rows: &[f16]) {
 #[target_feature(enable = "avx2,fma,avx512f,f16c")]
 pub(super) fn dots_many_f16(outs: &mut [&mut [f32]], xs: &[&[f32]], rows: &[f16]) {
     let len = xs.first().map_or(0, |x| x.len());
-    let same = |n: usize| outs.first().is_some_and(|o| o.len() == n);
+    let out_len = outs.first().map_or(0, |o| o.len());
     let fits = len > 0
         && len.is_multiple_of(16)
         && outs.len() == xs.len()
         && xs.iter().all(|x| x.len() == len)
-        && outs.iter().all(|o| same(o.len()));
+        && outs.iter().all(|o| o.len() == out_len);
     if !fits {
         for (out, x) in outs.iter_mut().zip(xs) {
             dots_f16(out, x, rows);
