@@ -261,8 +261,9 @@ pub struct MoeParams {
 /// The ops an architecture graph is written in. Every op a registered architecture uses is
 /// required, so a backend that lacks one does not compile rather than failing in the middle of a
 /// model; the one optional op, [`Backend::sample`], comes with its capability
-/// ([`Backend::samples_on_device`]), which callers ask first.
-pub trait Backend: Send + Sync {
+/// ([`Backend::samples_on_device`]), which callers ask first. A backend owns what it uses (no
+/// borrowed state: `'static`), so its models can be shared, as a server shares its draft model.
+pub trait Backend: Send + Sync + 'static {
     /// An activation tensor (`rows × cols` f32).
     type Tensor;
     /// A weight, kept in its stored dtype.

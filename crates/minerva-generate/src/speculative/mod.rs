@@ -26,11 +26,17 @@
 //! drafting only where the expected tokens per second beat a plain step — so prompts whose
 //! drafts fail cost about what plain decoding does.
 
+use std::sync::Arc;
+
 use minerva_model::{Backend, Model, SequenceInput};
 
 use crate::error::{GenerateError, Result};
 use crate::sampler::Sampler;
 use crate::tokenizer::Tokenizer;
+
+mod batch;
+
+pub use batch::{BatchPlanner, DraftCandidate};
 
 /// Proposes the tokens likely to follow a sequence.
 pub trait Drafter {
@@ -40,6 +46,13 @@ pub trait Drafter {
     /// Appends to `out` at most `max` tokens guessed to follow `history` (the prompt and the
     /// tokens generated so far); none where it has no guess.
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
+
+    /// Whether each drafted token costs a forward pass (a model): a batch's planner then chooses
+    /// the draft's length before drafting ([`BatchPlanner`]). Cheap drafters (lookups) draft
+    /// their longest and are cut to the length chosen.
+    fn costly(&self) -> bool {
+        false
+    }
 }
 
 /// Prompt-lookup drafting: the continuation of the most recent earlier occurrence of the last `n`
@@ -96,7 +109,7 @@ impl Drafter for NgramDrafter {
 /// with the target's sequence: each call runs only the tokens after the longest prefix it has
 /// cached, so rejected drafts are rolled back by forgetting them.
 pub struct DraftModel<'m, B: Backend> {
-    model: &'m Model<B>,
+    model: ModelRef<'m, B>,
     cache: B::Cache,
     capacity: usize,
     /// The ids whose keys and values are in `cache`, in order.
@@ -106,22 +119,53 @@ pub struct DraftModel<'m, B: Backend> {
 impl<'m, B: Backend> DraftModel<'m, B> {
     /// A drafter over `model` with a context of `context` positions (the target's).
     pub fn new(model: &'m Model<B>, context: usize) -> Result<DraftModel<'m, B>> {
-        let cache = model.new_cache(1, context)?;
+        Self::with(ModelRef::Borrowed(model), context)
+    }
+
+    fn with(model: ModelRef<'m, B>, context: usize) -> Result<DraftModel<'m, B>> {
+        let cache = model.get().new_cache(1, context)?;
         Ok(DraftModel { model, cache, capacity: context, cached: Vec::new() })
     }
 
     fn forward(&mut self, start: usize, tokens: &[u32]) -> Result<u32> {
         let seq = SequenceInput { tokens, start_pos: start, slot: 0 };
-        let next = self.model.forward_greedy(&mut self.cache, &[seq])?[0];
+        let next = self.model.get().forward_greedy(&mut self.cache, &[seq])?[0];
         self.cached.truncate(start);
         self.cached.extend_from_slice(tokens);
         Ok(next)
     }
 }
 
+impl<B: Backend> DraftModel<'static, B> {
+    /// A drafter over a model shared with other drafters (a server's sequences each hold one,
+    /// with a cache of its own), with a context of `context` positions.
+    pub fn shared(model: Arc<Model<B>>, context: usize) -> Result<DraftModel<'static, B>> {
+        Self::with(ModelRef::Shared(model), context)
+    }
+}
+
+/// A draft model borrowed (one generation session) or shared (a server's sequences).
+enum ModelRef<'m, B: Backend> {
+    Borrowed(&'m Model<B>),
+    Shared(Arc<Model<B>>),
+}
+
+impl<B: Backend> ModelRef<'_, B> {
+    fn get(&self) -> &Model<B> {
+        match self {
+            ModelRef::Borrowed(m) => m,
+            ModelRef::Shared(m) => m,
+        }
+    }
+}
+
 impl<B: Backend> Drafter for DraftModel<'_, B> {
     fn name(&self) -> &'static str {
         "draft-model"
+    }
+
+    fn costly(&self) -> bool {
+        true
     }
 
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
@@ -216,6 +260,11 @@ pub struct Speculation<'m> {
     since_draft: usize,
     /// The draft being verified.
     draft: Vec<u32>,
+    /// Seconds a costly drafter ([`Drafter::costly`]) takes per drafted token (moving average;
+    /// 0: not measured yet).
+    draft_secs: f64,
+    /// Drafts made: the first one of a draft model also runs the prompt, and is not timed.
+    drafts_made: usize,
     pub(crate) stats: SpecStats,
 }
 
@@ -223,6 +272,9 @@ pub struct Speculation<'m> {
 const PROBE_EVERY: usize = 16;
 /// The weight of history in the acceptance and time averages (per pass).
 const DECAY: f64 = 0.9;
+/// The least time a pass is taken to need, so that rates stay finite before any is measured
+/// (the choice then drafts as much as allowed, to measure).
+const SECONDS_FLOOR: f64 = 1e-9;
 
 impl<'m> Speculation<'m> {
     /// The most tokens a pass may draft.
@@ -253,6 +305,8 @@ impl<'m> Speculation<'m> {
             pass_secs: vec![0.0; k_max + 2],
             since_draft: 0,
             draft: Vec::new(),
+            draft_secs: 0.0,
+            drafts_made: 0,
             stats,
         })
     }
@@ -271,20 +325,74 @@ impl<'m> Speculation<'m> {
     /// Drafts at most `limit` tokens after `history` (none: run a plain step), cut before the
     /// first id outside the target's `vocab`; [`Speculation::drafted`] holds them.
     pub fn draft(&mut self, history: &[u32], limit: usize, vocab: usize) -> Result<()> {
-        self.draft.clear();
         let k = self.choose(limit);
-        if k > 0 {
-            self.drafter.draft(history, k, &mut self.draft)?;
-            self.draft.truncate(k);
-            let valid = self.draft.iter().take_while(|&&t| (t as usize) < vocab).count();
-            self.draft.truncate(valid);
+        self.propose(history, k, vocab)?;
+        self.keep(k);
+        Ok(())
+    }
+
+    /// Drafts at most `k` tokens after `history` with no choice of length, cut before the first
+    /// id outside the target's `vocab`: a batch's planner ([`BatchPlanner`]) chooses the length,
+    /// then [`Speculation::keep`] ends the draft. Costly drafters are timed here.
+    pub fn propose(&mut self, history: &[u32], k: usize, vocab: usize) -> Result<()> {
+        self.draft.clear();
+        if k == 0 {
+            return Ok(());
         }
+        let started = std::time::Instant::now();
+        self.drafter.draft(history, k, &mut self.draft)?;
+        if self.drafter.costly() && !self.draft.is_empty() {
+            // The first draft also runs the prompt through the draft model: not a draft's cost.
+            if self.drafts_made > 0 {
+                let secs = started.elapsed().as_secs_f64() / self.draft.len() as f64;
+                self.draft_secs =
+                    if self.draft_secs > 0.0 { DECAY * self.draft_secs + (1.0 - DECAY) * secs } else { secs };
+            }
+            self.drafts_made += 1;
+        }
+        self.draft.truncate(k);
+        let valid = self.draft.iter().take_while(|&&t| (t as usize) < vocab).count();
+        self.draft.truncate(valid);
+        Ok(())
+    }
+
+    /// Keeps the first `k` tokens of the proposed draft (all of it, when shorter): the draft
+    /// [`Speculation::drafted`] gives; none makes this step a plain one.
+    pub fn keep(&mut self, k: usize) {
+        self.draft.truncate(k);
         if self.draft.is_empty() {
             self.since_draft += 1;
         } else {
             self.since_draft = 0;
         }
-        Ok(())
+    }
+
+    /// The measured rate at which drafted tokens are kept (each given the ones before it), with
+    /// one kept and one refused assumed before any measurement.
+    pub fn acceptance(&self) -> f64 {
+        (self.kept + 1.0) / (self.kept + self.rejected + 2.0)
+    }
+
+    /// The most tokens a draft may hold.
+    pub fn k_max(&self) -> usize {
+        self.k_max
+    }
+
+    /// Whether the drafter costs a forward pass per token ([`Drafter::costly`]).
+    pub fn costly(&self) -> bool {
+        self.drafter.costly()
+    }
+
+    /// Seconds the drafter takes per drafted token (moving average; 0 for cheap drafters and
+    /// before a second draft).
+    pub fn draft_seconds(&self) -> f64 {
+        if self.drafter.costly() { self.draft_secs } else { 0.0 }
+    }
+
+    /// Whether enough plain steps have passed since the last draft that one should be tried
+    /// (drafts are probed now and then to notice them becoming good).
+    pub fn probe_due(&self) -> bool {
+        self.since_draft + 1 >= PROBE_EVERY
     }
 
     /// How many tokens to draft, at most `limit`: the `k` that maximizes the expected tokens per
@@ -297,9 +405,9 @@ impl<'m> Speculation<'m> {
         if self.fixed || limit == 0 {
             return limit;
         }
-        let a = (self.kept + 1.0) / (self.kept + self.rejected + 2.0);
+        let a = self.acceptance();
         let mut known = self.pass_secs[1];
-        let mut best = (0, 1.0 / known.max(f64::MIN_POSITIVE));
+        let mut best = (0, 1.0 / known.max(SECONDS_FLOOR));
         let mut expected = 1.0;
         let mut term = 1.0;
         for k in 1..=limit {
@@ -308,12 +416,12 @@ impl<'m> Speculation<'m> {
             if self.pass_secs[k + 1] > 0.0 {
                 known = self.pass_secs[k + 1];
             }
-            let rate = expected / known.max(f64::MIN_POSITIVE);
+            let rate = expected / known.max(SECONDS_FLOOR);
             if rate > best.1 {
                 best = (k, rate);
             }
         }
-        if best.0 == 0 && self.since_draft + 1 >= PROBE_EVERY {
+        if best.0 == 0 && self.probe_due() {
             return 1;
         }
         best.0
