@@ -1,40 +1,56 @@
 #!/usr/bin/env bash
-# Serving with and without speculative decoding: `minerva serve` on one model, plain and with
-# `--spec ngram` (each --spec-max-batch given), the same `cargo xtask loadgen` levels against each,
-# for an editing workload (edit_paragraph.txt) and free-form story prompts (loadgen's default).
+# Serving with and without speculative decoding: `minerva serve` on one model, plain and with each
+# speculative configuration given, the same `cargo xtask loadgen` levels against each, per workload:
+# `edit` (edit_paragraph.txt: the answer quotes the prompt), `story` (loadgen's free-form story
+# prompts) and `explain` (free_explain.txt: free-form, drafts mostly refused).
 #
-#   benches/speculative/serve_curve.sh models/SmolLM2-135M-Instruct.Q4_1.gguf [threads] [max-batches]
+#   benches/speculative/serve_curve.sh models/SmolLM2-135M-Instruct.Q4_1.gguf [threads]
 #
-# Needs a release build (`cargo build --release`). Prints loadgen's tables; run by hand.
+# Environment: CONFIGS, speculative flag sets separated by `;` (default: the measured choice,
+# and the choice bounded to batches of 2); WORKLOADS (default "edit story"); SERVE_FLAGS, flags
+# every server gets (e.g. `--repack auto`); LEVELS (default 1,2,4,8); REQUESTS per level
+# (default 16). Needs a release build (`cargo build --release`). Prints loadgen's tables and the
+# speculative counters of each server; run by hand.
 set -euo pipefail
 model=${1:?model path}
 threads=${2:-2}
-batches=${3:-"1 2 4 8"}
+configs=${CONFIGS:-"--spec ngram;--spec ngram --spec-max-batch 2"}
+workloads=${WORKLOADS:-"edit story"}
+levels=${LEVELS:-1,2,4,8}
+requests=${REQUESTS:-16}
+read -r -a common <<<"${SERVE_FLAGS:-}"
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 minerva="$root/target/release/minerva"
 loadgen="$root/target/release/xtask"
 port=18840
 serve() { # extra flags...
-  "$minerva" serve "$model" --threads "$threads" --parallel 8 --ctx-size 2048 --port $port "$@" 2>/dev/null &
+  "$minerva" serve "$model" --threads "$threads" --parallel 8 --ctx-size 2048 --port $port "${common[@]}" "$@" 2>/dev/null &
   pid=$!
   for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return; sleep 0.2; done
   echo "server did not start" >&2; exit 1
 }
-levels() { # label, extra loadgen flags...
+run_levels() { # label, extra loadgen flags...
   local label=$1; shift
   echo "### $label"
-  "$loadgen" loadgen --url "http://127.0.0.1:$port" --concurrency 1,2,4,8 --requests 16 --max-tokens 128 "$@"
+  "$loadgen" loadgen --url "http://127.0.0.1:$port" --concurrency "$levels" --requests "$requests" --max-tokens 128 "$@"
 }
-for workload in edit story; do
+for workload in $workloads; do
   flags=()
-  [ "$workload" = edit ] && flags=(--prompt-file "$here/edit_paragraph.txt")
+  case $workload in
+    edit) flags=(--prompt-file "$here/edit_paragraph.txt") ;;
+    explain) flags=(--prompt-file "$here/free_explain.txt") ;;
+    story) ;;
+    *) echo "unknown workload $workload (edit, story, explain)" >&2; exit 2 ;;
+  esac
   serve
-  levels "$workload, plain" "${flags[@]}"
+  run_levels "$workload, plain" "${flags[@]}"
   kill $pid; wait $pid 2>/dev/null || true
-  for b in $batches; do
-    serve --spec ngram --spec-max-batch "$b"
-    levels "$workload, --spec ngram --spec-max-batch $b" "${flags[@]}"
+  IFS=';' read -r -a sets <<<"$configs"
+  for set in "${sets[@]}"; do
+    read -r -a spec <<<"$set"
+    serve "${spec[@]}"
+    run_levels "$workload, $set" "${flags[@]}"
     curl -s "http://127.0.0.1:$port/metrics" | grep -E '^minerva_spec_(drafted|accepted)_tokens_total' || true
     kill $pid; wait $pid 2>/dev/null || true
   done

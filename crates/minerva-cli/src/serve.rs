@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use minerva_model::Backend;
-use minerva_server::{EngineConfig, EngineHandle, EngineRunner, Metrics, ServerConfig};
+use minerva_server::{
+    EngineConfig, EngineHandle, EngineRunner, Metrics, Served, ServerConfig, SpecConfig, SpecDrafter,
+};
 
 use crate::error::CliError;
 use crate::load::{self, Loaded, ModelArgs, ModelTask};
@@ -82,10 +84,10 @@ pub struct ServeArgs {
     pub tool_format: Option<minerva_generate::ToolFormat>,
     #[command(flatten)]
     pub spec: crate::spec::SpecArgs,
-    /// With --spec ngram: draft only while a step decodes at most this many sequences (more rows
-    /// cost more than drafts give beyond it; see docs/speculative.md).
-    #[arg(long, default_value_t = 2, value_name = "N")]
-    pub spec_max_batch: usize,
+    /// With --spec: draft only while a step decodes at most this many sequences. Without it,
+    /// the server chooses each step's drafts from the step times it measures (docs/speculative.md).
+    #[arg(long, value_name = "N")]
+    pub spec_max_batch: Option<usize>,
 }
 
 /// A size in bytes: a number with an optional unit (K, M, G, T; KiB… or KB…, all powers of 1024).
@@ -183,6 +185,8 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
     let metrics = Arc::new(Metrics::new());
     let (engine, runner) = EngineHandle::new(engine_config, metrics.clone());
     let model_args = ModelArgs { path: Some(path.clone()), model: None, hf: None, ..model.clone() };
+    let draft_path = args.spec.draft_path()?.map(std::path::Path::to_path_buf);
+    let draft_load = draft_path.clone();
     // The engine thread loads the model (on the backend --device names) and then serves; the
     // HTTP side answers /health with 503 meanwhile.
     let loader_handle = engine.clone();
@@ -192,7 +196,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
     std::thread::Builder::new()
         .name("minerva-engine".into())
         .spawn(move || {
-            if let Err(e) = load::with_model(&model_args, task) {
+            if let Err(e) = load::with_models(&model_args, draft_load.as_deref(), task) {
                 loader_handle.fail(e.to_string());
             }
         })
@@ -219,13 +223,7 @@ pub fn run(model: &ModelArgs, args: &ServeArgs) -> Result<(), CliError> {
             match engine.info() {
                 Some(Ok(info)) => {
                     let device = device.get().map_or("?", String::as_str);
-                    let spec = match &engine_spec {
-                        Some(c) => format!(
-                            " | speculative: n-gram {}-{}, up to {} drafted, batches of up to {}",
-                            c.ngram_min, c.ngram_max, c.draft_max, c.max_batch
-                        ),
-                        None => String::new(),
-                    };
+                    let spec = engine_spec.as_ref().map_or_else(String::new, |c| spec_words(c, draft_path.as_deref()));
                     eprintln!(
                         "minerva serve: model {name} ({}, {}) on {device} | {} slots × {} tokens of context ({}) | {}{spec} | http://{address}",
                         info.arch,
@@ -288,11 +286,33 @@ impl ModelTask for ServeTask {
 
     fn run<B: Backend>(self, loaded: Loaded<B>) -> Result<(), CliError> {
         let tokenizer = loaded.tokenizer()?;
+        let draft = match loaded.draft {
+            Some(d) => {
+                let draft_tokenizer = d.tokenizer()?;
+                Some((d.model, draft_tokenizer))
+            }
+            None => None,
+        };
         let device = loaded.device.as_ref().map_or(self.cpu, |adapter| format!("wgpu ({adapter})"));
         let _ = self.device.set(device);
-        self.runner.run(move || Ok((loaded.model, tokenizer)));
+        self.runner.run_served(move || Ok(Served { model: loaded.model, tokenizer, draft }));
         Ok(())
     }
+}
+
+/// The startup line's words for the server's speculation.
+fn spec_words(config: &SpecConfig, draft: Option<&std::path::Path>) -> String {
+    let drafter = match (config.drafter, draft) {
+        (SpecDrafter::Ngram { min, max }, _) => format!("n-gram {min}-{max}"),
+        (SpecDrafter::DraftModel, Some(path)) => format!("draft model {}", path.display()),
+        (SpecDrafter::DraftModel, None) => "draft model".into(),
+    };
+    let bound = if config.max_batch == usize::MAX {
+        "batches chosen by measured step times".to_string()
+    } else {
+        format!("batches of up to {} sequences", config.max_batch)
+    };
+    format!(" | speculative: {drafter}, up to {} drafted, {bound}", config.draft_max)
 }
 
 #[cfg(test)]

@@ -38,7 +38,8 @@ pub struct SpecArgs {
     /// Most tokens drafted per pass (fewer where the measured acceptance says they do not pay).
     #[arg(long, default_value_t = 8, value_name = "K")]
     pub spec_draft_max: usize,
-    /// Always draft --spec-draft-max tokens where the drafter has them (no adaptation).
+    /// Always draft --spec-draft-max tokens where the drafter has them (no adaptation; in serve,
+    /// in every step of at most --spec-max-batch decoding sequences): for measurements.
     #[arg(long)]
     pub spec_fixed: bool,
     /// The draft model of --spec draft (GGUF or SafeTensors; the same vocabulary as the model);
@@ -99,23 +100,20 @@ impl SpecArgs {
 }
 
 impl SpecArgs {
-    /// The server's speculation (`serve --spec ngram`), checked; `None` for plain decoding.
-    pub fn server_config(&self, max_batch: usize) -> Result<Option<minerva_server::SpecConfig>, CliError> {
-        match self.kind()? {
+    /// The server's speculation (`serve --spec ngram`, `serve --draft-model PATH`), checked;
+    /// `None` for plain decoding. `max_batch`: `--spec-max-batch`, a bound over the measured
+    /// choice of which sequences draft.
+    pub fn server_config(&self, max_batch: Option<usize>) -> Result<Option<minerva_server::SpecConfig>, CliError> {
+        let drafter = match self.kind()? {
             SpecKind::None => return Ok(None),
-            SpecKind::Draft => {
-                return Err(CliError::Usage(
-                    "serve drafts with --spec ngram; a draft model in the server is not supported yet".into(),
-                ));
+            SpecKind::Draft => minerva_server::SpecDrafter::DraftModel,
+            SpecKind::Ngram => {
+                // The same checks the sequences' drafters will make.
+                NgramDrafter::new(self.spec_ngram_min, self.spec_ngram_max)
+                    .map_err(|e| CliError::Usage(format!("--spec-ngram-min/--spec-ngram-max: {e}")))?;
+                minerva_server::SpecDrafter::Ngram { min: self.spec_ngram_min, max: self.spec_ngram_max }
             }
-            SpecKind::Ngram => {}
-        }
-        if self.spec_fixed {
-            return Err(CliError::Usage("--spec-fixed measures run and bench; serve adapts its drafts".into()));
-        }
-        // The same checks the sequences' drafters will make.
-        NgramDrafter::new(self.spec_ngram_min, self.spec_ngram_max)
-            .map_err(|e| CliError::Usage(format!("--spec-ngram-min/--spec-ngram-max: {e}")))?;
+        };
         if !(1..=Speculation::K_LIMIT).contains(&self.spec_draft_max) {
             return Err(CliError::Usage(format!(
                 "--spec-draft-max: draft length {}: need 1 to {} tokens",
@@ -123,14 +121,14 @@ impl SpecArgs {
                 Speculation::K_LIMIT
             )));
         }
-        if max_batch == 0 {
+        if max_batch == Some(0) {
             return Err(CliError::Usage("--spec-max-batch must be at least 1".into()));
         }
         Ok(Some(minerva_server::SpecConfig {
-            ngram_min: self.spec_ngram_min,
-            ngram_max: self.spec_ngram_max,
+            drafter,
             draft_max: self.spec_draft_max,
-            max_batch,
+            max_batch: max_batch.unwrap_or(usize::MAX),
+            fixed: self.spec_fixed,
         }))
     }
 }

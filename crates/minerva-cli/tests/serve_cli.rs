@@ -153,6 +153,17 @@ fn serve_answers_what_minerva_run_answers() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let json: serde_json::Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     assert_eq!(format!("{}\n", json["choices"][0]["message"]["content"].as_str().unwrap()), expected);
+    // With the model as its own draft model (`--draft-model`): the same answer, every draft kept.
+    let drafting = Served::start(&["--draft-model", model.to_str().unwrap(), "--spec-fixed"], &[]);
+    let answer = drafting.request("POST", "/v1/chat/completions", &[], &body);
+    let json: serde_json::Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(format!("{}\n", json["choices"][0]["message"]["content"].as_str().unwrap()), expected);
+    let metrics = drafting.request("GET", "/metrics", &[], "");
+    let count = |name: &str| -> f64 {
+        metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok()).unwrap_or_else(|| panic!("{name}"))
+    };
+    let drafted = count("minerva_spec_drafted_tokens_total ");
+    assert!(drafted > 0.0 && count("minerva_spec_accepted_tokens_total ") == drafted, "{metrics}");
 }
 
 #[test]
@@ -191,6 +202,11 @@ fn serve_refuses_bad_flags_and_models_in_one_line() {
     assert_one_line_error(&out, "unknown tool format `xml` (known: hermes, llama3, mistral, generic)");
     let out = minerva(&[os("serve"), os("-m"), m, os("--cors-origin"), os("app.example/path")]);
     assert_one_line_error(&out, "--cors-origin `app.example/path` is not an origin");
+    let gemma = root().join("models/gemma-3-270m-q4_k_m.gguf");
+    let out = minerva(&[os("serve"), os("-m"), m, os("--port"), os("0"), os("--draft-model"), gemma.as_os_str()]);
+    assert_one_line_error(&out, "needs the same vocabulary");
+    let out = minerva(&[os("serve"), os("-m"), m, os("--spec"), os("ngram"), os("--spec-max-batch"), os("0")]);
+    assert_one_line_error(&out, "--spec-max-batch must be at least 1");
 }
 
 #[test]

@@ -27,7 +27,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use engine::{EngineConfig, EngineHandle, EngineRunner, GenerationRequest, ModelInfo, SeqEvent, SpecConfig};
+pub use engine::{
+    EngineConfig, EngineHandle, EngineRunner, GenerationRequest, ModelInfo, SeqEvent, Served, SpecConfig, SpecDrafter,
+};
 pub use error::ApiError;
 pub use metrics::Metrics;
 

@@ -165,24 +165,53 @@ pub struct EngineConfig {
     pub kv_memory: Option<u64>,
     /// The tool-call format, over the one found from the chat template (`--tool-format`).
     pub tool_format: Option<minerva_generate::ToolFormat>,
-    /// Speculative decoding with n-gram drafts (`--spec ngram`); `None`: plain decoding.
+    /// Speculative decoding (`--spec ngram`, `--draft-model`); `None`: plain decoding.
     pub speculation: Option<SpecConfig>,
 }
 
-/// Server-wide speculative decoding: each decoding sequence drafts from its own prompt and output
-/// (prompt lookup) and the step verifies the drafts of every sequence that has one, while the
-/// step holds few enough decoding sequences for it to pay.
+/// Server-wide speculative decoding: each decoding sequence drafts (from its own prompt and
+/// output, or with the draft model) and the step verifies every draft; how many tokens each
+/// sequence drafts is chosen for the whole step from the measured step times and acceptance
+/// rates (`minerva_generate::BatchPlanner`), so drafting stops where the batch alone keeps the
+/// hardware busy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpecConfig {
-    /// Shortest n-gram looked up.
-    pub ngram_min: usize,
-    /// Longest n-gram looked up.
-    pub ngram_max: usize,
-    /// Most tokens a sequence drafts per step (fewer where its measured acceptance says so).
+    /// What drafts.
+    pub drafter: SpecDrafter,
+    /// Most tokens a sequence drafts per step (fewer where the measurements say so).
     pub draft_max: usize,
-    /// Most decoding sequences in a step for drafts to be made: beyond it, the extra rows cost
-    /// more than they give (measured on the CPU: docs/speculative.md).
+    /// Most decoding sequences in a step for drafts to be made, over the measured choice
+    /// (`usize::MAX`: no bound).
     pub max_batch: usize,
+    /// Draft `draft_max` tokens wherever the drafter has them (in steps of at most `max_batch`
+    /// decoding sequences) instead of choosing by the measurements: for measuring and testing.
+    pub fixed: bool,
+}
+
+/// The drafter of each sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecDrafter {
+    /// Prompt lookup: n-grams of `min..=max` tokens.
+    Ngram {
+        /// Shortest n-gram looked up.
+        min: usize,
+        /// Longest n-gram looked up.
+        max: usize,
+    },
+    /// The draft model loaded beside the model ([`Served::draft`]): each sequence keeps its own
+    /// KV cache of it.
+    DraftModel,
+}
+
+/// What the engine serves: the model, its tokenizer, and a draft model for speculative decoding
+/// (with its tokenizer, which must spell every id as the model's does).
+pub struct Served<B: Backend> {
+    /// The model.
+    pub model: Model<B>,
+    /// Its tokenizer.
+    pub tokenizer: Tokenizer,
+    /// The draft model of [`SpecDrafter::DraftModel`], on a backend of the same kind.
+    pub draft: Option<(Model<B>, Tokenizer)>,
 }
 
 /// One generation request: a tokenized prompt and how to continue it, `n` times.
@@ -281,6 +310,15 @@ impl EngineRunner {
         B: Backend,
         L: FnOnce() -> Result<(Model<B>, Tokenizer), String>,
     {
+        self.run_served(|| load().map(|(model, tokenizer)| Served { model, tokenizer, draft: None }));
+    }
+
+    /// [`EngineRunner::run`] for a load that may bring a draft model too.
+    pub fn run_served<B, L>(self, load: L)
+    where
+        B: Backend,
+        L: FnOnce() -> Result<Served<B>, String>,
+    {
         let EngineRunner { config, receive, shared, alive } = self;
         scheduler::run(load, config, receive, shared);
         drop(alive);
@@ -303,13 +341,26 @@ impl EngineHandle {
     /// submissions until every handle is dropped.
     pub fn spawn<B, L>(load: L, config: EngineConfig, metrics: Arc<Metrics>) -> EngineHandle
     where
-        B: Backend + 'static,
+        B: Backend,
         L: FnOnce() -> Result<(Model<B>, Tokenizer), String> + Send + 'static,
+    {
+        EngineHandle::spawn_served(
+            move || load().map(|(model, tokenizer)| Served { model, tokenizer, draft: None }),
+            config,
+            metrics,
+        )
+    }
+
+    /// [`EngineHandle::spawn`] for a load that may bring a draft model too.
+    pub fn spawn_served<B, L>(load: L, config: EngineConfig, metrics: Arc<Metrics>) -> EngineHandle
+    where
+        B: Backend,
+        L: FnOnce() -> Result<Served<B>, String> + Send + 'static,
     {
         let (handle, runner) = EngineHandle::new(config, metrics);
         std::thread::Builder::new()
             .name("minerva-engine".into())
-            .spawn(move || runner.run(load))
+            .spawn(move || runner.run_served(load))
             .expect("the OS refused to start the engine thread");
         handle
     }

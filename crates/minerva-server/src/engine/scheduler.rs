@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use minerva_generate::{ChatTemplate, Sampler, Tokenizer};
+use minerva_generate::{BatchPlanner, ChatTemplate, Sampler, Tokenizer};
 use minerva_model::kv_blocks::KV_BLOCK_SIZE;
 use minerva_model::{Backend, DeviceSampling, LogitsFor, MAX_DEVICE_TOP_K, Model, SequenceInput};
 use tokio::sync::mpsc as tokio_mpsc;
@@ -17,8 +17,10 @@ use super::blocks::BlockPool;
 use super::embed::{EmbedCache, EmbedJob};
 use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
 use super::sizing::{Sizing, size_kv};
-use super::speculate::new_speculation;
-use super::{ChatFormat, EngineConfig, GrammarSlot, Job, ModelInfo, SeqEvent, SpecConfig, Submission, TemplateChat};
+use super::speculate::check_draft;
+use super::{
+    ChatFormat, EngineConfig, GrammarSlot, Job, ModelInfo, SeqEvent, Served, SpecConfig, Submission, TemplateChat,
+};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -43,6 +45,10 @@ pub(super) struct Scheduler<B: Backend> {
     pub(super) ctx_size: usize,
     /// Speculative decoding, if the server speculates.
     pub(super) spec: Option<SpecConfig>,
+    /// The draft model of [`super::SpecDrafter::DraftModel`], shared by the sequences' drafters.
+    pub(super) draft: Option<Arc<Model<B>>>,
+    /// How many tokens each sequence drafts in a step, from the measured step times.
+    pub(super) planner: BatchPlanner,
     pub(super) batch_tokens: usize,
     prefill_chunk: usize,
     pub(super) shared: Shared,
@@ -68,7 +74,7 @@ pub(super) struct Scheduler<B: Backend> {
 pub(crate) fn run<B, L>(load: L, config: EngineConfig, receive: mpsc::Receiver<Job>, shared: Shared)
 where
     B: Backend,
-    L: FnOnce() -> Result<(Model<B>, Tokenizer), String>,
+    L: FnOnce() -> Result<Served<B>, String>,
 {
     let mut sched = match Scheduler::new(load, &config, shared) {
         Ok(s) => s,
@@ -119,10 +125,14 @@ where
 impl<B: Backend> Scheduler<B> {
     fn new<L>(load: L, config: &EngineConfig, shared: Shared) -> Result<Scheduler<B>, (Shared, String)>
     where
-        L: FnOnce() -> Result<(Model<B>, Tokenizer), String>,
+        L: FnOnce() -> Result<Served<B>, String>,
     {
-        let (model, tokenizer) = match load() {
+        let Served { model, tokenizer, draft } = match load() {
             Ok(x) => x,
+            Err(e) => return Err((shared, e)),
+        };
+        let draft = match check_draft(config.speculation, &tokenizer, draft) {
+            Ok(d) => d,
             Err(e) => return Err((shared, e)),
         };
         let block_bytes = model.kv_block_bytes() as u64;
@@ -176,6 +186,8 @@ impl<B: Backend> Scheduler<B> {
             tokenizer,
             ctx_size,
             spec: config.speculation,
+            draft,
+            planner: BatchPlanner::new(config.batch_tokens.max(1)),
             batch_tokens: config.batch_tokens.max(1),
             prefill_chunk: config.prefill_chunk.max(1),
             shared,
@@ -305,7 +317,7 @@ impl<B: Backend> Scheduler<B> {
                     received: s.received,
                     last_token_at: None,
                     waits_for_leader: choice > 0,
-                    speculation: new_speculation(self.spec, r.speculative),
+                    speculation: self.new_speculation(r),
                     drafted: 0,
                 };
                 // The other choices start from choice 0's blocks once it has run the prompt.
@@ -358,7 +370,7 @@ impl<B: Backend> Scheduler<B> {
     /// One forward step over every running sequence, then sampling and output.
     fn step(&mut self) -> Result<(), ApiError> {
         // Drafted tokens join their sequences' tokens, so the plan runs them.
-        let drafting = self.draft_all();
+        let drafted = self.draft_all();
         // Blocks for every new position, or fewer sequences (preempted) and a new plan.
         let plan = loop {
             let plan = self.plan();
@@ -380,7 +392,7 @@ impl<B: Backend> Scheduler<B> {
         // Draw on the device when the backend samples and every sequence getting a token can be
         // drawn there (no log-probabilities, no choices waiting on this logits row): one id read
         // back per sequence instead of the vocabulary's logits.
-        let on_device = !drafting.drafted
+        let on_device = !drafted
             && self.model.samples_on_device()
             && plan[..with_logits].iter().all(|&(i, _)| self.device_eligible(i));
         let which = LogitsFor::LastOfFirst(with_logits);
@@ -422,7 +434,7 @@ impl<B: Backend> Scheduler<B> {
                     .forward_sample(cache, &inputs, which, &params)
                     .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
                 Drawn::Tokens(ids)
-            } else if drafting.drafted {
+            } else if drafted {
                 let logits = model
                     .forward_tails(cache, &inputs, &tails)
                     .map_err(|e| ApiError::internal(format!("forward step: {e}")))?;
@@ -471,6 +483,13 @@ impl<B: Backend> Scheduler<B> {
             self.running[i].constraint = Some(c);
         }
         let step_secs = started.elapsed().as_secs_f64();
+        // A step of decoding rows only (each sequence its last token and its draft): the time of
+        // its row count, for the choice of draft lengths.
+        if self.spec.is_some()
+            && plan.iter().all(|&(i, len)| self.running[i].prefilled() && len == 1 + self.running[i].drafted)
+        {
+            self.planner.record_step(plan.iter().map(|p| p.1).sum(), step_secs);
+        }
         let mut finished: Vec<(usize, Finish)> = Vec::new();
         // Rows of the sequences that get tokens, in plan order: one each, 1 + k for a draft of k.
         let mut next_row = 0;
@@ -482,12 +501,6 @@ impl<B: Backend> Scheduler<B> {
             let drafted = self.running[i].drafted;
             let row = next_row;
             next_row += 1 + drafted;
-            if drafting.eligible
-                && len == 1 + drafted
-                && let Some(spec) = self.running[i].speculation.as_mut()
-            {
-                spec.record_pass(len, step_secs);
-            }
             if drafted > 0 {
                 self.verify_and_send(i, &mut rows[row..row + 1 + drafted], &mut finished)?;
                 continue;

@@ -1,51 +1,88 @@
-//! The scheduler's side of speculative decoding (`--spec ngram`): before a step, each decoding
-//! sequence that may speculate drafts from its own prompt and output (prompt lookup) and its
-//! drafted tokens run in the step after its last one; after the step, the drafts are verified
-//! against their logits rows (`minerva_generate::verify_draft`: greedy output unchanged, sampled
-//! output distributed as the model's), the kept tokens are sent as if decoded one by one, and the
-//! sequence's positions past the last kept token are forgotten (the next step writes over them).
+//! The scheduler's side of speculative decoding (`--spec ngram`, `--draft-model`): before a step,
+//! each decoding sequence that may speculate proposes a draft (prompt lookup from its own prompt
+//! and output, or its own cache of the draft model), the batch's planner chooses how much of each
+//! the step runs, and the drafted tokens run in the step after each sequence's last one; after the
+//! step, the drafts are verified against their logits rows (`minerva_generate::verify_draft`:
+//! greedy output unchanged, sampled output distributed as the model's), the kept tokens are sent
+//! as if decoded one by one, and the sequence's positions past the last kept token are forgotten
+//! (the next step writes over them).
 //!
-//! Drafts are made only while a step holds at most [`SpecConfig::max_batch`] decoding sequences:
-//! with more, the rows a step already runs use what the extra rows would have had.
+//! The planner (`minerva_generate::BatchPlanner`) measures the step's time by its row count and
+//! gives extra rows to the drafted tokens likeliest to be kept while they raise the step's
+//! expected tokens per second: a lone sequence drafts as far as its acceptance pays for, a full
+//! batch whose rows already keep the cores busy drafts nothing.
 
-use minerva_generate::{NgramDrafter, Speculation, draft_room, verify_draft};
-use minerva_model::Backend;
+use std::sync::Arc;
 
-use super::SpecConfig;
+use minerva_generate::{
+    DraftCandidate, DraftModel, Drafter, NgramDrafter, Speculation, Tokenizer, draft_room, verify_draft,
+};
+use minerva_model::{Backend, Model};
+
 use super::scheduler::{Pick, Scheduler};
 use super::sequence::{Finish, Sequence};
+use super::{GenerationRequest, SpecConfig, SpecDrafter};
 use crate::error::ApiError;
 
-/// What [`Scheduler::draft_all`] did.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Drafting {
-    /// The step is small enough to speculate: its pass times are measured for the drafters.
-    pub(super) eligible: bool,
-    /// Some sequence drafted tokens: the step's logits are read back for every row it verifies.
-    pub(super) drafted: bool,
-}
-
-/// The speculation of a new sequence, where the server speculates and its request allows it.
-pub(super) fn new_speculation(config: Option<SpecConfig>, allowed: bool) -> Option<Speculation<'static>> {
-    let config = config.filter(|_| allowed)?;
-    // The flags were checked at start-up; a setting refused here only turns speculation off.
-    let drafter = NgramDrafter::new(config.ngram_min, config.ngram_max).ok()?;
-    Speculation::adaptive(Box::new(drafter), config.draft_max).ok()
+/// The draft model the scheduler keeps: the loaded one where the server drafts with it (its
+/// vocabulary checked against the model's), none otherwise.
+pub(super) fn check_draft<B: Backend>(
+    spec: Option<SpecConfig>,
+    tokenizer: &Tokenizer,
+    draft: Option<(Model<B>, Tokenizer)>,
+) -> Result<Option<Arc<Model<B>>>, String> {
+    if spec.map(|s| s.drafter) != Some(SpecDrafter::DraftModel) {
+        return Ok(None);
+    }
+    let Some((model, draft_tokenizer)) = draft else {
+        return Err("speculative decoding with a draft model, but no draft model was loaded".into());
+    };
+    minerva_generate::check_same_vocabulary(tokenizer, &draft_tokenizer)
+        .map_err(|e| format!("the draft model: {e}"))?;
+    Ok(Some(Arc::new(model)))
 }
 
 impl<B: Backend> Scheduler<B> {
+    /// The speculation of a choice of `request`, where the server speculates and the request
+    /// allows it; a draft model's cache holds what the choice can reach. None where the choice
+    /// could not draft anyway (a grammar, log-probabilities) or the cache cannot be had.
+    pub(super) fn new_speculation(&self, request: &GenerationRequest) -> Option<Speculation<'static>> {
+        let config = self.spec.filter(|_| request.speculative)?;
+        if request.constraint.is_some() || request.logprobs.is_some() {
+            return None;
+        }
+        // The flags were checked at start-up; a setting refused here only turns speculation off.
+        let drafter: Box<dyn Drafter> = match config.drafter {
+            SpecDrafter::Ngram { min, max } => Box::new(NgramDrafter::new(min, max).ok()?),
+            SpecDrafter::DraftModel => {
+                let reach = request.prompt.len().saturating_add(request.max_tokens).min(self.ctx_size);
+                Box::new(DraftModel::shared(self.draft.clone()?, reach.max(1)).ok()?)
+            }
+        };
+        let speculation = if config.fixed {
+            Speculation::fixed(drafter, config.draft_max)
+        } else {
+            Speculation::adaptive(drafter, config.draft_max)
+        };
+        speculation.ok()
+    }
+
     /// Drafts for the decoding sequences that may speculate, when the step holds at most
-    /// `max_batch` decoding sequences: each sequence's drafted tokens go at the end of its
-    /// `tokens`, so the plan runs them after its last token.
-    pub(super) fn draft_all(&mut self) -> Drafting {
-        let Some(config) = self.spec else { return Drafting::default() };
+    /// `max_batch` decoding sequences, as long as the planner chooses: each sequence's drafted
+    /// tokens go at the end of its `tokens`, so the plan runs them after its last token. Whether
+    /// any sequence drafted.
+    pub(super) fn draft_all(&mut self) -> bool {
+        let Some(config) = self.spec else { return false };
         let decoding = self.running.iter().filter(|s| s.prefilled()).count();
         if decoding == 0 || decoding > config.max_batch {
-            return Drafting::default();
+            return false;
         }
-        let mut drafting = Drafting { eligible: true, drafted: false };
         let (model, vocab) = (&self.model.config, self.model.config.vocab);
-        for seq in &mut self.running {
+        // Each candidate's proposal: cheap drafters draft their longest now, and are cut to the
+        // planned length; a draft model drafts once its length is chosen.
+        let mut candidates = Vec::new();
+        let mut who = Vec::new();
+        for (i, seq) in self.running.iter_mut().enumerate() {
             // One token to run (not a prompt being rebuilt), no grammar to mask the rows, no
             // log-probabilities to report for them.
             if !seq.prefilled() || seq.tokens.len() != seq.fed + 1 || seq.constraint.is_some() || seq.logprobs.is_some()
@@ -55,14 +92,42 @@ impl<B: Backend> Scheduler<B> {
             let room = draft_room(model, seq.fed, self.ctx_size);
             let wanted = seq.max_tokens.saturating_sub(seq.generated() + 1);
             let Some(spec) = seq.speculation.as_mut() else { continue };
-            if spec.draft(&seq.tokens, room.min(wanted), vocab).is_err() {
+            let limit = room.min(wanted).min(spec.k_max());
+            let max = if spec.costly() {
+                limit
+            } else if spec.propose(&seq.tokens, limit, vocab).is_ok() {
+                spec.drafted().len()
+            } else {
+                continue;
+            };
+            candidates.push(DraftCandidate {
+                acceptance: spec.acceptance(),
+                max,
+                draft_seconds: spec.draft_seconds(),
+                probe: spec.probe_due(),
+            });
+            who.push(i);
+        }
+        let lengths = if config.fixed {
+            candidates.iter().map(|c| c.max).collect()
+        } else {
+            self.planner.plan(decoding, &candidates)
+        };
+        let mut drafted = false;
+        for (&i, &k) in who.iter().zip(&lengths) {
+            let seq = &mut self.running[i];
+            let Some(spec) = seq.speculation.as_mut() else { continue };
+            // A draft model that fails drafts nothing this step; the sequence decodes plainly.
+            if spec.costly() && k > 0 && spec.propose(&seq.tokens, k, vocab).is_err() {
+                spec.keep(0);
                 continue;
             }
+            spec.keep(k);
             seq.tokens.extend_from_slice(spec.drafted());
             seq.drafted = spec.drafted().len();
-            drafting.drafted |= seq.drafted > 0;
+            drafted |= seq.drafted > 0;
         }
-        drafting
+        drafted
     }
 
     /// Verifies the draft of the sequence at `i` against its logits `rows` (after its last token,

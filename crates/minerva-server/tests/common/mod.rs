@@ -71,7 +71,11 @@ where
     L: FnOnce() -> Result<(Model<B>, Tokenizer), String> + Send + 'static,
 {
     let metrics = Arc::new(Metrics::new());
-    let handle = EngineHandle::spawn(load, engine, metrics.clone());
+    serve_engine(EngineHandle::spawn(load, engine, metrics.clone()), metrics, config).await
+}
+
+/// Serves `handle`'s engine on a loopback port, and waits until its model is ready.
+pub async fn serve_engine(handle: EngineHandle, metrics: Arc<Metrics>, config: ServerConfig) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
