@@ -9,7 +9,7 @@ repeated request from its earlier answer), after a warm-up start, prompt cache o
 
   python3 benches/speculative/compare.py --minerva target/release/minerva \\
       --llama-server /tmp/llamacpp/.../build/bin/llama-server \\
-      --model models/SmolLM2-135M-Instruct.Q4_1.gguf
+      --model models/SmolLM2-135M-Instruct.Q4_1.gguf [--minerva-arg=--repack=auto]
 
 Standard library only. Prints a Markdown table per thread count; --json FILE writes the rows.
 """
@@ -72,7 +72,7 @@ def llama_run(args, spec_args, prompts, threads, port):
 
 def minerva_run(args, files, threads):
     cmd = [args.minerva, "bench", args.model, "--threads", str(threads), "--spec", "ngram", "--chat",
-           "-n", str(args.max_tokens), "-r", str(args.reps), "--json"]
+           "-n", str(args.max_tokens), "-r", str(args.reps), "--json"] + args.minerva_arg
     for f in files:
         cmd += ["--prompt-file", f]
     r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -88,6 +88,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--minerva-arg", action="append", default=[],
+                    help="an extra argument of `minerva bench` (repeatable), e.g. --minerva-arg=--repack=auto")
     args = ap.parse_args()
     files = sorted(glob.glob(os.path.join(HERE, "*.txt")))
     prompts = {os.path.splitext(os.path.basename(f))[0]: open(f).read().rstrip() for f in files}

@@ -55,13 +55,23 @@ impl BatchPlanner {
         &self.step_secs
     }
 
-    /// The time assumed for a step of `rows` rows: its measurement, or that of the largest row
-    /// count measured below it (so a larger step is tried once, then known), or with none below,
-    /// that of the smallest measured above it (fewer rows take no longer); 0 when none is.
+    /// The time assumed for a step of `rows` rows: its measurement; between two measured row
+    /// counts, the straight line through them (so a step size never tried is weighed without
+    /// being tried); past the largest measured, that one's time (so a larger step is tried
+    /// once, then known); below the smallest measured, that one's (fewer rows take no longer);
+    /// 0 when none is.
     fn assumed(&self, rows: usize) -> f64 {
         let rows = rows.min(self.max_rows());
-        let below = self.step_secs[..=rows].iter().rev().copied().find(|&t| t > 0.0);
-        below.or_else(|| self.step_secs[rows..].iter().copied().find(|&t| t > 0.0)).unwrap_or(0.0)
+        let below = (0..=rows).rev().find(|&r| self.step_secs[r] > 0.0);
+        let above = (rows..self.step_secs.len()).find(|&r| self.step_secs[r] > 0.0);
+        match (below, above) {
+            (Some(b), Some(a)) if a > b => {
+                let (tb, ta) = (self.step_secs[b], self.step_secs[a]);
+                tb + (ta - tb) * (rows - b) as f64 / (a - b) as f64
+            }
+            (Some(r), _) | (None, Some(r)) => self.step_secs[r],
+            (None, None) => 0.0,
+        }
     }
 
     /// The draft length of each of `candidates` in a step of `decoding` sequences (the
@@ -203,14 +213,18 @@ mod tests {
     }
 
     #[test]
-    fn unmeasured_row_counts_take_the_largest_measured_below() {
+    fn unmeasured_row_counts_are_read_off_the_measured_ones() {
         let mut p = BatchPlanner::new(16);
         assert_eq!(p.assumed(3), 0.0);
         p.record_step(2, 0.010);
         p.record_step(8, 0.030);
         // Below every measurement: the smallest measured above.
         assert_eq!(p.assumed(1), 0.010);
-        assert_eq!(p.assumed(5), 0.010);
+        assert_eq!(p.assumed(2), 0.010);
+        // Between two: on the line through them.
+        assert!((p.assumed(5) - 0.020).abs() < 1e-12);
+        assert!((p.assumed(7) - 0.030 * 5.0 / 6.0 - 0.010 / 6.0).abs() < 1e-12);
+        // Past the largest: its time.
         assert_eq!(p.assumed(12), 0.030);
         p.record_step(8, 0.020);
         assert!((p.assumed(9) - 0.029).abs() < 1e-12);

@@ -392,7 +392,14 @@ impl<'m> Speculation<'m> {
     /// Whether enough plain steps have passed since the last draft that one should be tried
     /// (drafts are probed now and then to notice them becoming good).
     pub fn probe_due(&self) -> bool {
-        self.since_draft + 1 >= PROBE_EVERY
+        self.probe_due_in(1)
+    }
+
+    /// [`Speculation::probe_due`] for a sequence decoding in a batch of `batch`: probes come
+    /// `batch` times less often per sequence, so a batch probes as often as one sequence does
+    /// (a probe is a row every sequence of the step waits for).
+    pub fn probe_due_in(&self, batch: usize) -> bool {
+        self.since_draft + 1 >= PROBE_EVERY.saturating_mul(batch.max(1))
     }
 
     /// How many tokens to draft, at most `limit`: the `k` that maximizes the expected tokens per
@@ -613,5 +620,16 @@ mod tests {
             assert!(spec.drafted().len() <= 1);
         }
         assert_eq!(drafted, 4);
+    }
+
+    #[test]
+    fn a_batch_probes_as_often_as_one_sequence() {
+        let mut spec = adaptive(4);
+        for step in 1..4 * PROBE_EVERY {
+            spec.keep(0);
+            assert_eq!(spec.probe_due(), step + 1 >= PROBE_EVERY, "step {step}");
+            assert_eq!(spec.probe_due_in(4), step + 1 >= 4 * PROBE_EVERY, "step {step}");
+        }
+        assert!(spec.probe_due_in(4) && !spec.probe_due_in(5));
     }
 }

@@ -482,14 +482,12 @@ impl<B: Backend> Scheduler<B> {
         for (i, c) in masks {
             self.running[i].constraint = Some(c);
         }
-        let step_secs = started.elapsed().as_secs_f64();
-        // A step of decoding rows only (each sequence its last token and its draft): the time of
-        // its row count, for the choice of draft lengths.
-        if self.spec.is_some()
-            && plan.iter().all(|&(i, len)| self.running[i].prefilled() && len == 1 + self.running[i].drafted)
-        {
-            self.planner.record_step(plan.iter().map(|p| p.1).sum(), step_secs);
-        }
+        // A step of decoding rows only (each sequence its last token and its draft): its time,
+        // sampling and verification included, is that of its row count for the choice of
+        // draft lengths.
+        let decode_rows = (self.spec.is_some()
+            && plan.iter().all(|&(i, len)| self.running[i].prefilled() && len == 1 + self.running[i].drafted))
+        .then(|| plan.iter().map(|p| p.1).sum::<usize>());
         let mut finished: Vec<(usize, Finish)> = Vec::new();
         // Rows of the sequences that get tokens, in plan order: one each, 1 + k for a draft of k.
         let mut next_row = 0;
@@ -513,6 +511,9 @@ impl<B: Backend> Scheduler<B> {
                 self.start_followers(i, logits_row, &mut finished)?;
             }
             self.sample_and_send(i, pick, &mut finished)?;
+        }
+        if let Some(rows) = decode_rows {
+            self.planner.record_step(rows, started.elapsed().as_secs_f64());
         }
         self.note_written();
         // Remove finished sequences, highest index first so the others keep theirs.

@@ -104,7 +104,8 @@ impl<B: Backend> Scheduler<B> {
                 acceptance: spec.acceptance(),
                 max,
                 draft_seconds: spec.draft_seconds(),
-                probe: spec.probe_due(),
+                // About one probe per step in all, whatever the batch: each costs a row.
+                probe: spec.probe_due_in(decoding),
             });
             who.push(i);
         }
