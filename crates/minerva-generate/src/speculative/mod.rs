@@ -258,13 +258,10 @@ pub struct Speculation<'m> {
     /// Plain steps since the last draft (a draft is tried now and then, to notice drafts
     /// becoming good).
     since_draft: usize,
+    /// Drafts kept so far (non-empty [`Speculation::keep`]s).
+    drafts: usize,
     /// The draft being verified.
     draft: Vec<u32>,
-    /// Seconds a costly drafter ([`Drafter::costly`]) takes per drafted token (moving average;
-    /// 0: not measured yet).
-    draft_secs: f64,
-    /// Drafts made: the first one of a draft model also runs the prompt, and is not timed.
-    drafts_made: usize,
     pub(crate) stats: SpecStats,
 }
 
@@ -304,9 +301,8 @@ impl<'m> Speculation<'m> {
             rejected: 0.0,
             pass_secs: vec![0.0; k_max + 2],
             since_draft: 0,
+            drafts: 0,
             draft: Vec::new(),
-            draft_secs: 0.0,
-            drafts_made: 0,
             stats,
         })
     }
@@ -333,23 +329,13 @@ impl<'m> Speculation<'m> {
 
     /// Drafts at most `k` tokens after `history` with no choice of length, cut before the first
     /// id outside the target's `vocab`: a batch's planner ([`BatchPlanner`]) chooses the length,
-    /// then [`Speculation::keep`] ends the draft. Costly drafters are timed here.
+    /// then [`Speculation::keep`] ends the draft.
     pub fn propose(&mut self, history: &[u32], k: usize, vocab: usize) -> Result<()> {
         self.draft.clear();
         if k == 0 {
             return Ok(());
         }
-        let started = std::time::Instant::now();
         self.drafter.draft(history, k, &mut self.draft)?;
-        if self.drafter.costly() && !self.draft.is_empty() {
-            // The first draft also runs the prompt through the draft model: not a draft's cost.
-            if self.drafts_made > 0 {
-                let secs = started.elapsed().as_secs_f64() / self.draft.len() as f64;
-                self.draft_secs =
-                    if self.draft_secs > 0.0 { DECAY * self.draft_secs + (1.0 - DECAY) * secs } else { secs };
-            }
-            self.drafts_made += 1;
-        }
         self.draft.truncate(k);
         let valid = self.draft.iter().take_while(|&&t| (t as usize) < vocab).count();
         self.draft.truncate(valid);
@@ -364,7 +350,14 @@ impl<'m> Speculation<'m> {
             self.since_draft += 1;
         } else {
             self.since_draft = 0;
+            self.drafts += 1;
         }
+    }
+
+    /// Whether the last step drafted: a draft model then has only that step's tokens to catch
+    /// up on before drafting again.
+    pub fn drafted_last_step(&self) -> bool {
+        self.drafts > 0 && self.since_draft == 0
     }
 
     /// The measured rate at which drafted tokens are kept (each given the ones before it), with
@@ -381,12 +374,6 @@ impl<'m> Speculation<'m> {
     /// Whether the drafter costs a forward pass per token ([`Drafter::costly`]).
     pub fn costly(&self) -> bool {
         self.drafter.costly()
-    }
-
-    /// Seconds the drafter takes per drafted token (moving average; 0 for cheap drafters and
-    /// before a second draft).
-    pub fn draft_seconds(&self) -> f64 {
-        if self.drafter.costly() { self.draft_secs } else { 0.0 }
     }
 
     /// Whether enough plain steps have passed since the last draft that one should be tried
@@ -631,5 +618,13 @@ mod tests {
             assert_eq!(spec.probe_due_in(4), step + 1 >= 4 * PROBE_EVERY, "step {step}");
         }
         assert!(spec.probe_due_in(4) && !spec.probe_due_in(5));
+        // A draft resets the count; the next step knows the last one drafted.
+        assert!(!spec.drafted_last_step());
+        spec.propose(&[1, 2, 1, 2, 1], 2, 100).unwrap();
+        spec.keep(2);
+        assert_eq!(spec.drafted(), [2, 1]);
+        assert!(spec.drafted_last_step() && !spec.probe_due());
+        spec.keep(0);
+        assert!(!spec.drafted_last_step());
     }
 }

@@ -49,6 +49,9 @@ pub(super) struct Scheduler<B: Backend> {
     pub(super) draft: Option<Arc<Model<B>>>,
     /// How many tokens each sequence drafts in a step, from the measured step times.
     pub(super) planner: BatchPlanner,
+    /// Seconds the draft model takes per drafted token, catching up included (moving average
+    /// over every sequence's drafts; 0: not measured yet).
+    pub(super) draft_token_secs: f64,
     pub(super) batch_tokens: usize,
     prefill_chunk: usize,
     pub(super) shared: Shared,
@@ -188,6 +191,7 @@ impl<B: Backend> Scheduler<B> {
             spec: config.speculation,
             draft,
             planner: BatchPlanner::new(config.batch_tokens.max(1)),
+            draft_token_secs: 0.0,
             batch_tokens: config.batch_tokens.max(1),
             prefill_chunk: config.prefill_chunk.max(1),
             shared,

@@ -13,6 +13,7 @@
 //! batch whose rows already keep the cores busy drafts nothing.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use minerva_generate::{
     DraftCandidate, DraftModel, Drafter, NgramDrafter, Speculation, Tokenizer, draft_room, verify_draft,
@@ -23,6 +24,9 @@ use super::scheduler::{Pick, Scheduler};
 use super::sequence::{Finish, Sequence};
 use super::{GenerationRequest, SpecConfig, SpecDrafter};
 use crate::error::ApiError;
+
+/// The weight of history in the server's draft-model time per token (per draft).
+const DRAFT_TIME_DECAY: f64 = 0.9;
 
 /// The draft model the scheduler keeps: the loaded one where the server drafts with it (its
 /// vocabulary checked against the model's), none otherwise.
@@ -103,9 +107,12 @@ impl<B: Backend> Scheduler<B> {
             candidates.push(DraftCandidate {
                 acceptance: spec.acceptance(),
                 max,
-                draft_seconds: spec.draft_seconds(),
-                // About one probe per step in all, whatever the batch: each costs a row.
-                probe: spec.probe_due_in(decoding),
+                // Every sequence drafts with the same draft model: the server's measurement.
+                draft_seconds: if spec.costly() { self.draft_token_secs } else { 0.0 },
+                // About one probe per step in all, whatever the batch: each costs a row. A
+                // draft model is not probed: its probe would first run every token since its
+                // last draft (a whole prompt, at first).
+                probe: !spec.costly() && spec.probe_due_in(decoding),
             });
             who.push(i);
         }
@@ -118,10 +125,25 @@ impl<B: Backend> Scheduler<B> {
         for (&i, &k) in who.iter().zip(&lengths) {
             let seq = &mut self.running[i];
             let Some(spec) = seq.speculation.as_mut() else { continue };
-            // A draft model that fails drafts nothing this step; the sequence decodes plainly.
-            if spec.costly() && k > 0 && spec.propose(&seq.tokens, k, vocab).is_err() {
-                spec.keep(0);
-                continue;
+            if spec.costly() && k > 0 {
+                let steady = spec.drafted_last_step();
+                let started = Instant::now();
+                // A draft model that fails drafts nothing this step; the sequence decodes plainly.
+                if spec.propose(&seq.tokens, k, vocab).is_err() {
+                    spec.keep(0);
+                    continue;
+                }
+                // Per drafted token, in steady drafting (the draft model had only the last step's
+                // tokens to catch up on): what drafting adds to a step. A first draft also runs the
+                // prompt, a cost the target's prefill has too.
+                if steady {
+                    let per_token = started.elapsed().as_secs_f64() / spec.drafted().len().max(1) as f64;
+                    self.draft_token_secs = if self.draft_token_secs > 0.0 {
+                        DRAFT_TIME_DECAY * self.draft_token_secs + (1.0 - DRAFT_TIME_DECAY) * per_token
+                    } else {
+                        per_token
+                    };
+                }
             }
             spec.keep(k);
             seq.tokens.extend_from_slice(spec.drafted());
