@@ -95,10 +95,18 @@ fn bad_requests_are_one_line_errors() {
     }
 }
 
-/// Largest relative difference from `llama-perplexity` on the same text (measured 0.11 % for
-/// SmolLM2 at 128 tokens a window on an AVX2 Zen 3 with i16 activations; 0.052 % repacked, with
-/// 8-bit activations as llama.cpp's, on a Zen 4; Gemma 3's bound in gemma3_llama_cpp.rs).
+/// Largest relative difference from `llama-perplexity` on the same text, in place with i16
+/// activations (measured 0.11–0.12 % for SmolLM2 at 128 tokens a window on an AVX2 Zen 3; Gemma
+/// 3's bound in gemma3_llama_cpp.rs).
 const TEXT_VS_LLAMA_PERPLEXITY: f64 = 0.0025;
+/// The same, repacked with 8-bit activations as llama.cpp's. Rounding each activation to 8 bits
+/// turns the float-order differences between ISAs (attention, norms) into whole steps of a quant
+/// now and then, which moves this short text's perplexity by tenths of a percent: measured
+/// 0.052 % on a Zen 4 (AVX-512 VNNI kernels), 0.40 % on a Zen 3 (AVX2 kernels) and 0.48 % with
+/// the reference kernels everywhere (`MINERVA_CPU_ISAS=`) — the repacked kernels equal the
+/// reference bit for bit, so the spread is that rounding, not a kernel's error (a wrong scale or
+/// layout moves it by far more).
+const TEXT_VS_LLAMA_PERPLEXITY_REPACKED: f64 = 0.0075;
 
 #[test]
 fn score_text_gives_llama_perplexitys_figure() {
@@ -128,6 +136,7 @@ fn score_text_gives_llama_perplexitys_figure() {
             "SmolLM2 --repack {repack}: perplexity {ppl:.4} vs llama-perplexity {llama:.4}: {:.3} %",
             off * 100.0
         );
-        assert!(off < TEXT_VS_LLAMA_PERPLEXITY, "--repack {repack}: perplexity {ppl} vs llama-perplexity {llama}");
+        let bound = if repack == "off" { TEXT_VS_LLAMA_PERPLEXITY } else { TEXT_VS_LLAMA_PERPLEXITY_REPACKED };
+        assert!(off < bound, "--repack {repack}: perplexity {ppl} vs llama-perplexity {llama}");
     }
 }

@@ -87,6 +87,17 @@ async fn answer(url: &str, path: &str, body: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Every request's answers from a server without speculation, one request at a time (nothing
+/// beside each), and the server.
+async fn plain_answers() -> (Vec<Vec<(String, String)>>, common::TestServer) {
+    let server = start_with(smollm2(), engine_config(8), quiet()).await;
+    let mut plain = Vec::new();
+    for (path, body) in requests() {
+        plain.push(answer(&server.url, path, &body).await);
+    }
+    (plain, server)
+}
+
 /// Every request at once on `config`'s server.
 async fn answers(config: EngineConfig) -> (Vec<Vec<(String, String)>>, common::TestServer) {
     answers_on(start_with(smollm2(), config, quiet()).await).await
@@ -110,12 +121,7 @@ async fn answers_on(server: common::TestServer) -> (Vec<Vec<(String, String)>>, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn speculating_server_answers_as_a_plain_one() {
-    let plain_server = start_with(smollm2(), engine_config(8), quiet()).await;
-    let mut plain = Vec::new();
-    // One at a time on the plain server: nothing beside each request.
-    for (path, body) in requests() {
-        plain.push(answer(&plain_server.url, path, &body).await);
-    }
+    let (plain, plain_server) = plain_answers().await;
     let (concurrent, speculating) = answers(EngineConfig { speculation: Some(SPEC), ..engine_config(8) }).await;
     assert_eq!(concurrent, plain);
     let drafted = metric(&speculating.url, "minerva_spec_drafted_tokens_total").await;
@@ -201,11 +207,7 @@ async fn start_served(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draft_model_servers_answer_as_a_plain_one() {
-    let plain_server = start_with(smollm2(), engine_config(8), quiet()).await;
-    let mut plain = Vec::new();
-    for (path, body) in requests() {
-        plain.push(answer(&plain_server.url, path, &body).await);
-    }
+    let (plain, _plain_server) = plain_answers().await;
     let config = EngineConfig { speculation: Some(DRAFT_MODEL), ..engine_config(8) };
 
     // SmolLM2 drafting for itself: the same answers, and every greedy draft kept.
