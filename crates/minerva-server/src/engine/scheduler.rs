@@ -49,8 +49,8 @@ pub(super) struct Scheduler<B: Backend> {
     pub(super) draft: Option<Arc<Model<B>>>,
     /// How many tokens each sequence drafts in a step, from the measured step times.
     pub(super) planner: BatchPlanner,
-    /// Seconds the draft model takes per drafted token, catching up included (moving average
-    /// over every sequence's drafts; 0: not measured yet).
+    /// Seconds the draft model takes per drafted token in steady drafting (moving average over
+    /// every sequence's drafts that followed a draft; 0: not measured yet).
     pub(super) draft_token_secs: f64,
     pub(super) batch_tokens: usize,
     prefill_chunk: usize,
