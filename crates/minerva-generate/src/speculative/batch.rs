@@ -50,11 +50,6 @@ impl BatchPlanner {
         }
     }
 
-    /// The measured seconds of a step of each row count (index: rows; 0: not measured).
-    pub fn step_seconds(&self) -> &[f64] {
-        &self.step_secs
-    }
-
     /// The time assumed for a step of `rows` rows: its measurement; between two measured row
     /// counts, the straight line through them (so a step size never tried is weighed without
     /// being tried); past the largest measured, that one's time (so a larger step is tried
