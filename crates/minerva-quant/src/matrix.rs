@@ -6,6 +6,7 @@
 //! Matrix::Mxfp4Split        row r: physical row p = r·row_stride
 //!   nibbles  (16 B/group)   groups p·G .. (p+1)·G, two values per byte, interleaved (lo: v2j, hi: v2j+1)
 //!   scales   (1 B/group)    bytes  p·G .. (p+1)·G, E8M0
+//! Matrix::MlxAffine         row r: cols·bits/8 bytes of codes, cols/group scales and biases
 //! ```
 //!
 //! A split matrix runs on the MXFP4 kernels of GGML's layout without a converted copy of its
@@ -17,6 +18,12 @@
 //! (Permuting the activations instead would leave the nibbles alone, but the kernels add a
 //! block's halves in f32, so the results would differ from GGUF's in the last bits.)
 //!
+//! An MLX affine matrix (8-bit, 4-bit, …, codes with a float scale and bias per group) runs the
+//! same way on the kernels of its scales' float type: each task turns a few rows into the values
+//! `mx.dequantize` gives (rounded as MLX rounds them, [`MlxAffine::groups_to_bytes`]) in the same
+//! per-thread buffer, so every product equals the product on the dequantized copy a loader would
+//! otherwise keep (twice the bytes of 8-bit codes), bit for bit.
+//!
 //! `row_stride` 2 reads every other row: the gate (or up) half of GPT-OSS's HF `gate_up_proj`,
 //! whose rows interleave the two, without de-interleaving the tensor.
 
@@ -24,10 +31,10 @@ use std::cell::RefCell;
 
 use minerva_core::DType;
 
-use crate::QuantError;
 use crate::activation::Activation;
 use crate::kernels::MatKernel;
 use crate::mxfp4::{MXFP4_GROUP, MXFP4_GROUP_BYTES, dequantize_hf_mxfp4_ref};
+use crate::{MlxAffine, QuantError};
 
 /// A `rows × cols` weight matrix, row-major, as a fused product reads it.
 #[derive(Clone, Copy, Debug)]
@@ -50,6 +57,19 @@ pub enum Matrix<'a> {
         /// Physical rows from one row to the next (1; 2 for one half of interleaved rows).
         row_stride: usize,
     },
+    /// MLX's affine layout (`mode="affine"`), read where it lies: per row `cols · bits / 8` bytes
+    /// of codes (the u32 words' little-endian bytes) and `cols / group_size` scales and biases in
+    /// `params.scale_dtype`. Multiplied on that float type's kernels.
+    MlxAffine {
+        /// The codes.
+        weight: &'a [u8],
+        /// One scale per group.
+        scales: &'a [u8],
+        /// One bias per group.
+        biases: &'a [u8],
+        /// Bits, group size and the scales' dtype.
+        params: MlxAffine,
+    },
     /// Q4_0, Q4_1 or Q8_0 rows repacked into interleaved groups of 16 ([`crate::Repacked`]),
     /// multiplied with Q8_0 activations by `crate::repack`'s kernels.
     Repacked(crate::repack::RepackedView<'a>),
@@ -61,6 +81,7 @@ impl<'a> Matrix<'a> {
         match self {
             Matrix::Blocks { dtype, .. } => *dtype,
             Matrix::Mxfp4Split { .. } => DType::MXFP4,
+            Matrix::MlxAffine { params, .. } => params.scale_dtype,
             Matrix::Repacked(view) => view.dtype(),
         }
     }
@@ -95,6 +116,17 @@ impl<'a> Matrix<'a> {
                 let view = Matrix::Mxfp4Split { nibbles, scales, row_stride };
                 view.check_shape(count, cols)?;
                 Ok(view)
+            }
+            Matrix::MlxAffine { weight, scales, biases, params } => {
+                let (code_bytes, scale_bytes) = affine_row_bytes(params, cols)?;
+                let part = |bytes: &'a [u8], per_row: usize| -> Result<&'a [u8], QuantError> {
+                    let start = first.checked_mul(per_row).ok_or(overflow.clone())?;
+                    let len = count.checked_mul(per_row).ok_or(overflow.clone())?;
+                    bytes.get(start..).and_then(|b| b.get(..len)).ok_or(too_short(bytes.len(), "bytes"))
+                };
+                let weight = part(weight, code_bytes)?;
+                let (scales, biases) = (part(scales, scale_bytes)?, part(biases, scale_bytes)?);
+                Ok(Matrix::MlxAffine { weight, scales, biases, params })
             }
             Matrix::Repacked(view) => Ok(Matrix::Repacked(view.rows(first, count)?)),
         }
@@ -154,6 +186,26 @@ impl<'a> Matrix<'a> {
                 }
                 Ok(groups * (1 + MXFP4_GROUP_BYTES))
             }
+            Matrix::MlxAffine { weight, scales, biases, params } => {
+                let (code_bytes, scale_bytes) = affine_row_bytes(params, cols)?;
+                for (component, per_row, actual) in [
+                    ("weight", code_bytes, weight.len()),
+                    ("scales", scale_bytes, scales.len()),
+                    ("biases", scale_bytes, biases.len()),
+                ] {
+                    let expected = per_row.checked_mul(rows).ok_or(overflow.clone())?;
+                    if actual != expected {
+                        return Err(QuantError::ComponentLength {
+                            format: "MLX affine",
+                            component,
+                            expected,
+                            actual,
+                            unit: "bytes",
+                        });
+                    }
+                }
+                Ok(cols * params.scale_dtype.block_bytes())
+            }
             Matrix::Repacked(view) => view.check_shape(rows, cols),
         }
     }
@@ -174,6 +226,9 @@ impl<'a> Matrix<'a> {
                 }
                 Ok(())
             }
+            Matrix::MlxAffine { weight, scales, biases, params } => {
+                params.dequantize_exact(weight, scales, biases, out)
+            }
             Matrix::Repacked(view) => {
                 let mut blocks = vec![0u8; rows * row_bytes];
                 view.unpack(&mut blocks);
@@ -183,8 +238,8 @@ impl<'a> Matrix<'a> {
     }
 
     /// The `rows × cols` values as GGML blocks into `out` (exactly their bytes): a copy for a
-    /// block matrix, llama.cpp's conversion for a split one (lossless), on the current pool's
-    /// threads.
+    /// block matrix, llama.cpp's conversion for a split one (lossless), `mx.dequantize`'s values
+    /// in the scales' float type for an MLX affine one, on the current pool's threads.
     pub fn to_ggml_blocks(&self, rows: usize, cols: usize, out: &mut [u8]) -> Result<(), QuantError> {
         let row_bytes = self.check_shape(rows, cols)?;
         self.check_output(rows * row_bytes, out.len(), "bytes")?;
@@ -199,6 +254,9 @@ impl<'a> Matrix<'a> {
                 });
             }
             Matrix::Mxfp4Split { .. } => {}
+            Matrix::MlxAffine { weight, scales, biases, params } => {
+                params.dequantize_exact_to_bytes(weight, scales, biases, out)?
+            }
             Matrix::Repacked(view) => view.unpack(out),
         }
         Ok(())
@@ -221,8 +279,22 @@ impl<'a> Matrix<'a> {
             Matrix::Mxfp4Split { nibbles, scales, row_stride } => {
                 RowSource::Mxfp4Split { nibbles, scales, row_stride, groups: cols / MXFP4_GROUP }
             }
+            Matrix::MlxAffine { weight, scales, biases, params } => {
+                RowSource::MlxAffine { weight, scales, biases, params, cols }
+            }
         }
     }
+}
+
+/// Bytes per row of an MLX affine matrix's codes and of its scales (or biases), for valid
+/// parameters and whole groups.
+fn affine_row_bytes(params: MlxAffine, cols: usize) -> Result<(usize, usize), QuantError> {
+    params.validate()?;
+    if !cols.is_multiple_of(params.group_size) {
+        return Err(QuantError::PartialGroupValues { len: cols, group_size: params.group_size });
+    }
+    // A group of >= 32 values is whole u32 words of codes.
+    Ok((cols / 8 * params.bits as usize, cols / params.group_size * params.scale_dtype.block_bytes()))
 }
 
 fn row_bytes(dtype: DType, cols: usize) -> Result<usize, QuantError> {
@@ -250,6 +322,7 @@ fn split_groups(cols: usize) -> Result<usize, QuantError> {
 pub(crate) enum RowSource<'a> {
     Blocks(&'a [u8]),
     Mxfp4Split { nibbles: &'a [u8], scales: &'a [u8], row_stride: usize, groups: usize },
+    MlxAffine { weight: &'a [u8], scales: &'a [u8], biases: &'a [u8], params: MlxAffine, cols: usize },
 }
 
 /// Rows staged at a time from a split matrix: a multiple of every kernel's row tile, and small
@@ -284,6 +357,23 @@ impl RowSource<'_> {
                 for (c, out) in out.chunks_mut(STAGE_ROWS * n).enumerate() {
                     let stage = &mut staged[..out.len() / n * row_bytes];
                     split_rows_to_ggml(nibbles, scales, row_stride, groups, first + c * STAGE_ROWS, stage);
+                    kernel.apply(stage, row_bytes, acts, out);
+                }
+            }),
+            RowSource::MlxAffine { weight, scales, biases, params, cols } => STAGED.with_borrow_mut(|staged| {
+                staged.resize(STAGE_ROWS * row_bytes, 0);
+                let n = acts.len();
+                let (code_bytes, scale_bytes) =
+                    (cols / 8 * params.bits as usize, cols / params.group_size * params.scale_dtype.block_bytes());
+                for (c, out) in out.chunks_mut(STAGE_ROWS * n).enumerate() {
+                    let (row, rows) = (first + c * STAGE_ROWS, out.len() / n);
+                    let stage = &mut staged[..rows * row_bytes];
+                    params.groups_to_bytes(
+                        &weight[row * code_bytes..][..rows * code_bytes],
+                        &scales[row * scale_bytes..][..rows * scale_bytes],
+                        &biases[row * scale_bytes..][..rows * scale_bytes],
+                        stage,
+                    );
                     kernel.apply(stage, row_bytes, acts, out);
                 }
             }),

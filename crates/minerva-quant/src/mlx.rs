@@ -101,30 +101,51 @@ impl MlxAffine {
             return Err(QuantError::PartialGroupValues { len: values, group_size: self.group_size });
         }
         self.check(values, weight, scales, biases)?;
-        let (group_size, bits) = (self.group_size, self.bits as usize);
         // Whole groups per task: a group's quants are `group_size · bits / 8` whole bytes.
-        let (group_weight, group_out) = (group_size * bits / 8, group_size * width);
+        let (group_weight, group_out) = (self.group_size * self.bits as usize / 8, self.group_size * width);
         pool::for_each_chunk_mut(out, CHUNK_GROUPS * group_out, |c, out| {
-            let first = c * CHUNK_GROUPS;
-            let mut values = [0.0f32; 128];
-            let values = &mut values[..group_size];
-            for (g, out) in out.chunks_exact_mut(group_out).enumerate() {
-                let at = first + g;
-                let (weight, scale, bias) = (
-                    &weight[at * group_weight..][..group_weight],
-                    &scales[at * width..][..width],
-                    &biases[at * width..][..width],
-                );
-                self.fill_exact(weight, scale, bias, values);
-                let bytes = out.chunks_exact_mut(width).zip(values.iter());
-                match self.scale_dtype {
-                    DType::BF16 => bytes.for_each(|(b, &v)| b.copy_from_slice(&bf16::from_f32(v).to_le_bytes())),
-                    DType::F16 => bytes.for_each(|(b, &v)| b.copy_from_slice(&f16::from_f32(v).to_le_bytes())),
-                    _ => bytes.for_each(|(b, &v)| b.copy_from_slice(&v.to_le_bytes())),
-                }
-            }
+            let (first, groups) = (c * CHUNK_GROUPS, out.len() / group_out);
+            self.groups_to_bytes(
+                &weight[first * group_weight..][..groups * group_weight],
+                &scales[first * width..][..groups * width],
+                &biases[first * width..][..groups * width],
+                out,
+            );
         });
         Ok(())
+    }
+
+    /// [`MlxAffine::dequantize_exact_to_bytes`] of whole groups on the calling thread, components
+    /// of exactly `out`'s groups (checked by the caller): what a product reading MLX's layout in
+    /// place ([`crate::Matrix::MlxAffine`]) stages a few rows at a time. SIMD for bf16 scales.
+    pub(crate) fn groups_to_bytes(&self, weight: &[u8], scales: &[u8], biases: &[u8], out: &mut [u8]) {
+        match self.scale_dtype {
+            DType::BF16 => (crate::kernels::vector_kernels().mlx_affine_bf16)(self, weight, scales, biases, out),
+            _ => self.groups_to_bytes_ref(weight, scales, biases, out),
+        }
+    }
+
+    /// [`MlxAffine::groups_to_bytes`] a value at a time: the reference its SIMD forms equal bit
+    /// for bit.
+    pub(crate) fn groups_to_bytes_ref(&self, weight: &[u8], scales: &[u8], biases: &[u8], out: &mut [u8]) {
+        let width = self.scale_dtype.block_bytes();
+        let (group_weight, group_out) = (self.group_size * self.bits as usize / 8, self.group_size * width);
+        let mut values = [0.0f32; 128];
+        let values = &mut values[..self.group_size];
+        for (g, out) in out.chunks_exact_mut(group_out).enumerate() {
+            let (weight, scale, bias) = (
+                &weight[g * group_weight..][..group_weight],
+                &scales[g * width..][..width],
+                &biases[g * width..][..width],
+            );
+            self.fill_exact(weight, scale, bias, values);
+            let bytes = out.chunks_exact_mut(width).zip(values.iter());
+            match self.scale_dtype {
+                DType::BF16 => bytes.for_each(|(b, &v)| b.copy_from_slice(&bf16::from_f32(v).to_le_bytes())),
+                DType::F16 => bytes.for_each(|(b, &v)| b.copy_from_slice(&f16::from_f32(v).to_le_bytes())),
+                _ => bytes.for_each(|(b, &v)| b.copy_from_slice(&v.to_le_bytes())),
+            }
+        }
     }
 
     /// Quantizes `values` (whole groups, each a value of `scale_dtype`, as the tensor MLX

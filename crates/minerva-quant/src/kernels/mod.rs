@@ -216,7 +216,12 @@ pub(crate) struct VectorKernels {
     pub(crate) quantize_q8_1: fn(&[f32], &mut [crate::repack::ActBlock]),
     /// `(src, rows, cols, first_col, dst)`: `crate::vector::transpose_into_rows`.
     pub(crate) transpose: TransposeFn,
+    /// `crate::MlxAffine::groups_to_bytes` for bf16 scales, bit for bit.
+    pub(crate) mlx_affine_bf16: MlxAffineFn,
 }
+
+/// Whole MLX affine groups to their values' bytes: `(params, weight, scales, biases, out)`.
+pub(crate) type MlxAffineFn = fn(&crate::MlxAffine, &[u8], &[u8], &[u8], &mut [u8]);
 
 /// Columns `first_col..` of a row-major matrix into one slice per column: `(src, rows, cols,
 /// first_col, dst)`.
@@ -254,6 +259,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     quantize_i16: reference::quantize_i16_blocks,
     quantize_q8_1: crate::activation::quantize_act_blocks,
     transpose: reference::vector_transpose_f32,
+    mlx_affine_bf16: |p, weight, scales, biases, out| p.groups_to_bytes_ref(weight, scales, biases, out),
 };
 
 /// The vector kernels this CPU runs, detected once.

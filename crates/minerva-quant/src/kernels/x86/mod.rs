@@ -27,6 +27,7 @@
 
 mod avx2_dequant;
 mod avx2_dot;
+mod avx2_mlx;
 mod avx2_panel;
 mod avx2_tile;
 mod avx2_tile_i16;
@@ -283,6 +284,11 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         // SAFETY: as above.
         transpose: |src, rows, cols, first_col, dst| unsafe {
             avx2_vector::transpose_f32(src, rows, cols, first_col, dst)
+        },
+        mlx_affine_bf16: |p, weight, scales, biases, out| match p.bits {
+            // SAFETY: as above.
+            4 | 8 => unsafe { avx2_mlx::affine_bf16_to_bytes(p.bits, p.group_size, weight, scales, biases, out) },
+            _ => p.groups_to_bytes_ref(weight, scales, biases, out),
         },
     })?;
     Some(if has!("f16c") {
