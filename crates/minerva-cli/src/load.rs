@@ -55,6 +55,11 @@ pub struct ModelArgs {
     /// bounds it (few cores).
     #[arg(long)]
     pub mxfp4_copies: bool,
+    /// CPU: dequantize MLX affine matrices (mlx-lm's `convert -q`) to bf16 at load (twice the
+    /// bytes of 8-bit codes) instead of reading them where they lie, a few rows at a time in cache
+    /// (the same results bit for bit).
+    #[arg(long)]
+    pub mlx_affine_copies: bool,
     /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices once, while loading,
     /// into groups of 16 interleaved rows multiplied with 8-bit activations as
     /// llama.cpp's (the file's pages are given back; faster prefill and decode; for the 32-value
@@ -168,6 +173,7 @@ pub fn with_models<T: ModelTask>(args: &ModelArgs, draft: Option<&Path>, task: T
                         .map_err(model_error)?
                         .with_f32_activations(args.f32_activations)
                         .with_mxfp4_copies(args.mxfp4_copies)
+                        .with_mlx_affine_copies(args.mlx_affine_copies)
                         .with_repack(args.repack.mode()),
                 )
             };

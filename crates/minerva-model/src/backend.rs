@@ -107,6 +107,106 @@ impl SplitMxfp4Source {
     }
 }
 
+/// Where an MLX affine matrix (`mode="affine"`: mlx-lm's `convert -q`) lives: its codes, scales
+/// and biases as byte ranges, possibly of different files, and its parameters
+/// (`minerva_quant::Matrix::MlxAffine`).
+#[derive(Clone)]
+pub struct MlxAffineSource {
+    /// The file holding the codes (the u32 words' little-endian bytes).
+    pub weight: Arc<dyn ByteSource>,
+    /// Byte range of the codes within `weight`.
+    pub weight_range: Range<usize>,
+    /// The file holding the scales.
+    pub scales: Arc<dyn ByteSource>,
+    /// Byte range of the scales within `scales`.
+    pub scales_range: Range<usize>,
+    /// The file holding the biases.
+    pub biases: Arc<dyn ByteSource>,
+    /// Byte range of the biases within `biases`.
+    pub biases_range: Range<usize>,
+    /// Bits, group size and the scales' dtype.
+    pub params: minerva_quant::MlxAffine,
+    /// The tensor's name (for messages).
+    pub name: String,
+    /// Numpy-order shape of the values.
+    pub shape: Vec<usize>,
+}
+
+impl MlxAffineSource {
+    /// The three components' bytes, or the error naming the one whose range is outside its file.
+    pub fn parts(&self) -> Result<(&[u8], &[u8], &[u8])> {
+        Ok((
+            self.part(&self.weight, &self.weight_range, "codes")?,
+            self.part(&self.scales, &self.scales_range, "scales")?,
+            self.part(&self.biases, &self.biases_range, "biases")?,
+        ))
+    }
+
+    fn part<'a>(&self, file: &'a Arc<dyn ByteSource>, range: &Range<usize>, what: &str) -> Result<&'a [u8]> {
+        file.bytes().get(range.clone()).ok_or_else(|| ModelError::BadTensor {
+            tensor: self.name.clone(),
+            message: format!("the {what}' byte range is outside the file"),
+        })
+    }
+
+    /// The matrix as minerva-quant reads it, its `(rows, cols)` checked against the components.
+    pub fn matrix(&self) -> Result<(minerva_quant::Matrix<'_>, usize, usize)> {
+        let bad = |message: String| ModelError::BadTensor { tensor: self.name.clone(), message };
+        let cols = *self.shape.last().ok_or_else(|| bad("an MLX affine weight needs a shape".into()))?;
+        let rows = self.shape[..self.shape.len() - 1].iter().try_fold(1usize, |a, &b| a.checked_mul(b));
+        let rows = rows.ok_or_else(|| bad(format!("shape {:?} overflows", self.shape)))?;
+        let (weight, scales, biases) = self.parts()?;
+        let matrix = minerva_quant::Matrix::MlxAffine { weight, scales, biases, params: self.params };
+        matrix.check_shape(rows, cols).map_err(|e| bad(e.to_string()))?;
+        Ok((matrix, rows, cols))
+    }
+
+    /// Rows `first..first + count` as a source of their own (a block of a fused matrix).
+    pub fn rows(&self, first: usize, count: usize) -> Result<MlxAffineSource> {
+        let (matrix, _, cols) = self.matrix()?;
+        // Checks the rows are inside the matrix (so the offsets below cannot overflow).
+        matrix.rows(first, count, cols).map_err(|e| ModelError::BadTensor {
+            tensor: self.name.clone(),
+            message: format!("rows {first}..{}: {e}", first.saturating_add(count)),
+        })?;
+        let code_row = cols / 8 * self.params.bits as usize;
+        let scale_row = cols / self.params.group_size * self.params.scale_dtype.block_bytes();
+        let offset = |range: &Range<usize>, per_row: usize| {
+            let start = range.start + first * per_row;
+            start..start + count * per_row
+        };
+        let mut shape = self.shape.clone();
+        shape.splice(..shape.len() - 1, [count]);
+        Ok(MlxAffineSource {
+            weight_range: offset(&self.weight_range, code_row),
+            scales_range: offset(&self.scales_range, scale_row),
+            biases_range: offset(&self.biases_range, scale_row),
+            name: format!("{}[rows {first}..{}]", self.name, first + count),
+            shape,
+            ..self.clone()
+        })
+    }
+
+    /// The values as `mx.dequantize` computes them, in the scales' float type, in anonymous
+    /// memory (twice the bytes of 8-bit codes): what [`Backend::mlx_affine_weight`] uploads on a
+    /// backend without a kernel for the layout.
+    pub fn to_values(&self) -> Result<WeightSource> {
+        let (matrix, rows, cols) = self.matrix()?;
+        let dtype = self.params.scale_dtype;
+        let too_large = || ModelError::BadTensor { tensor: self.name.clone(), message: "too large".into() };
+        let len = rows.checked_mul(cols).and_then(|n| n.checked_mul(dtype.block_bytes())).ok_or_else(too_large)?;
+        let mut out = crate::owned::OwnedBytes::zeroed(len);
+        matrix.to_ggml_blocks(rows, cols, out.as_mut())?;
+        Ok(WeightSource {
+            file: Arc::new(out),
+            name: self.name.clone(),
+            dtype,
+            shape: self.shape.clone(),
+            range: 0..len,
+        })
+    }
+}
+
 /// One sequence's rows in a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeqSpan {
@@ -278,6 +378,12 @@ pub trait Backend: Send + Sync + 'static {
     /// [`Backend::weight`]; a backend whose kernels read the layout where it lies keeps it.
     fn split_mxfp4_weight(&self, source: SplitMxfp4Source) -> Result<Self::Weight> {
         self.weight(source.to_ggml_blocks()?)
+    }
+    /// Makes a weight handle from an MLX affine matrix. By default its values are dequantized as
+    /// `mx.dequantize` computes them ([`MlxAffineSource::to_values`]) for [`Backend::weight`]; a
+    /// backend whose kernels read the layout where it lies keeps it.
+    fn mlx_affine_weight(&self, source: MlxAffineSource) -> Result<Self::Weight> {
+        self.weight(source.to_values()?)
     }
     /// A preallocated, zeroed KV cache.
     fn new_cache(&self, shape: CacheShape) -> Result<Self::Cache>;

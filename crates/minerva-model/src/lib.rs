@@ -74,8 +74,8 @@ pub use arch::gemma3::{Gemma3Config, Gemma3Layer, Gemma3Weights};
 pub use arch::gpt_oss::{GptOssConfig, GptOssLayer, GptOssWeights};
 pub use arch::llama::{LayerWeights, Weights};
 pub use backend::{
-    Backend, Batch, ByteSource, CacheShape, DeviceSampling, MAX_DEVICE_TOP_K, Mask, MoeExperts, MoeParams, SeqSpan,
-    WeightSource, argmax,
+    Backend, Batch, ByteSource, CacheShape, DeviceSampling, MAX_DEVICE_TOP_K, Mask, MlxAffineSource, MoeExperts,
+    MoeParams, SeqSpan, WeightSource, argmax,
 };
 pub use config::Config;
 pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight, Repack};

@@ -1,5 +1,5 @@
-//! Buffers for the tensors converted at load (MLX affine matrices; split MXFP4 on a backend that
-//! does not read it in place):
+//! Buffers for the tensors converted at load (MLX affine matrices and split MXFP4 on a backend
+//! that does not read them in place):
 //! anonymous memory that Linux is asked to back with 2 MiB pages.
 //!
 //! Decode reads every byte of these buffers once per token, as a stream. With 4 KiB pages a thread
@@ -46,29 +46,6 @@ impl OwnedBytes {
             OwnedBytes::Mapped(m) => m,
         }
     }
-}
-
-/// An MLX affine tensor of `shape` dequantized as `mx.dequantize` computes it (each operation
-/// rounded to the scales' type: an f32 evaluation moves a random model's logits by 24 %), in its
-/// scales' float type: the bytes and that type.
-pub(crate) fn mlx_affine_values(
-    name: &str,
-    shape: &[usize],
-    weight: &[u8],
-    scales: minerva_core::TensorView<'_>,
-    biases: &[u8],
-    bits: u32,
-    group_size: u32,
-) -> crate::error::Result<(OwnedBytes, minerva_core::DType)> {
-    let params = minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
-    let len = shape.iter().try_fold(scales.dtype.block_bytes(), |a, &b| a.checked_mul(b));
-    let len = len.ok_or_else(|| crate::error::ModelError::BadTensor {
-        tensor: name.to_string(),
-        message: format!("shape {shape:?} overflows"),
-    })?;
-    let mut out = OwnedBytes::zeroed(len);
-    params.dequantize_exact_to_bytes(weight, scales.bytes, biases, out.as_mut())?;
-    Ok((out, scales.dtype))
 }
 
 impl From<Vec<u8>> for OwnedBytes {

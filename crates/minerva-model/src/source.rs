@@ -25,9 +25,8 @@ use std::sync::Arc;
 use minerva_gguf::Gguf;
 use minerva_safetensors::{Checkpoint, Encoding};
 
-use crate::backend::{Backend, ByteSource, WeightSource};
+use crate::backend::{Backend, ByteSource, MlxAffineSource, WeightSource};
 use crate::error::{ModelError, Result};
-use crate::owned::mlx_affine_values;
 
 /// Which file format the tensors come from (it decides names and the RoPE convention).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,11 +112,13 @@ pub fn gguf_name(arch: &str, hf: &str) -> Option<String> {
     spec.gguf_layer_suffix(rest).map(|suffix| format!("blk.{layer}.{suffix}"))
 }
 
-/// A model's tensors by stored name, each a [`WeightSource`] over the shared map.
+/// A model's tensors by stored name, each a [`WeightSource`] over the shared map, or an
+/// [`MlxAffineSource`] over its three components.
 pub struct TensorSource {
     format: SourceFormat,
     arch: String,
     tensors: HashMap<String, WeightSource>,
+    affine: HashMap<String, MlxAffineSource>,
 }
 
 impl TensorSource {
@@ -141,13 +142,15 @@ impl TensorSource {
                 (info.name.clone(), source)
             })
             .collect();
-        Ok(TensorSource { format: SourceFormat::Gguf, arch: gguf.architecture()?.to_string(), tensors })
+        let arch = gguf.architecture()?.to_string();
+        Ok(TensorSource { format: SourceFormat::Gguf, arch, tensors, affine: HashMap::new() })
     }
 
     /// Every tensor of a SafeTensors checkpoint; `arch` is its `config.json` `model_type`. MLX
-    /// affine matrices (mlx-lm's `convert -q`) are dequantized once, as `mx.dequantize` computes
-    /// them, into their scales' float type (anonymous memory, twice the bytes of 8-bit codes),
-    /// under their `.weight` name; their codes, scales and biases are not listed.
+    /// affine matrices (mlx-lm's `convert -q`) are listed under their `.weight` name as
+    /// [`MlxAffineSource`]s over their codes, scales and biases where they lie in the map (a
+    /// backend dequantizes them or reads them in place: [`Backend::mlx_affine_weight`]); their
+    /// scales and biases are not listed on their own.
     pub fn from_checkpoint(checkpoint: &Arc<Checkpoint>, arch: &str) -> Result<TensorSource> {
         let shard_index: HashMap<&Path, usize> = checkpoint.shard_paths().enumerate().map(|(i, p)| (p, i)).collect();
         let shards: Vec<Arc<dyn ByteSource>> = (0..checkpoint.shard_paths().len())
@@ -167,26 +170,36 @@ impl TensorSource {
                 (t.view.name.to_string(), source)
             })
             .collect();
+        let mut affine = HashMap::new();
         if checkpoint.config().is_some_and(|c| c.get("quantization").is_some()) {
             for lt in checkpoint.logical_tensors() {
                 let Encoding::MlxAffine { weight, scales, biases, bits, group_size } = lt.encoding else { continue };
-                let (out, dtype) =
-                    mlx_affine_values(lt.name, lt.shape, weight.bytes, scales, biases.bytes, bits, group_size)?;
-                let len = out.bytes().len();
-                for part in [scales.name, biases.name] {
-                    tensors.remove(part);
-                }
-                let source = WeightSource {
-                    file: Arc::new(out),
-                    name: lt.name.to_string(),
-                    dtype,
-                    shape: lt.shape.to_vec(),
-                    range: 0..len,
+                let mut part = |name: &str| {
+                    let stored =
+                        tensors.remove(name).ok_or_else(|| ModelError::MissingTensor { tensor: name.into() })?;
+                    Ok::<_, ModelError>((stored.file, stored.range))
                 };
-                tensors.insert(weight.name.to_string(), source);
+                let ((weight_file, weight_range), (scales_file, scales_range), (biases_file, biases_range)) =
+                    (part(weight.name)?, part(scales.name)?, part(biases.name)?);
+                let params =
+                    minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
+                let source = MlxAffineSource {
+                    weight: weight_file,
+                    weight_range,
+                    scales: scales_file,
+                    scales_range,
+                    biases: biases_file,
+                    biases_range,
+                    params,
+                    name: lt.name.to_string(),
+                    shape: lt.shape.to_vec(),
+                };
+                // Checked now, so that a malformed tensor is an error at open on every backend.
+                source.matrix()?;
+                affine.insert(weight.name.to_string(), source);
             }
         }
-        Ok(TensorSource { format: SourceFormat::SafeTensors, arch: arch.to_string(), tensors })
+        Ok(TensorSource { format: SourceFormat::SafeTensors, arch: arch.to_string(), tensors, affine })
     }
 
     /// The file format.
@@ -207,13 +220,33 @@ impl TensorSource {
         self.tensors.get(&self.stored_name(gguf_name))
     }
 
-    /// Whether the tensor is stored.
-    pub fn contains(&self, gguf_name: &str) -> bool {
-        self.get(gguf_name).is_some()
+    /// The MLX affine matrix llama.cpp calls `gguf_name`, if stored so.
+    pub fn get_affine(&self, gguf_name: &str) -> Option<&MlxAffineSource> {
+        self.affine.get(&self.stored_name(gguf_name))
     }
 
-    /// The tensor `gguf_name`, which must exist with shape `expected`.
+    /// The shape of the tensor llama.cpp calls `gguf_name`, if stored (in any encoding).
+    pub fn shape(&self, gguf_name: &str) -> Option<&[usize]> {
+        let plain = self.get(gguf_name).map(|t| &t.shape[..]);
+        plain.or_else(|| self.get_affine(gguf_name).map(|t| &t.shape[..]))
+    }
+
+    /// Whether the tensor is stored (in any encoding).
+    pub fn contains(&self, gguf_name: &str) -> bool {
+        self.get(gguf_name).is_some() || self.get_affine(gguf_name).is_some()
+    }
+
+    /// The tensor `gguf_name`, which must exist with shape `expected`, stored as plain bytes (an
+    /// MLX affine matrix is a [`ModelError::TensorEncoding`] here: [`TensorSource::weight`] loads
+    /// those).
     pub fn require(&self, gguf_name: &str, expected: &[usize]) -> Result<&WeightSource> {
+        if let Some(affine) = self.get_affine(gguf_name) {
+            return Err(ModelError::TensorEncoding {
+                tensor: affine.name.clone(),
+                expected: "a plain tensor",
+                found: "mlx-affine".into(),
+            });
+        }
         let source =
             self.get(gguf_name).ok_or_else(|| ModelError::MissingTensor { tensor: self.stored_name(gguf_name) })?;
         if source.shape != expected {
@@ -228,7 +261,23 @@ impl TensorSource {
 
     /// Loads `gguf_name` (shape `expected`) onto `backend`.
     pub fn weight<B: Backend>(&self, backend: &B, gguf_name: &str, expected: &[usize]) -> Result<B::Weight> {
+        if let Some(affine) = self.affine_with_shape(gguf_name, expected)? {
+            return backend.mlx_affine_weight(affine.clone());
+        }
         backend.weight(self.require(gguf_name, expected)?.clone())
+    }
+
+    /// The MLX affine matrix `gguf_name`, if stored so, checked to have shape `expected`.
+    fn affine_with_shape(&self, gguf_name: &str, expected: &[usize]) -> Result<Option<&MlxAffineSource>> {
+        let Some(affine) = self.get_affine(gguf_name) else { return Ok(None) };
+        if affine.shape != expected {
+            return Err(ModelError::TensorShape {
+                tensor: affine.name.clone(),
+                expected: expected.to_vec(),
+                actual: affine.shape.clone(),
+            });
+        }
+        Ok(Some(affine))
     }
 
     /// Splits the matrix `gguf_name` (`Σ row_counts × cols`) into consecutive row blocks of
@@ -241,6 +290,17 @@ impl TensorSource {
         cols: usize,
     ) -> Result<Vec<B::Weight>> {
         let total: usize = row_counts.iter().sum();
+        if let Some(affine) = self.affine_with_shape(gguf_name, &[total, cols])? {
+            let mut first = 0;
+            return row_counts
+                .iter()
+                .map(|&rows| {
+                    let part = affine.rows(first, rows)?;
+                    first += rows;
+                    backend.mlx_affine_weight(part)
+                })
+                .collect();
+        }
         let source = self.require(gguf_name, &[total, cols])?;
         let row_bytes = source.dtype.row_bytes(cols).ok_or_else(|| ModelError::TensorDType {
             tensor: source.name.clone(),

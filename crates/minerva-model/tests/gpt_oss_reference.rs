@@ -198,11 +198,14 @@ fn batched_sequences_equal_separate_runs() {
 /// cache: every logit, on the default path and on the f32 one, equals that of the same checkpoint
 /// converted to GGUF, whose experts are llama.cpp's GGML blocks (the conversion keeps every other
 /// tensor's values), bit for bit; and so does converting them at load (`with_mxfp4_copies`).
+/// MLX's 8-bit affine matrices (attention, router, embeddings and head) are read in place too,
+/// each product dequantizing a few rows in cache as `mx.dequantize` does: the same logits as
+/// dequantizing them at load (`with_mlx_affine_copies`) and as the GGUF conversion's bf16 values.
 #[test]
 fn mxfp4_read_in_place_equals_converted_blocks() {
     use minerva_model::convert::{ConvertOptions, Extras, Target, convert};
     let (seqs, _) = reference("hf");
-    for path in ["hf", "mlx"] {
+    for path in ["hf", "mlx", "mlx_lm"] {
         let dir = tempfile::tempdir().unwrap();
         let gguf = dir.path().join("converted.gguf");
         let options = ConvertOptions::new(Target::Gguf);
@@ -213,6 +216,7 @@ fn mxfp4_read_in_place_equals_converted_blocks() {
             let converted = Model::load(&gguf, backend()).unwrap();
             // Converted at load instead (`with_mxfp4_copies`): the same products again.
             let copied = Model::load(fixtures().join(path), backend().with_mxfp4_copies(true)).unwrap();
+            let affine_copied = Model::load(fixtures().join(path), backend().with_mlx_affine_copies(true)).unwrap();
             for seq in &seqs {
                 let input = [SequenceInput { tokens: seq, start_pos: 0, slot: 0 }];
                 let run = |m: &Model<CpuBackend>| {
@@ -220,6 +224,7 @@ fn mxfp4_read_in_place_equals_converted_blocks() {
                 };
                 assert_eq!(run(&in_place), run(&converted), "{path} f32 activations {f32_activations}");
                 assert_eq!(run(&copied), run(&converted), "{path} copied at load");
+                assert_eq!(run(&affine_copied), run(&converted), "{path} affine dequantized at load");
                 // One token at a time: the decode path (all picks' gate/up products in one call).
                 let step_by_step = |m: &Model<CpuBackend>| {
                     let mut cache = m.new_cache(1, seq.len()).unwrap();

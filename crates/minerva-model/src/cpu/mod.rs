@@ -15,7 +15,8 @@ use minerva_core::DType;
 use minerva_quant::{ComputePool, Matrix, pool};
 
 use crate::backend::{
-    Backend, Batch, ByteSource, CacheShape, Mask, MoeExperts, MoeParams, SplitMxfp4Source, WeightSource,
+    Backend, Batch, ByteSource, CacheShape, Mask, MlxAffineSource, MoeExperts, MoeParams, SplitMxfp4Source,
+    WeightSource,
 };
 use crate::checks::{self, MatrixShape};
 use crate::error::{ModelError, Result};
@@ -61,7 +62,9 @@ impl Drop for CpuTensor {
 
 /// A weight: a byte range of the mapped file, used in its stored dtype. Vectors (norm weights,
 /// a few KiB) are also kept as f32. A split MXFP4 weight (HF's, MLX's) is its nibbles' range, and
-/// its scales' in `split`, read where they lie by minerva-quant's [`Matrix::Mxfp4Split`].
+/// its scales' in its [`Layout`], read where they lie by minerva-quant's [`Matrix::Mxfp4Split`];
+/// an MLX affine one its codes' range, with its scales and biases in its layout
+/// ([`Matrix::MlxAffine`], `dtype` its scales' float type, the kernels it runs on).
 pub struct CpuWeight {
     file: Arc<dyn ByteSource>,
     range: std::ops::Range<usize>,
@@ -70,9 +73,19 @@ pub struct CpuWeight {
     rows: usize,
     cols: usize,
     vector: Option<Vec<f32>>,
-    split: Option<SplitScales>,
+    layout: Layout,
     /// The repacked copy (`Repack`), made at the first product (the model's warm-up token at load).
     repacked: repacking::RepackedCopy,
+}
+
+/// How a weight's bytes hold its values, beyond its own byte range.
+enum Layout {
+    /// Rows of whole blocks of `dtype`.
+    Blocks,
+    /// Split MXFP4: the range holds the nibbles.
+    Mxfp4Split(SplitScales),
+    /// MLX affine: the range holds the codes.
+    MlxAffine(AffineParts),
 }
 
 /// The scales of a split MXFP4 weight and its row stride.
@@ -80,6 +93,13 @@ struct SplitScales {
     file: Arc<dyn ByteSource>,
     range: std::ops::Range<usize>,
     row_stride: usize,
+}
+
+/// The scales, biases and parameters of an MLX affine weight.
+struct AffineParts {
+    scales: (Arc<dyn ByteSource>, std::ops::Range<usize>),
+    biases: (Arc<dyn ByteSource>, std::ops::Range<usize>),
+    params: minerva_quant::MlxAffine,
 }
 
 impl CpuWeight {
@@ -92,7 +112,7 @@ impl CpuWeight {
     /// a product over it reads the tensor front to back, where two stride-2 passes skip a row at
     /// every step and the prefetchers fetch the skipped rows anyway.
     fn interleaved_with(&self, up: &CpuWeight) -> Option<Matrix<'_>> {
-        let (Some(g), Some(u)) = (&self.split, &up.split) else { return None };
+        let (Layout::Mxfp4Split(g), Layout::Mxfp4Split(u)) = (&self.layout, &up.layout) else { return None };
         let groups = self.cols / 32;
         let halves = g.row_stride == 2
             && u.row_stride == 2
@@ -111,12 +131,18 @@ impl CpuWeight {
 
     /// The weight as the fused products read it.
     fn matrix(&self) -> Matrix<'_> {
-        match &self.split {
-            None => Matrix::Blocks { dtype: self.dtype, bytes: self.bytes() },
-            Some(s) => Matrix::Mxfp4Split {
+        match &self.layout {
+            Layout::Blocks => Matrix::Blocks { dtype: self.dtype, bytes: self.bytes() },
+            Layout::Mxfp4Split(s) => Matrix::Mxfp4Split {
                 nibbles: self.bytes(),
                 scales: &s.file.bytes()[s.range.clone()],
                 row_stride: s.row_stride,
+            },
+            Layout::MlxAffine(AffineParts { scales, biases, params }) => Matrix::MlxAffine {
+                weight: self.bytes(),
+                scales: &scales.0.bytes()[scales.1.clone()],
+                biases: &biases.0.bytes()[biases.1.clone()],
+                params: *params,
             },
         }
     }
@@ -124,7 +150,7 @@ impl CpuWeight {
     /// The weight as the fused products read it under `repack`: its repacked copy where the mode
     /// and the dtype call for one (made now if it was not yet), else [`CpuWeight::matrix`].
     fn product_matrix(&self, (repack, int8): (Repack, bool), counts: &repacking::RepackCounts) -> Matrix<'_> {
-        let repacked = (self.split.is_none() && repack.applies(self.dtype, int8))
+        let repacked = (matches!(self.layout, Layout::Blocks) && repack.applies(self.dtype, int8))
             .then(|| {
                 let release = || self.file.release(self.range.clone());
                 self.repacked.get(self.dtype, self.bytes(), (self.rows, self.cols), counts, release)
@@ -237,6 +263,8 @@ pub struct CpuBackend {
     rope_tables: rope_tables::RopeTables,
     /// Convert split MXFP4 (HF, MLX) to GGML blocks at load instead of reading it in place.
     mxfp4_copies: bool,
+    /// Dequantize MLX affine matrices at load instead of reading them in place.
+    mlx_affine_copies: bool,
     repack: Repack,
     /// Whether the loaded architecture takes 8-bit activations (`Backend::prepare_for`): what
     /// `Repack::Auto` asks.
@@ -261,6 +289,7 @@ impl CpuBackend {
             kv_dtype: DType::F32,
             rope_tables: Default::default(),
             mxfp4_copies: false,
+            mlx_affine_copies: false,
             repack: Repack::Off,
             int8_activations: Default::default(),
             repacked: Default::default(),
@@ -282,6 +311,15 @@ impl CpuBackend {
     /// kernel is compute-bound (few cores: 0.74× GGUF's on 2 Zen 3 cores, docs/benchmarks.md).
     pub fn with_mxfp4_copies(mut self, on: bool) -> CpuBackend {
         self.mxfp4_copies = on;
+        self
+    }
+
+    /// With `on`, MLX affine matrices are dequantized at load, as `mx.dequantize` computes them,
+    /// into their scales' float type in anonymous memory (twice the bytes of 8-bit codes), instead
+    /// of being read in place. The products are the same bit for bit; the copy saves the per-row
+    /// dequantization that reading in place does in cache and reads twice the bytes per token.
+    pub fn with_mlx_affine_copies(mut self, on: bool) -> CpuBackend {
+        self.mlx_affine_copies = on;
         self
     }
 
@@ -379,7 +417,17 @@ impl Backend for CpuBackend {
         } else {
             None
         };
-        Ok(CpuWeight { file, range, name, dtype, rows, cols, vector, split: None, repacked: Default::default() })
+        Ok(CpuWeight {
+            file,
+            range,
+            name,
+            dtype,
+            rows,
+            cols,
+            vector,
+            layout: Layout::Blocks,
+            repacked: Default::default(),
+        })
     }
 
     fn split_mxfp4_weight(&self, source: SplitMxfp4Source) -> Result<CpuWeight> {
@@ -399,7 +447,7 @@ impl Backend for CpuBackend {
             return Err(ModelError::TensorDType { tensor: name, dtype: DType::MXFP4, usage: "a vector" });
         }
         Matrix::Mxfp4Split { nibbles: nibble_bytes, scales: scale_bytes, row_stride }.check_shape(rows, cols)?;
-        let split = Some(SplitScales { file: scales, range: scales_range, row_stride });
+        let layout = Layout::Mxfp4Split(SplitScales { file: scales, range: scales_range, row_stride });
         Ok(CpuWeight {
             file: nibbles,
             range: nibbles_range,
@@ -408,7 +456,35 @@ impl Backend for CpuBackend {
             rows,
             cols,
             vector: None,
-            split,
+            layout,
+            repacked: Default::default(),
+        })
+    }
+
+    /// Kept where it lies: products stage a few rows at a time as `mx.dequantize`'s values in L1
+    /// (minerva-quant's `Matrix::MlxAffine`), equal to products on the dequantized copy, which
+    /// would take twice the codes' memory at 8 bits.
+    fn mlx_affine_weight(&self, source: MlxAffineSource) -> Result<CpuWeight> {
+        let (_, rows, cols) = source.matrix()?;
+        let MatrixShape { vector, .. } = MatrixShape::of(&source.name, &source.shape)?;
+        if vector || self.mlx_affine_copies {
+            // A vector is read as f32 values: dequantize it once.
+            let values = self.install(|| source.to_values())?;
+            return self.weight(values);
+        }
+        let MlxAffineSource { weight, weight_range, scales, scales_range, biases, biases_range, params, name, .. } =
+            source;
+        let layout =
+            Layout::MlxAffine(AffineParts { scales: (scales, scales_range), biases: (biases, biases_range), params });
+        Ok(CpuWeight {
+            file: weight,
+            range: weight_range,
+            name,
+            dtype: params.scale_dtype,
+            rows,
+            cols,
+            vector: None,
+            layout,
             repacked: Default::default(),
         })
     }
@@ -464,20 +540,22 @@ impl Backend for CpuBackend {
     }
 
     fn embed(&self, table: &CpuWeight, tokens: &[u32]) -> Result<CpuTensor> {
-        let row_bytes = table.dtype.row_bytes(table.cols).expect("checked when the weights were loaded");
-        if table.split.is_some() {
-            let usage = "an embedding table (split MXFP4 is read by matrix products only)";
-            return Err(ModelError::TensorDType { tensor: table.name.clone(), dtype: table.dtype, usage });
-        }
         let mut out = CpuTensor::for_output(tokens.len(), table.cols);
-        let bytes = table.bytes();
+        let (matrix, bytes) = (table.matrix(), table.bytes());
         for (&t, row) in tokens.iter().zip(out.data.chunks_exact_mut(table.cols)) {
             let t = t as usize;
             if t >= table.rows {
                 let message = format!("token id {t} is outside the vocabulary of {}", table.rows);
                 return Err(ModelError::BadBatch { message });
             }
-            minerva_quant::dequantize_fast(table.dtype, &bytes[t * row_bytes..(t + 1) * row_bytes], row)?;
+            match table.layout {
+                Layout::Blocks => {
+                    let row_bytes = table.dtype.row_bytes(table.cols).expect("checked when the weights were loaded");
+                    minerva_quant::dequantize_fast(table.dtype, &bytes[t * row_bytes..(t + 1) * row_bytes], row)?;
+                }
+                // The one row, as the layout's products read it.
+                _ => matrix.rows(t, 1, table.cols)?.dequantize(1, table.cols, row)?,
+            }
         }
         Ok(out)
     }

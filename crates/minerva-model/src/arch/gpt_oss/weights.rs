@@ -32,7 +32,7 @@ use crate::arch::registry::LayerNames;
 use crate::owned::OwnedBytes;
 
 use super::{GptOssConfig, GptOssLayer, GptOssWeights};
-use crate::backend::{Backend, ByteSource, SplitMxfp4Source, WeightSource};
+use crate::backend::{Backend, ByteSource, MlxAffineSource, SplitMxfp4Source, WeightSource};
 use crate::error::{ModelError, Result};
 use crate::source::{TensorSource, hf_name};
 
@@ -267,9 +267,21 @@ fn st_weight<B: Backend>(backend: &B, ckpt: &Arc<Checkpoint>, name: &str, expect
             })
         }
         Encoding::MlxAffine { weight, scales, biases, bits, group_size } => {
-            let (out, dtype) =
-                crate::owned::mlx_affine_values(name, expected, weight.bytes, scales, biases.bytes, bits, group_size)?;
-            owned(backend, name, dtype, expected, out)
+            let tensor = |view: &minerva_core::TensorView<'_>| -> Arc<dyn ByteSource> {
+                Arc::new(CheckpointTensor { ckpt: ckpt.clone(), name: view.name.into() })
+            };
+            let params = minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
+            backend.mlx_affine_weight(MlxAffineSource {
+                weight: tensor(&weight),
+                weight_range: 0..weight.bytes.len(),
+                scales: tensor(&scales),
+                scales_range: 0..scales.bytes.len(),
+                biases: tensor(&biases),
+                biases_range: 0..biases.bytes.len(),
+                params,
+                name: name.into(),
+                shape: expected.into(),
+            })
         }
     }
 }

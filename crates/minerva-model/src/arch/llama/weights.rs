@@ -112,7 +112,7 @@ impl<W> Weights<W> {
                     (w("attn_q.weight", &[q, e])?, w("attn_k.weight", &[kv, e])?, w("attn_v.weight", &[kv, e])?)
                 };
                 let fused_up = !src.contains(&name("ffn_gate.weight"))
-                    && src.get(&name("ffn_up.weight")).is_some_and(|t| t.shape == [2 * ff, e]);
+                    && src.shape(&name("ffn_up.weight")) == Some(&[2 * ff, e][..]);
                 let (w_gate, w_up) = if fused_up {
                     let [gate, up] = parts(src.weight_rows(backend, &name("ffn_up.weight"), &[ff, ff], e)?);
                     (gate, up)
