@@ -278,3 +278,28 @@ fn mlx_output_quantizes_as_mlx_lm_does() {
     let tokens = [1, 7, 42, 99, 3];
     assert_eq!(logits(&out, &tokens), logits(&fixtures().join("gpt_oss/mlx_lm"), &tokens));
 }
+
+/// MLX to MLX with the same affine parameters copies the codes: mlx-lm's 8-bit checkpoint
+/// converted `--to mlx` (8-bit, groups of 64, the default) is every tensor of the source byte for
+/// byte — quantizing `mx.dequantize`'s values again need not give the same codes — and the
+/// conversion is lossless.
+#[test]
+fn mlx_to_mlx_copies_the_affine_codes() {
+    use minerva_model::convert::MlxQuant;
+    let dir = tempfile::tempdir().unwrap();
+    let (src, out) = (fixtures().join("gpt_oss/mlx_lm"), dir.path().join("mlx"));
+    let mut opts = ConvertOptions::new(Target::Mlx);
+    opts.mlx_quant = Some(MlxQuant::with_bits(8).unwrap());
+    let report = run(&src, &out, &opts).unwrap();
+    assert_eq!((report.mlx_affine_copied, report.mlx_affine_quantized), (2 + 3 * 5, 0), "{}", report.summary());
+    assert!(report.is_lossless(), "{}", report.summary());
+    let (ours, theirs) = (tensors(&out), tensors(&src));
+    assert_eq!(ours.iter().map(|(n, _)| n).collect::<Vec<_>>(), theirs.iter().map(|(n, _)| n).collect::<Vec<_>>());
+    for ((name, a), (_, b)) in ours.iter().zip(&theirs) {
+        assert!(a == b, "{name}: bytes differ");
+    }
+    // Other parameters quantize again, from the values the codes give.
+    opts.mlx_quant = Some(MlxQuant::with_bits(4).unwrap());
+    let report = run(&src, &dir.path().join("mlx4"), &opts).unwrap();
+    assert_eq!((report.mlx_affine_copied, report.mlx_affine_quantized), (0, 2 + 3 * 5), "{}", report.summary());
+}

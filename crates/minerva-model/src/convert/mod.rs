@@ -201,6 +201,9 @@ pub struct Report {
     pub mlx_affine_dequantized: usize,
     /// Float matrices written MLX affine-quantized (`ConvertOptions::mlx_quant`).
     pub mlx_affine_quantized: usize,
+    /// MLX affine matrices written to MLX with the same bits, group size and float type: codes,
+    /// scales and biases byte for byte.
+    pub mlx_affine_copied: usize,
     /// Gemma norm factors written shifted (`w` ↔ `1 + w`) such that shifting back restores them.
     pub shifted: usize,
     /// Gemma norm factors whose shift rounded some value (a `w` finer than f32 holds at 1).
@@ -229,6 +232,9 @@ impl Report {
         }
         if !self.widened.is_empty() {
             kept += &format!(", widened {}", pairs(&self.widened));
+        }
+        if self.mlx_affine_copied > 0 {
+            kept += &format!(", {} MLX affine codes copied", self.mlx_affine_copied);
         }
         if self.shifted > 0 {
             kept += &format!(", {} norms shifted exactly (w ↔ 1 + w)", self.shifted);

@@ -241,6 +241,21 @@ impl SourceModel {
         self.ckpt.as_deref()
     }
 
+    /// An MLX affine tensor's stored parameters and components (codes, scales, biases) as they
+    /// lie, in the checkpoint's row order: what an MLX output with the same parameters copies
+    /// rather than quantizing `mx.dequantize`'s values again (which need not give the same codes
+    /// back). `None` for any other tensor, and for a Gemma norm (read shifted).
+    pub(crate) fn stored_affine(&self, t: &CanonTensor) -> Result<Option<(minerva_quant::MlxAffine, [&[u8]; 3])>> {
+        let Origin::Stored { stored, plus_one: false, .. } = &t.origin else { return Ok(None) };
+        if !t.mlx_affine {
+            return Ok(None);
+        }
+        let lt = self.logical(stored)?;
+        let Encoding::MlxAffine { weight, scales, biases, bits, group_size } = lt.encoding else { return Ok(None) };
+        let params = minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
+        Ok(Some((params, [weight.bytes, scales.bytes, biases.bytes])))
+    }
+
     /// A canonical tensor's bytes: borrowed from the map where the stored bytes are canonical.
     pub(crate) fn read(&self, t: &CanonTensor) -> Result<Cow<'_, [u8]>> {
         let missing = |name: &str| ConvertError::Model(ModelError::MissingTensor { tensor: name.to_string() });

@@ -361,6 +361,16 @@ fn item_bytes<'m>(model: &'m SourceModel, item: &Item<'m>, report: &mut Report) 
             vec![Cow::Owned(interleaved)]
         }
         Item::Affine { t, dtype, permute_heads, quant, .. } => {
+            let wanted =
+                minerva_quant::MlxAffine { bits: quant.bits, group_size: quant.group_size, scale_dtype: *dtype };
+            if let Some((stored, parts)) = model.stored_affine(t)?
+                && stored == wanted
+            {
+                // MLX with the same parameters: the codes as they are (in the checkpoint's row
+                // order, which the output's is).
+                report.mlx_affine_copied += 1;
+                return Ok(parts.into_iter().map(Cow::Borrowed).collect());
+            }
             let (rows, cols) = (t.shape[0], t.shape[1]);
             // The matrix as MLX holds it before quantizing: in the output float type.
             let stored = model.read(t)?;
