@@ -68,6 +68,13 @@ pub enum DType {
     F6_E3M2,
     /// Complex, two F32 parts.
     C64,
+    // Minerva's own block forms, in no file: what a GPU reads of an MLX affine matrix.
+    /// MLX 8-bit affine values in blocks of 32: their group's scale and bias (bf16), then the 32
+    /// codes (u8); each value `bf16(bf16(q·scale) + bias)`, as `mx.dequantize`.
+    MLX_A8,
+    /// MLX 4-bit affine values in blocks of 32: scale and bias (bf16), then 16 bytes of codes in
+    /// MLX's order (byte j: value 2j low nibble, 2j + 1 high).
+    MLX_A4,
 }
 
 /// One row of [`DTYPE_TABLE`].
@@ -102,7 +109,7 @@ const fn row(
 
 /// Every dtype's facts, indexed by the `DType` discriminant.
 #[rustfmt::skip]
-pub const DTYPE_TABLE: [DTypeInfo; 48] = [
+pub const DTYPE_TABLE: [DTypeInfo; 50] = [
     //   dtype            name       ggml id   safetensors     elems bytes
     row(DType::F32,     "F32",     Some(0),  Some("F32"),     1,   4),
     row(DType::F16,     "F16",     Some(1),  Some("F16"),     1,   2),
@@ -153,6 +160,8 @@ pub const DTYPE_TABLE: [DTypeInfo; 48] = [
     row(DType::F6_E2M3, "F6_E2M3", None,     Some("F6_E2M3"), 4,   3),
     row(DType::F6_E3M2, "F6_E3M2", None,     Some("F6_E3M2"), 4,   3),
     row(DType::C64,     "C64",     None,     Some("C64"),     1,   8),
+    row(DType::MLX_A8,  "MLX_A8",  None,     None,           32,  36),
+    row(DType::MLX_A4,  "MLX_A4",  None,     None,           32,  20),
 ];
 
 // The table is indexed by discriminant: make a misordered row a compile error.

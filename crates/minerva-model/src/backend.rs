@@ -187,6 +187,22 @@ impl MlxAffineSource {
         })
     }
 
+    /// The matrix as blocks of its block dtype (`minerva_quant::MlxAffine::block_dtype`: 8- or
+    /// 4-bit codes with bf16 scales), in anonymous memory, lossless: what a backend whose kernels
+    /// read whole blocks uploads. `None` for a layout without one.
+    pub fn to_blocks(&self) -> Result<Option<WeightSource>> {
+        let Some(dtype) = self.params.block_dtype() else { return Ok(None) };
+        let (_, rows, cols) = self.matrix()?;
+        let bad = |message: String| ModelError::BadTensor { tensor: self.name.clone(), message };
+        let row_bytes = dtype.row_bytes(cols).ok_or_else(|| bad(format!("{cols} columns are not whole blocks")))?;
+        let len = rows.checked_mul(row_bytes).ok_or_else(|| bad(format!("shape {:?} overflows", self.shape)))?;
+        let mut out = crate::owned::OwnedBytes::zeroed(len);
+        let (weight, scales, biases) = self.parts()?;
+        self.params.to_blocks(weight, scales, biases, out.as_mut())?;
+        let (name, shape) = (self.name.clone(), self.shape.clone());
+        Ok(Some(WeightSource { file: Arc::new(out), name, dtype, shape, range: 0..len }))
+    }
+
     /// The values as `mx.dequantize` computes them, in the scales' float type, in anonymous
     /// memory (twice the bytes of 8-bit codes): what [`Backend::mlx_affine_weight`] uploads on a
     /// backend without a kernel for the layout.

@@ -148,6 +148,42 @@ impl MlxAffine {
         }
     }
 
+    /// The block dtype that holds this layout's values 32 at a time, for kernels that read
+    /// whole blocks (the GPU's): [`DType::MLX_A8`] for 8-bit codes and [`DType::MLX_A4`] for
+    /// 4-bit ones with bf16 scales (mlx-lm's `convert -q` of a bf16 model); `None` otherwise.
+    pub fn block_dtype(&self) -> Option<DType> {
+        match (self.bits, self.scale_dtype) {
+            (8, DType::BF16) => Some(DType::MLX_A8),
+            (4, DType::BF16) => Some(DType::MLX_A4),
+            _ => None,
+        }
+    }
+
+    /// The values as blocks of [`MlxAffine::block_dtype`] into `out` (whole blocks, lossless):
+    /// per 32 values their group's scale and bias as stored, then their codes as stored. A layout
+    /// without a block dtype is [`QuantError::Unsupported`]; wrong lengths are errors.
+    pub fn to_blocks(&self, weight: &[u8], scales: &[u8], biases: &[u8], out: &mut [u8]) -> Result<(), QuantError> {
+        let dtype = self.block_dtype().ok_or(QuantError::Unsupported {
+            dtype: self.scale_dtype,
+            operation: "MLX affine blocks (8- or 4-bit codes with bf16 scales only)",
+        })?;
+        self.validate()?;
+        let block_bytes = dtype.block_bytes();
+        if !out.len().is_multiple_of(block_bytes) {
+            return Err(QuantError::PartialBlockBytes { dtype, len: out.len(), block_bytes });
+        }
+        let values = out.len() / block_bytes * 32;
+        self.check(values, weight, scales, biases)?;
+        let codes = 32 * self.bits as usize / 8;
+        for (b, block) in out.chunks_exact_mut(block_bytes).enumerate() {
+            let g = b * 32 / self.group_size;
+            block[..2].copy_from_slice(&scales[2 * g..2 * g + 2]);
+            block[2..4].copy_from_slice(&biases[2 * g..2 * g + 2]);
+            block[4..].copy_from_slice(&weight[b * codes..][..codes]);
+        }
+        Ok(())
+    }
+
     /// Quantizes `values` (whole groups, each a value of `scale_dtype`, as the tensor MLX
     /// quantizes holds them) into `weight` (the u32 words' little-endian bytes), `scales` and
     /// `biases` (raw bytes of `scale_dtype`), as `mx.quantize(w, group_size, bits)` does, bit for
@@ -236,6 +272,38 @@ impl MlxAffine {
             }
         }
     }
+}
+
+/// [`DType::MLX_A8`] or [`DType::MLX_A4`] blocks (`bits`) to their values, as `mx.dequantize`.
+fn dequantize_blocks(bits: u32, bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    let dtype = if bits == 8 { DType::MLX_A8 } else { DType::MLX_A4 };
+    let block_bytes = dtype.block_bytes();
+    if !bytes.len().is_multiple_of(block_bytes) {
+        return Err(QuantError::PartialBlockBytes { dtype, len: bytes.len(), block_bytes });
+    }
+    if out.len() != bytes.len() / block_bytes * 32 {
+        let expected = bytes.len() / block_bytes * 32;
+        return Err(QuantError::OutputLength { dtype, expected, actual: out.len(), unit: "values" });
+    }
+    let round = |v: f32| bf16::from_f32(v).to_f32();
+    for (block, values) in bytes.chunks_exact(block_bytes).zip(out.chunks_exact_mut(32)) {
+        let (scale, bias) = (read_scale(DType::BF16, block, 0), read_scale(DType::BF16, block, 1));
+        for (i, v) in values.iter_mut().enumerate() {
+            let q = if bits == 8 { block[4 + i] } else { (block[4 + i / 2] >> (4 * (i % 2))) & 0x0F };
+            *v = round(round(f32::from(q) * scale) + bias);
+        }
+    }
+    Ok(())
+}
+
+/// Rows of [`DType::MLX_A8`] blocks to their values.
+pub(crate) fn dequantize_row_mlx_a8(bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    dequantize_blocks(8, bytes, out)
+}
+
+/// Rows of [`DType::MLX_A4`] blocks to their values.
+pub(crate) fn dequantize_row_mlx_a4(bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    dequantize_blocks(4, bytes, out)
 }
 
 /// Groups per task of [`MlxAffine::dequantize_exact_to_bytes`]: 64 Ki values of 64-value groups.

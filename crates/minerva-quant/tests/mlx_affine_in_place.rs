@@ -156,3 +156,34 @@ fn malformed_views_are_errors() {
     assert!(matrix.rows(3, 2, cols).is_err());
     assert!(matrix.rows(usize::MAX, 2, cols).is_err());
 }
+
+/// The GPU's block form (`MLX_A8`, `MLX_A4`: each 32 values with their group's scale and bias)
+/// holds exactly `mx.dequantize`'s values, for every group size; other layouts have none.
+#[test]
+fn blocks_hold_mx_dequantize_values() {
+    let (rows, cols) = (3, 256);
+    for (bits, dtype) in [(8, DType::MLX_A8), (4, DType::MLX_A4)] {
+        for group_size in [32, 64, 128] {
+            let params = MlxAffine { bits, group_size, scale_dtype: DType::BF16 };
+            assert_eq!(params.block_dtype(), Some(dtype));
+            let (weight, scales, biases) = affine(params, rows, cols, 41 + group_size as u64);
+            let mut blocks = vec![0u8; DType::row_bytes(dtype, cols).unwrap() * rows];
+            params.to_blocks(&weight, &scales, &biases, &mut blocks).expect("blocks");
+            let mut from_blocks = vec![0.0; rows * cols];
+            minerva_quant::dequantize(dtype, &blocks, &mut from_blocks).expect("dequantize blocks");
+            let mut exact = vec![0.0; rows * cols];
+            params.dequantize_exact(&weight, &scales, &biases, &mut exact).expect("exact");
+            assert_eq!(from_blocks, exact, "{bits} bits, groups of {group_size}");
+            let err = params.to_blocks(&weight, &scales, &biases, &mut blocks[1..]).unwrap_err();
+            assert!(matches!(err, QuantError::PartialBlockBytes { .. }), "{err}");
+        }
+    }
+    for params in [
+        MlxAffine { bits: 8, group_size: 64, scale_dtype: DType::F16 },
+        MlxAffine { bits: 6, group_size: 64, scale_dtype: DType::BF16 },
+    ] {
+        assert_eq!(params.block_dtype(), None);
+        let err = params.to_blocks(&[], &[], &[], &mut []).unwrap_err();
+        assert!(matches!(err, QuantError::Unsupported { .. }), "{err}");
+    }
+}

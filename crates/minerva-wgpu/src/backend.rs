@@ -11,8 +11,8 @@ use minerva_core::DType;
 use minerva_model::checks;
 use minerva_model::kv_blocks::BlockTables;
 use minerva_model::{
-    Backend, Batch, CacheShape, DeviceSampling, MAX_DEVICE_TOP_K, Mask, ModelError, MoeExperts, MoeParams, Result,
-    RopeConfig, RopeStyle, WeightSource,
+    Backend, Batch, CacheShape, DeviceSampling, MAX_DEVICE_TOP_K, Mask, MlxAffineSource, ModelError, MoeExperts,
+    MoeParams, Result, RopeConfig, RopeStyle, WeightSource,
 };
 
 use crate::device::{self, DeviceInfo};
@@ -418,6 +418,16 @@ impl Backend for WgpuBackend {
 
     fn weight(&self, source: WeightSource) -> Result<WgpuWeight> {
         weight::upload(&self.gpu, source, self.max_binding, self.on_upload.as_ref())
+    }
+
+    /// 8- and 4-bit codes with bf16 scales go up as `MLX_A8` / `MLX_A4` blocks (1.125 / 0.625
+    /// bytes per value: codes, and each 32 values' scale and bias), which the kernels dequantize
+    /// as `mx.dequantize` does; other layouts as their dequantized values.
+    fn mlx_affine_weight(&self, source: MlxAffineSource) -> Result<WgpuWeight> {
+        match source.to_blocks()? {
+            Some(blocks) => self.weight(blocks),
+            None => self.weight(source.to_values()?),
+        }
     }
 
     fn new_cache(&self, shape: CacheShape) -> Result<WgpuCache> {

@@ -17,7 +17,7 @@ use minerva_wgpu::{WEIGHT_DTYPES, WgpuBackend, WgpuOptions};
 
 mod common;
 
-use common::{Rng, assert_nmse, both, cpu, gpu, nmse, source, tensor, to_gpu, weight_bytes};
+use common::{Rng, assert_nmse, both, cpu, gpu, nmse, random_weights, source, tensor, to_gpu, weight_bytes};
 
 /// Columns per dtype: not a multiple of 8 where the format allows (the `load1` tail path).
 fn cols_for(dtype: DType, base: usize) -> usize {
@@ -79,8 +79,7 @@ fn matmul_cases(g: &WgpuBackend) {
             (70, aligned(288), 70),
         ];
         for (rows, cols, n_tok) in cases {
-            let src = source("w", dtype, &[rows, cols], weight_bytes(&mut rng, dtype, rows, cols));
-            let (cw, gw) = both(&c, g, src);
+            let (cw, gw) = random_weights(&c, g, &mut rng, dtype, rows, cols);
             let x = tensor(&mut rng, n_tok, cols);
             let want = c.matmul_q(&cw, &x).unwrap();
             let got = g.download(&g.matmul_q(&gw, &to_gpu(g, &x)).unwrap()).unwrap();
@@ -95,8 +94,7 @@ fn embed_every_dtype() {
     let mut rng = Rng(2);
     for dtype in WEIGHT_DTYPES {
         let (rows, cols) = (29, cols_for(dtype, 256));
-        let src = source("table", dtype, &[rows, cols], weight_bytes(&mut rng, dtype, rows, cols));
-        let (cw, gw) = both(&c, &g, src);
+        let (cw, gw) = random_weights(&c, &g, &mut rng, dtype, rows, cols);
         let tokens = [0, 28, 5, 5, 17];
         let want = c.embed(&cw, &tokens).unwrap();
         let got = g.download(&g.embed(&gw, &tokens).unwrap()).unwrap();

@@ -1,6 +1,7 @@
 //! The committed tiny models on the wgpu backend against the CPU backend's f32 reference mode:
 //! GPT-OSS in its three layouts (llama.cpp GGUF with MXFP4 experts, Hugging Face MXFP4
-//! SafeTensors, MLX mxfp4 + 8-bit affine → bf16), the LLaMA, Mistral (sliding window) and
+//! SafeTensors, MLX mxfp4 + 8-bit affine — ours and mlx-lm's, whose embeddings and router are
+//! affine too — uploaded as `MLX_A8` blocks the kernels dequantize as `mx.dequantize`), the LLaMA, Mistral (sliding window) and
 //! Phi-3 (fused QKV / gate-up, long-rope) SafeTensors checkpoints of `fixtures/model/tiny`, and
 //! its Qwen 2 (QKV biases) and Qwen 3 (QK-norm) in SafeTensors and llama.cpp-converted GGUF.
 //!
@@ -60,6 +61,11 @@ fn gpt_oss_hf() {
 #[test]
 fn gpt_oss_mlx() {
     check("gpt_oss/mlx");
+}
+
+#[test]
+fn gpt_oss_mlx_lm() {
+    check("gpt_oss/mlx_lm");
 }
 
 #[test]

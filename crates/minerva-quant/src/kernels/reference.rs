@@ -4,7 +4,9 @@
 
 use bytemuck::pod_read_unaligned;
 use half::f16;
-use minerva_core::DType::{BF16, F16, F32, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, Q8_K};
+use minerva_core::DType::{
+    BF16, F16, F32, MLX_A4, MLX_A8, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, Q8_K,
+};
 
 use super::{DequantizeFn, Kernels};
 use crate::activation::Activation;
@@ -16,8 +18,11 @@ use crate::{BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K};
 /// The reference row of every dtype this crate has kernels for: F32/F16/BF16, the 32-value
 /// block formats (Q8_0 activations, and i16 ones), the K-quants (Q8_K activations; Q8_K itself
 /// only converts).
-pub(super) const ROWS: [Kernels; 15] = [
+pub(super) const ROWS: [Kernels; 17] = [
     Kernels::new(F32).dequantize(crate::dequantize_row_f32).dot(F32, dot_f32),
+    // Read by the GPU's kernels; here for the values they must give.
+    Kernels::new(MLX_A8).dequantize(crate::mlx::dequantize_row_mlx_a8),
+    Kernels::new(MLX_A4).dequantize(crate::mlx::dequantize_row_mlx_a4),
     Kernels::new(F16).dequantize(crate::dequantize_row_f16).dot(F32, dot_f16),
     Kernels::new(BF16).dequantize(crate::dequantize_row_bf16).dot(F32, dot_bf16),
     Kernels::new(Q8_0)

@@ -70,7 +70,7 @@ struct WeightFormat {
 }
 
 /// One row per dtype the kernels read directly (matmul and embedding).
-const WEIGHT_FORMATS: [WeightFormat; 10] = [
+const WEIGHT_FORMATS: [WeightFormat; 12] = [
     WeightFormat { dtype: DType::F32, dequant_wgsl: include_str!("dequant/f32.wgsl"), block32_wgsl: None },
     WeightFormat { dtype: DType::F16, dequant_wgsl: include_str!("dequant/f16.wgsl"), block32_wgsl: None },
     WeightFormat { dtype: DType::BF16, dequant_wgsl: include_str!("dequant/bf16.wgsl"), block32_wgsl: None },
@@ -97,6 +97,9 @@ const WEIGHT_FORMATS: [WeightFormat; 10] = [
         dequant_wgsl: include_str!("dequant/mxfp4.wgsl"),
         block32_wgsl: Some(include_str!("dequant/block32_mxfp4.wgsl")),
     },
+    // MLX affine matrices as uploaded (`Backend::mlx_affine_weight`).
+    WeightFormat { dtype: DType::MLX_A8, dequant_wgsl: include_str!("dequant/mlx_a8.wgsl"), block32_wgsl: None },
+    WeightFormat { dtype: DType::MLX_A4, dequant_wgsl: include_str!("dequant/mlx_a4.wgsl"), block32_wgsl: None },
 ];
 
 /// The dtypes whose weights the kernels read directly (matmul and embedding).

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use minerva_core::DType;
-use minerva_model::{Backend, ByteSource, CpuBackend, CpuTensor, LogitsFor, Model, SequenceInput, WeightSource};
+use minerva_model::{
+    Backend, ByteSource, CpuBackend, CpuTensor, LogitsFor, MlxAffineSource, Model, SequenceInput, WeightSource,
+};
 use minerva_wgpu::{WgpuBackend, WgpuOptions};
 
 /// Bytes in memory as a weight's file.
@@ -100,6 +102,58 @@ where
     WgpuBackend: Backend<Weight = G>,
 {
     (c.weight(src.clone()).unwrap(), g.weight(src).unwrap())
+}
+
+/// A random `rows × cols` weight of `dtype` on both backends. The MLX block dtypes (`MLX_A8`,
+/// `MLX_A4`) come from an MLX affine matrix (random codes, bf16 scales and biases, groups of 64 for
+/// 8 bits where the columns allow, else 32) through `Backend::mlx_affine_weight`: read in place on the CPU, uploaded as
+/// blocks to the GPU.
+pub fn random_weights<C, G>(
+    c: &CpuBackend,
+    g: &WgpuBackend,
+    rng: &mut Rng,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+) -> (C, G)
+where
+    CpuBackend: Backend<Weight = C>,
+    WgpuBackend: Backend<Weight = G>,
+{
+    let bits = match dtype {
+        DType::MLX_A8 => 8,
+        DType::MLX_A4 => 4,
+        _ => return both(c, g, source("w", dtype, &[rows, cols], weight_bytes(rng, dtype, rows, cols))),
+    };
+    let group_size = if bits == 8 && cols.is_multiple_of(64) { 64 } else { 32 };
+    let source = mlx_affine_source(rng, bits, group_size, rows, cols);
+    (c.mlx_affine_weight(source.clone()).unwrap(), g.mlx_affine_weight(source).unwrap())
+}
+
+/// An MLX affine matrix in memory: random codes, bf16 scales (0.01…0.02) and biases (±0.3).
+pub fn mlx_affine_source(rng: &mut Rng, bits: u32, group_size: usize, rows: usize, cols: usize) -> MlxAffineSource {
+    let groups = rows * cols / group_size;
+    let codes: Vec<u8> = (0..rows * cols * bits as usize / 8).map(|_| rng.next_u32() as u8).collect();
+    let bf16 = |v: f32| half::bf16::from_f32(v).to_le_bytes();
+    let scales: Vec<u8> = (0..groups).flat_map(|_| bf16(0.015 + 0.005 * rng.f32())).collect();
+    let biases: Vec<u8> = (0..groups).flat_map(|_| bf16(0.3 * rng.f32())).collect();
+    let part = |bytes: Vec<u8>| {
+        let len = bytes.len();
+        (Arc::new(Bytes(bytes)) as Arc<dyn ByteSource>, 0..len)
+    };
+    let ((weight, weight_range), (scales, scales_range), (biases, biases_range)) =
+        (part(codes), part(scales), part(biases));
+    MlxAffineSource {
+        weight,
+        weight_range,
+        scales,
+        scales_range,
+        biases,
+        biases_range,
+        params: minerva_quant::MlxAffine { bits, group_size, scale_dtype: DType::BF16 },
+        name: format!("mlx affine {bits}-bit"),
+        shape: vec![rows, cols],
+    }
 }
 
 /// The bound llama.cpp's `test-backend-ops` puts on every op's [`nmse`].

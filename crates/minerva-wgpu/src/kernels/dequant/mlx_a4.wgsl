@@ -1,0 +1,36 @@
+// MLX_A4: MLX's 4-bit affine values, blocks of 32 in 20 bytes (word-aligned).
+//
+//   byte 0       2       4                    20
+//        +-------+-------+--------------------+
+//        | scale | bias  | q[0..16]           |   lo nibble of q[j] = y[2j], hi nibble = y[2j+1]
+//        +-------+-------+--------------------+   y = bf16(bf16(q·scale) + bias)
+//
+// Each operation rounded to bf16 as mx.dequantize rounds it (the integer rounding between the
+// product and the sum also keeps a compiler from fusing them).
+fn bf16_round(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
+}
+
+fn affine(q: u32, scale: f32, bias: f32) -> f32 {
+    return bf16_round(bf16_round(f32(q) * scale) + bias);
+}
+
+fn load8(rb: u32, k: u32) -> array<f32, 8> {
+    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
+    let sb = load_u32(blk);
+    let scale = bitcast<f32>(sb << 16u);
+    let bias = bitcast<f32>(sb & 0xffff0000u);
+    // Values k .. k + 8 (k a multiple of 8): one word of nibbles, in order.
+    let word = load_u32(blk + 4u + (k % 32u) / 2u);
+    var v: array<f32, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        v[i] = affine((word >> (4u * i)) & 0xfu, scale, bias);
+    }
+    return v;
+}
+
+fn load1(rb: u32, k: u32) -> f32 {
+    var v = load8(rb, k & ~7u);
+    return v[k & 7u];
+}

@@ -1,0 +1,36 @@
+// MLX_A8: MLX's 8-bit affine values, blocks of 32 in 36 bytes (word-aligned).
+//
+//   byte 0       2       4                             36
+//        +-------+-------+-----------------------------+
+//        | scale | bias  | q[0..32]  u8                |   y = bf16(bf16(q·scale) + bias)
+//        +-------+-------+-----------------------------+   (bf16 scale and bias)
+//
+// Each operation rounded to bf16 as mx.dequantize rounds it (the integer rounding between the
+// product and the sum also keeps a compiler from fusing them).
+fn bf16_round(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
+}
+
+fn affine(q: u32, scale: f32, bias: f32) -> f32 {
+    return bf16_round(bf16_round(f32(q) * scale) + bias);
+}
+
+fn load8(rb: u32, k: u32) -> array<f32, 8> {
+    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
+    let sb = load_u32(blk);
+    let scale = bitcast<f32>(sb << 16u);
+    let bias = bitcast<f32>(sb & 0xffff0000u);
+    let q = blk + 4u + (k % 32u);
+    var words = array<u32, 2>(load_u32(q), load_u32(q + 4u));
+    var v: array<f32, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        v[i] = affine((words[i / 4u] >> ((i % 4u) * 8u)) & 0xffu, scale, bias);
+    }
+    return v;
+}
+
+fn load1(rb: u32, k: u32) -> f32 {
+    var v = load8(rb, k & ~7u);
+    return v[k & 7u];
+}
