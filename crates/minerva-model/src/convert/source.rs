@@ -74,6 +74,9 @@ impl Family {
     }
 }
 
+/// An MLX affine tensor as stored: its parameters and its codes, scales and biases.
+pub(crate) type StoredAffine<'a> = (minerva_quant::MlxAffine, [&'a [u8]; 3]);
+
 /// Where a canonical tensor's bytes come from.
 #[derive(Clone, Debug)]
 enum Origin {
@@ -245,7 +248,7 @@ impl SourceModel {
     /// lie, in the checkpoint's row order: what an MLX output with the same parameters copies
     /// rather than quantizing `mx.dequantize`'s values again (which need not give the same codes
     /// back). `None` for any other tensor, and for a Gemma norm (read shifted).
-    pub(crate) fn stored_affine(&self, t: &CanonTensor) -> Result<Option<(minerva_quant::MlxAffine, [&[u8]; 3])>> {
+    pub(crate) fn stored_affine(&self, t: &CanonTensor) -> Result<Option<StoredAffine<'_>>> {
         let Origin::Stored { stored, plus_one: false, .. } = &t.origin else { return Ok(None) };
         if !t.mlx_affine {
             return Ok(None);
