@@ -45,8 +45,9 @@ pub(crate) fn affine_bf16_to_bytes(
                 (_mm256_cvtepu8_epi32(q), _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(q)))
             };
             let value = |q: __m256i| {
-                let product = round_bf16(_mm256_mul_ps(_mm256_cvtepi32_ps(q), scale));
-                _mm256_srli_epi32::<16>(round_bf16(_mm256_add_ps(_mm256_castsi256_ps(product), bias)))
+                let product = _mm256_castsi256_ps(round_bf16(_mm256_mul_ps(_mm256_cvtepi32_ps(q), scale)));
+                // The sum rounded the same way, its bf16 bits taken straight from the high half.
+                _mm256_srli_epi32::<16>(rounding_carry(_mm256_add_ps(product, bias)))
             };
             // packus interleaves the 128-bit lanes of its operands; the permute puts them back.
             let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(value(lo), value(hi)));
@@ -67,10 +68,16 @@ fn bf16_at(bytes: &[u8], g: usize) -> f32 {
 /// default NaN), and rounding leaves such a NaN as it is.
 #[target_feature(enable = "avx2")]
 fn round_bf16(x: __m256) -> __m256i {
+    _mm256_and_si256(rounding_carry(x), _mm256_set1_epi32(0xFFFF_0000u32 as i32))
+}
+
+/// Each lane's bits plus what rounds its high half to nearest even (`0x7FFF` and the high half's
+/// lowest bit): the high half is then the rounded bf16.
+#[target_feature(enable = "avx2")]
+fn rounding_carry(x: __m256) -> __m256i {
     let bits = _mm256_castps_si256(x);
     let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), _mm256_set1_epi32(1));
-    let rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
-    _mm256_and_si256(rounded, _mm256_set1_epi32(0xFFFF_0000u32 as i32))
+    _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)))
 }
 
 #[cfg(test)]
