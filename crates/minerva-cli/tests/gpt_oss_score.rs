@@ -95,3 +95,24 @@ fn a_broken_gpt_oss_config_is_one_line_naming_the_key() {
     let out = minerva(&[os("score"), dir.path().as_os_str(), os("--tokens"), os("1,2,3")]);
     assert_one_line_error(&out, "config.json:num_experts_per_tok");
 }
+
+/// `--mlx-affine-copies` (MLX's 8-bit affine matrices dequantized at load) gives the logits of
+/// the default, which reads them where they lie, bit for bit, for both MLX fixtures.
+#[test]
+fn mlx_affine_copies_give_the_in_place_logits() {
+    let (tokens, _) = reference("mlx");
+    let list = tokens.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    for path in ["mlx", "mlx_lm"] {
+        let model = root().join("fixtures/gpt_oss").join(path);
+        let dir = tempfile::tempdir().unwrap();
+        let logits = |extra: &[&str], name: &str| {
+            let npy = dir.path().join(name);
+            let mut args = vec![os("score"), model.as_os_str(), os("--tokens"), os(&list), os("--out"), npy.as_os_str()];
+            args.extend(extra.iter().map(|f| os(f)));
+            let out = minerva(&args);
+            assert!(out.status.success(), "{path}: {}", String::from_utf8_lossy(&out.stderr));
+            std::fs::read(npy).unwrap()
+        };
+        assert_eq!(logits(&[], "in_place.npy"), logits(&["--mlx-affine-copies"], "copies.npy"), "{path}");
+    }
+}
