@@ -107,7 +107,8 @@ fn mlx_affine_copies_give_the_in_place_logits() {
         let dir = tempfile::tempdir().unwrap();
         let logits = |extra: &[&str], name: &str| {
             let npy = dir.path().join(name);
-            let mut args = vec![os("score"), model.as_os_str(), os("--tokens"), os(&list), os("--out"), npy.as_os_str()];
+            let mut args =
+                vec![os("score"), model.as_os_str(), os("--tokens"), os(&list), os("--out"), npy.as_os_str()];
             args.extend(extra.iter().map(|f| os(f)));
             let out = minerva(&args);
             assert!(out.status.success(), "{path}: {}", String::from_utf8_lossy(&out.stderr));
