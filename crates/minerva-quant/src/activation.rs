@@ -239,13 +239,7 @@ mod tests {
 
     #[test]
     fn i16_quantizers_agree_with_the_reference() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::test_rng::xorshift(0x2545_f491_4f6c_dd1d);
         for magnitude in [1e-3f32, 1.0, 7.5, 3e4, 1e20] {
             let x: Vec<f32> = (0..32 * 40).map(|_| ((next() % 20001) as f32 / 10000.0 - 1.0) * magnitude).collect();
             check_i16_blocks(&x);
@@ -267,13 +261,7 @@ mod tests {
 
     #[test]
     fn q8_0_blocks_equal_the_reference_quantizer() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::test_rng::xorshift(0x9e37_79b9_7f4a_7c15);
         let mut x: Vec<f32> = Vec::new();
         for magnitude in [1e-3f32, 1.0, 7.5, 3e4, 1e20, 1e-37] {
             x.extend((0..32 * 8).map(|_| ((next() % 20001) as f32 / 10000.0 - 1.0) * magnitude));

@@ -146,3 +146,17 @@ pub fn quantize(dtype: DType, values: &[f32], out: &mut [u8]) -> Result<(), Quan
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The unit tests' random numbers.
+#[cfg(test)]
+pub(crate) mod test_rng {
+    /// Marsaglia's xorshift64 from `seed` (not zero): reproducible inputs without a dependency.
+    pub(crate) fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+}

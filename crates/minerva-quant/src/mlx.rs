@@ -397,13 +397,7 @@ mod tests {
     /// typed errors.
     #[test]
     fn bytes_on_the_pool_equal_exact_dequantization() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::test_rng::xorshift(0x9E37_79B9_7F4A_7C15);
         let pool = crate::ComputePool::new(3).unwrap();
         for scale_dtype in [DType::BF16, DType::F16, DType::F32] {
             for bits in [2u32, 3, 4, 5, 6, 8] {

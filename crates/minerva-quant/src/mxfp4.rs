@@ -188,13 +188,8 @@ mod tests {
     #[test]
     fn conversion_on_the_pool_equals_block_by_block() {
         let groups = 2 * CHUNK_BLOCKS + CHUNK_BLOCKS / 2 + 3;
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        };
+        let mut random = crate::test_rng::xorshift(0x2545_f491_4f6c_dd1d);
+        let mut next = move || random() as u8;
         let blocks: Vec<u8> = (0..groups * MXFP4_GROUP_BYTES).map(|_| next()).collect();
         let scales: Vec<u8> = (0..groups).map(|_| next()).collect();
         let mut ggml = vec![0u8; groups * 17];

@@ -98,8 +98,16 @@ const WEIGHT_FORMATS: [WeightFormat; 12] = [
         block32_wgsl: Some(include_str!("dequant/block32_mxfp4.wgsl")),
     },
     // MLX affine matrices as uploaded (`Backend::mlx_affine_weight`).
-    WeightFormat { dtype: DType::MLX_A8, dequant_wgsl: include_str!("dequant/mlx_a8.wgsl"), block32_wgsl: None },
-    WeightFormat { dtype: DType::MLX_A4, dequant_wgsl: include_str!("dequant/mlx_a4.wgsl"), block32_wgsl: None },
+    WeightFormat {
+        dtype: DType::MLX_A8,
+        dequant_wgsl: concat!(include_str!("dequant/mlx_affine.wgsl"), include_str!("dequant/mlx_a8.wgsl")),
+        block32_wgsl: None,
+    },
+    WeightFormat {
+        dtype: DType::MLX_A4,
+        dequant_wgsl: concat!(include_str!("dequant/mlx_affine.wgsl"), include_str!("dequant/mlx_a4.wgsl")),
+        block32_wgsl: None,
+    },
 ];
 
 /// The dtypes whose weights the kernels read directly (matmul and embedding).

@@ -93,13 +93,7 @@ mod tests {
         if !std::arch::is_x86_feature_detected!("avx2") {
             return;
         }
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::test_rng::xorshift(0x9E37_79B9_7F4A_7C15);
         let special = [0x7F80u16, 0xFF80, 0x7FC1, 0xFF81, 0x7F7F, 0x0001, 0x8001, 0x3F80, 0x0000];
         for bits in [4u32, 8] {
             for group_size in [32usize, 64, 128] {

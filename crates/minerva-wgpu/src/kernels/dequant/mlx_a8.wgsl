@@ -5,16 +5,7 @@
 //        | scale | bias  | q[0..32]  u8                |   y = bf16(bf16(q·scale) + bias)
 //        +-------+-------+-----------------------------+   (bf16 scale and bias)
 //
-// Each operation rounded to bf16 as mx.dequantize rounds it (the integer rounding between the
-// product and the sum also keeps a compiler from fusing them).
-fn bf16_round(x: f32) -> f32 {
-    let b = bitcast<u32>(x);
-    return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
-}
-
-fn affine(q: u32, scale: f32, bias: f32) -> f32 {
-    return bf16_round(bf16_round(f32(q) * scale) + bias);
-}
+// `affine` (the rounding): mlx_affine.wgsl.
 
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
     let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
