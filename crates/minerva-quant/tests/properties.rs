@@ -10,8 +10,8 @@ use minerva_quant::{
 };
 use proptest::prelude::*;
 
-/// Every dtype with a reference dequantizer.
-const DEQUANTIZABLE: [DType; 15] = [
+/// Every dtype with a reference dequantizer (MLX_A8 / MLX_A4: the GPU's blocks of MLX affine).
+const DEQUANTIZABLE: [DType; 17] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -27,6 +27,8 @@ const DEQUANTIZABLE: [DType; 15] = [
     DType::Q6_K,
     DType::Q8_K,
     DType::MXFP4,
+    DType::MLX_A8,
+    DType::MLX_A4,
 ];
 const QUANTIZABLE: [DType; 10] = [
     DType::Q4_0,
