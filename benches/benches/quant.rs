@@ -12,6 +12,10 @@
 //!   — a batch of decodes, `matmul_i16` with 1 to 64 vectors (SmolLM2's Q4_1 layers, its Q8_0 head).
 //! * `repacked/<shape>/<dtype>/n<N>/{zero-copy,repacked}` — repacked weights with Q8_0 activations
 //!   against the zero-copy i16 kernels, 1 to 512 vectors.
+//! * `mxfp4_split/<layout>/n<N>/{1,2}t` — MXFP4 decode (`matmul_i16_matrix`, 1 to 4 vectors) over
+//!   8 GPT-OSS-20B gate/up experts (46080×2880, 70 MB, ≫ L2): GGML blocks (GGUF) against the same
+//!   values where HF and MLX store them (`Matrix::Mxfp4Split`), whole and as HF's interleaved
+//!   halves (`row_stride` 2), throughput in MXFP4 bytes read.
 //!
 //! Weights are random bytes with finite scales (speed does not depend on the values), made once.
 
@@ -334,6 +338,40 @@ fn bench_repacked(c: &mut Criterion) {
     group.finish();
 }
 
+/// MXFP4 in GGML blocks against the split layout, read in place (see the module docs).
+fn bench_mxfp4_split(c: &mut Criterion) {
+    let pools = pools();
+    let mut group = c.benchmark_group("mxfp4_split");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    let (rows, cols) = (8 * 5760, 2880);
+    let blocks = weights(DType::MXFP4, rows * cols);
+    // The same bytes split: the scale bytes apart, the nibbles as they are (speed does not depend
+    // on the nibbles' order).
+    let groups = rows * cols / 32;
+    let scales: Vec<u8> = blocks.chunks_exact(17).map(|b| b[0]).collect();
+    let nibbles: Vec<u8> = blocks.chunks_exact(17).flat_map(|b| b[1..].to_vec()).collect();
+    assert_eq!(scales.len(), groups);
+    let layouts: [(&str, Matrix<'_>, usize); 3] = [
+        ("gguf", Matrix::Blocks { dtype: DType::MXFP4, bytes: &blocks }, rows),
+        ("split", Matrix::Mxfp4Split { nibbles: &nibbles, scales: &scales, row_stride: 1 }, rows),
+        ("split_half", Matrix::Mxfp4Split { nibbles: &nibbles, scales: &scales, row_stride: 2 }, rows / 2),
+    ];
+    for n in [1, 2, 4] {
+        let xs: Vec<f32> = (0..n * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        for (threads, pool) in &pools {
+            for (label, matrix, rows) in layouts {
+                let mut ys = vec![0.0f32; n * rows];
+                // Half the rows read half the bytes.
+                group.throughput(Throughput::Bytes((rows * cols / 32 * 17) as u64));
+                group.bench_function(BenchmarkId::new(format!("{label}/n{n}"), format!("{threads}t")), |b| {
+                    b.iter(|| pool.install(|| matmul_i16_matrix(black_box(matrix), rows, cols, &xs, n, &mut ys)))
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_bandwidth,
@@ -342,6 +380,7 @@ criterion_group!(
     bench_matvec_i16,
     bench_matmul,
     bench_batch,
-    bench_repacked
+    bench_repacked,
+    bench_mxfp4_split
 );
 criterion_main!(benches);

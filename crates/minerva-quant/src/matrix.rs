@@ -9,14 +9,16 @@
 //! Matrix::MlxAffine         row r: cols·bits/8 bytes of codes, cols/group scales and biases
 //! ```
 //!
-//! A split matrix runs on the MXFP4 kernels of GGML's layout without a converted copy of its
-//! weights: each task converts its rows, a few at a time, into a per-thread buffer of GGML blocks
-//! (24 KiB for 16 rows of GPT-OSS) that stays in L1 while the kernel reads it. The conversion is
-//! llama.cpp's (`hf_mxfp4_to_ggml`): the scale byte, then the nibbles reordered from HF's pairs
-//! (byte j: values 2j, 2j + 1) to GGML's halves (byte j: values j, j + 16), a few SIMD
-//! instructions per block; so every product equals the one on converted weights bit for bit.
-//! (Permuting the activations instead would leave the nibbles alone, but the kernels add a
-//! block's halves in f32, so the results would differ from GGUF's in the last bits.)
+//! A split matrix runs without a converted copy of its weights. Against one to three i16
+//! activations (decode), where the CPU has one, a kernel reads the split layout itself
+//! (`kernels/x86/avx2_split_mxfp4.rs`: one byte shuffle per block and activations permuted once
+//! per call keep the GGML kernels' halves, so the bits are theirs). Otherwise each task converts
+//! its rows, a few at a time, into a per-thread buffer of GGML blocks (24 KiB for 16 rows of
+//! GPT-OSS) that stays in L1 while the GGML kernel reads it, for every activation of a prefill
+//! chunk. The conversion is llama.cpp's (`hf_mxfp4_to_ggml`): the scale byte, then the nibbles
+//! reordered from HF's pairs (byte j: values 2j, 2j + 1) to GGML's halves (byte j: values j,
+//! j + 16), a few SIMD instructions per block. Either way every product equals the one on
+//! converted weights bit for bit.
 //!
 //! An MLX affine matrix (8-bit, 4-bit, …, codes with a float scale and bias per group) runs the
 //! same way on the kernels of its scales' float type: each task turns a few rows into the values
@@ -32,7 +34,7 @@ use std::cell::RefCell;
 use minerva_core::DType;
 
 use crate::activation::Activation;
-use crate::kernels::MatKernel;
+use crate::kernels::{MatKernel, SPLIT_MAX_ACTS, SplitKernel, SplitRows};
 use crate::mxfp4::{MXFP4_GROUP, MXFP4_GROUP_BYTES, dequantize_hf_mxfp4_ref};
 use crate::{MlxAffine, QuantError};
 
@@ -246,11 +248,11 @@ impl<'a> Matrix<'a> {
         match *self {
             Matrix::Blocks { bytes, .. } => out.copy_from_slice(bytes),
             Matrix::Mxfp4Split { nibbles, scales, row_stride } if row_bytes > 0 => {
-                let groups = row_bytes / (1 + MXFP4_GROUP_BYTES);
+                let rows = SplitRows { nibbles, scales, row_stride, groups: row_bytes / (1 + MXFP4_GROUP_BYTES) };
                 // About 64 KiB of blocks per task.
                 let rows_per_task = (65_536 / row_bytes).max(1);
                 crate::pool::for_each_chunk_mut(out, rows_per_task * row_bytes, |t, out| {
-                    split_rows_to_ggml(nibbles, scales, row_stride, groups, t * rows_per_task, out);
+                    split_rows_to_ggml(rows, t * rows_per_task, out);
                 });
             }
             Matrix::Mxfp4Split { .. } => {}
@@ -276,9 +278,10 @@ impl<'a> Matrix<'a> {
         match *self {
             Matrix::Blocks { bytes, .. } => RowSource::Blocks(bytes),
             Matrix::Repacked(_) => unreachable!("repacked matrices are multiplied by crate::repack"),
-            Matrix::Mxfp4Split { nibbles, scales, row_stride } => {
-                RowSource::Mxfp4Split { nibbles, scales, row_stride, groups: cols / MXFP4_GROUP }
-            }
+            Matrix::Mxfp4Split { nibbles, scales, row_stride } => RowSource::Mxfp4Split {
+                rows: SplitRows { nibbles, scales, row_stride, groups: cols / MXFP4_GROUP },
+                in_place: crate::kernels::selected(DType::MXFP4).kernels.split_i16,
+            },
             Matrix::MlxAffine { weight, scales, biases, params } => {
                 RowSource::MlxAffine { weight, scales, biases, params, cols }
             }
@@ -321,8 +324,19 @@ fn split_groups(cols: usize) -> Result<usize, QuantError> {
 #[derive(Clone, Copy)]
 pub(crate) enum RowSource<'a> {
     Blocks(&'a [u8]),
-    Mxfp4Split { nibbles: &'a [u8], scales: &'a [u8], row_stride: usize, groups: usize },
-    MlxAffine { weight: &'a [u8], scales: &'a [u8], biases: &'a [u8], params: MlxAffine, cols: usize },
+    /// With the kernel that reads the rows in place for a few i16 activations, where this CPU
+    /// has one (the others stage them as GGML blocks).
+    Mxfp4Split {
+        rows: SplitRows<'a>,
+        in_place: Option<SplitKernel>,
+    },
+    MlxAffine {
+        weight: &'a [u8],
+        scales: &'a [u8],
+        biases: &'a [u8],
+        params: MlxAffine,
+        cols: usize,
+    },
 }
 
 /// Rows staged at a time from a split matrix: a multiple of every kernel's row tile, and small
@@ -351,12 +365,17 @@ impl RowSource<'_> {
             RowSource::Blocks(bytes) => {
                 kernel.apply(&bytes[first * row_bytes..][..count * row_bytes], row_bytes, acts, out);
             }
-            RowSource::Mxfp4Split { nibbles, scales, row_stride, groups } => STAGED.with_borrow_mut(|staged| {
+            RowSource::Mxfp4Split { rows, in_place: Some(split) }
+                if acts.len() <= SPLIT_MAX_ACTS && acts.iter().all(|a| a.q16.len() == 32 * rows.groups) =>
+            {
+                split(rows, first, acts, out);
+            }
+            RowSource::Mxfp4Split { rows, .. } => STAGED.with_borrow_mut(|staged| {
                 staged.resize(STAGE_ROWS * row_bytes, 0);
                 let n = acts.len();
                 for (c, out) in out.chunks_mut(STAGE_ROWS * n).enumerate() {
                     let stage = &mut staged[..out.len() / n * row_bytes];
-                    split_rows_to_ggml(nibbles, scales, row_stride, groups, first + c * STAGE_ROWS, stage);
+                    split_rows_to_ggml(rows, first + c * STAGE_ROWS, stage);
                     kernel.apply(stage, row_bytes, acts, out);
                 }
             }),
@@ -383,11 +402,12 @@ impl RowSource<'_> {
 
 /// GGML MXFP4 blocks for rows `first..` of a split matrix (as many as `out` holds), as llama.cpp's
 /// converter writes them: the scale byte, then the nibbles in GGML's order.
-fn split_rows_to_ggml(nibbles: &[u8], scales: &[u8], row_stride: usize, groups: usize, first: usize, out: &mut [u8]) {
+fn split_rows_to_ggml(rows: SplitRows<'_>, first: usize, out: &mut [u8]) {
+    let groups = rows.groups;
     for (i, block_row) in out.chunks_exact_mut(groups * (1 + MXFP4_GROUP_BYTES)).enumerate() {
-        let p = (first + i) * row_stride * groups;
-        let nib = &nibbles[p * MXFP4_GROUP_BYTES..(p + groups) * MXFP4_GROUP_BYTES];
-        crate::mxfp4::hf_blocks_to_ggml(nib, &scales[p..p + groups], block_row);
+        let p = (first + i) * rows.row_stride * groups;
+        let nib = &rows.nibbles[p * MXFP4_GROUP_BYTES..(p + groups) * MXFP4_GROUP_BYTES];
+        crate::mxfp4::hf_blocks_to_ggml(nib, &rows.scales[p..p + groups], block_row);
     }
 }
 

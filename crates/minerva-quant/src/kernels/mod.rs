@@ -48,6 +48,26 @@ pub(crate) type DotKernel = fn(&[u8], &Activation<'_>) -> f32;
 /// activations and each activation block once for several rows.
 pub(crate) type TileKernel = fn(&[u8], usize, &[Activation<'_>], &mut [f32]);
 
+/// An MXFP4 matrix in HF's and MLX's split layout (`crate::Matrix::Mxfp4Split`), its shape
+/// checked: row `r`'s `groups` groups are physical row `r · row_stride`'s, 16 bytes of nibbles
+/// each in `nibbles` and one E8M0 byte each in `scales`.
+#[derive(Clone, Copy)]
+pub(crate) struct SplitRows<'a> {
+    pub(crate) nibbles: &'a [u8],
+    pub(crate) scales: &'a [u8],
+    pub(crate) row_stride: usize,
+    pub(crate) groups: usize,
+}
+
+/// A split-MXFP4 kernel: rows `first..first + out.len() / acts.len()` of a split matrix against
+/// one to [`SPLIT_MAX_ACTS`] i16 activations, into `out` (rows × activations), with the bits the
+/// selected `matmul_i16` kernel gives on the same rows converted to GGML blocks.
+pub(crate) type SplitKernel = fn(SplitRows<'_>, usize, &[Activation<'_>], &mut [f32]);
+
+/// The most activations a [`SplitKernel`] takes (a decode's few sequences; from there the rows
+/// are staged as GGML blocks, each staged block then serving every activation).
+pub(crate) const SPLIT_MAX_ACTS: usize = 3;
+
 /// A matmul kernel: a tile kernel, or a dot kernel applied per (row, activation).
 #[derive(Clone, Copy)]
 pub(crate) enum MatKernel {
@@ -116,6 +136,9 @@ pub(crate) struct Kernels {
     pub(crate) matmul_i16: Option<MatKernel>,
     /// Repacked weights (`crate::repack`) × Q8_0 activations.
     pub(crate) repacked: Option<crate::repack::RepackedKernel>,
+    /// MXFP4 in the split layout × i16 activations, read in place (an ISA row only: the reference
+    /// stages the rows as GGML blocks for `matmul_i16`).
+    pub(crate) split_i16: Option<SplitKernel>,
 }
 
 impl Kernels {
@@ -129,6 +152,7 @@ impl Kernels {
             matmul: None,
             matmul_i16: None,
             repacked: None,
+            split_i16: None,
         }
     }
 
@@ -169,6 +193,13 @@ impl Kernels {
     /// The kernel of this dtype's repacked layout (`crate::repack`).
     pub(crate) const fn repacked(mut self, f: crate::repack::RepackedKernel) -> Self {
         self.repacked = Some(f);
+        self
+    }
+
+    /// The split-layout kernel (MXFP4 only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) const fn split_i16(mut self, f: SplitKernel) -> Self {
+        self.split_i16 = Some(f);
         self
     }
 }
@@ -431,6 +462,9 @@ fn select<'a>(isas: impl DoubleEndedIterator<Item = &'a Isa>) -> Vec<Selected> {
             if row.repacked.is_some() {
                 (kernels.repacked, *repacked_isa) = (row.repacked, Some(isa.name));
             }
+            if row.split_i16.is_some() {
+                kernels.split_i16 = row.split_i16;
+            }
         }
     }
     table
@@ -453,6 +487,9 @@ mod tests {
                 assert!(row.matmul.is_none() || reference.matmul.is_some(), "{what}: matmul");
                 assert!(row.matmul_i16.is_none() || reference.matmul_i16.is_some(), "{what}: matmul_i16");
                 assert!(row.repacked.is_none() || reference.repacked.is_some(), "{what}: repacked");
+                // The reference multiplies split matrices by staging GGML blocks; a split kernel
+                // stands in for that with the i16 kernels' bits.
+                assert!(row.split_i16.is_none() || row.dtype == DType::MXFP4, "{what}: split_i16");
             }
             let mut dtypes: Vec<usize> = isa.rows.iter().map(|r| r.dtype as usize).collect();
             dtypes.sort_unstable();

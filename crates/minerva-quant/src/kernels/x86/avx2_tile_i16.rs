@@ -507,7 +507,7 @@ fn q5_wide(qh: &[u8], qs: &[u8]) -> (__m256i, __m256i) {
 /// (a zero `nibble << 12` only meets nibble 0, whose value is 0 anyway).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn e2m1_wide(magnitudes: __m256i, low: __m256i, high: __m256i) -> (__m256i, __m256i) {
+pub(super) fn e2m1_wide(magnitudes: __m256i, low: __m256i, high: __m256i) -> (__m256i, __m256i) {
     (
         _mm256_sign_epi16(_mm256_shuffle_epi8(magnitudes, low), _mm256_slli_epi16::<12>(low)),
         _mm256_sign_epi16(_mm256_shuffle_epi8(magnitudes, high), _mm256_slli_epi16::<12>(high)),
@@ -604,7 +604,7 @@ pub(super) fn decode_q5_1(b: &[u8]) -> Decoded {
 }
 
 /// The doubled E2M1 values' magnitudes, by nibble.
-const MXFP4_MAGNITUDES: [u8; 16] = {
+pub(super) const MXFP4_MAGNITUDES: [u8; 16] = {
     let mut magnitudes = [0; 16];
     let mut i = 0;
     while i < 16 {

@@ -29,6 +29,7 @@ mod avx2_dequant;
 mod avx2_dot;
 mod avx2_mlx;
 mod avx2_panel;
+mod avx2_split_mxfp4;
 mod avx2_tile;
 mod avx2_tile_i16;
 mod avx2_tile_k;
@@ -162,7 +163,14 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
             .tile(avx2_tile!(tiles_q5_1))
             .tile_i16(tile!(avx2_tile_i16::tiles_q5_1::<I16_ACT_GROUPS>))
             .repacked(repacked!(repacked::avx2::<{ repacked::Q5_1 }>)),
-        Kernels::new(MXFP4).tile(avx2_tile!(tiles_mxfp4)).tile_i16(tile!(avx2_tile_i16::tiles_mxfp4::<I16_ACT_GROUPS>)),
+        Kernels::new(MXFP4)
+            .tile(avx2_tile!(tiles_mxfp4))
+            .tile_i16(tile!(avx2_tile_i16::tiles_mxfp4::<I16_ACT_GROUPS>))
+            .split_i16(|rows, first, acts, out| {
+                // SAFETY: an ISA's rows run only after its `detected` check confirmed every
+                // feature the kernel enables (see `super::Isa::detected`).
+                unsafe { avx2_split_mxfp4::split_mxfp4_i16(rows, first, acts, out) }
+            }),
         Kernels::new(Q2_K).tile(tile!(avx2_tile_k::tiles_q2_k::<K_QUANT_ACTS>)),
         Kernels::new(Q3_K).tile(tile!(avx2_tile_k::tiles_q3_k::<K_QUANT_ACTS>)),
         Kernels::new(Q4_K)
