@@ -132,6 +132,17 @@ pub struct MlxAffineSource {
     pub shape: Vec<usize>,
 }
 
+/// The parameters of a checkpoint's MLX affine tensor (`minerva_safetensors::Encoding::MlxAffine`'s
+/// `bits`, `group_size` and `scales`): what the loaders and `convert` multiply or dequantize it
+/// with.
+pub(crate) fn mlx_affine_params(
+    bits: u32,
+    group_size: u32,
+    scales: &minerva_core::TensorView<'_>,
+) -> minerva_quant::MlxAffine {
+    minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype }
+}
+
 impl MlxAffineSource {
     /// The three components' bytes, or the error naming the one whose range is outside its file.
     pub fn parts(&self) -> Result<(&[u8], &[u8], &[u8])> {
@@ -169,8 +180,12 @@ impl MlxAffineSource {
             tensor: self.name.clone(),
             message: format!("rows {first}..{}: {e}", first.saturating_add(count)),
         })?;
-        let code_row = cols / 8 * self.params.bits as usize;
-        let scale_row = cols / self.params.group_size * self.params.scale_dtype.block_bytes();
+        // `matrix()` has checked the parameters against `cols`.
+        let row = self
+            .params
+            .row_bytes(cols)
+            .map_err(|e| ModelError::BadTensor { tensor: self.name.clone(), message: e.to_string() })?;
+        let (code_row, scale_row) = (row.codes, row.scales);
         let offset = |range: &Range<usize>, per_row: usize| {
             let start = range.start + first * per_row;
             start..start + count * per_row

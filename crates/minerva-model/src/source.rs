@@ -25,7 +25,7 @@ use std::sync::Arc;
 use minerva_gguf::Gguf;
 use minerva_safetensors::{Checkpoint, Encoding};
 
-use crate::backend::{Backend, ByteSource, MlxAffineSource, WeightSource};
+use crate::backend::{Backend, ByteSource, MlxAffineSource, WeightSource, mlx_affine_params};
 use crate::error::{ModelError, Result};
 
 /// Which file format the tensors come from (it decides names and the RoPE convention).
@@ -174,6 +174,7 @@ impl TensorSource {
         if checkpoint.config().is_some_and(|c| c.get("quantization").is_some()) {
             for lt in checkpoint.logical_tensors() {
                 let Encoding::MlxAffine { weight, scales, biases, bits, group_size } = lt.encoding else { continue };
+                let params = mlx_affine_params(bits, group_size, &scales);
                 let mut part = |name: &str| {
                     let stored =
                         tensors.remove(name).ok_or_else(|| ModelError::MissingTensor { tensor: name.into() })?;
@@ -181,8 +182,6 @@ impl TensorSource {
                 };
                 let ((weight_file, weight_range), (scales_file, scales_range), (biases_file, biases_range)) =
                     (part(weight.name)?, part(scales.name)?, part(biases.name)?);
-                let params =
-                    minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
                 let source = MlxAffineSource {
                     weight: weight_file,
                     weight_range,

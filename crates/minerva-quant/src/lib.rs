@@ -94,7 +94,7 @@ pub use matmul::{
     matmul_i16_ref, matmul_ref, matmul_repacked_with_isa, matmul_with_isa, matvec, matvec_ref,
 };
 pub use matrix::Matrix;
-pub use mlx::MlxAffine;
+pub use mlx::{AffineRowBytes, MlxAffine};
 pub use mxfp4::{dequantize_hf_mxfp4_ref, dequantize_mlx_mxfp4_ref, ggml_mxfp4_to_hf, hf_mxfp4_to_ggml};
 pub use pool::ComputePool;
 pub use repack::{

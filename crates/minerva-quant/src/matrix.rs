@@ -36,7 +36,7 @@ use minerva_core::DType;
 use crate::activation::Activation;
 use crate::kernels::{MatKernel, SPLIT_MAX_ACTS, SplitKernel, SplitRows};
 use crate::mxfp4::{MXFP4_GROUP, MXFP4_GROUP_BYTES, dequantize_hf_mxfp4_ref};
-use crate::{MlxAffine, QuantError};
+use crate::{AffineRowBytes, MlxAffine, QuantError};
 
 /// A `rows × cols` weight matrix, row-major, as a fused product reads it.
 #[derive(Clone, Copy, Debug)]
@@ -120,7 +120,7 @@ impl<'a> Matrix<'a> {
                 Ok(view)
             }
             Matrix::MlxAffine { weight, scales, biases, params } => {
-                let (code_bytes, scale_bytes) = affine_row_bytes(params, cols)?;
+                let AffineRowBytes { codes: code_bytes, scales: scale_bytes } = params.row_bytes(cols)?;
                 let part = |bytes: &'a [u8], per_row: usize| -> Result<&'a [u8], QuantError> {
                     let start = first.checked_mul(per_row).ok_or(overflow.clone())?;
                     let len = count.checked_mul(per_row).ok_or(overflow.clone())?;
@@ -189,7 +189,7 @@ impl<'a> Matrix<'a> {
                 Ok(groups * (1 + MXFP4_GROUP_BYTES))
             }
             Matrix::MlxAffine { weight, scales, biases, params } => {
-                let (code_bytes, scale_bytes) = affine_row_bytes(params, cols)?;
+                let AffineRowBytes { codes: code_bytes, scales: scale_bytes } = params.row_bytes(cols)?;
                 for (component, per_row, actual) in [
                     ("weight", code_bytes, weight.len()),
                     ("scales", scale_bytes, scales.len()),
@@ -283,21 +283,12 @@ impl<'a> Matrix<'a> {
                 in_place: crate::kernels::selected(DType::MXFP4).kernels.split_i16,
             },
             Matrix::MlxAffine { weight, scales, biases, params } => {
-                RowSource::MlxAffine { weight, scales, biases, params, cols }
+                // `check_shape` has accepted these parameters for `cols`.
+                let row = params.row_bytes(cols).expect("an MLX affine matrix's shape is checked before its products");
+                RowSource::MlxAffine { weight, scales, biases, params, row }
             }
         }
     }
-}
-
-/// Bytes per row of an MLX affine matrix's codes and of its scales (or biases), for valid
-/// parameters and whole groups.
-fn affine_row_bytes(params: MlxAffine, cols: usize) -> Result<(usize, usize), QuantError> {
-    params.validate()?;
-    if !cols.is_multiple_of(params.group_size) {
-        return Err(QuantError::PartialGroupValues { len: cols, group_size: params.group_size });
-    }
-    // A group of >= 32 values is whole u32 words of codes.
-    Ok((cols / 8 * params.bits as usize, cols / params.group_size * params.scale_dtype.block_bytes()))
 }
 
 fn row_bytes(dtype: DType, cols: usize) -> Result<usize, QuantError> {
@@ -335,7 +326,7 @@ pub(crate) enum RowSource<'a> {
         scales: &'a [u8],
         biases: &'a [u8],
         params: MlxAffine,
-        cols: usize,
+        row: AffineRowBytes,
     },
 }
 
@@ -379,11 +370,10 @@ impl RowSource<'_> {
                     kernel.apply(stage, row_bytes, acts, out);
                 }
             }),
-            RowSource::MlxAffine { weight, scales, biases, params, cols } => STAGED.with_borrow_mut(|staged| {
+            RowSource::MlxAffine { weight, scales, biases, params, row } => STAGED.with_borrow_mut(|staged| {
                 staged.resize(STAGE_ROWS * row_bytes, 0);
                 let n = acts.len();
-                let (code_bytes, scale_bytes) =
-                    (cols / 8 * params.bits as usize, cols / params.group_size * params.scale_dtype.block_bytes());
+                let AffineRowBytes { codes: code_bytes, scales: scale_bytes } = row;
                 for (c, out) in out.chunks_mut(STAGE_ROWS * n).enumerate() {
                     let (row, rows) = (first + c * STAGE_ROWS, out.len() / n);
                     let stage = &mut staged[..rows * row_bytes];

@@ -38,6 +38,15 @@ pub struct MlxAffine {
     pub scale_dtype: DType,
 }
 
+/// One row's bytes in each component of an MLX affine matrix ([`MlxAffine::row_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AffineRowBytes {
+    /// Of the codes (`weight`).
+    pub codes: usize,
+    /// Of the scales, and of the biases.
+    pub scales: usize,
+}
+
 impl MlxAffine {
     /// Checks the parameters against what MLX supports.
     pub fn validate(&self) -> Result<(), QuantError> {
@@ -50,6 +59,20 @@ impl MlxAffine {
             return Err(QuantError::MlxScaleDType { dtype: self.scale_dtype });
         }
         Ok(())
+    }
+
+    /// Bytes per row of `cols` values: of codes, and of scales (as many of biases). An error for
+    /// parameters MLX does not support or `cols` not a whole number of groups.
+    pub fn row_bytes(&self, cols: usize) -> Result<AffineRowBytes, QuantError> {
+        self.validate()?;
+        if !cols.is_multiple_of(self.group_size) {
+            return Err(QuantError::PartialGroupValues { len: cols, group_size: self.group_size });
+        }
+        // A group of >= 32 values is whole u32 words of codes.
+        Ok(AffineRowBytes {
+            codes: cols / 8 * self.bits as usize,
+            scales: cols / self.group_size * self.scale_dtype.block_bytes(),
+        })
     }
 
     /// Dequantizes `values.len()` values from `weight` (the u32 tensor's little-endian bytes),

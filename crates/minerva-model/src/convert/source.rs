@@ -27,6 +27,7 @@ use crate::arch::GraphConfig;
 use crate::arch::gemma3::Gemma3Config;
 use crate::arch::gpt_oss::GptOssConfig;
 use crate::arch::registry::{self, ArchSpec, Graph};
+use crate::backend::mlx_affine_params;
 use crate::config::Config;
 use crate::error::ModelError;
 use crate::source::{SourceFormat, gguf_name};
@@ -255,7 +256,7 @@ impl SourceModel {
         }
         let lt = self.logical(stored)?;
         let Encoding::MlxAffine { weight, scales, biases, bits, group_size } = lt.encoding else { return Ok(None) };
-        let params = minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
+        let params = mlx_affine_params(bits, group_size, &scales);
         Ok(Some((params, [weight.bytes, scales.bytes, biases.bytes])))
     }
 
@@ -274,11 +275,7 @@ impl SourceModel {
                 let bytes = match lt.encoding {
                     Encoding::Plain(view) => Cow::Borrowed(view.bytes),
                     Encoding::MlxAffine { weight, scales, biases, bits, group_size } => {
-                        let params = minerva_quant::MlxAffine {
-                            bits,
-                            group_size: group_size as usize,
-                            scale_dtype: scales.dtype,
-                        };
+                        let params = mlx_affine_params(bits, group_size, &scales);
                         let values: usize = lt.shape.iter().product();
                         let mut out = vec![0u8; values * scales.dtype.block_bytes()];
                         params

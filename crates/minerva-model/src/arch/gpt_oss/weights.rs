@@ -270,7 +270,7 @@ fn st_weight<B: Backend>(backend: &B, ckpt: &Arc<Checkpoint>, name: &str, expect
             let tensor = |view: &minerva_core::TensorView<'_>| -> Arc<dyn ByteSource> {
                 Arc::new(CheckpointTensor { ckpt: ckpt.clone(), name: view.name.into() })
             };
-            let params = minerva_quant::MlxAffine { bits, group_size: group_size as usize, scale_dtype: scales.dtype };
+            let params = crate::backend::mlx_affine_params(bits, group_size, &scales);
             backend.mlx_affine_weight(MlxAffineSource {
                 weight: tensor(&weight),
                 weight_range: 0..weight.bytes.len(),
