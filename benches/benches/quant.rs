@@ -12,7 +12,7 @@
 //!   — a batch of decodes, `matmul_i16` with 1 to 64 vectors (SmolLM2's Q4_1 layers, its Q8_0 head).
 //! * `repacked/<shape>/<dtype>/n<N>/{zero-copy,repacked}` — repacked weights with Q8_0 activations
 //!   against the zero-copy i16 kernels, 1 to 512 vectors.
-//! * `mxfp4_split/<layout>/n<N>/{1,2}t` — MXFP4 decode (`matmul_i16_matrix`, 1 to 4 vectors) over
+//! * `mxfp4_split/<layout>/n<N>/{1,2}t` — MXFP4 decode (`matmul_i16_matrix`, 1 to 7 vectors) over
 //!   8 GPT-OSS-20B gate/up experts (46080×2880, 70 MB, ≫ L2): GGML blocks (GGUF) against the same
 //!   values where HF and MLX store them (`Matrix::Mxfp4Split`), whole and as HF's interleaved
 //!   halves (`row_stride` 2), throughput in MXFP4 bytes read.
@@ -356,7 +356,7 @@ fn bench_mxfp4_split(c: &mut Criterion) {
         ("split", Matrix::Mxfp4Split { nibbles: &nibbles, scales: &scales, row_stride: 1 }, rows),
         ("split_half", Matrix::Mxfp4Split { nibbles: &nibbles, scales: &scales, row_stride: 2 }, rows / 2),
     ];
-    for n in [1, 2, 4] {
+    for n in [1, 2, 4, 7] {
         let xs: Vec<f32> = (0..n * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
         for (threads, pool) in &pools {
             for (label, matrix, rows) in layouts {

@@ -9,8 +9,8 @@
 //! Matrix::MlxAffine         row r: cols·bits/8 bytes of codes, cols/group scales and biases
 //! ```
 //!
-//! A split matrix runs without a converted copy of its weights. Against one to three i16
-//! activations (decode), where the CPU has one, a kernel reads the split layout itself
+//! A split matrix runs without a converted copy of its weights. Against one to seven i16
+//! activations (decode; below the panels' eight), where the CPU has one, a kernel reads the split layout itself
 //! (`kernels/x86/avx2_split_mxfp4.rs`: one byte shuffle per block and activations permuted once
 //! per call keep the GGML kernels' halves, so the bits are theirs). Otherwise each task converts
 //! its rows, a few at a time, into a per-thread buffer of GGML blocks (24 KiB for 16 rows of

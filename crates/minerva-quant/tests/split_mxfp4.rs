@@ -1,7 +1,7 @@
 //! MXFP4 read where HF and MLX store it (`Matrix::Mxfp4Split`): every product equals the product
 //! of the same values converted to GGML blocks (`hf_mxfp4_to_ggml`), bit for bit, for whole
-//! matrices, every other row (HF's interleaved gate/up rows) and row ranges, at one to four
-//! activations (up to three read in place where the CPU has the kernel, more staged as GGML
+//! matrices, every other row (HF's interleaved gate/up rows) and row ranges, at one to eight
+//! activations (up to seven read in place where the CPU has the kernel, more staged as GGML
 //! blocks) and at a prefill's, on one and two threads, alone and among other products; its
 //! dequantization equals the reference's.
 
@@ -55,7 +55,7 @@ fn split_products_equal_converted_products() {
         let (nibbles_from, scales_from) = (&nibbles[first * groups * 16..], &scales[first * groups..]);
         let matrix = Matrix::Mxfp4Split { nibbles: nibbles_from, scales: scales_from, row_stride: stride };
         let converted = ggml_rows(&nibbles, &scales, cols, first, stride, rows);
-        for n in [1, 2, 3, 4, 70] {
+        for n in [1, 2, 3, 4, 7, 8, 70] {
             let xs = activations(n * cols, 11 + n as u64);
             for threads in [1, 2] {
                 let mut split = vec![f32::NAN; n * rows];

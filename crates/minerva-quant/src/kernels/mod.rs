@@ -64,9 +64,10 @@ pub(crate) struct SplitRows<'a> {
 /// selected `matmul_i16` kernel gives on the same rows converted to GGML blocks.
 pub(crate) type SplitKernel = fn(SplitRows<'_>, usize, &[Activation<'_>], &mut [f32]);
 
-/// The most activations a [`SplitKernel`] takes (a decode's few sequences; from there the rows
-/// are staged as GGML blocks, each staged block then serving every activation).
-pub(crate) const SPLIT_MAX_ACTS: usize = 3;
+/// The most activations a [`SplitKernel`] takes (a decode batch's rows for one expert, below the
+/// panels' eight; from there the rows are staged as GGML blocks, each staged block then serving
+/// every activation).
+pub(crate) const SPLIT_MAX_ACTS: usize = 7;
 
 /// A matmul kernel: a tile kernel, or a dot kernel applied per (row, activation).
 #[derive(Clone, Copy)]

@@ -1,13 +1,15 @@
 //! AVX2 (+FMA, F16C) decode tiles for MXFP4 where HF and MLX store it (`Matrix::Mxfp4Split`):
 //! nibbles in HF's pair order (byte j: value 2j low, 2j + 1 high), scales in a tensor of their
-//! own, read where they lie against one to three i16 activations — no staged copy of the rows.
+//! own, read where they lie against one to seven i16 activations — no staged copy of the rows.
 //!
 //! The results must equal `avx2_tile_i16`'s on the same values converted to GGML blocks bit for
 //! bit. Those tiles add a block's products into two exact integer halves (the low and high 128
 //! bits of the decoded quants: values 0..8 and 16..24, then 8..16 and 24..32), convert each half
-//! to f32 and scale it. So here each block's 16 bytes are reordered by one `vpshufd` (dwords 0, 2,
-//! 1, 3: bytes 0..4 and 8..12, holding values 0..8 and 16..24, into the low half) before the same
-//! widening and E2M1 lookup, and the activations are permuted to match, once per call and thread:
+//! to f32 and scale it. So here each block's 16 bytes, loaded into both 128-bit lanes, are picked
+//! and zero-extended by one in-lane `vpshufb` (bytes 0..4 and 8..12, holding values 0..8 and
+//! 16..24, into the low half; where GGML's tiles widen with `vpmovzxbw`, a shuffle across lanes)
+//! before the same E2M1 lookup, and the activations are permuted to match, once per call and
+//! thread:
 //!
 //! ```text
 //!   decoded lane k (k < 16):  low nibble = value 2·src(k), high nibble = value 2·src(k) + 1
@@ -93,31 +95,43 @@ const WIDEN: [i8; 32] = {
 };
 
 /// Rows `first..first + out.len() / acts.len()` of `rows` against `acts` (1 to [`MAX_ACTS`]
-/// i16 activations of `rows.groups` blocks), into `out` (row-major, rows × acts).
+/// i16 activations of `rows.groups` blocks), into `out` (row-major, rows × acts): each tile of
+/// rows against the activations three at a time, its nibbles still in L1 for the next three.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn split_mxfp4_i16(rows: SplitRows<'_>, first: usize, acts: &[Activation<'_>], out: &mut [f32]) {
     let n = acts.len();
     assert!((1..=MAX_ACTS).contains(&n), "split MXFP4 tiles take 1 to {MAX_ACTS} activations, got {n}");
     PAIR_ORDER.with_borrow_mut(|cache| {
         laid_out(acts, rows.groups, cache, pair_order);
-        let quants = &cache.1;
+        let groups = rows.groups;
         let count = out.len() / n;
         let mut r = 0;
         while r < count {
             let tile_rows = if count - r >= ROWS { ROWS } else { 1 };
             let out = &mut out[r * n..(r + tile_rows) * n];
-            match (tile_rows, n) {
-                (ROWS, 1) => put(out, n, 0, tile::<ROWS, 1>(rows, first + r, quants, acts)),
-                (ROWS, 2) => put(out, n, 0, tile::<ROWS, 2>(rows, first + r, quants, acts)),
-                (ROWS, _) => put(out, n, 0, tile::<ROWS, 3>(rows, first + r, quants, acts)),
-                (_, 1) => put(out, n, 0, tile::<1, 1>(rows, first + r, quants, acts)),
-                (_, 2) => put(out, n, 0, tile::<1, 2>(rows, first + r, quants, acts)),
-                (_, _) => put(out, n, 0, tile::<1, 3>(rows, first + r, quants, acts)),
+            let mut c = 0;
+            while c < n {
+                let take = (n - c).min(TILE_ACTS);
+                let (quants, acts) = (&cache.1[c * groups..(c + take) * groups], &acts[c..c + take]);
+                let row = first + r;
+                match (tile_rows, take) {
+                    (ROWS, 1) => put(out, n, c, tile::<ROWS, 1>(rows, row, quants, acts)),
+                    (ROWS, 2) => put(out, n, c, tile::<ROWS, 2>(rows, row, quants, acts)),
+                    (ROWS, _) => put(out, n, c, tile::<ROWS, 3>(rows, row, quants, acts)),
+                    (_, 1) => put(out, n, c, tile::<1, 1>(rows, row, quants, acts)),
+                    (_, 2) => put(out, n, c, tile::<1, 2>(rows, row, quants, acts)),
+                    (_, _) => put(out, n, c, tile::<1, 3>(rows, row, quants, acts)),
+                }
+                c += take;
             }
             r += tile_rows;
         }
     });
 }
+
+/// Activations per tile: three accumulators and their block dots fit the 16 registers beside
+/// four rows' decoded quants.
+const TILE_ACTS: usize = 3;
 
 /// `R` rows (4, or 1 filling all four lanes) from row `first` × `C` activations, whose pair-order
 /// quants are `quants` (activation `c` at `c · groups`): `avx2_tile_i16`'s `tile_rows`, step for
@@ -202,8 +216,9 @@ mod tests {
         sorted.sort_unstable();
         let ggml: Vec<usize> = (0..8).chain(16..24).collect();
         assert_eq!(sorted, ggml);
-        // `vpshufd` 0b11_01_10_00 takes dwords 0, 2, 1, 3: bytes 0..4, 8..12, 4..8, 12..16.
-        let shuffled: Vec<usize> = [0, 2, 1, 3].iter().flat_map(|&dw| 4 * dw..4 * dw + 4).collect();
-        assert_eq!(shuffled, SOURCE_BYTE);
+        // The `vpshufb` indices take those bytes, each into the low byte of its i16 lane.
+        for k in 0..16 {
+            assert_eq!((WIDEN[2 * k], WIDEN[2 * k + 1]), (SOURCE_BYTE[k] as i8, -1), "lane {k}");
+        }
     }
 }
