@@ -33,7 +33,7 @@ use std::cell::RefCell;
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_tile_i16::{
-    MXFP4_MAGNITUDES, ROWS, accumulate, e2m1_wide, prefetch, put, quants_dot, reduce4, results, twice,
+    MXFP4_MAGNITUDES, ROWS, accumulate, e2m1_wide, prefetch, put, quants_dot, reduce4, row_results, twice,
 };
 use super::avx512_panel::{LayoutKey, laid_out};
 use crate::activation::Activation;
@@ -193,14 +193,7 @@ fn tile<const R: usize, const C: usize>(
             acc[c] = accumulate(acc[c], v, None, _mm256_mul_ps(d, _mm256_set1_ps(act_scales[c][b])), None);
         }
     }
-    let mut out = [[0.0; C]; R];
-    for c in 0..C {
-        let per_row = results(acc[c]);
-        for r in 0..R {
-            out[r][c] = per_row[r];
-        }
-    }
-    out
+    row_results(acc)
 }
 
 #[cfg(test)]

@@ -182,6 +182,21 @@ pub(super) fn results(acc: __m256) -> [f32; 4] {
     [lanes[0], lanes[1], lanes[2], lanes[3]]
 }
 
+/// `R` rows × `C` activations from one accumulator per activation whose lanes hold four rows
+/// (`results`; a single row fills all four).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn row_results<const R: usize, const C: usize>(acc: [__m256; C]) -> [[f32; C]; R] {
+    let mut out = [[0.0; C]; R];
+    for c in 0..C {
+        let per_row = results(acc[c]);
+        for r in 0..R {
+            out[r][c] = per_row[r];
+        }
+    }
+    out
+}
+
 /// Defines module `tiles` with `tiles::tiles`, the kernel walking all rows × activations in
 /// tiles (below `avx2_panel::MIN_ACTS` activations; the AVX2 panels from there), compiled with
 /// `$features` and with `$dot` (a path from inside the module) as the block dot product.
@@ -202,7 +217,7 @@ macro_rules! tile_kernels {
 
             use super::super::avx2_tile_i16::{
                 Decoded, Format, ROWS, Scales, accumulate, low_half, offsets, prefetch, prefetch_lead, put, reduce4,
-                results, twice,
+                results, row_results, twice,
             };
             use crate::activation::Activation;
             use crate::kernels::BlockKind as Kind;
@@ -359,14 +374,7 @@ macro_rules! tile_kernels {
                             accumulate(acc[c], v, off, _mm256_mul_ps(d, _mm256_set1_ps(act_scales[c][b])), min_terms);
                     }
                 }
-                let mut out = [[0.0; C]; R];
-                for c in 0..C {
-                    let per_row = results(acc[c]);
-                    for r in 0..R {
-                        out[r][c] = per_row[r];
-                    }
-                }
-                out
+                row_results(acc)
             }
 
             /// Walks all rows of `w` (whole rows of `row_bytes`) × all activations: rows in groups of
