@@ -123,3 +123,25 @@ fn split_dequantization_and_row_views_match_the_reference() {
     assert_eq!(blocks, ggml_rows(&nibbles, &scales, cols, 2, 2, 2));
     assert!(view.to_ggml_blocks(2, cols, &mut blocks[1..]).is_err());
 }
+
+/// Every E8M0 exponent (subnormal scales, 2^127, the NaN byte 255) at one to seven activations:
+/// the split tiles scale each block as the GGML kernels do, bit for bit (NaN for NaN).
+#[test]
+fn every_exponent_gives_the_converted_bits() {
+    let (rows, cols) = (64, 128);
+    let (nibbles, mut scales) = hf_pair(rows, cols, 21);
+    for (i, scale) in scales.iter_mut().enumerate() {
+        *scale = (i % 256) as u8;
+    }
+    let converted = ggml_rows(&nibbles, &scales, cols, 0, 1, rows);
+    let matrix = Matrix::Mxfp4Split { nibbles: &nibbles, scales: &scales, row_stride: 1 };
+    let bits = |v: &[f32]| v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>();
+    for n in 1..=7 {
+        let xs = activations(n * cols, 31 + n as u64);
+        let (mut split, mut ggml) = (vec![0.0; n * rows], vec![0.0; n * rows]);
+        matmul_i16_matrix(matrix, rows, cols, &xs, n, &mut split).expect("split");
+        matmul_i16(DType::MXFP4, &converted, rows, cols, &xs, n, &mut ggml).expect("ggml");
+        assert!(split.iter().any(|v| !v.is_finite()) && split.iter().any(|v| v.is_finite() && *v != 0.0));
+        assert_eq!(bits(&split), bits(&ggml), "n {n}");
+    }
+}
