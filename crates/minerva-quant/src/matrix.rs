@@ -10,14 +10,14 @@
 //! ```
 //!
 //! A split matrix runs without a converted copy of its weights. Against one to seven i16
-//! activations (decode; below the panels' eight), where the CPU has one, a kernel reads the split layout itself
-//! (`kernels/x86/avx2_split_mxfp4.rs`: one byte shuffle per block and activations permuted once
-//! per call keep the GGML kernels' halves, so the bits are theirs). Otherwise each task converts
-//! its rows, a few at a time, into a per-thread buffer of GGML blocks (24 KiB for 16 rows of
-//! GPT-OSS) that stays in L1 while the GGML kernel reads it, for every activation of a prefill
-//! chunk. The conversion is llama.cpp's (`hf_mxfp4_to_ggml`): the scale byte, then the nibbles
-//! reordered from HF's pairs (byte j: values 2j, 2j + 1) to GGML's halves (byte j: values j,
-//! j + 16), a few SIMD instructions per block. Either way every product equals the one on
+//! activations (decode; below the panels' eight), where the CPU has one, a kernel reads the split
+//! layout itself (`kernels/x86/avx2_split_mxfp4.rs`: one byte shuffle per block and activations
+//! permuted once per call keep the GGML kernels' halves, so the bits are theirs). Otherwise each
+//! task converts its rows, a few at a time, into a per-thread buffer of GGML blocks (24 KiB for
+//! 16 rows of GPT-OSS) that stays in L1 while the GGML kernel reads it, for every activation of a
+//! prefill chunk. The conversion is llama.cpp's (`hf_mxfp4_to_ggml`): the scale byte, then the
+//! nibbles reordered from HF's pairs (byte j: values 2j, 2j + 1) to GGML's halves (byte j: values
+//! j, j + 16), a few SIMD instructions per block. Either way every product equals the one on
 //! converted weights bit for bit.
 //!
 //! An MLX affine matrix (8-bit, 4-bit, …, codes with a float scale and bias per group) runs the
