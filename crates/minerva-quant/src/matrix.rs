@@ -357,7 +357,9 @@ impl RowSource<'_> {
                 kernel.apply(&bytes[first * row_bytes..][..count * row_bytes], row_bytes, acts, out);
             }
             RowSource::Mxfp4Split { rows, in_place: Some(split) }
-                if acts.len() <= SPLIT_MAX_ACTS && acts.iter().all(|a| a.q16.len() == 32 * rows.groups) =>
+                if rows.groups > 0
+                    && acts.len() <= SPLIT_MAX_ACTS
+                    && acts.iter().all(|a| a.q16.len() == 32 * rows.groups) =>
             {
                 split(rows, first, acts, out);
             }

@@ -33,7 +33,8 @@ use std::cell::RefCell;
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_tile_i16::{
-    MXFP4_MAGNITUDES, ROWS, accumulate, e2m1_wide, prefetch, put, quants_dot, reduce4, row_results, twice,
+    MXFP4_MAGNITUDES, PREFETCH_AHEAD, ROWS, accumulate, e2m1_wide, prefetch, put, quants_dot, reduce4, row_results,
+    twice,
 };
 use super::avx512_panel::{LayoutKey, laid_out};
 use crate::activation::Activation;
@@ -43,17 +44,14 @@ use crate::kernels::{SPLIT_MAX_ACTS as MAX_ACTS, SplitRows};
 /// Bytes of nibbles per group.
 const GROUP_BYTES: usize = 16;
 
-/// How far ahead of a tile's rows [`prefetch`] runs in the nibbles (as `avx2_tile_i16`'s).
-const PREFETCH_AHEAD: usize = 4096;
-
 thread_local! {
     /// The call's activations' quants in pair order (activation `j`'s block `b` at `j·blocks + b`),
     /// with the key of the activations they were made from.
     static PAIR_ORDER: RefCell<(Option<LayoutKey>, Vec<[i16; 32]>)> = const { RefCell::new((None, Vec::new())) };
 }
 
-/// Where GGML's tiles have the value that this module's decoded lane `k` (`k < 16`) holds in its
-/// low nibble: [`SOURCE_BYTE`]`[k]` is the HF byte that lane reads.
+/// The HF byte that decoded lane `k` (`k < 16`) reads: its low nibble (value 2·byte) goes to the
+/// first vector's lane `k`, its high nibble (value 2·byte + 1) to the second's.
 const SOURCE_BYTE: [usize; 16] = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15];
 
 /// Each activation's i16 quants in the order [`decode_pairs`] reads the nibbles (module docs).

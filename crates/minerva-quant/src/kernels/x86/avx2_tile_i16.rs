@@ -54,7 +54,7 @@ pub(super) const ROWS: usize = 4;
 
 /// How far ahead of a tile's progress through its rows [`prefetch`] runs: bytes past the start
 /// of the tile's last row (as `avx2_tile::prefetch_lead`, with a distance of its own).
-const PREFETCH_AHEAD: usize = 4096;
+pub(super) const PREFETCH_AHEAD: usize = 4096;
 
 /// Where [`prefetch`] runs for a tile over `rows` rows of `row_bytes`: see [`PREFETCH_AHEAD`].
 pub(super) fn prefetch_lead(rows: usize, row_bytes: usize) -> usize {
