@@ -17,7 +17,7 @@ use minerva_model::{
 
 use crate::device::{self, DeviceInfo};
 use crate::error::WgpuError;
-use crate::gpu::{Gpu, RecordStats};
+use crate::gpu::{Gpu, RecordStats, StepTable};
 use crate::kernels::attention::{AttentionShape, Paging};
 use crate::kernels::{self, KvElem, rope::RopeShape};
 use crate::profile::KernelTime;
@@ -117,13 +117,29 @@ impl WgpuCache {
     }
 }
 
-/// Host-side tables that repeat across the layers of a step, uploaded once per step.
-#[derive(Default)]
+/// Host-made tables that the layers of a step share, written once per step into buffers kept
+/// from step to step ([`StepTable`]).
 struct StepTables {
-    /// (positions, rope config) → (cos, sin) table.
-    rope: Option<(Vec<u32>, RopeConfig, wgpu::Buffer)>,
-    /// Batch → (slot, position) per row, and the prefill query blocks (with their count).
-    rows: Option<(Batch, wgpu::Buffer, wgpu::Buffer, usize)>,
+    /// Per RoPE configuration (Gemma 3's local and global layers have one each): the positions
+    /// its (cos, sin) table was written for, and the table.
+    rope: Vec<(RopeConfig, Vec<u32>, StepTable)>,
+    /// The batch `row_info` and `query_blocks` were written for, and its number of query blocks.
+    rows: Option<(Batch, usize)>,
+    /// (slot, position) of every row.
+    row_info: StepTable,
+    /// The prefill query blocks.
+    query_blocks: StepTable,
+}
+
+impl Default for StepTables {
+    fn default() -> Self {
+        StepTables {
+            rope: Vec::new(),
+            rows: None,
+            row_info: StepTable::new("row table"),
+            query_blocks: StepTable::new("query blocks"),
+        }
+    }
 }
 
 /// The wgpu backend.
@@ -141,6 +157,10 @@ pub struct WgpuBackend {
     on_upload: Option<UploadProgress>,
     kv: KvElem,
     device_sampling: bool,
+    /// The step's token ids, for `embed`.
+    token_ids: StepTable,
+    /// Device sampling's per-row settings and penalty entries.
+    sampling: kernels::sample::SamplingTables,
 }
 
 /// [`WgpuOptions::tiled_from`]'s default: below it the block kernels (each weight dequantized
@@ -202,6 +222,8 @@ impl WgpuBackend {
             on_upload: options.on_upload,
             kv,
             device_sampling: options.device_sampling,
+            token_ids: StepTable::new("token ids"),
+            sampling: kernels::sample::SamplingTables::default(),
         })
     }
 
@@ -287,30 +309,39 @@ impl WgpuBackend {
     }
 
     /// The (cos, sin) table of `positions` under `rope`, computed exactly as the CPU backend does
-    /// and uploaded once per step (Q and K of every layer share it).
+    /// and written once per step (Q and K of every layer share it).
     fn rope_table(&self, positions: &[u32], rope: &RopeConfig) -> wgpu::Buffer {
         let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((p, c, b)) = &tables.rope
-            && p == positions
-            && c == rope
+        let i = match tables.rope.iter().position(|(c, _, _)| c == rope) {
+            Some(i) => i,
+            None => {
+                tables.rope.push((rope.clone(), Vec::new(), StepTable::new("rope table")));
+                tables.rope.len() - 1
+            }
+        };
+        let (_, written_for, table) = &mut tables.rope[i];
+        if written_for == positions
+            && let Some(buffer) = self.gpu.reuse_table(table)
         {
-            return b.clone();
+            return buffer;
         }
         // The same table as the CPU backend rotates by.
-        let table = checks::rope_table(positions, rope);
-        let buffer = self.gpu.init_buffer("rope table", bytemuck::cast_slice(&table), wgpu::BufferUsages::STORAGE);
-        tables.rope = Some((positions.to_vec(), rope.clone(), buffer.clone()));
-        buffer
+        let values = checks::rope_table(positions, rope);
+        written_for.clear();
+        written_for.extend_from_slice(positions);
+        self.gpu.write_table(table, bytemuck::cast_slice(&values))
     }
 
     /// (slot, position) of every row of `batch` and its prefill query blocks (and their count),
-    /// uploaded once per step.
+    /// written once per step.
     fn row_table(&self, batch: &Batch) -> (wgpu::Buffer, wgpu::Buffer, usize) {
         let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((b, info, blocks, n)) = &tables.rows
+        if let Some((b, n)) = &tables.rows
             && b == batch
+            && let (Some(info), Some(blocks)) =
+                (self.gpu.reuse_table(&tables.row_info), self.gpu.reuse_table(&tables.query_blocks))
         {
-            return (info.clone(), blocks.clone(), *n);
+            return (info, blocks, *n);
         }
         let mut info = vec![0u32; batch.n_tokens() * 2];
         for seq in &batch.seqs {
@@ -319,11 +350,11 @@ impl WgpuBackend {
                 info[2 * r + 1] = batch.positions[r];
             }
         }
-        let info = self.gpu.init_buffer("row table", bytemuck::cast_slice(&info), wgpu::BufferUsages::STORAGE);
+        let info = self.gpu.write_table(&tables.row_info, bytemuck::cast_slice(&info));
         let blocks = kernels::attention::prefill_blocks(batch);
         let n = blocks.len() / 4;
-        let blocks = self.gpu.init_buffer("query blocks", bytemuck::cast_slice(&blocks), wgpu::BufferUsages::STORAGE);
-        tables.rows = Some((batch.clone(), info.clone(), blocks.clone(), n));
+        let blocks = self.gpu.write_table(&tables.query_blocks, bytemuck::cast_slice(&blocks));
+        tables.rows = Some((batch.clone(), n));
         (info, blocks, n)
     }
 }
@@ -527,7 +558,7 @@ impl Backend for WgpuBackend {
             return Err(ModelError::BadBatch { message });
         }
         let out = self.tensor(tokens.len(), table.cols)?;
-        let ids = self.gpu.init_buffer("tokens", bytemuck::cast_slice(tokens), wgpu::BufferUsages::STORAGE);
+        let ids = self.gpu.write_table(&self.token_ids, bytemuck::cast_slice(tokens));
         kernels::embed::embed(&self.gpu, table, &ids, tokens.len(), out.buffer());
         Ok(out)
     }
@@ -630,7 +661,7 @@ impl Backend for WgpuBackend {
         }
         let logits = self.head_logits(x, head, rows)?;
         let out = self.gpu.scratch((rows.len() * 4) as u64);
-        kernels::sample::sample(&self.gpu, logits.buffer(), out.buffer(), head.rows, params);
+        kernels::sample::sample(&self.gpu, &self.sampling, logits.buffer(), out.buffer(), head.rows, params);
         let bytes = self.gpu.read_back(out.buffer(), (rows.len() * 4) as u64)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }

@@ -3,7 +3,11 @@
 //! is read back, with the kernels' parameters gathered into one uniform ring buffer.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use minerva_core::DType;
 
 use wgpu::util::DeviceExt;
 
@@ -50,7 +54,7 @@ pub(crate) struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub info: DeviceInfo,
-    pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
+    pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
     pool: Pool,
     step: Mutex<Step>,
     /// Every dispatch's parameters, at `param_align` offsets; written once per submission.
@@ -63,6 +67,26 @@ pub(crate) struct Gpu {
     /// Submit a step in parts of this many dispatches (0: only when something is read back), so
     /// the GPU runs the first part while the host records the rest.
     submit_every: usize,
+    /// Command buffers submitted since the device opened: [`StepTable`]s compare it with their
+    /// last use to know whether recorded work that reads them is still unsubmitted.
+    submitted: AtomicU64,
+    /// The read-back staging buffer, kept for the next read-back of at most its size.
+    staging: Mutex<Option<wgpu::Buffer>>,
+}
+
+/// A small host-made table that ops bind for a step (token ids, RoPE angles, row positions,
+/// sampling settings): one device buffer rewritten in place, grown only when a table outgrows it,
+/// so a steady decode creates no buffer for it.
+pub(crate) struct StepTable {
+    label: &'static str,
+    /// The buffer, and the submission count when recorded work last bound it.
+    slot: Mutex<Option<(wgpu::Buffer, u64)>>,
+}
+
+impl StepTable {
+    pub(crate) const fn new(label: &'static str) -> StepTable {
+        StepTable { label, slot: Mutex::new(None) }
+    }
 }
 
 /// Host-side cost of recording dispatches: how many, and the CPU time spent in
@@ -76,6 +100,60 @@ pub struct RecordStats {
     pub cpu: std::time::Duration,
     /// Command buffers submitted (a step in parts submits several).
     pub submissions: u64,
+    /// Device objects made while recording: buffers (activations the pool had none of, read-back
+    /// staging, per-step tables that outgrew theirs), bind groups and pipelines. A steady decode
+    /// makes none: every step after the first finds them all pooled or cached.
+    pub objects_created: u64,
+}
+
+/// A compiled kernel's identity: the kernel, the weight dtype it was assembled for, a size it was
+/// specialised to (tile, activation rows) and a variant (reduction, cache element). Built without
+/// allocating, so looking a pipeline up costs a recorded dispatch no allocation. Displayed as
+/// `kernel[/dtype][/size][/variant]` (`mul_mat_vec/Q4_0/1/subgroup`), the profile's kernel names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PipelineKey {
+    kernel: &'static str,
+    dtype: Option<DType>,
+    size: Option<u32>,
+    variant: &'static str,
+}
+
+impl PipelineKey {
+    /// The kernel `kernel`, with no dtype, size or variant.
+    pub(crate) const fn named(kernel: &'static str) -> PipelineKey {
+        PipelineKey { kernel, dtype: None, size: None, variant: "" }
+    }
+
+    /// For weights of `dtype`.
+    pub(crate) const fn dtype(self, dtype: DType) -> PipelineKey {
+        PipelineKey { dtype: Some(dtype), ..self }
+    }
+
+    /// Specialised to `size`.
+    pub(crate) const fn size(self, size: usize) -> PipelineKey {
+        PipelineKey { size: Some(size as u32), ..self }
+    }
+
+    /// The variant `variant`.
+    pub(crate) const fn variant(self, variant: &'static str) -> PipelineKey {
+        PipelineKey { variant, ..self }
+    }
+}
+
+impl fmt::Display for PipelineKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kernel)?;
+        if let Some(dtype) = self.dtype {
+            write!(f, "/{}", dtype.name())?;
+        }
+        if let Some(size) = self.size {
+            write!(f, "/{size}")?;
+        }
+        if !self.variant.is_empty() {
+            write!(f, "/{}", self.variant)?;
+        }
+        Ok(())
+    }
 }
 
 /// Bytes of the parameter ring: 8192 dispatches of 256-byte-aligned parameters per submission
@@ -96,12 +174,14 @@ struct Step {
     params: Vec<u8>,
     /// Dispatches recorded into the encoder since the last submission.
     in_encoder: usize,
-    /// Bind groups of this submission and of the one before, by what they bind. A steady
-    /// decode records the same dispatches on the same pooled buffers and ring offsets every step,
-    /// so it finds them here; one not used for two submissions is dropped with the buffers it
-    /// holds.
-    bind_groups: HashMap<BindKey, wgpu::BindGroup>,
-    previous_bind_groups: HashMap<BindKey, wgpu::BindGroup>,
+    /// Bind groups by what they bind, with the step that last used each. A steady decode records
+    /// the same dispatches on the same pooled buffers and ring offsets every step, so it finds
+    /// them here; steps that alternate (penalty entries in one sampled step and not the next)
+    /// find them from a few steps back. One unused for [`BIND_GROUP_STEPS`] steps is dropped
+    /// with the buffers it holds.
+    bind_groups: HashMap<BindKey, (wgpu::BindGroup, u64)>,
+    /// Steps ended so far ([`Gpu::submit`]).
+    steps: u64,
     /// The timestamp queries, when the device was opened for profiling.
     profiler: Option<Profiler>,
     /// Whether dispatches are timed now (each in a pass of its own).
@@ -110,12 +190,19 @@ struct Step {
     profiled: Vec<Profiled>,
 }
 
-/// What a dispatch binds: its pipeline (compared by identity), its buffers in binding order, and
-/// its parameters' place in the ring.
+/// Steps a bind group is kept unused before it is dropped.
+const BIND_GROUP_STEPS: u64 = 4;
+
+/// The most buffers a kernel binds (besides its parameters).
+pub(crate) const MAX_BINDINGS: usize = 8;
+
+/// What a dispatch binds: its pipeline (compared by identity), its buffers in binding order (a
+/// fixed array, so that looking a bind group up allocates nothing), and its parameters' place in
+/// the ring.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct BindKey {
     pipeline: wgpu::ComputePipeline,
-    buffers: Vec<wgpu::Buffer>,
+    buffers: [Option<wgpu::Buffer>; MAX_BINDINGS],
     params_offset: usize,
     params_len: usize,
 }
@@ -150,6 +237,8 @@ impl Gpu {
             pool: Arc::new(Mutex::new(HashMap::new())),
             recorded: Mutex::new(RecordStats::default()),
             submit_every,
+            submitted: AtomicU64::new(0),
+            staging: Mutex::new(None),
         }
     }
 
@@ -176,8 +265,15 @@ impl Gpu {
     /// Its contents are whatever the last user left: every kernel writing one writes all of it.
     pub(crate) fn scratch(&self, bytes: u64) -> PooledBuffer {
         let size = bytes.max(4).next_multiple_of(4);
-        let reused = lock(&self.pool).get_mut(&size).and_then(Vec::pop);
+        // The least free buffer (by wgpu's order), not the last freed: a step that allocates and
+        // frees in the same order as the one before then gets the same buffers, so it finds its
+        // bind groups cached. (Popping the last freed one permutes the buffers between steps.)
+        let reused = lock(&self.pool).get_mut(&size).and_then(|free| {
+            let least = free.iter().enumerate().min_by(|a, b| a.1.cmp(b.1)).map(|(i, _)| i)?;
+            Some(free.swap_remove(least))
+        });
         let buffer = reused.unwrap_or_else(|| {
+            self.created();
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("activation"),
                 size,
@@ -209,25 +305,74 @@ impl Gpu {
         self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents: bytes, usage })
     }
 
+    /// Counts a device object made while recording ([`RecordStats::objects_created`]).
+    fn created(&self) {
+        lock(&self.recorded).objects_created += 1;
+    }
+
+    /// `bytes` in `table`'s buffer for the ops about to be recorded, which bind the returned
+    /// buffer. Recorded work that read the table's earlier contents and is not yet submitted is
+    /// submitted first: a queue write lands before every command buffer submitted after it.
+    pub(crate) fn write_table(&self, table: &StepTable, bytes: &[u8]) -> wgpu::Buffer {
+        let mut slot = lock(&table.slot);
+        let submitted = self.submitted.load(Ordering::Relaxed);
+        if let Some((_, last_bound)) = &*slot
+            && *last_bound == submitted
+        {
+            self.submit_part(&mut lock(&self.step));
+        }
+        let size = bytes.len().max(4).next_multiple_of(4) as u64;
+        if slot.as_ref().is_none_or(|(b, _)| b.size() < size) {
+            self.created();
+            let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(table.label),
+                size: size.next_power_of_two().max(256),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            *slot = Some((buffer, 0));
+        }
+        let (buffer, last_bound) = slot.as_mut().expect("made above");
+        if bytes.len().is_multiple_of(4) {
+            self.queue.write_buffer(buffer, 0, bytes);
+        } else {
+            let mut padded = bytes.to_vec();
+            padded.resize(size as usize, 0);
+            self.queue.write_buffer(buffer, 0, &padded);
+        }
+        *last_bound = self.submitted.load(Ordering::Relaxed);
+        buffer.clone()
+    }
+
+    /// `table`'s buffer, bound again by the ops about to be recorded (its contents unchanged).
+    pub(crate) fn reuse_table(&self, table: &StepTable) -> Option<wgpu::Buffer> {
+        let mut slot = lock(&table.slot);
+        let (buffer, last_bound) = slot.as_mut()?;
+        *last_bound = self.submitted.load(Ordering::Relaxed);
+        Some(buffer.clone())
+    }
+
     /// The pipeline `key`, compiled from `source()` the first time it is asked for.
-    fn pipeline(&self, key: &str, source: impl FnOnce() -> String) -> wgpu::ComputePipeline {
+    fn pipeline(&self, key: PipelineKey, source: impl FnOnce() -> String) -> wgpu::ComputePipeline {
         let mut cache = lock(&self.pipelines);
-        if let Some(p) = cache.get(key) {
+        if let Some(p) = cache.get(&key) {
             return p.clone();
         }
+        self.created();
+        let label = key.to_string();
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(key),
+            label: Some(&label),
             source: wgpu::ShaderSource::Wgsl(source().into()),
         });
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(key),
+            label: Some(&label),
             layout: None,
             module: &module,
             entry_point: Some("main"),
             compilation_options: Default::default(),
             cache: None,
         });
-        cache.insert(key.to_string(), pipeline.clone());
+        cache.insert(key, pipeline.clone());
         pipeline
     }
 
@@ -235,7 +380,7 @@ impl Gpu {
     /// 0, 1, …, then `params` (from the ring) as a uniform at the next binding.
     pub(crate) fn dispatch(
         &self,
-        key: &str,
+        key: PipelineKey,
         source: impl FnOnce() -> String,
         buffers: &[&wgpu::Buffer],
         params: &[u32],
@@ -261,7 +406,7 @@ impl Gpu {
 
     fn record_dispatch(
         &self,
-        key: &str,
+        key: PipelineKey,
         source: impl FnOnce() -> String,
         buffers: &[&wgpu::Buffer],
         params: &[u32],
@@ -282,21 +427,24 @@ impl Gpu {
         let offset = step.params.len();
         step.params.extend_from_slice(bytes);
         step.params.resize((offset + bytes.len()).next_multiple_of(self.param_align), 0);
+        assert!(buffers.len() <= MAX_BINDINGS, "{key} binds {} buffers", buffers.len());
         let label = key;
         let key = BindKey {
             pipeline: pipeline.clone(),
-            buffers: buffers.iter().map(|&b| b.clone()).collect(),
+            buffers: std::array::from_fn(|i| buffers.get(i).map(|&b| b.clone())),
             params_offset: offset,
             params_len: bytes.len(),
         };
-        let bind_group = match step.bind_groups.get(&key) {
-            Some(group) => group.clone(),
+        let now = step.steps;
+        let bind_group = match step.bind_groups.get_mut(&key) {
+            Some((group, used)) => {
+                *used = now;
+                group.clone()
+            }
             None => {
-                let group = match step.previous_bind_groups.remove(&key) {
-                    Some(group) => group,
-                    None => self.bind_group(label, &key),
-                };
-                step.bind_groups.insert(key, group.clone());
+                lock(&self.recorded).objects_created += 1;
+                let group = self.bind_group(label, &key);
+                step.bind_groups.insert(key, (group.clone(), now));
                 group
             }
         };
@@ -307,15 +455,16 @@ impl Gpu {
             let Step { encoder, profiler, profiled, .. } = &mut *step;
             let encoder = encoder.get_or_insert_with(|| self.new_encoder());
             let writes = profiler.as_ref().expect("profiling only with a profiler").writes(i);
+            let name = label.to_string();
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(label),
+                label: Some(&name),
                 timestamp_writes: Some(writes),
             });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
             drop(pass);
-            profiled.push(Profiled { kernel: label.to_string(), bytes: 0 });
+            profiled.push(Profiled { kernel: name, bytes: 0 });
             return;
         }
         if step.pass.is_none() {
@@ -333,7 +482,7 @@ impl Gpu {
 
     /// A bind group for `key`: its buffers at bindings 0, 1, …, then its slice of the ring as the
     /// uniform at the next binding.
-    fn bind_group(&self, label: &str, key: &BindKey) -> wgpu::BindGroup {
+    fn bind_group(&self, label: PipelineKey, key: &BindKey) -> wgpu::BindGroup {
         let uniform = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: &self.ring,
             offset: key.params_offset as u64,
@@ -342,13 +491,15 @@ impl Gpu {
         let entries: Vec<wgpu::BindGroupEntry<'_>> = key
             .buffers
             .iter()
+            .flatten()
             .map(|b| b.as_entire_binding())
             .chain(std::iter::once(uniform))
             .enumerate()
             .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
             .collect();
+        let label = label.to_string();
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(label),
+            label: Some(&label),
             layout: &key.pipeline.get_bind_group_layout(0),
             entries: &entries,
         })
@@ -371,11 +522,13 @@ impl Gpu {
     }
 
     /// Submits everything recorded so far as one command buffer: the end of a step (bind groups
-    /// unused since the last end are dropped).
+    /// unused for [`BIND_GROUP_STEPS`] steps are dropped).
     pub(crate) fn submit(&self) {
         let mut step = lock(&self.step);
         self.submit_part(&mut step);
-        step.previous_bind_groups = std::mem::take(&mut step.bind_groups);
+        step.steps += 1;
+        let oldest = step.steps.saturating_sub(BIND_GROUP_STEPS);
+        step.bind_groups.retain(|_, (_, used)| *used >= oldest);
     }
 
     /// Writes the ring (queue writes land before the command buffers of the same submission,
@@ -394,6 +547,7 @@ impl Gpu {
                 profiler.resolve(&mut encoder, profiled.len());
             }
             self.queue.submit([encoder.finish()]);
+            self.submitted.fetch_add(1, Ordering::Relaxed);
             lock(&self.recorded).submissions += 1;
             if let Some(profiler) = profiler
                 && let Err(e) = profiler.collect(&self.device, &profiled)
@@ -406,16 +560,33 @@ impl Gpu {
     /// Copies `bytes` bytes of `src` to the host: records the copy, submits the step, waits.
     pub(crate) fn read_back(&self, src: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>, WgpuError> {
         let size = bytes.max(4).next_multiple_of(4);
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read back"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        self.record(|encoder| encoder.copy_buffer_to_buffer(src, 0, &staging, 0, size));
+        // One staging buffer, kept between read-backs (each waits for its map and unmaps it).
+        let mut kept = lock(&self.staging);
+        if kept.as_ref().is_none_or(|b| b.size() < size) {
+            self.created();
+            *kept = Some(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("read back"),
+                size: size.next_power_of_two(),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let staging = kept.as_ref().expect("made above");
+        self.record(|encoder| encoder.copy_buffer_to_buffer(src, 0, staging, 0, size));
         self.submit();
+        let read = self.map_and_read(staging, size, bytes as usize);
+        if read.is_err() {
+            // Possibly still mapped or pending: the next read-back makes a new one.
+            *kept = None;
+        }
+        read
+    }
+
+    /// Maps the first `size` bytes of `staging` (once the submitted work has run), copies out
+    /// `bytes` of them and unmaps it.
+    fn map_and_read(&self, staging: &wgpu::Buffer, size: u64, bytes: usize) -> Result<Vec<u8>, WgpuError> {
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        staging.slice(..size).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| WgpuError::ReadBack(e.to_string()))?;
@@ -423,8 +594,12 @@ impl Gpu {
         // A validation error earlier in the step explains a failed map better than the map does.
         self.check()?;
         mapped.map_err(|e| WgpuError::ReadBack(e.to_string()))?;
-        let data = staging.slice(..).get_mapped_range().map_err(|e| WgpuError::ReadBack(e.to_string()))?;
-        Ok(data[..bytes as usize].to_vec())
+        let out = {
+            let data = staging.slice(..size).get_mapped_range().map_err(|e| WgpuError::ReadBack(e.to_string()))?;
+            data[..bytes].to_vec()
+        };
+        staging.unmap();
+        Ok(out)
     }
 
     /// Waits for all submitted work (uploads included), so staging memory is released.

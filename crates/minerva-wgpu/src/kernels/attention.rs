@@ -3,7 +3,7 @@
 //! `attention_prefill.wgsl` (query blocks sharing key/value tiles, online softmax) for prefill.
 
 use super::KvElem;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, PipelineKey};
 
 /// The attention's shape.
 pub(crate) struct AttentionShape {
@@ -72,8 +72,8 @@ pub(crate) fn attention(
     let groups = [n_splits as u32, s.n_head as u32, s.rows as u32];
     let source = || s.kv.source(include_str!("attention.wgsl"));
     let key = match s.kv {
-        KvElem::F32 => "attention/f32",
-        KvElem::F16 => "attention/f16",
+        KvElem::F32 => PipelineKey::named("attention").variant("f32"),
+        KvElem::F16 => PipelineKey::named("attention").variant("f16"),
     };
     gpu.dispatch(key, source, &[q, kc, vc, info, part, tables], &params, groups);
     // Decode: each row its own sequence's cache.
@@ -81,7 +81,13 @@ pub(crate) fn attention(
     let params = [s.n_head as u32, s.head_dim as u32, n_splits as u32, s.sinks.is_some() as u32];
     let source = || include_str!("attention_reduce.wgsl").to_string();
     let sinks = s.sinks.as_ref().unwrap_or(&s.no_sinks);
-    gpu.dispatch("attention_reduce", source, &[part, out, sinks], &params, [s.n_head as u32, s.rows as u32, 1]);
+    gpu.dispatch(
+        PipelineKey::named("attention_reduce"),
+        source,
+        &[part, out, sinks],
+        &params,
+        [s.n_head as u32, s.rows as u32, 1],
+    );
 }
 
 fn splits(s: &AttentionShape) -> usize {
@@ -144,8 +150,8 @@ pub(crate) fn attention_prefill(
     let groups = [n_blocks as u32, s.n_head as u32, 1];
     let sinks = s.sinks.as_ref().unwrap_or(&s.no_sinks);
     let key = match s.kv {
-        KvElem::F32 => "attention_prefill/f32",
-        KvElem::F16 => "attention_prefill/f16",
+        KvElem::F32 => PipelineKey::named("attention_prefill").variant("f32"),
+        KvElem::F16 => PipelineKey::named("attention_prefill").variant("f16"),
     };
     gpu.dispatch(key, source, &[q, kc, vc, info, blocks, out, sinks, tables], &params, groups);
     gpu.moved(cache_bytes(s) + 8 * (s.rows * s.n_head * s.head_dim) as u64);

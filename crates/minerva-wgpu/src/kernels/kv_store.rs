@@ -2,7 +2,7 @@
 
 use super::KvElem;
 use super::attention::Paging;
-use crate::gpu::{Gpu, groups_1d};
+use crate::gpu::{Gpu, PipelineKey, groups_1d};
 
 /// Records the copy of `rows` rows of `k`, `v` (`n_kv · head_dim` wide) into `kc`, `vc` at each
 /// row's (slot, position) from `info` through the slots' block `tables`, as `elem` (f16: one thread per pair of values; `head_dim`
@@ -34,8 +34,8 @@ pub(crate) fn kv_store(
     ];
     let values = (rows * n_kv * head_dim) as u32;
     let (key, source, threads) = match elem {
-        KvElem::F32 => ("kv_store", include_str!("kv_store.wgsl"), values),
-        KvElem::F16 => ("kv_store_f16", include_str!("kv_store_f16.wgsl"), values / 2),
+        KvElem::F32 => (PipelineKey::named("kv_store"), include_str!("kv_store.wgsl"), values),
+        KvElem::F16 => (PipelineKey::named("kv_store_f16"), include_str!("kv_store_f16.wgsl"), values / 2),
     };
     gpu.dispatch(key, || source.to_string(), &[k, v, kc, vc, info, tables], &params, groups_1d(threads.div_ceil(64)));
     gpu.moved(2 * u64::from(values) * (4 + elem.bytes() as u64));

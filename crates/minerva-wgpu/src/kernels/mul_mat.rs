@@ -4,7 +4,7 @@
 //! `mul_mat.wgsl` (columns not a multiple of 32, or both others turned off).
 
 use super::MatmulPlan;
-use crate::gpu::{Gpu, groups_1d};
+use crate::gpu::{Gpu, PipelineKey, groups_1d};
 use crate::weight::WgpuWeight;
 
 /// Tokens per workgroup in `mul_mat.wgsl`'s prefill path: each dequantized weight chunk is used
@@ -51,7 +51,7 @@ pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize,
     }
     let (tile, lanes) = if n_tok == 1 { (1, DECODE_LANES) } else { (PREFILL_TILE, PREFILL_LANES) };
     let (reduce, reduce_name) = plan.reduce();
-    let key = format!("mul_mat/{}/{tile}/{reduce_name}", w.dtype.name());
+    let key = PipelineKey::named("mul_mat").dtype(w.dtype).size(tile).variant(reduce_name);
     for chunk in &w.chunks {
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(WORKGROUP / lanes) as u32);
         let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
@@ -60,7 +60,7 @@ pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize,
             let kernel = kernel.replace("{{TILE_T}}", &tile.to_string()).replace("{{TPR}}", &lanes.to_string());
             super::with_dequant(w.dtype, &kernel)
         };
-        gpu.dispatch(&key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(tile) as u32]);
+        gpu.dispatch(key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(tile) as u32]);
         gpu.moved(moved(w, chunk.rows, n_tok));
     }
 }
@@ -69,7 +69,7 @@ pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize,
 fn mul_mat_vec(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer, plan: &MatmulPlan) {
     let nt = n_tok.next_power_of_two().min(VEC_ROWS);
     let (_, reduce_name) = plan.reduce();
-    let key = format!("mul_mat_vec/{}/{nt}/{reduce_name}", w.dtype.name());
+    let key = PipelineKey::named("mul_mat_vec").dtype(w.dtype).size(nt).variant(reduce_name);
     for chunk in &w.chunks {
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(VEC_WEIGHT_ROWS) as u32);
         let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
@@ -77,14 +77,14 @@ fn mul_mat_vec(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wg
             let kernel = format!("{PARAMS}\n{}", include_str!("mul_mat_vec.wgsl")).replace("{{NT}}", &nt.to_string());
             super::with_block32(w.dtype, &kernel, plan)
         };
-        gpu.dispatch(&key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(nt) as u32]);
+        gpu.dispatch(key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(nt) as u32]);
         gpu.moved(moved(w, chunk.rows, n_tok));
     }
 }
 
 /// `mul_mat` through the shared-memory tiles: one workgroup per 64 rows × 64 activation rows.
 fn mul_mat_tiled(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer) {
-    let key = format!("mul_mat_tiled/{}", w.dtype.name());
+    let key = PipelineKey::named("mul_mat_tiled").dtype(w.dtype);
     for chunk in &w.chunks {
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(TILE) as u32);
         let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
@@ -92,7 +92,7 @@ fn mul_mat_tiled(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &
             let kernel = format!("{PARAMS}\n{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_tiled.wgsl"));
             super::with_dequant(w.dtype, &kernel)
         };
-        gpu.dispatch(&key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(TILE) as u32]);
+        gpu.dispatch(key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(TILE) as u32]);
         gpu.moved(moved(w, chunk.rows, n_tok));
     }
 }

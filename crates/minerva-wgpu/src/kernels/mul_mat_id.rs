@@ -3,7 +3,7 @@
 
 use super::MatmulPlan;
 use super::mul_mat::{DECODE_LANES, VEC_WEIGHT_ROWS, WORKGROUP};
-use crate::gpu::{Gpu, groups_1d};
+use crate::gpu::{Gpu, PipelineKey, groups_1d};
 use crate::weight::WgpuWeight;
 
 /// The decode expert kernels' shared `Params` and bindings.
@@ -26,7 +26,7 @@ pub(crate) fn mul_mat_id(
     let (reduce, reduce_name) = plan.reduce();
     let block = plan.block(w.cols);
     let kind = if block { "mul_mat_id_vec" } else { "mul_mat_id" };
-    let key = format!("{kind}/{}/{reduce_name}", w.dtype.name());
+    let key = PipelineKey::named(kind).dtype(w.dtype).variant(reduce_name);
     let rows_per_group = if block { VEC_WEIGHT_ROWS } else { WORKGROUP / DECODE_LANES };
     let [gx, gy, _] = groups_1d(expert_rows.div_ceil(rows_per_group) as u32);
     for chunk in &w.chunks {
@@ -53,7 +53,7 @@ pub(crate) fn mul_mat_id(
                 super::with_dequant(w.dtype, &kernel)
             }
         };
-        gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, pairs as u32]);
+        gpu.dispatch(key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, pairs as u32]);
         // Each pair reads its expert's rows (pairs of a token pick distinct experts; a batch's
         // pairs may share one, counted once per pair here).
         gpu.moved(pairs as u64 * super::mul_mat::moved(w, expert_rows, 1));

@@ -5,7 +5,7 @@
 
 use super::MatmulPlan;
 use super::mul_mat::TILE;
-use crate::gpu::{Gpu, groups_1d};
+use crate::gpu::{Gpu, PipelineKey, groups_1d};
 use crate::weight::WgpuWeight;
 
 /// The prefill expert kernels' shared `Params` and bindings.
@@ -37,7 +37,7 @@ pub(crate) fn mul_mat_id_grouped(
     let tiled = plan.tiled(tokens, w.cols) && pairs >= 8 * n_expert && n_expert * groups_t <= 65535;
     let (kernel, rows_per_group) =
         if tiled { ("mul_mat_id_tiled", TILE) } else { ("mul_mat_id_grouped", ROWS_PER_WORKGROUP) };
-    let key = format!("{kernel}/{}", w.dtype.name());
+    let key = PipelineKey::named(kernel).dtype(w.dtype);
     let [gx, gy, _] = groups_1d(expert_rows.div_ceil(rows_per_group) as u32);
     let source = || {
         let kernel = if tiled {
@@ -53,7 +53,7 @@ pub(crate) fn mul_mat_id_grouped(
         let (cols, rows, n_pairs, row_bytes) = (w.cols as u32, expert_rows as u32, pairs as u32, w.row_bytes as u32);
         let params = [cols, rows, n_pairs, row_bytes, rows, gx, first, x_div as u32, groups_t as u32, 0, 0, 0];
         let z = if tiled { experts * groups_t } else { experts } as u32;
-        gpu.dispatch(&key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, z]);
+        gpu.dispatch(key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, z]);
         gpu.moved(moved(w, expert_rows, experts, pairs));
     }
 }

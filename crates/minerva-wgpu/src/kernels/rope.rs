@@ -1,6 +1,6 @@
 //! `rope.wgsl`: rotary position embedding in place, from a host-computed (cos, sin) table.
 
-use crate::gpu::{Gpu, groups_1d};
+use crate::gpu::{Gpu, PipelineKey, groups_1d};
 
 /// The rotation's shape.
 pub(crate) struct RopeShape {
@@ -15,7 +15,13 @@ pub(crate) struct RopeShape {
 pub(crate) fn rope(gpu: &Gpu, x: &wgpu::Buffer, cs: &wgpu::Buffer, s: &RopeShape) {
     let params = [s.rows as u32, s.n_heads as u32, s.head_dim as u32, s.half as u32, u32::from(s.neox), 0, 0, 0];
     let threads = (s.rows * s.n_heads * s.half) as u32;
-    gpu.dispatch("rope", || include_str!("rope.wgsl").to_string(), &[x, cs], &params, groups_1d(threads.div_ceil(64)));
+    gpu.dispatch(
+        PipelineKey::named("rope"),
+        || include_str!("rope.wgsl").to_string(),
+        &[x, cs],
+        &params,
+        groups_1d(threads.div_ceil(64)),
+    );
     // Each rotated pair read and written, its (cos, sin) read.
     gpu.moved(u64::from(threads) * 24);
 }

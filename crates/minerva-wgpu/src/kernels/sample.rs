@@ -3,11 +3,30 @@
 
 use minerva_model::DeviceSampling;
 
-use crate::gpu::{Gpu, groups_1d};
+use crate::gpu::{Gpu, PipelineKey, StepTable, groups_1d};
 
 /// Records the sampling of `rows` rows of `logits` (`rows × vocab` f32, modified in place by the
 /// bias and penalties) into `out` (one u32 per row), one [`DeviceSampling`] per row.
-pub(crate) fn sample(gpu: &Gpu, logits: &wgpu::Buffer, out: &wgpu::Buffer, vocab: usize, params: &[DeviceSampling]) {
+/// Where the per-row settings and penalty entries go, step after step.
+pub(crate) struct SamplingTables {
+    rows: StepTable,
+    adjust: StepTable,
+}
+
+impl Default for SamplingTables {
+    fn default() -> Self {
+        SamplingTables { rows: StepTable::new("sampling"), adjust: StepTable::new("sampling adjust") }
+    }
+}
+
+pub(crate) fn sample(
+    gpu: &Gpu,
+    tables: &SamplingTables,
+    logits: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    vocab: usize,
+    params: &[DeviceSampling],
+) {
     let row_params: Vec<u32> = params
         .iter()
         .flat_map(|s| {
@@ -23,7 +42,7 @@ pub(crate) fn sample(gpu: &Gpu, logits: &wgpu::Buffer, out: &wgpu::Buffer, vocab
             ]
         })
         .collect();
-    let rows = gpu.init_buffer("sampling", bytemuck::cast_slice(&row_params), wgpu::BufferUsages::STORAGE);
+    let rows = gpu.write_table(&tables.rows, bytemuck::cast_slice(&row_params));
     let adjust: Vec<u32> = params
         .iter()
         .enumerate()
@@ -34,12 +53,18 @@ pub(crate) fn sample(gpu: &Gpu, logits: &wgpu::Buffer, out: &wgpu::Buffer, vocab
         .collect();
     if !adjust.is_empty() {
         let n = adjust.len() / 4;
-        let entries = gpu.init_buffer("sampling adjust", bytemuck::cast_slice(&adjust), wgpu::BufferUsages::STORAGE);
+        let entries = gpu.write_table(&tables.adjust, bytemuck::cast_slice(&adjust));
         let source = || include_str!("sample_adjust.wgsl").to_string();
         let grid = groups_1d((n as u32).div_ceil(64));
-        gpu.dispatch("sample_adjust", source, &[logits, &entries, &rows], &[vocab as u32, n as u32], grid);
+        gpu.dispatch(
+            PipelineKey::named("sample_adjust"),
+            source,
+            &[logits, &entries, &rows],
+            &[vocab as u32, n as u32],
+            grid,
+        );
     }
     let source = || include_str!("sample.wgsl").to_string();
     let count = params.len() as u32;
-    gpu.dispatch("sample", source, &[logits, &rows, out], &[vocab as u32, count], [count, 1, 1]);
+    gpu.dispatch(PipelineKey::named("sample"), source, &[logits, &rows, out], &[vocab as u32, count], [count, 1, 1]);
 }
