@@ -9,7 +9,8 @@
 # GB/s), writes the synthetic models on the machine's disk (`xtask synth`: GPT-OSS-20B MXFP4,
 # SmolLM2-135M's shapes, Llama-3.1-8B's shapes at Q4_0) and runs `bench_gpu` on each: prefill,
 # decode against the roofline, batched decode, and the kernels' times from timestamp queries;
-# then again with the older matrix kernels (`--no-block-decode --tiled-from 0`), and, where
+# then again with the older matrix kernels (`--no-block-decode --tiled-from 0`) and without the
+# fused kernels (`--no-fuse`), and, where
 # LLAMA_BENCH names a llama-bench built with llama.cpp's Vulkan backend, llama.cpp on the same
 # model and card.
 # Each step has its own time limit, so one slow step leaves the others' figures.
@@ -84,6 +85,9 @@ peer smollm2-vulkan smollm2-q8_0 -p $P -n $D
 synth llama-8b-q4_0 --arch llama --preset $LLAMA_BIG --format gguf --quant q4_0
 bench llama-8b llama-8b-q4_0 --prompt $P --decode $D_BIG --batch $BATCHES --profile --no-cpu
 bench llama-8b-old llama-8b-q4_0 --prompt $P --decode $D_BIG --batch $BATCHES_OLD --no-cpu "${OLD[@]}"
+# The fused kernels (norms and SwiGLU into the decode products, RoPE into the KV store) against
+# each op in a kernel of its own.
+bench llama-8b-unfused llama-8b-q4_0 --prompt $P --decode $D_BIG --no-cpu --no-fuse
 # Where the tiles start paying: the same batches with the tiles from 8 rows.
 bench llama-8b-tiled8 llama-8b-q4_0 --prompt 64 --decode 16 --batch $BATCHES --no-cpu --tiled-from 8
 peer llama-8b-vulkan llama-8b-q4_0 -p $P -n $D_BIG
@@ -92,6 +96,7 @@ synth gpt-oss-20b --arch gpt-oss --preset $GPT_OSS --format gguf
 bench gpt-oss-20b gpt-oss-20b --prompt $P --decode $D_BIG --batch $BATCHES --profile --no-cpu
 bench gpt-oss-20b-old gpt-oss-20b --prompt $P --decode $D_BIG --batch $BATCHES_OLD --no-cpu "${OLD[@]}"
 peer gpt-oss-20b-vulkan gpt-oss-20b -p $P,$P_LONG -n $D_BIG
+bench gpt-oss-20b-unfused gpt-oss-20b --prompt $P --decode $D_BIG --no-cpu --no-fuse
 bench gpt-oss-20b-long gpt-oss-20b --prompt $P_LONG --decode $D_LONG --no-cpu
 # Whole steps submitted at the read-back, against the default parts of 128 dispatches.
 bench gpt-oss-20b-whole gpt-oss-20b --prompt $P --decode $D_BIG --no-cpu --submit-every 0

@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p minerva-wgpu --example bench_gpu -- MODEL.gguf [--prompt N] [--decode N]
 //!     [--bandwidth GB/s] [--batch N,N,...] [--profile] [--attention-split N] [--no-cpu] [--no-subgroups]
-//!     [--no-block-decode] [--tiled-from N] [--submit-every N]
+//!     [--no-block-decode] [--tiled-from N] [--submit-every N] [--no-fuse]
 //! ```
 //!
 //! Prints tokens/s for a prefill of `--prompt` tokens (default 128) and `--decode` greedy steps
@@ -17,7 +17,8 @@
 //! `--no-block-decode` and `--tiled-from N` (0: never) choose the matrix kernels, to compare
 //! them in one run (`WgpuOptions::block_decode`, `WgpuOptions::tiled_from`); `--submit-every N`
 //! submits a step in parts of N dispatches (0: whole steps; without it, the device's default,
-//! 128 on a GPU). Set
+//! 128 on a GPU); `--no-fuse` runs norms, SwiGLU / GeGLU and RoPE as kernels of their own
+//! (`WgpuOptions::fuse`). Set
 //! `MINERVA_ADAPTER` to pick the GPU.
 
 use std::time::Instant;
@@ -39,11 +40,12 @@ struct Args {
     block_decode: bool,
     tiled_from: usize,
     submit_every: Option<usize>,
+    fuse: bool,
 }
 
 const USAGE: &str = "usage: bench_gpu MODEL.gguf [--prompt N] [--decode N] [--bandwidth GB/s] [--batch N,N,...] \
                      [--profile] [--attention-split N] [--no-cpu] [--no-subgroups] \
-                     [--no-block-decode] [--tiled-from N] [--submit-every N]";
+                     [--no-block-decode] [--tiled-from N] [--submit-every N] [--no-fuse]";
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -60,6 +62,7 @@ fn parse() -> Result<Args, String> {
         block_decode: true,
         tiled_from: minerva_wgpu::DEFAULT_TILED_FROM,
         submit_every: None,
+        fuse: true,
     };
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -86,6 +89,7 @@ fn parse() -> Result<Args, String> {
             "--no-cpu" => args.cpu = false,
             "--no-subgroups" => args.subgroups = false,
             "--no-block-decode" => args.block_decode = false,
+            "--no-fuse" => args.fuse = false,
             "--tiled-from" => {
                 args.tiled_from = value("--tiled-from")?.parse().map_err(|e| format!("--tiled-from: {e}"))?
             }
@@ -241,6 +245,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         block_decode: args.block_decode,
         tiled_from: args.tiled_from,
         submit_every: args.submit_every,
+        fuse: args.fuse,
         ..WgpuOptions::default()
     };
     if let Some(split) = args.attention_split {
@@ -248,11 +253,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let gpu = Model::load(&args.model, WgpuBackend::new(options)?)?;
     println!(
-        "device: {} (subgroup kernels: {}, block decode: {}, tiled from {} rows)",
+        "device: {} (subgroup kernels: {}, block decode: {}, tiled from {} rows, fused: {})",
         gpu.backend.info().name,
         gpu.backend.uses_subgroups(),
         args.block_decode,
-        args.tiled_from
+        args.tiled_from,
+        args.fuse
     );
     println!("model:  {} ({:.1} MiB), upload {:.2} s", args.model, bytes / (1 << 20) as f64, t.elapsed().as_secs_f64());
     let c = &gpu.config;
@@ -280,10 +286,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One prefill step and `decode` decode steps, all recording the same dispatches per layer.
     let steps = (args.decode + 1) as f64;
     println!(
-        "        recording: {:.0} dispatches and {:.0} µs of CPU per step ({:.1} µs per dispatch)",
+        "        recording: {:.0} dispatches and {:.0} µs of CPU per step ({:.1} µs per dispatch), {} device \
+         objects made",
         recorded.dispatches as f64 / steps,
         recorded.cpu.as_secs_f64() * 1e6 / steps,
-        recorded.cpu.as_secs_f64() * 1e6 / recorded.dispatches.max(1) as f64
+        recorded.cpu.as_secs_f64() * 1e6 / recorded.dispatches.max(1) as f64,
+        recorded.objects_created
     );
     if let Some(bw) = args.bandwidth {
         let roofline = bw * 1e9 / (weights + kv_bytes);

@@ -21,7 +21,7 @@ use crate::gpu::{Gpu, RecordStats, StepTable};
 use crate::kernels::attention::{AttentionShape, Paging};
 use crate::kernels::{self, KvElem, rope::RopeShape};
 use crate::profile::KernelTime;
-use crate::tensor::WgpuTensor;
+use crate::tensor::{Deferred, DeferredInput, WgpuTensor};
 use crate::weight::{self, UploadProgress, WgpuWeight};
 
 /// How to open the backend.
@@ -65,6 +65,10 @@ pub struct WgpuOptions {
     /// Open the device with timestamp queries where the adapter offers them, so that
     /// [`WgpuBackend::set_profiling`] can time every kernel.
     pub profile: bool,
+    /// Fold work into the kernel that consumes its result (`true`, the default): RMS norms and
+    /// SwiGLU / GeGLU into the decode matrix products that read them, RoPE into the KV store.
+    /// Results are the same bit for bit; `false` runs each op as its own kernel, for comparisons.
+    pub fuse: bool,
 }
 
 impl Default for WgpuOptions {
@@ -81,6 +85,7 @@ impl Default for WgpuOptions {
             kv_dtype: DType::F16,
             device_sampling: true,
             profile: false,
+            fuse: true,
         }
     }
 }
@@ -159,6 +164,8 @@ pub struct WgpuBackend {
     device_sampling: bool,
     /// The step's token ids, for `embed`.
     token_ids: StepTable,
+    /// [`WgpuOptions::fuse`].
+    fuse: bool,
     /// Device sampling's per-row settings and penalty entries.
     sampling: kernels::sample::SamplingTables,
 }
@@ -223,6 +230,7 @@ impl WgpuBackend {
             kv,
             device_sampling: options.device_sampling,
             token_ids: StepTable::new("token ids"),
+            fuse: options.fuse,
             sampling: kernels::sample::SamplingTables::default(),
         })
     }
@@ -270,16 +278,27 @@ impl WgpuBackend {
 
     /// Submits the pending step and reads `t` back.
     pub fn download(&self, t: &WgpuTensor) -> Result<Vec<f32>> {
-        let bytes = self.gpu.read_back(t.buffer(), (t.rows * t.cols * 4) as u64)?;
+        let bytes = self.gpu.read_back(t.read(&self.gpu), (t.rows * t.cols * 4) as u64)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
     /// The argmax of every row of `x`.
     pub fn argmax(&self, x: &WgpuTensor) -> Result<Vec<u32>> {
         let out = self.gpu.scratch((x.rows * 4) as u64);
-        kernels::argmax::argmax(&self.gpu, x.buffer(), out.buffer(), x.rows, x.cols);
+        kernels::argmax::argmax(&self.gpu, x.read(&self.gpu), out.buffer(), x.rows, x.cols);
         let bytes = self.gpu.read_back(out.buffer(), (x.rows * 4) as u64)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// `silu(gate) · up` (or `gelu_tanh(gate) · up`), deferred to the product that reads it when
+    /// fusing.
+    fn gated(&self, gate: &WgpuTensor, up: &WgpuTensor, gelu: bool) -> Result<WgpuTensor> {
+        let input = DeferredInput::Gated { gate: gate.source(&self.gpu), up: up.source(&self.gpu), gelu };
+        let out = WgpuTensor::deferred(&self.gpu, gate.rows, gate.cols, input)?;
+        if !self.fuse {
+            out.read(&self.gpu);
+        }
+        Ok(out)
     }
 
     /// A new activation, or an error when it would not fit one storage binding.
@@ -294,15 +313,11 @@ impl WgpuBackend {
         }
         let picked = self.tensor(rows.len(), x.cols)?;
         let row_bytes = (x.cols * 4) as u64;
+        // Written before the copies are recorded (the encoder is held while they are).
+        let x = x.read(&self.gpu);
         self.gpu.record(|enc| {
             for (i, &r) in rows.iter().enumerate() {
-                enc.copy_buffer_to_buffer(
-                    x.buffer(),
-                    r as u64 * row_bytes,
-                    picked.buffer(),
-                    i as u64 * row_bytes,
-                    row_bytes,
-                );
+                enc.copy_buffer_to_buffer(x, r as u64 * row_bytes, picked.buffer(), i as u64 * row_bytes, row_bytes);
             }
         });
         self.matmul_q(head, &picked)
@@ -396,10 +411,29 @@ impl WgpuBackend {
         let (info, blocks, n_blocks) = self.row_table(batch);
         let (kc, vc, tables) = (&cache.k[layer], &cache.v[layer], &cache.table_buffer);
         let paging = cache.paging();
+        // Q and K rotated by the same deferred RoPE: the store applies it (one kernel for three).
+        let rope = match (q.take_rope(), k.take_rope()) {
+            (Some((qt, qs)), Some((kt, ks))) if qt == kt && (qs.half, qs.neox) == (ks.half, ks.neox) => Some((qt, qs)),
+            (q_rope, k_rope) => {
+                for (t, rope) in [(q, q_rope), (k, k_rope)] {
+                    if let Some((table, shape)) = rope {
+                        kernels::rope::rope(&self.gpu, t.read(&self.gpu), &table, &shape);
+                    }
+                }
+                None
+            }
+        };
+        let store_rope = rope.as_ref().map(|(table, shape)| kernels::kv_store::StoreRope {
+            q: q.read(&self.gpu),
+            table,
+            n_head: shape.n_heads,
+            half: shape.half,
+            neox: shape.neox,
+        });
         kernels::kv_store::kv_store(
             &self.gpu,
-            k.buffer(),
-            v.buffer(),
+            k.read(&self.gpu),
+            v.read(&self.gpu),
             kc,
             vc,
             &info,
@@ -409,6 +443,7 @@ impl WgpuBackend {
             hd,
             paging,
             cache.elem,
+            store_rope,
         );
         let shape = AttentionShape {
             rows,
@@ -427,11 +462,11 @@ impl WgpuBackend {
         let prefill = batch.seqs.iter().any(|seq| seq.rows.len() > 1);
         let fits = self.gpu.info.max_workgroup_storage as usize >= kernels::attention::PREFILL_WORKGROUP_BYTES;
         if prefill && fits && hd <= kernels::attention::PREFILL_MAX_HEAD_DIM {
-            let (qb, ob) = (q.buffer(), out.buffer());
+            let (qb, ob) = (q.read(&self.gpu), out.buffer());
             kernels::attention::attention_prefill(&self.gpu, qb, kc, vc, &info, &blocks, n_blocks, tables, ob, &shape);
         } else {
             let part = self.tensor(kernels::attention::partial_len(&shape), 1)?;
-            let (qb, pb, ob) = (q.buffer(), part.buffer(), out.buffer());
+            let (qb, pb, ob) = (q.read(&self.gpu), part.buffer(), out.buffer());
             kernels::attention::attention(&self.gpu, qb, kc, vc, &info, tables, pb, ob, &shape);
         }
         Ok(out)
@@ -566,8 +601,12 @@ impl Backend for WgpuBackend {
     fn rms_norm(&self, x: &WgpuTensor, w: &WgpuWeight, eps: f32) -> Result<WgpuTensor> {
         checks::vector_of("rms_norm", &w.name, w.vector.is_some(), w.cols, x.cols)?;
         let g = w.vector.as_ref().expect("checked: a vector");
+        if self.fuse {
+            let input = DeferredInput::RmsNorm { x: x.source(&self.gpu), g: g.clone(), eps };
+            return WgpuTensor::deferred(&self.gpu, x.rows, x.cols, input);
+        }
         let out = self.tensor(x.rows, x.cols)?;
-        kernels::rms_norm::rms_norm(&self.gpu, x.buffer(), g, out.buffer(), x.rows, x.cols, eps);
+        kernels::rms_norm::rms_norm(&self.gpu, x.read(&self.gpu), g, out.buffer(), x.rows, x.cols, eps);
         Ok(out)
     }
 
@@ -578,14 +617,20 @@ impl Backend for WgpuBackend {
             return Err(resource(format!("{} rows of {n_heads} heads exceed the GPU limit of {MAX_ROWS}", x.rows)));
         }
         let g = w.vector.as_ref().expect("checked: a vector");
-        kernels::rms_norm_heads::rms_norm_heads(&self.gpu, x.buffer(), g, x.rows, n_heads, head_dim, eps);
+        let rows = x.rows;
+        kernels::rms_norm_heads::rms_norm_heads(&self.gpu, x.write(&self.gpu), g, rows, n_heads, head_dim, eps);
         Ok(())
     }
 
     fn matmul_q(&self, w: &WgpuWeight, x: &WgpuTensor) -> Result<WgpuTensor> {
         checks::matmul(&w.name, w.shape(), x.cols)?;
         let out = self.tensor(x.rows, w.rows)?;
-        kernels::mul_mat::mul_mat(&self.gpu, w, x.buffer(), x.rows, out.buffer(), &self.matmul);
+        match x.deferred_input() {
+            Some(input) if kernels::mul_mat::fuses(w, x.rows, &self.matmul) => {
+                kernels::mul_mat::mul_mat_deferred(&self.gpu, w, &input, x.rows, out.buffer(), &self.matmul);
+            }
+            _ => kernels::mul_mat::mul_mat(&self.gpu, w, x.read(&self.gpu), x.rows, out.buffer(), &self.matmul),
+        }
         Ok(out)
     }
 
@@ -599,7 +644,12 @@ impl Backend for WgpuBackend {
             half: rope.dim / 2,
             neox: rope.style == RopeStyle::NeoX,
         };
-        kernels::rope::rope(&self.gpu, x.buffer(), &table, &shape);
+        if self.fuse {
+            // Left for the KV store, which rotates Q and K as attention stores the keys.
+            x.defer(&self.gpu, Deferred::Rope { table, shape });
+        } else {
+            kernels::rope::rope(&self.gpu, x.write(&self.gpu), &table, &shape);
+        }
         Ok(())
     }
 
@@ -669,7 +719,8 @@ impl Backend for WgpuBackend {
     fn add_bias(&self, x: &mut WgpuTensor, bias: &WgpuWeight) -> Result<()> {
         checks::vector_of("add_bias", &bias.name, bias.vector.is_some(), bias.cols, x.cols)?;
         let b = bias.vector.as_ref().expect("checked: a vector");
-        kernels::add_bias::add_bias(&self.gpu, x.buffer(), b, x.rows, x.cols);
+        let (rows, cols) = (x.rows, x.cols);
+        kernels::add_bias::add_bias(&self.gpu, x.write(&self.gpu), b, rows, cols);
         Ok(())
     }
 
@@ -685,27 +736,26 @@ impl Backend for WgpuBackend {
 
     fn add(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<()> {
         same_shape("add", x, y)?;
-        kernels::add::add(&self.gpu, x.buffer(), y.buffer(), x.rows * x.cols);
+        let y = y.read(&self.gpu);
+        let n = x.rows * x.cols;
+        kernels::add::add(&self.gpu, x.write(&self.gpu), y, n);
         Ok(())
     }
 
     fn swiglu(&self, gate: &WgpuTensor, up: &WgpuTensor) -> Result<WgpuTensor> {
         same_shape("swiglu", gate, up)?;
-        let out = self.tensor(gate.rows, gate.cols)?;
-        kernels::swiglu::swiglu(&self.gpu, gate.buffer(), up.buffer(), out.buffer(), gate.rows * gate.cols);
-        Ok(out)
+        self.gated(gate, up, false)
     }
 
     fn scale(&self, x: &mut WgpuTensor, factor: f32) -> Result<()> {
-        kernels::scale::scale(&self.gpu, x.buffer(), factor, x.rows * x.cols);
+        let n = x.rows * x.cols;
+        kernels::scale::scale(&self.gpu, x.write(&self.gpu), factor, n);
         Ok(())
     }
 
     fn geglu(&self, gate: &WgpuTensor, up: &WgpuTensor) -> Result<WgpuTensor> {
         same_shape("geglu", gate, up)?;
-        let out = self.tensor(gate.rows, gate.cols)?;
-        kernels::geglu::geglu(&self.gpu, gate.buffer(), up.buffer(), out.buffer(), gate.rows * gate.cols);
-        Ok(out)
+        self.gated(gate, up, true)
     }
 
     fn logits(&self, x: &WgpuTensor, head: &WgpuWeight, rows: &[usize]) -> Result<Vec<f32>> {

@@ -104,6 +104,10 @@ pub struct RecordStats {
     /// staging, per-step tables that outgrew theirs), bind groups and pipelines. A steady decode
     /// makes none: every step after the first finds them all pooled or cached.
     pub objects_created: u64,
+    /// Activations copied because an op wrote one in place while a deferred value still read it
+    /// (`WgpuTensor::write`): none in the models' steps, which drop a deferred norm before
+    /// writing its source.
+    pub source_copies: u64,
 }
 
 /// A compiled kernel's identity: the kernel, the weight dtype it was assembled for, a size it was
@@ -303,6 +307,11 @@ impl Gpu {
             });
         }
         self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents: bytes, usage })
+    }
+
+    /// Counts a copy of a source written in place ([`RecordStats::source_copies`]).
+    pub(crate) fn count_source_copy(&self) {
+        lock(&self.recorded).source_copies += 1;
     }
 
     /// Counts a device object made while recording ([`RecordStats::objects_created`]).

@@ -60,7 +60,7 @@ pub(crate) fn moe(
 
     let ids = WgpuTensor::new(gpu, pairs, 1)?;
     let weights = WgpuTensor::new(gpu, pairs, 1)?;
-    kernels::moe_route::moe_route(gpu, router_logits.buffer(), ids.buffer(), weights.buffer(), rows, n_expert, k);
+    kernels::moe_route::moe_route(gpu, router_logits.read(gpu), ids.buffer(), weights.buffer(), rows, n_expert, k);
     let ids = ids.buffer();
 
     // Decode: one workgroup set per pair; prefill: per expert, over the pairs routed to it.
@@ -73,8 +73,9 @@ pub(crate) fn moe(
     };
     let gate = WgpuTensor::new(gpu, pairs, n_ff)?;
     let up = WgpuTensor::new(gpu, pairs, n_ff)?;
-    expert_matmul(experts.gate, n_ff, x.buffer(), k, gate.buffer());
-    expert_matmul(experts.up, n_ff, x.buffer(), k, up.buffer());
+    let x = x.read(gpu);
+    expert_matmul(experts.gate, n_ff, x, k, gate.buffer());
+    expert_matmul(experts.up, n_ff, x, k, up.buffer());
     kernels::expert_bias::expert_bias(gpu, experts.gate_bias, ids, pairs, gate.buffer());
     kernels::expert_bias::expert_bias(gpu, experts.up_bias, ids, pairs, up.buffer());
     kernels::swiglu_oai::swiglu_oai(gpu, gate.buffer(), up.buffer(), pairs * n_ff, p.alpha, p.limit);

@@ -35,11 +35,12 @@ pub(crate) fn residual_stack<B: Backend, L>(
     let mut x = backend.embed(stack.token_embd, tokens)?;
     for (il, layer) in stack.layers.iter().enumerate() {
         let (attn_norm, ffn_norm) = (stack.norms)(layer);
-        let h = backend.rms_norm(&x, attn_norm, rms_eps)?;
-        let attn = attention(il, layer, &h)?;
+        // Each normed `h` is dropped before `x` is written: a backend may compute `h` from `x`
+        // only as a product reads it (the wgpu backend's deferred norm), and writing `x` while
+        // `h` lives would make it keep a copy of `x`.
+        let attn = attention(il, layer, &backend.rms_norm(&x, attn_norm, rms_eps)?)?;
         backend.add(&mut x, &attn)?;
-        let h = backend.rms_norm(&x, ffn_norm, rms_eps)?;
-        let out = ffn(layer, &h)?;
+        let out = ffn(layer, &backend.rms_norm(&x, ffn_norm, rms_eps)?)?;
         backend.add(&mut x, &out)?;
     }
     backend.rms_norm(&x, stack.output_norm, rms_eps)

@@ -5,6 +5,7 @@
 
 use super::MatmulPlan;
 use crate::gpu::{Gpu, PipelineKey, groups_1d};
+use crate::tensor::DeferredInput;
 use crate::weight::WgpuWeight;
 
 /// Tokens per workgroup in `mul_mat.wgsl`'s prefill path: each dequantized weight chunk is used
@@ -67,18 +68,90 @@ pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize,
 
 /// `mul_mat` by the block kernel: 8 weight rows × up to 8 activation rows per workgroup.
 fn mul_mat_vec(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer, plan: &MatmulPlan) {
+    block_kernel(gpu, w, VecInput::Stored(x), n_tok, y, plan);
+}
+
+/// Whether [`mul_mat_deferred`] can compute `n_tok` rows of a deferred input as it reads them:
+/// the products the block kernel runs (decode and small batches).
+pub(crate) fn fuses(w: &WgpuWeight, n_tok: usize, plan: &MatmulPlan) -> bool {
+    !plan.tiled(n_tok, w.cols) && plan.block(w.cols)
+}
+
+/// `y = input · Wᵀ` by the block kernel, the deferred `input` (a norm or a gated product of
+/// other activations) computed as each workgroup reads it: one dispatch where the input's own
+/// kernel and the product were two. Only where [`fuses`] holds.
+pub(crate) fn mul_mat_deferred(
+    gpu: &Gpu,
+    w: &WgpuWeight,
+    input: &DeferredInput,
+    n_tok: usize,
+    y: &wgpu::Buffer,
+    plan: &MatmulPlan,
+) {
+    debug_assert!(fuses(w, n_tok, plan));
+    let input = match input {
+        DeferredInput::RmsNorm { x, g, eps } => VecInput::RmsNorm { x: x.buffer(), g, eps: *eps },
+        DeferredInput::Gated { gate, up, gelu } => {
+            VecInput::Gated { gate: gate.buffer(), up: up.buffer(), gelu: *gelu }
+        }
+    };
+    block_kernel(gpu, w, input, n_tok, y, plan);
+}
+
+/// What the block kernel reads as its input.
+enum VecInput<'a> {
+    Stored(&'a wgpu::Buffer),
+    RmsNorm { x: &'a wgpu::Buffer, g: &'a wgpu::Buffer, eps: f32 },
+    Gated { gate: &'a wgpu::Buffer, up: &'a wgpu::Buffer, gelu: bool },
+}
+
+impl VecInput<'_> {
+    /// The input's snippet (`prepare`, `xin`) and the kernel's name with it (pipeline keys).
+    fn snippet(&self) -> (&'static str, &'static str) {
+        match self {
+            VecInput::Stored(_) => (include_str!("mul_mat_vec_input_plain.wgsl"), "mul_mat_vec"),
+            VecInput::RmsNorm { .. } => (include_str!("mul_mat_vec_input_rms_norm.wgsl"), "mul_mat_vec_rms_norm"),
+            VecInput::Gated { gelu: false, .. } => {
+                (include_str!("mul_mat_vec_input_swiglu.wgsl"), "mul_mat_vec_swiglu")
+            }
+            VecInput::Gated { gelu: true, .. } => (include_str!("mul_mat_vec_input_geglu.wgsl"), "mul_mat_vec_geglu"),
+        }
+    }
+}
+
+fn block_kernel(gpu: &Gpu, w: &WgpuWeight, input: VecInput<'_>, n_tok: usize, y: &wgpu::Buffer, plan: &MatmulPlan) {
     let nt = n_tok.next_power_of_two().min(VEC_ROWS);
     let (_, reduce_name) = plan.reduce();
-    let key = PipelineKey::named("mul_mat_vec").dtype(w.dtype).size(nt).variant(reduce_name);
+    let (snippet, kernel) = input.snippet();
+    let stored = matches!(input, VecInput::Stored(_));
+    let key = PipelineKey::named(kernel).dtype(w.dtype).size(nt).variant(reduce_name);
+    // The deferred inputs bind one more buffer (the norm's gain, or `up`) at 3, their parameters
+    // after it.
+    let (x, extra, aux, extra_bytes) = match input {
+        VecInput::Stored(x) => (x, None, 0, 0),
+        VecInput::RmsNorm { x, g, eps } => (x, Some(g), eps.to_bits(), 4 * w.cols),
+        VecInput::Gated { gate, up, .. } => (gate, Some(up), 0, 4 * n_tok * w.cols),
+    };
     for chunk in &w.chunks {
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(VEC_WEIGHT_ROWS) as u32);
-        let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
+        let mut params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
+        params[7] = aux;
         let source = || {
-            let kernel = format!("{PARAMS}\n{}", include_str!("mul_mat_vec.wgsl")).replace("{{NT}}", &nt.to_string());
+            let params = if stored {
+                PARAMS.to_string()
+            } else {
+                PARAMS.replace("@binding(3) var<uniform>", "@binding(4) var<uniform>")
+            };
+            let kernel =
+                format!("{params}\n{snippet}\n{}", include_str!("mul_mat_vec.wgsl")).replace("{{NT}}", &nt.to_string());
             super::with_block32(w.dtype, &kernel, plan)
         };
-        gpu.dispatch(key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(nt) as u32]);
-        gpu.moved(moved(w, chunk.rows, n_tok));
+        let groups = [gx, gy, n_tok.div_ceil(nt) as u32];
+        match extra {
+            None => gpu.dispatch(key, source, &[&chunk.buffer, x, y], &params, groups),
+            Some(extra) => gpu.dispatch(key, source, &[&chunk.buffer, x, y, extra], &params, groups),
+        }
+        gpu.moved(moved(w, chunk.rows, n_tok) + extra_bytes as u64);
     }
 }
 

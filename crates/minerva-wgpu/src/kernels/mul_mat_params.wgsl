@@ -9,7 +9,7 @@ struct Params {
     y_offset: u32,   // first output column of this chunk
     y_stride: u32,   // output columns (all chunks)
     groups_x: u32,   // workgroups along x (rows may exceed the 65535 per-dimension limit)
-    _pad: u32,
+    aux: u32,        // the deferred norm's eps (f32 bits) in mul_mat_vec_input_rms_norm.wgsl
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;

@@ -9,7 +9,8 @@
 // NT rows. The row's partial sums are added by `stash` (mul_mat_vec_reduce_*.wgsl) and one
 // thread per (row, activation row).
 
-// Params and the bindings w, y, p: mul_mat_params.wgsl.
+// Params and the bindings w, y, p: mul_mat_params.wgsl. The input is x4 as stored, or computed
+// from it as it is read (`prepare` and `xin` from mul_mat_vec_input_*.wgsl).
 @group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
 
 const WG: u32 = 256u;
@@ -24,6 +25,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let t0 = wid.z * NT;
     let rb = r * p.row_bytes;
     let c4 = p.cols / 4u;
+    // The input's per-row state (the deferred norm's scale), before any thread diverges.
+    prepare(t0, lid.x);
     var acc: array<f32, NT>;
     if (r < p.rows) {
         for (var k = lane * 32u; k < p.cols; k += TPR * 32u) {
@@ -31,9 +34,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             for (var t = 0u; t < NT; t++) {
                 if (t0 + t < p.n_tok) {
                     let xo = (t0 + t) * c4 + k / 4u;
-                    acc[t] += dot(v[0], x4[xo]) + dot(v[1], x4[xo + 1u]) + dot(v[2], x4[xo + 2u])
-                        + dot(v[3], x4[xo + 3u]) + dot(v[4], x4[xo + 4u]) + dot(v[5], x4[xo + 5u])
-                        + dot(v[6], x4[xo + 6u]) + dot(v[7], x4[xo + 7u]);
+                    acc[t] += dot(v[0], xin(t, xo)) + dot(v[1], xin(t, xo + 1u)) + dot(v[2], xin(t, xo + 2u))
+                        + dot(v[3], xin(t, xo + 3u)) + dot(v[4], xin(t, xo + 4u)) + dot(v[5], xin(t, xo + 5u))
+                        + dot(v[6], xin(t, xo + 6u)) + dot(v[7], xin(t, xo + 7u));
                 }
             }
         }

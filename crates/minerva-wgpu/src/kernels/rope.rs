@@ -3,6 +3,7 @@
 use crate::gpu::{Gpu, PipelineKey, groups_1d};
 
 /// The rotation's shape.
+#[derive(Clone, Debug)]
 pub(crate) struct RopeShape {
     pub rows: usize,
     pub n_heads: usize,

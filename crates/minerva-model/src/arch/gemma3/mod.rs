@@ -65,12 +65,12 @@ pub fn forward<B: Backend>(
     let mut x = backend.embed(&weights.token_embd, tokens)?;
     backend.scale(&mut x, cfg.embed_scale)?;
     for (il, layer) in weights.layers.iter().enumerate() {
-        let h = backend.rms_norm(&x, &layer.attn_norm, eps)?;
-        let attn = attention(backend, cfg, layer, &h, cache, il, batch)?;
+        // Each normed `h` is dropped before `x` is written (see `block::residual_stack`).
+        let attn = attention(backend, cfg, layer, &backend.rms_norm(&x, &layer.attn_norm, eps)?, cache, il, batch)?;
         let attn = backend.rms_norm(&attn, &layer.post_attn_norm, eps)?;
         backend.add(&mut x, &attn)?;
-        let h = backend.rms_norm(&x, &layer.ffn_norm, eps)?;
-        let [gate, up] = backend.matmul_q_each([&layer.w_gate, &layer.w_up], &h)?;
+        let [gate, up] =
+            backend.matmul_q_each([&layer.w_gate, &layer.w_up], &backend.rms_norm(&x, &layer.ffn_norm, eps)?)?;
         let ffn = backend.matmul_q(&layer.w_down, &backend.geglu(&gate, &up)?)?;
         let ffn = backend.rms_norm(&ffn, &layer.post_ffn_norm, eps)?;
         backend.add(&mut x, &ffn)?;
