@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p minerva-wgpu --example bench_gpu -- MODEL.gguf [--prompt N] [--decode N]
 //!     [--bandwidth GB/s] [--batch N,N,...] [--profile] [--attention-split N] [--no-cpu] [--no-subgroups]
-//!     [--no-block-decode] [--tiled-from N] [--submit-every N] [--no-fuse]
+//!     [--no-block-decode] [--tiled-from N] [--submit-every N] [--fuse|--no-fuse]
 //! ```
 //!
 //! Prints tokens/s for a prefill of `--prompt` tokens (default 128) and `--decode` greedy steps
@@ -17,8 +17,9 @@
 //! `--no-block-decode` and `--tiled-from N` (0: never) choose the matrix kernels, to compare
 //! them in one run (`WgpuOptions::block_decode`, `WgpuOptions::tiled_from`); `--submit-every N`
 //! submits a step in parts of N dispatches (0: whole steps; without it, the device's default,
-//! 128 on a GPU); `--no-fuse` runs norms, SwiGLU / GeGLU and RoPE as kernels of their own
-//! (`WgpuOptions::fuse`). Set
+//! 128 on a GPU); `--no-fuse` runs norms, SwiGLU / GeGLU and RoPE as kernels of their own,
+//! `--fuse` folds them all into their consumers (`WgpuOptions::fuse`; without either, the
+//! device's default). Set
 //! `MINERVA_ADAPTER` to pick the GPU.
 
 use std::time::Instant;
@@ -40,12 +41,12 @@ struct Args {
     block_decode: bool,
     tiled_from: usize,
     submit_every: Option<usize>,
-    fuse: bool,
+    fuse: Option<bool>,
 }
 
 const USAGE: &str = "usage: bench_gpu MODEL.gguf [--prompt N] [--decode N] [--bandwidth GB/s] [--batch N,N,...] \
                      [--profile] [--attention-split N] [--no-cpu] [--no-subgroups] \
-                     [--no-block-decode] [--tiled-from N] [--submit-every N] [--no-fuse]";
+                     [--no-block-decode] [--tiled-from N] [--submit-every N] [--fuse|--no-fuse]";
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -62,7 +63,7 @@ fn parse() -> Result<Args, String> {
         block_decode: true,
         tiled_from: minerva_wgpu::DEFAULT_TILED_FROM,
         submit_every: None,
-        fuse: true,
+        fuse: None,
     };
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -89,7 +90,8 @@ fn parse() -> Result<Args, String> {
             "--no-cpu" => args.cpu = false,
             "--no-subgroups" => args.subgroups = false,
             "--no-block-decode" => args.block_decode = false,
-            "--no-fuse" => args.fuse = false,
+            "--no-fuse" => args.fuse = Some(false),
+            "--fuse" => args.fuse = Some(true),
             "--tiled-from" => {
                 args.tiled_from = value("--tiled-from")?.parse().map_err(|e| format!("--tiled-from: {e}"))?
             }
@@ -253,7 +255,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let gpu = Model::load(&args.model, WgpuBackend::new(options)?)?;
     println!(
-        "device: {} (subgroup kernels: {}, block decode: {}, tiled from {} rows, fused: {})",
+        "device: {} (subgroup kernels: {}, block decode: {}, tiled from {} rows, fused: {:?})",
         gpu.backend.info().name,
         gpu.backend.uses_subgroups(),
         args.block_decode,

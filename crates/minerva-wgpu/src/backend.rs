@@ -65,10 +65,13 @@ pub struct WgpuOptions {
     /// Open the device with timestamp queries where the adapter offers them, so that
     /// [`WgpuBackend::set_profiling`] can time every kernel.
     pub profile: bool,
-    /// Fold work into the kernel that consumes its result (`true`, the default): RMS norms and
-    /// SwiGLU / GeGLU into the decode matrix products that read them, RoPE into the KV store.
-    /// Results are the same bit for bit; `false` runs each op as its own kernel, for comparisons.
-    pub fuse: bool,
+    /// Fold work into the kernel that consumes its result: RMS norms and SwiGLU / GeGLU into the
+    /// decode matrix products that read them, RoPE into the KV store (`Some(true)`), or run each
+    /// op as a kernel of its own (`Some(false)`). Results are the same bit for bit. `None` (the
+    /// default) picks by device: everything on a GPU, where a small kernel's dispatch costs more
+    /// than the consumers' extra work; on a CPU adapter (lavapipe), whose workgroup barriers are
+    /// costly, only RoPE into the store (docs/wgpu.md, "Fused kernels").
+    pub fuse: Option<bool>,
 }
 
 impl Default for WgpuOptions {
@@ -85,7 +88,7 @@ impl Default for WgpuOptions {
             kv_dtype: DType::F16,
             device_sampling: true,
             profile: false,
-            fuse: true,
+            fuse: None,
         }
     }
 }
@@ -164,8 +167,10 @@ pub struct WgpuBackend {
     device_sampling: bool,
     /// The step's token ids, for `embed`.
     token_ids: StepTable,
-    /// [`WgpuOptions::fuse`].
-    fuse: bool,
+    /// [`WgpuOptions::fuse`]: norms and gated products into the products that read them.
+    fuse_inputs: bool,
+    /// [`WgpuOptions::fuse`]: RoPE into the KV store.
+    fuse_rope: bool,
     /// Device sampling's per-row settings and penalty entries.
     sampling: kernels::sample::SamplingTables,
 }
@@ -230,7 +235,8 @@ impl WgpuBackend {
             kv,
             device_sampling: options.device_sampling,
             token_ids: StepTable::new("token ids"),
-            fuse: options.fuse,
+            fuse_inputs: options.fuse.unwrap_or(!on_cpu),
+            fuse_rope: options.fuse.unwrap_or(true),
             sampling: kernels::sample::SamplingTables::default(),
         })
     }
@@ -295,7 +301,7 @@ impl WgpuBackend {
     fn gated(&self, gate: &WgpuTensor, up: &WgpuTensor, gelu: bool) -> Result<WgpuTensor> {
         let input = DeferredInput::Gated { gate: gate.source(&self.gpu), up: up.source(&self.gpu), gelu };
         let out = WgpuTensor::deferred(&self.gpu, gate.rows, gate.cols, input)?;
-        if !self.fuse {
+        if !self.fuse_inputs {
             out.read(&self.gpu);
         }
         Ok(out)
@@ -601,7 +607,7 @@ impl Backend for WgpuBackend {
     fn rms_norm(&self, x: &WgpuTensor, w: &WgpuWeight, eps: f32) -> Result<WgpuTensor> {
         checks::vector_of("rms_norm", &w.name, w.vector.is_some(), w.cols, x.cols)?;
         let g = w.vector.as_ref().expect("checked: a vector");
-        if self.fuse {
+        if self.fuse_inputs {
             let input = DeferredInput::RmsNorm { x: x.source(&self.gpu), g: g.clone(), eps };
             return WgpuTensor::deferred(&self.gpu, x.rows, x.cols, input);
         }
@@ -626,7 +632,7 @@ impl Backend for WgpuBackend {
         checks::matmul(&w.name, w.shape(), x.cols)?;
         let out = self.tensor(x.rows, w.rows)?;
         match x.deferred_input() {
-            Some(input) if kernels::mul_mat::fuses(w, x.rows, &self.matmul) => {
+            Some(input) if kernels::mul_mat::fuses(w, &input, x.rows, &self.matmul) => {
                 kernels::mul_mat::mul_mat_deferred(&self.gpu, w, &input, x.rows, out.buffer(), &self.matmul);
             }
             _ => kernels::mul_mat::mul_mat(&self.gpu, w, x.read(&self.gpu), x.rows, out.buffer(), &self.matmul),
@@ -644,7 +650,7 @@ impl Backend for WgpuBackend {
             half: rope.dim / 2,
             neox: rope.style == RopeStyle::NeoX,
         };
-        if self.fuse {
+        if self.fuse_rope {
             // Left for the KV store, which rotates Q and K as attention stores the keys.
             x.defer(&self.gpu, Deferred::Rope { table, shape });
         } else {

@@ -17,7 +17,7 @@ fn fixture(path: &str) -> PathBuf {
 
 /// Every row's logits of a `prompt_len`-token prefill, then the last row's of 4 decode steps, and
 /// the dispatches each decode step recorded.
-fn run(path: &Path, fuse: bool, kv_dtype: DType, prompt_len: usize) -> (Vec<u32>, Vec<u64>) {
+fn run(path: &Path, fuse: Option<bool>, kv_dtype: DType, prompt_len: usize) -> (Vec<u32>, Vec<u64>) {
     let options = WgpuOptions { fuse, kv_dtype, ..WgpuOptions::default() };
     let model = Model::load(path, WgpuBackend::new(options).expect("a wgpu adapter")).unwrap();
     let mut cache = model.new_cache(1, 64).unwrap();
@@ -40,8 +40,8 @@ fn run(path: &Path, fuse: bool, kv_dtype: DType, prompt_len: usize) -> (Vec<u32>
 /// Fused and unfused runs agree bit for bit; returns the dispatches a fused decode step saves.
 fn same_bits(path: &str, kv_dtype: DType, prompt_len: usize) -> u64 {
     let path = fixture(path);
-    let (plain, plain_dispatches) = run(&path, false, kv_dtype, prompt_len);
-    let (fused, fused_dispatches) = run(&path, true, kv_dtype, prompt_len);
+    let (plain, plain_dispatches) = run(&path, Some(false), kv_dtype, prompt_len);
+    let (fused, fused_dispatches) = run(&path, Some(true), kv_dtype, prompt_len);
     assert_eq!(plain.len(), fused.len());
     let differing = plain.iter().zip(&fused).filter(|(a, b)| a != b).count();
     assert_eq!(differing, 0, "{path:?} ({kv_dtype:?}, {prompt_len} tokens): {differing} logits differ");
@@ -60,6 +60,17 @@ fn llama_fused_steps_equal_unfused_ones() {
     let layers = 2;
     assert_eq!(same_bits("model/tiny/llama", DType::F16, 7), 5 * layers);
     assert_eq!(same_bits("model/tiny/llama", DType::F32, 40), 5 * layers);
+}
+
+#[test]
+fn a_cpu_adapter_fuses_only_rope_by_default() {
+    // Lavapipe: the default folds RoPE into the store (two dispatches a layer) and leaves the
+    // norms and SwiGLU to their own kernels.
+    let path = fixture("model/tiny/llama");
+    let (plain, plain_dispatches) = run(&path, Some(false), DType::F16, 7);
+    let (default, default_dispatches) = run(&path, None, DType::F16, 7);
+    assert_eq!(plain, default);
+    assert_eq!(plain_dispatches[0] - default_dispatches[0], 2 * 2);
 }
 
 #[test]
@@ -88,7 +99,7 @@ use minerva_model::{Backend, RopeConfig, RopeScaling, RopeStyle};
 /// The ops below on a fusing and a non-fusing backend, each result read back, and the sources
 /// copied.
 fn deferred_values(fuse: bool) -> (Vec<Vec<u32>>, u64) {
-    let g = common::gpu(WgpuOptions { fuse, ..WgpuOptions::default() });
+    let g = common::gpu(WgpuOptions { fuse: Some(fuse), ..WgpuOptions::default() });
     let mut rng = common::Rng(7);
     let (rows, cols) = (3, 64);
     let gain = g.weight(common::source("g", DType::F32, &[cols], bytemuck_bytes(&rng.vec(cols)))).unwrap();
@@ -108,6 +119,21 @@ fn deferred_values(fuse: bool) -> (Vec<Vec<u32>>, u64) {
     let act = g.swiglu(&x, &y).unwrap();
     out.push(bits(g.download(&act).unwrap()));
     out.push(bits(g.download(&g.matmul_q(&w, &act).unwrap()).unwrap()));
+    // Products of deferred inputs over 2080 columns: three passes of the staged kernel, the last
+    // partial; one and two activation rows.
+    let wide = 2080;
+    let w_bytes = common::weight_bytes(&mut rng, DType::Q4_0, 24, wide);
+    let w_wide = g.weight(common::source("w_wide", DType::Q4_0, &[24, wide], w_bytes)).unwrap();
+    let gain_wide = g.weight(common::source("g_wide", DType::F32, &[wide], bytemuck_bytes(&rng.vec(wide)))).unwrap();
+    for n in [1, 2] {
+        let gate = g.upload(&rng.vec(n * wide), n, wide).unwrap();
+        let up = g.upload(&rng.vec(n * wide), n, wide).unwrap();
+        for act in
+            [g.swiglu(&gate, &up).unwrap(), g.geglu(&gate, &up).unwrap(), g.rms_norm(&gate, &gain_wide, 1e-6).unwrap()]
+        {
+            out.push(bits(g.download(&g.matmul_q(&w_wide, &act).unwrap()).unwrap()));
+        }
+    }
     // A deferred rotation resolved by another op (a scale), and one read back as it is.
     let rope = RopeConfig { style: RopeStyle::NeoX, base: 10000.0, dim: 16, scaling: RopeScaling::None };
     let mut q = g.upload(&rng.vec(rows * cols), rows, cols).unwrap();

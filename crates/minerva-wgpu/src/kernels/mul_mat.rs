@@ -71,10 +71,19 @@ fn mul_mat_vec(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wg
     block_kernel(gpu, w, VecInput::Stored(x), n_tok, y, plan);
 }
 
-/// Whether [`mul_mat_deferred`] can compute `n_tok` rows of a deferred input as it reads them:
-/// the products the block kernel runs (decode and small batches).
-pub(crate) fn fuses(w: &WgpuWeight, n_tok: usize, plan: &MatmulPlan) -> bool {
-    !plan.tiled(n_tok, w.cols) && plan.block(w.cols)
+/// Activation rows per workgroup at most of `mul_mat_vec_staged.wgsl`, whose staged inputs take
+/// 4 KiB of workgroup memory per row.
+const STAGED_ROWS: usize = 2;
+
+/// Whether [`mul_mat_deferred`] can compute `n_tok` rows of `input` as it reads them: products
+/// the block kernel runs (decode and small batches), and for the staged gated inputs at most
+/// [`STAGED_ROWS`] rows (a decode step's one per sequence).
+pub(crate) fn fuses(w: &WgpuWeight, input: &DeferredInput, n_tok: usize, plan: &MatmulPlan) -> bool {
+    let rows_fit = match input {
+        DeferredInput::RmsNorm { .. } => true,
+        DeferredInput::Gated { .. } => n_tok <= STAGED_ROWS,
+    };
+    rows_fit && !plan.tiled(n_tok, w.cols) && plan.block(w.cols)
 }
 
 /// `y = input · Wᵀ` by the block kernel, the deferred `input` (a norm or a gated product of
@@ -88,7 +97,7 @@ pub(crate) fn mul_mat_deferred(
     y: &wgpu::Buffer,
     plan: &MatmulPlan,
 ) {
-    debug_assert!(fuses(w, n_tok, plan));
+    debug_assert!(fuses(w, input, n_tok, plan));
     let input = match input {
         DeferredInput::RmsNorm { x, g, eps } => VecInput::RmsNorm { x: x.buffer(), g, eps: *eps },
         DeferredInput::Gated { gate, up, gelu } => {
@@ -120,7 +129,8 @@ impl VecInput<'_> {
 }
 
 fn block_kernel(gpu: &Gpu, w: &WgpuWeight, input: VecInput<'_>, n_tok: usize, y: &wgpu::Buffer, plan: &MatmulPlan) {
-    let nt = n_tok.next_power_of_two().min(VEC_ROWS);
+    let staged = matches!(input, VecInput::Gated { .. });
+    let nt = n_tok.next_power_of_two().min(if staged { STAGED_ROWS } else { VEC_ROWS });
     let (_, reduce_name) = plan.reduce();
     let (snippet, kernel) = input.snippet();
     let stored = matches!(input, VecInput::Stored(_));
@@ -142,8 +152,8 @@ fn block_kernel(gpu: &Gpu, w: &WgpuWeight, input: VecInput<'_>, n_tok: usize, y:
             } else {
                 PARAMS.replace("@binding(3) var<uniform>", "@binding(4) var<uniform>")
             };
-            let kernel =
-                format!("{params}\n{snippet}\n{}", include_str!("mul_mat_vec.wgsl")).replace("{{NT}}", &nt.to_string());
+            let body = if staged { include_str!("mul_mat_vec_staged.wgsl") } else { include_str!("mul_mat_vec.wgsl") };
+            let kernel = format!("{params}\n{snippet}\n{body}").replace("{{NT}}", &nt.to_string());
             super::with_block32(w.dtype, &kernel, plan)
         };
         let groups = [gx, gy, n_tok.div_ceil(nt) as u32];

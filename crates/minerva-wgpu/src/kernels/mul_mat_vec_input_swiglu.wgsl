@@ -1,10 +1,24 @@
-// mul_mat_vec's input gated as it is read: silu(gate) · up, gate in x4, as swiglu.wgsl computes it.
+// mul_mat_vec_staged's input: silu(gate) · up, gate in x4, computed as swiglu.wgsl computes it, once per
+// workgroup and pass (256 vec4s of columns per activation row) into workgroup memory.
 
 @group(0) @binding(3) var<storage, read> up4: array<vec4<f32>>;
 
-fn prepare(t0: u32, li: u32) {}
+var<workgroup> staged: array<vec4<f32>, NT * 256u>;
 
+// The gated values of vec4 columns k0 / 4 .. + 256 of the workgroup's activation rows.
+fn stage(k0: u32, t0: u32, li: u32) {
+    let c4 = p.cols / 4u;
+    let k4 = k0 / 4u + li;
+    for (var t = 0u; t < NT; t++) {
+        if (t0 + t < p.n_tok && k4 < c4) {
+            let i = (t0 + t) * c4 + k4;
+            let g = x4[i];
+            staged[t * 256u + li] = g / (1.0 + exp(-g)) * up4[i];
+        }
+    }
+}
+
+// Input vec4 `i` (row-major over the activation rows) of the workgroup's row `t`, from this pass.
 fn xin(t: u32, i: u32) -> vec4<f32> {
-    let g = x4[i];
-    return g / (1.0 + exp(-g)) * up4[i];
+    return staged[t * 256u + (i % (p.cols / 4u)) % 256u];
 }
