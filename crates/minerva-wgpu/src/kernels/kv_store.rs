@@ -56,7 +56,11 @@ pub(crate) fn kv_store(
     let q_pairs = (rows * n_head * half) as u32;
     let (key, snippet, binding) = match rope {
         None => (PipelineKey::named(kernel), include_str!("kv_store_plain.wgsl"), "6"),
-        Some(_) => (PipelineKey::named(kernel).variant("rope"), include_str!("kv_store_rope.wgsl"), "8"),
+        Some(_) => (
+            PipelineKey::named(kernel).variant("rope"),
+            concat!(include_str!("rope_pair.wgsl"), include_str!("kv_store_rope.wgsl")),
+            "8",
+        ),
     };
     let source = || format!("{snippet}\n{}", body.replace("{{PARAMS_BINDING}}", binding));
     let groups = groups_1d((store_threads + q_pairs).div_ceil(64));

@@ -1,9 +1,9 @@
 // kv_store with the step's RoPE folded in (the deferred rotations of Q and K): keys are rotated as
 // they are stored, and the threads past the last stored value rotate Q in place. Both exactly as
-// rope.wgsl rotates them (the same table, pairs and expressions), so the cache and Q hold the
+// rope.wgsl rotates them (the same table, pairs and expressions: Q by rope_pair.wgsl), so the cache and Q hold the
 // values the separate kernels would write.
 
-@group(0) @binding(6) var<storage, read_write> q: array<f32>;
+@group(0) @binding(6) var<storage, read_write> rope_x: array<f32>; // Q
 @group(0) @binding(7) var<storage, read> cs: array<vec2<f32>>;
 
 // Key value `i` (row r, kv head, dim d) rotated: normal pairs (2j, 2j + 1), NeoX (j, j + half);
@@ -36,23 +36,5 @@ fn k_at(i: u32) -> f32 {
 
 // Q's pair `idx` (row, head, pair) rotated in place.
 fn after_store(idx: u32) {
-    let per_row = p.n_head * p.half;
-    if (idx >= p.rows * per_row) {
-        return;
-    }
-    let r = idx / per_row;
-    let h = (idx % per_row) / p.half;
-    let i = idx % p.half;
-    var a = 2u * i;
-    var b = 2u * i + 1u;
-    if (p.neox != 0u) {
-        a = i;
-        b = i + p.half;
-    }
-    let base = (r * p.n_head + h) * p.head_dim;
-    let c = cs[r * p.half + i];
-    let x0 = q[base + a];
-    let x1 = q[base + b];
-    q[base + a] = x0 * c.x - x1 * c.y;
-    q[base + b] = x0 * c.y + x1 * c.x;
+    rotate_pair(idx, p.rows, p.n_head, p.head_dim, p.half, p.neox != 0u);
 }

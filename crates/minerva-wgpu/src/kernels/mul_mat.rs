@@ -120,10 +120,14 @@ impl VecInput<'_> {
         match self {
             VecInput::Stored(_) => (include_str!("mul_mat_vec_input_plain.wgsl"), "mul_mat_vec"),
             VecInput::RmsNorm { .. } => (include_str!("mul_mat_vec_input_rms_norm.wgsl"), "mul_mat_vec_rms_norm"),
-            VecInput::Gated { gelu: false, .. } => {
-                (include_str!("mul_mat_vec_input_swiglu.wgsl"), "mul_mat_vec_swiglu")
-            }
-            VecInput::Gated { gelu: true, .. } => (include_str!("mul_mat_vec_input_geglu.wgsl"), "mul_mat_vec_geglu"),
+            VecInput::Gated { gelu: false, .. } => (
+                concat!(include_str!("mul_mat_vec_glu_silu.wgsl"), include_str!("mul_mat_vec_input_gated.wgsl")),
+                "mul_mat_vec_swiglu",
+            ),
+            VecInput::Gated { gelu: true, .. } => (
+                concat!(include_str!("mul_mat_vec_glu_gelu.wgsl"), include_str!("mul_mat_vec_input_gated.wgsl")),
+                "mul_mat_vec_geglu",
+            ),
         }
     }
 }

@@ -1,7 +1,7 @@
 // mul_mat_vec.wgsl for an input computed as it is read at a cost worth sharing (a gated product:
 // an exp per value): the columns go in passes of 1024 (one per lane step), and before each pass
 // the workgroup's 256 threads compute that pass's inputs once into workgroup memory (`stage`,
-// from mul_mat_vec_input_{swiglu,geglu}.wgsl), which every weight row then reads (`xin`).
+// from mul_mat_vec_input_gated.wgsl), which every weight row then reads (`xin`).
 // Otherwise as mul_mat_vec.wgsl: the same blocks, order of sums and reduction, so the same bits.
 
 // Params and the bindings w, y, p: mul_mat_params.wgsl.

@@ -18,7 +18,7 @@ pub(crate) fn rope(gpu: &Gpu, x: &wgpu::Buffer, cs: &wgpu::Buffer, s: &RopeShape
     let threads = (s.rows * s.n_heads * s.half) as u32;
     gpu.dispatch(
         PipelineKey::named("rope"),
-        || include_str!("rope.wgsl").to_string(),
+        || concat!(include_str!("rope_pair.wgsl"), include_str!("rope.wgsl")).to_string(),
         &[x, cs],
         &params,
         groups_1d(threads.div_ceil(64)),

@@ -1,5 +1,6 @@
-// mul_mat_vec_staged's input: silu(gate) · up, gate in x4, computed as swiglu.wgsl computes it, once per
-// workgroup and pass (256 vec4s of columns per activation row) into workgroup memory.
+// mul_mat_vec_staged's input: a gated product of gate (x4) and up, `glu(gate, up)` from
+// mul_mat_vec_glu_{silu,gelu}.wgsl, computed once per workgroup and pass (256 vec4s of columns
+// per activation row) into workgroup memory.
 
 @group(0) @binding(3) var<storage, read> up4: array<vec4<f32>>;
 
@@ -12,8 +13,7 @@ fn stage(k0: u32, t0: u32, li: u32) {
     for (var t = 0u; t < NT; t++) {
         if (t0 + t < p.n_tok && k4 < c4) {
             let i = (t0 + t) * c4 + k4;
-            let g = x4[i];
-            staged[t * 256u + li] = g / (1.0 + exp(-g)) * up4[i];
+            staged[t * 256u + li] = glu(x4[i], up4[i]);
         }
     }
 }
