@@ -71,8 +71,8 @@ fn mul_mat_vec(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wg
     block_kernel(gpu, w, VecInput::Stored(x), n_tok, y, plan);
 }
 
-/// Activation rows per workgroup at most of `mul_mat_vec_staged.wgsl`, whose staged inputs take
-/// 4 KiB of workgroup memory per row.
+/// Activation rows per workgroup at most where `mul_mat_vec.wgsl` stages a gated input (4 KiB
+/// of workgroup memory per row).
 const STAGED_ROWS: usize = 2;
 
 /// Whether [`mul_mat_deferred`] can compute `n_tok` rows of `input` as it reads them: products
@@ -156,8 +156,10 @@ fn block_kernel(gpu: &Gpu, w: &WgpuWeight, input: VecInput<'_>, n_tok: usize, y:
             } else {
                 PARAMS.replace("@binding(3) var<uniform>", "@binding(4) var<uniform>")
             };
-            let body = if staged { include_str!("mul_mat_vec_staged.wgsl") } else { include_str!("mul_mat_vec.wgsl") };
-            let kernel = format!("{params}\n{snippet}\n{body}").replace("{{NT}}", &nt.to_string());
+            let barrier = if staged { "workgroupBarrier()" } else { "" };
+            let kernel = format!("{params}\n{snippet}\n{}", include_str!("mul_mat_vec.wgsl"))
+                .replace("{{NT}}", &nt.to_string())
+                .replace("{{PASS_BARRIER}}", barrier);
             super::with_block32(w.dtype, &kernel, plan)
         };
         let groups = [gx, gy, n_tok.div_ceil(nt) as u32];

@@ -10,7 +10,7 @@
 // thread per (row, activation row).
 
 // Params and the bindings w, y, p: mul_mat_params.wgsl. The input is x4 as stored, or computed
-// from it as it is read (`prepare` and `xin` from mul_mat_vec_input_*.wgsl).
+// from it as it is read (`prepare`, `stage` and `xin` from mul_mat_vec_input_*.wgsl).
 @group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
 
 const WG: u32 = 256u;
@@ -28,8 +28,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     // The input's per-row state (the deferred norm's scale), before any thread diverges.
     prepare(t0, lid.x);
     var acc: array<f32, NT>;
-    if (r < p.rows) {
-        for (var k = lane * 32u; k < p.cols; k += TPR * 32u) {
+    // Passes of 1024 columns, one per lane step. Inputs worth computing once per workgroup (the
+    // gated products) are staged before each pass (`stage`), between barriers ({{PASS_BARRIER}}:
+    // `workgroupBarrier()` then, empty otherwise); every thread runs every pass.
+    for (var k0 = 0u; k0 < p.cols; k0 += TPR * 32u) {
+        stage(k0, t0, lid.x);
+        {{PASS_BARRIER}};
+        let k = k0 + lane * 32u;
+        if (r < p.rows && k < p.cols) {
             let v = block32(rb, k);
             for (var t = 0u; t < NT; t++) {
                 if (t0 + t < p.n_tok) {
@@ -40,6 +46,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 }
             }
         }
+        {{PASS_BARRIER}};
     }
     stash(acc, lid.x);
     workgroupBarrier();

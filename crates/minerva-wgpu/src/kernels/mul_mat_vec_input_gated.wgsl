@@ -1,10 +1,12 @@
-// mul_mat_vec_staged's input: a gated product of gate (x4) and up, `glu(gate, up)` from
+// mul_mat_vec's input: a gated product of gate (x4) and up, `glu(gate, up)` from
 // mul_mat_vec_glu_{silu,gelu}.wgsl, computed once per workgroup and pass (256 vec4s of columns
 // per activation row) into workgroup memory.
 
 @group(0) @binding(3) var<storage, read> up4: array<vec4<f32>>;
 
 var<workgroup> staged: array<vec4<f32>, NT * 256u>;
+
+fn prepare(t0: u32, li: u32) {}
 
 // The gated values of vec4 columns k0 / 4 .. + 256 of the workgroup's activation rows.
 fn stage(k0: u32, t0: u32, li: u32) {

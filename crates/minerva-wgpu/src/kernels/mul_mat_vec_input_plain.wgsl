@@ -2,6 +2,8 @@
 
 fn prepare(t0: u32, li: u32) {}
 
+fn stage(k0: u32, t0: u32, li: u32) {}
+
 fn xin(t: u32, i: u32) -> vec4<f32> {
     return x4[i];
 }
