@@ -67,12 +67,15 @@ fn assert_steady(path: &str, sampled: bool, options: WgpuOptions) {
 fn steady_gpt_oss_decode_creates_no_device_objects() {
     assert_steady("gpt_oss/gpt_oss.gguf", false, WgpuOptions::default());
     assert_steady("gpt_oss/gpt_oss.gguf", true, WgpuOptions::default());
+    // Every fusion on (a GPU's default): deferred tensors' buffers come from the pool too.
+    assert_steady("gpt_oss/gpt_oss.gguf", true, WgpuOptions { fuse: Some(true), ..WgpuOptions::default() });
 }
 
 #[test]
 fn steady_gemma3_decode_creates_no_device_objects() {
     // Two RoPE tables a step (local and global layers), sliding-window and global attention.
     assert_steady("model/tiny/gemma3/model.gguf", false, WgpuOptions::default());
+    assert_steady("model/tiny/gemma3/model.gguf", false, WgpuOptions { fuse: Some(true), ..WgpuOptions::default() });
 }
 
 #[test]
