@@ -430,6 +430,33 @@ pub trait Backend: Send + Sync + 'static {
     fn matmul_q_each<const N: usize>(&self, ws: [&Self::Weight; N], x: &Self::Tensor) -> Result<[Self::Tensor; N]> {
         matmul_q_one_by_one(self, ws, x)
     }
+    /// `x · Wᵀ + b`: [`Backend::matmul_q`], then [`Backend::add_bias`] when a bias is given. A
+    /// backend may add the bias as the product is stored (the wgpu backend does, one dispatch
+    /// fewer), with the same result.
+    fn matmul_q_bias(&self, w: &Self::Weight, bias: Option<&Self::Weight>, x: &Self::Tensor) -> Result<Self::Tensor> {
+        let mut y = self.matmul_q(w, x)?;
+        if let Some(bias) = bias {
+            self.add_bias(&mut y, bias)?;
+        }
+        Ok(y)
+    }
+    /// `x · Wᵀ + b` for each weight and its optional bias: [`Backend::matmul_q_each`], then
+    /// [`Backend::add_bias`] where a bias is given. A backend may add each bias as its product is
+    /// stored (the wgpu backend does, one dispatch fewer per bias), with the same result.
+    fn matmul_q_each_bias<const N: usize>(
+        &self,
+        ws: [&Self::Weight; N],
+        biases: [Option<&Self::Weight>; N],
+        x: &Self::Tensor,
+    ) -> Result<[Self::Tensor; N]> {
+        let mut ys = self.matmul_q_each(ws, x)?;
+        for (y, bias) in ys.iter_mut().zip(biases) {
+            if let Some(bias) = bias {
+                self.add_bias(y, bias)?;
+            }
+        }
+        Ok(ys)
+    }
     /// Rotates each of the `n_heads` heads of every row by its position in place.
     fn rope(&self, x: &mut Self::Tensor, n_heads: usize, positions: &[u32], rope: &RopeConfig) -> Result<()>;
     /// Writes `k`, `v` (`rows × n_head_kv·head_dim`) into `cache` at layer `layer` (each row at

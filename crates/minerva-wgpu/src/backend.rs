@@ -66,11 +66,12 @@ pub struct WgpuOptions {
     /// [`WgpuBackend::set_profiling`] can time every kernel.
     pub profile: bool,
     /// Fold work into the kernel that consumes its result: RMS norms and SwiGLU / GeGLU into the
-    /// decode matrix products that read them, RoPE into the KV store (`Some(true)`), or run each
-    /// op as a kernel of its own (`Some(false)`). Results are the same bit for bit. `None` (the
-    /// default) picks by device: everything on a GPU, where a small kernel's dispatch costs more
-    /// than the consumers' extra work; on a CPU adapter (lavapipe), whose workgroup barriers are
-    /// costly, only RoPE into the store (docs/wgpu.md, "Fused kernels").
+    /// decode matrix products that read them, RoPE into the KV store, biases into the products
+    /// (`Some(true)`), or run each op as a kernel of its own (`Some(false)`). Results are the same
+    /// bit for bit. `None` (the default) picks by device: everything on a GPU, where a small
+    /// kernel's dispatch costs more than the consumers' extra work; on a CPU adapter (lavapipe),
+    /// whose workgroup barriers are costly, only the fusions that repeat no work (RoPE, biases)
+    /// (docs/wgpu.md, "Fused kernels").
     pub fuse: Option<bool>,
 }
 
@@ -169,8 +170,9 @@ pub struct WgpuBackend {
     token_ids: StepTable,
     /// [`WgpuOptions::fuse`]: norms and gated products into the products that read them.
     fuse_inputs: bool,
-    /// [`WgpuOptions::fuse`]: RoPE into the KV store.
-    fuse_rope: bool,
+    /// [`WgpuOptions::fuse`]: fusions that repeat no work — RoPE into the KV store, biases into
+    /// the products' stores.
+    fuse_free: bool,
     /// Device sampling's per-row settings and penalty entries.
     sampling: kernels::sample::SamplingTables,
 }
@@ -236,7 +238,7 @@ impl WgpuBackend {
             device_sampling: options.device_sampling,
             token_ids: StepTable::new("token ids"),
             fuse_inputs: options.fuse.unwrap_or(!on_cpu),
-            fuse_rope: options.fuse.unwrap_or(true),
+            fuse_free: options.fuse.unwrap_or(true),
             sampling: kernels::sample::SamplingTables::default(),
         })
     }
@@ -303,6 +305,33 @@ impl WgpuBackend {
         let out = WgpuTensor::deferred(&self.gpu, gate.rows, gate.cols, input)?;
         if !self.fuse_inputs {
             out.read(&self.gpu);
+        }
+        Ok(out)
+    }
+
+    /// `x · Wᵀ (+ bias)`: the bias added as the product stores its sums when fusing, else by
+    /// `add_bias`; a deferred input computed as the product reads it where the kernel can.
+    fn product(&self, w: &WgpuWeight, bias: Option<&WgpuWeight>, x: &WgpuTensor) -> Result<WgpuTensor> {
+        checks::matmul(&w.name, w.shape(), x.cols)?;
+        if let Some(b) = bias {
+            checks::vector_of("add_bias", &b.name, b.vector.is_some(), b.cols, w.rows)?;
+        }
+        let mut out = self.tensor(x.rows, w.rows)?;
+        let vector = bias.map(|b| b.vector.as_ref().expect("checked: a vector"));
+        let stored_bias = vector.filter(|_| self.fuse_free);
+        match x.deferred_input() {
+            Some(input) if kernels::mul_mat::fuses(w, &input, x.rows, &self.matmul) => {
+                let y = out.buffer();
+                kernels::mul_mat::mul_mat_deferred(&self.gpu, w, &input, x.rows, y, stored_bias, &self.matmul);
+            }
+            _ => {
+                let x = x.read(&self.gpu);
+                kernels::mul_mat::mul_mat(&self.gpu, w, x, out.rows, out.buffer(), stored_bias, &self.matmul);
+            }
+        }
+        if let Some(b) = vector.filter(|_| !self.fuse_free) {
+            let (rows, cols) = (out.rows, out.cols);
+            kernels::add_bias::add_bias(&self.gpu, out.write(&self.gpu), b, rows, cols);
         }
         Ok(out)
     }
@@ -629,15 +658,21 @@ impl Backend for WgpuBackend {
     }
 
     fn matmul_q(&self, w: &WgpuWeight, x: &WgpuTensor) -> Result<WgpuTensor> {
-        checks::matmul(&w.name, w.shape(), x.cols)?;
-        let out = self.tensor(x.rows, w.rows)?;
-        match x.deferred_input() {
-            Some(input) if kernels::mul_mat::fuses(w, &input, x.rows, &self.matmul) => {
-                kernels::mul_mat::mul_mat_deferred(&self.gpu, w, &input, x.rows, out.buffer(), &self.matmul);
-            }
-            _ => kernels::mul_mat::mul_mat(&self.gpu, w, x.read(&self.gpu), x.rows, out.buffer(), &self.matmul),
-        }
-        Ok(out)
+        self.product(w, None, x)
+    }
+
+    fn matmul_q_bias(&self, w: &WgpuWeight, bias: Option<&WgpuWeight>, x: &WgpuTensor) -> Result<WgpuTensor> {
+        self.product(w, bias, x)
+    }
+
+    fn matmul_q_each_bias<const N: usize>(
+        &self,
+        ws: [&WgpuWeight; N],
+        biases: [Option<&WgpuWeight>; N],
+        x: &WgpuTensor,
+    ) -> Result<[WgpuTensor; N]> {
+        let ys = ws.iter().zip(biases).map(|(w, bias)| self.product(w, bias, x)).collect::<Result<Vec<_>>>()?;
+        Ok(ys.try_into().unwrap_or_else(|_| unreachable!("one product per weight")))
     }
 
     fn rope(&self, x: &mut WgpuTensor, n_heads: usize, positions: &[u32], rope: &RopeConfig) -> Result<()> {
@@ -650,7 +685,7 @@ impl Backend for WgpuBackend {
             half: rope.dim / 2,
             neox: rope.style == RopeStyle::NeoX,
         };
-        if self.fuse_rope {
+        if self.fuse_free {
             // Left for the KV store, which rotates Q and K as attention stores the keys.
             x.defer(&self.gpu, Deferred::Rope { table, shape });
         } else {

@@ -63,14 +63,16 @@ fn llama_fused_steps_equal_unfused_ones() {
 }
 
 #[test]
-fn a_cpu_adapter_fuses_only_rope_by_default() {
-    // Lavapipe: the default folds RoPE into the store (two dispatches a layer) and leaves the
-    // norms and SwiGLU to their own kernels.
-    let path = fixture("model/tiny/llama");
-    let (plain, plain_dispatches) = run(&path, Some(false), DType::F16, 7);
-    let (default, default_dispatches) = run(&path, None, DType::F16, 7);
-    assert_eq!(plain, default);
-    assert_eq!(plain_dispatches[0] - default_dispatches[0], 2 * 2);
+fn a_cpu_adapter_fuses_only_what_repeats_no_work_by_default() {
+    // Lavapipe: the default folds RoPE into the store (two dispatches a layer) and biases into
+    // the products (GPT-OSS: five a layer), and leaves the norms and SwiGLU to their own kernels.
+    for (path, saved_per_layer, layers) in [("model/tiny/llama", 2, 2), ("gpt_oss/gpt_oss.gguf", 2 + 5, 3)] {
+        let path = fixture(path);
+        let (plain, plain_dispatches) = run(&path, Some(false), DType::F16, 7);
+        let (default, default_dispatches) = run(&path, None, DType::F16, 7);
+        assert_eq!(plain, default);
+        assert_eq!(plain_dispatches[0] - default_dispatches[0], saved_per_layer * layers, "{path:?}");
+    }
 }
 
 #[test]
@@ -83,13 +85,19 @@ fn gemma3_fused_steps_equal_unfused_ones() {
 }
 
 #[test]
+fn gpt_oss_fused_steps_equal_unfused_ones() {
+    // Per layer: the attention norm and both RoPEs, and the biases of Q, K, V, O and the router
+    // added as the products store their sums: eight dispatches fewer (the feed-forward norm
+    // feeds the experts, which read it written). Three layers.
+    assert_eq!(same_bits("gpt_oss/gpt_oss.gguf", DType::F16, 9), 8 * 3);
+    same_bits("gpt_oss/gpt_oss.gguf", DType::F32, 40);
+}
+
+#[test]
 fn other_architectures_fused_steps_equal_unfused_ones() {
-    for path in
-        ["gpt_oss/gpt_oss.gguf", "model/tiny/mistral", "model/tiny/phi3", "model/tiny/qwen2", "model/tiny/qwen3"]
-    {
+    for path in ["model/tiny/mistral", "model/tiny/phi3", "model/tiny/qwen2", "model/tiny/qwen3"] {
         assert!(same_bits(path, DType::F16, 9) > 0, "{path}: nothing fused");
     }
-    same_bits("gpt_oss/gpt_oss.gguf", DType::F32, 40);
 }
 
 mod common;

@@ -74,12 +74,8 @@ pub(crate) fn self_attention<B: Backend>(
     batch: &Batch,
     mask: Mask,
 ) -> Result<B::Tensor> {
-    let [mut q, mut k, mut v] = backend.matmul_q_each([w.wq, w.wk, w.wv], h)?;
-    for (y, bias) in [&mut q, &mut k, &mut v].into_iter().zip(w.biases) {
-        if let Some(bias) = bias {
-            backend.add_bias(y, bias)?;
-        }
-    }
+    let [bq, bk, bv, bo] = w.biases;
+    let [mut q, mut k, v] = backend.matmul_q_each_bias([w.wq, w.wk, w.wv], [bq, bk, bv], h)?;
     if let Some([q_norm, k_norm]) = w.qk_norm {
         backend.rms_norm_heads(&mut q, cfg.n_head, q_norm, cfg.rms_eps)?;
         backend.rms_norm_heads(&mut k, cfg.n_head_kv, k_norm, cfg.rms_eps)?;
@@ -90,9 +86,5 @@ pub(crate) fn self_attention<B: Backend>(
         None => backend.attention(&q, &k, &v, cache, il, batch, mask)?,
         Some(sinks) => backend.attention_with_sinks(&q, &k, &v, cache, il, batch, mask, sinks)?,
     };
-    let mut y = backend.matmul_q(w.wo, &out)?;
-    if let Some(bias) = w.biases[3] {
-        backend.add_bias(&mut y, bias)?;
-    }
-    Ok(y)
+    backend.matmul_q_bias(w.wo, bo, &out)
 }

@@ -41,14 +41,23 @@ const VEC_ROWS: usize = 8;
 /// Weight rows per workgroup of the block kernels (`RPW` in `mul_mat_vec.wgsl`).
 pub(crate) const VEC_WEIGHT_ROWS: usize = 8;
 
-/// Records `y[n_tok × w.rows] = x[n_tok × w.cols] · Wᵀ`, one dispatch per chunk of the weight,
-/// with the kernel `plan` picks for this shape.
-pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer, plan: &MatmulPlan) {
+/// Records `y[n_tok × w.rows] = x[n_tok × w.cols] · Wᵀ (+ bias)`, one dispatch per chunk of the
+/// weight, with the kernel `plan` picks for this shape. The block and tiled kernels add the bias
+/// as they store each sum; the 8-value kernels leave it to an `add_bias` dispatch.
+pub(crate) fn mul_mat(
+    gpu: &Gpu,
+    w: &WgpuWeight,
+    x: &wgpu::Buffer,
+    n_tok: usize,
+    y: &wgpu::Buffer,
+    bias: Option<&wgpu::Buffer>,
+    plan: &MatmulPlan,
+) {
     if plan.tiled(n_tok, w.cols) {
-        return mul_mat_tiled(gpu, w, x, n_tok, y);
+        return mul_mat_tiled(gpu, w, x, n_tok, y, bias);
     }
     if plan.block(w.cols) {
-        return mul_mat_vec(gpu, w, x, n_tok, y, plan);
+        return block_kernel(gpu, w, VecInput::Stored(x), n_tok, y, bias, plan);
     }
     let (tile, lanes) = if n_tok == 1 { (1, DECODE_LANES) } else { (PREFILL_TILE, PREFILL_LANES) };
     let (reduce, reduce_name) = plan.reduce();
@@ -64,11 +73,9 @@ pub(crate) fn mul_mat(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize,
         gpu.dispatch(key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(tile) as u32]);
         gpu.moved(moved(w, chunk.rows, n_tok));
     }
-}
-
-/// `mul_mat` by the block kernel: 8 weight rows × up to 8 activation rows per workgroup.
-fn mul_mat_vec(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer, plan: &MatmulPlan) {
-    block_kernel(gpu, w, VecInput::Stored(x), n_tok, y, plan);
+    if let Some(bias) = bias {
+        super::add_bias::add_bias(gpu, y, bias, n_tok, w.rows);
+    }
 }
 
 /// Activation rows per workgroup at most where `mul_mat_vec.wgsl` stages a gated input (4 KiB
@@ -95,6 +102,7 @@ pub(crate) fn mul_mat_deferred(
     input: &DeferredInput,
     n_tok: usize,
     y: &wgpu::Buffer,
+    bias: Option<&wgpu::Buffer>,
     plan: &MatmulPlan,
 ) {
     debug_assert!(fuses(w, input, n_tok, plan));
@@ -104,7 +112,7 @@ pub(crate) fn mul_mat_deferred(
             VecInput::Gated { gate: gate.buffer(), up: up.buffer(), gelu: *gelu }
         }
     };
-    block_kernel(gpu, w, input, n_tok, y, plan);
+    block_kernel(gpu, w, input, n_tok, y, bias, plan);
 }
 
 /// What the block kernel reads as its input.
@@ -115,74 +123,126 @@ enum VecInput<'a> {
 }
 
 impl VecInput<'_> {
-    /// The input's snippet (`prepare`, `xin`) and the kernel's name with it (pipeline keys).
-    fn snippet(&self) -> (&'static str, &'static str) {
+    /// The input's snippet (`prepare`, `stage`, `xin`) and the kernel's name with it, without
+    /// and with a bias (pipeline keys).
+    fn snippet(&self) -> (&'static str, [&'static str; 2]) {
         match self {
-            VecInput::Stored(_) => (include_str!("mul_mat_vec_input_plain.wgsl"), "mul_mat_vec"),
-            VecInput::RmsNorm { .. } => (include_str!("mul_mat_vec_input_rms_norm.wgsl"), "mul_mat_vec_rms_norm"),
+            VecInput::Stored(_) => (include_str!("mul_mat_vec_input_plain.wgsl"), ["mul_mat_vec", "mul_mat_vec_bias"]),
+            VecInput::RmsNorm { .. } => {
+                (include_str!("mul_mat_vec_input_rms_norm.wgsl"), ["mul_mat_vec_rms_norm", "mul_mat_vec_rms_norm_bias"])
+            }
             VecInput::Gated { gelu: false, .. } => (
                 concat!(include_str!("mul_mat_vec_glu_silu.wgsl"), include_str!("mul_mat_vec_input_gated.wgsl")),
-                "mul_mat_vec_swiglu",
+                ["mul_mat_vec_swiglu", "mul_mat_vec_swiglu_bias"],
             ),
             VecInput::Gated { gelu: true, .. } => (
                 concat!(include_str!("mul_mat_vec_glu_gelu.wgsl"), include_str!("mul_mat_vec_input_gated.wgsl")),
-                "mul_mat_vec_geglu",
+                ["mul_mat_vec_geglu", "mul_mat_vec_geglu_bias"],
             ),
         }
     }
 }
 
-fn block_kernel(gpu: &Gpu, w: &WgpuWeight, input: VecInput<'_>, n_tok: usize, y: &wgpu::Buffer, plan: &MatmulPlan) {
+/// The block kernel over every chunk of `w`: 8 weight rows × up to 8 activation rows per
+/// workgroup (2 with a staged input).
+fn block_kernel(
+    gpu: &Gpu,
+    w: &WgpuWeight,
+    input: VecInput<'_>,
+    n_tok: usize,
+    y: &wgpu::Buffer,
+    bias: Option<&wgpu::Buffer>,
+    plan: &MatmulPlan,
+) {
     let staged = matches!(input, VecInput::Gated { .. });
     let nt = n_tok.next_power_of_two().min(if staged { STAGED_ROWS } else { VEC_ROWS });
     let (_, reduce_name) = plan.reduce();
-    let (snippet, kernel) = input.snippet();
-    let stored = matches!(input, VecInput::Stored(_));
-    let key = PipelineKey::named(kernel).dtype(w.dtype).size(nt).variant(reduce_name);
-    // The deferred inputs bind one more buffer (the norm's gain, or `up`) at 3, their parameters
-    // after it.
+    let (snippet, kernels) = input.snippet();
+    let key = PipelineKey::named(kernels[usize::from(bias.is_some())]).dtype(w.dtype).size(nt).variant(reduce_name);
+    // The deferred inputs bind one more buffer (the norm's gain, or `up`) at 3; a bias comes
+    // next, then the parameters.
     let (x, extra, aux, extra_bytes) = match input {
         VecInput::Stored(x) => (x, None, 0, 0),
         VecInput::RmsNorm { x, g, eps } => (x, Some(g), eps.to_bits(), 4 * w.cols),
         VecInput::Gated { gate, up, .. } => (gate, Some(up), 0, 4 * n_tok * w.cols),
     };
+    let bias_binding = 3 + usize::from(extra.is_some());
+    let params_binding = bias_binding + usize::from(bias.is_some());
     for chunk in &w.chunks {
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(VEC_WEIGHT_ROWS) as u32);
         let mut params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
         params[7] = aux;
         let source = || {
-            let params = if stored {
-                PARAMS.to_string()
-            } else {
-                PARAMS.replace("@binding(3) var<uniform>", "@binding(4) var<uniform>")
-            };
             let barrier = if staged { "workgroupBarrier()" } else { "" };
-            let kernel = format!("{params}\n{snippet}\n{}", include_str!("mul_mat_vec.wgsl"))
+            let kernel = format!("{}\n{snippet}\n{}", params_at(params_binding), include_str!("mul_mat_vec.wgsl"))
                 .replace("{{NT}}", &nt.to_string())
                 .replace("{{PASS_BARRIER}}", barrier);
-            super::with_block32(w.dtype, &kernel, plan)
+            super::with_block32(
+                w.dtype,
+                &with_bias(&kernel, bias.is_some(), bias_binding, "p.y_offset + out_row"),
+                plan,
+            )
         };
         let groups = [gx, gy, n_tok.div_ceil(nt) as u32];
-        match extra {
-            None => gpu.dispatch(key, source, &[&chunk.buffer, x, y], &params, groups),
-            Some(extra) => gpu.dispatch(key, source, &[&chunk.buffer, x, y, extra], &params, groups),
+        let mut buffers = [&chunk.buffer, x, y, y, y];
+        let mut bound = 3;
+        for b in [extra, bias].into_iter().flatten() {
+            buffers[bound] = b;
+            bound += 1;
         }
-        gpu.moved(moved(w, chunk.rows, n_tok) + extra_bytes as u64);
+        gpu.dispatch(key, source, &buffers[..bound], &params, groups);
+        gpu.moved(moved(w, chunk.rows, n_tok) + extra_bytes as u64 + bias.map_or(0, |_| 4 * chunk.rows as u64));
+    }
+}
+
+/// The matrix kernels' parameters and bindings (`mul_mat_params.wgsl`) with the parameters at
+/// binding `binding`.
+fn params_at(binding: usize) -> String {
+    PARAMS.replace("@binding(3) var<uniform>", &format!("@binding({binding}) var<uniform>"))
+}
+
+/// `kernel` with its `{{BIAS_DECL}}` / `{{BIAS}}` filled: `bias` at `binding`, added at
+/// `bias[index]` as each sum is stored, or nothing.
+fn with_bias(kernel: &str, bias: bool, binding: usize, index: &str) -> String {
+    if bias {
+        kernel
+            .replace("{{BIAS_DECL}}", &format!("@group(0) @binding({binding}) var<storage, read> bias: array<f32>;"))
+            .replace("{{BIAS}}", &format!(" + bias[{index}]"))
+    } else {
+        kernel.replace("{{BIAS_DECL}}", "").replace("{{BIAS}}", "")
     }
 }
 
 /// `mul_mat` through the shared-memory tiles: one workgroup per 64 rows × 64 activation rows.
-fn mul_mat_tiled(gpu: &Gpu, w: &WgpuWeight, x: &wgpu::Buffer, n_tok: usize, y: &wgpu::Buffer) {
-    let key = PipelineKey::named("mul_mat_tiled").dtype(w.dtype);
+fn mul_mat_tiled(
+    gpu: &Gpu,
+    w: &WgpuWeight,
+    x: &wgpu::Buffer,
+    n_tok: usize,
+    y: &wgpu::Buffer,
+    bias: Option<&wgpu::Buffer>,
+) {
+    let kernel = if bias.is_some() { "mul_mat_tiled_bias" } else { "mul_mat_tiled" };
+    let key = PipelineKey::named(kernel).dtype(w.dtype);
     for chunk in &w.chunks {
         let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(TILE) as u32);
         let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
         let source = || {
-            let kernel = format!("{PARAMS}\n{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_tiled.wgsl"));
-            super::with_dequant(w.dtype, &kernel)
+            let binding = 3 + usize::from(bias.is_some());
+            let kernel = format!(
+                "{}\n{}\n{}",
+                params_at(binding),
+                include_str!("tile.wgsl"),
+                include_str!("mul_mat_tiled.wgsl")
+            );
+            super::with_dequant(w.dtype, &with_bias(&kernel, bias.is_some(), 3, "p.y_offset + r + i"))
         };
-        gpu.dispatch(key, source, &[&chunk.buffer, x, y], &params, [gx, gy, n_tok.div_ceil(TILE) as u32]);
-        gpu.moved(moved(w, chunk.rows, n_tok));
+        let groups = [gx, gy, n_tok.div_ceil(TILE) as u32];
+        match bias {
+            None => gpu.dispatch(key, source, &[&chunk.buffer, x, y], &params, groups),
+            Some(b) => gpu.dispatch(key, source, &[&chunk.buffer, x, y, b], &params, groups),
+        }
+        gpu.moved(moved(w, chunk.rows, n_tok) + bias.map_or(0, |_| 4 * chunk.rows as u64));
     }
 }
 

@@ -5,6 +5,8 @@
 
 // Params and the bindings w, y, p: mul_mat_params.wgsl.
 @group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
+// With a bias: `bias` (added as each sum is stored, as add_bias.wgsl adds it).
+{{BIAS_DECL}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -25,7 +27,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let o = (t + j) * p.y_stride + p.y_offset;
             for (var i = 0u; i < 4u; i++) {
                 if (r + i < p.rows) {
-                    y[o + r + i] = acc[j][i];
+                    y[o + r + i] = acc[j][i]{{BIAS}};
                 }
             }
         }

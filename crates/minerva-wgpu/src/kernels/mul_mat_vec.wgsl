@@ -12,6 +12,8 @@
 // Params and the bindings w, y, p: mul_mat_params.wgsl. The input is x4 as stored, or computed
 // from it as it is read (`prepare`, `stage` and `xin` from mul_mat_vec_input_*.wgsl).
 @group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
+// With a bias: `bias` (added as each sum is stored, as add_bias.wgsl adds it).
+{{BIAS_DECL}}
 
 const WG: u32 = 256u;
 const TPR: u32 = 32u;       // threads per row
@@ -56,7 +58,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         let t = lid.x / RPW;
         let out_row = (wid.x + wid.y * p.groups_x) * RPW + row;
         if (out_row < p.rows && t0 + t < p.n_tok) {
-            y[(t0 + t) * p.y_stride + p.y_offset + out_row] = row_sum(t, row);
+            y[(t0 + t) * p.y_stride + p.y_offset + out_row] = row_sum(t, row){{BIAS}};
         }
     }
 }

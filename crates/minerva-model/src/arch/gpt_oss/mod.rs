@@ -138,8 +138,7 @@ pub fn forward<B: Backend>(
             block::self_attention(backend, &cfg.base, &w, h, cache, il, batch, cfg.mask(il))
         },
         |layer, h| {
-            let mut router_logits = backend.matmul_q(&layer.router, h)?;
-            backend.add_bias(&mut router_logits, &layer.router_bias)?;
+            let router_logits = backend.matmul_q_bias(&layer.router, Some(&layer.router_bias), h)?;
             let experts = MoeExperts {
                 gate: &layer.gate_exps,
                 gate_bias: &layer.gate_bias,
