@@ -18,7 +18,10 @@ fn fixture(path: &str) -> PathBuf {
 /// Every row's logits of a `prompt_len`-token prefill, then the last row's of 4 decode steps, and
 /// the dispatches each decode step recorded.
 fn run(path: &Path, fuse: Option<bool>, kv_dtype: DType, prompt_len: usize) -> (Vec<u32>, Vec<u64>) {
-    let options = WgpuOptions { fuse, kv_dtype, ..WgpuOptions::default() };
+    run_with(path, WgpuOptions { fuse, kv_dtype, ..WgpuOptions::default() }, prompt_len)
+}
+
+fn run_with(path: &Path, options: WgpuOptions, prompt_len: usize) -> (Vec<u32>, Vec<u64>) {
     let model = Model::load(path, WgpuBackend::new(options).expect("a wgpu adapter")).unwrap();
     let mut cache = model.new_cache(1, 64).unwrap();
     let prompt: Vec<u32> = (0..prompt_len as u32).map(|i| (i * 7 + 1) % 31 + 1).collect();
@@ -72,6 +75,19 @@ fn a_cpu_adapter_fuses_only_what_repeats_no_work_by_default() {
         let (default, default_dispatches) = run(&path, None, DType::F16, 7);
         assert_eq!(plain, default);
         assert_eq!(plain_dispatches[0] - default_dispatches[0], saved_per_layer * layers, "{path:?}");
+    }
+}
+
+#[test]
+fn fused_steps_without_subgroups_equal_unfused_ones() {
+    // The workgroup-memory row sums (devices without subgroups) beside the fused inputs' own
+    // workgroup memory.
+    for path in ["model/tiny/llama", "model/tiny/gemma3/model.gguf"] {
+        let path = fixture(path);
+        let options = |fuse| WgpuOptions { fuse: Some(fuse), subgroups: false, ..WgpuOptions::default() };
+        let (plain, _) = run_with(&path, options(false), 7);
+        let (fused, _) = run_with(&path, options(true), 7);
+        assert_eq!(plain, fused, "{path:?}");
     }
 }
 
