@@ -21,6 +21,7 @@ use crate::gpu::{Gpu, RecordStats, StepTable};
 use crate::kernels::attention::{AttentionShape, Paging};
 use crate::kernels::{self, KvElem, rope::RopeShape};
 use crate::profile::KernelTime;
+use crate::tables::StepTables;
 use crate::tensor::{Deferred, DeferredInput, WgpuTensor};
 use crate::weight::{self, UploadProgress, WgpuWeight};
 
@@ -123,31 +124,6 @@ impl WgpuCache {
 
     fn paging(&self) -> Paging {
         Paging { block_size: self.shape.block_size, per_slot: self.tables.per_slot(), blocks: self.shape.blocks }
-    }
-}
-
-/// Host-made tables that the layers of a step share, written once per step into buffers kept
-/// from step to step ([`StepTable`]).
-struct StepTables {
-    /// Per RoPE configuration (Gemma 3's local and global layers have one each): the positions
-    /// its (cos, sin) table was written for, and the table.
-    rope: Vec<(RopeConfig, Vec<u32>, StepTable)>,
-    /// The batch `row_info` and `query_blocks` were written for, and its number of query blocks.
-    rows: Option<(Batch, usize)>,
-    /// (slot, position) of every row.
-    row_info: StepTable,
-    /// The prefill query blocks.
-    query_blocks: StepTable,
-}
-
-impl Default for StepTables {
-    fn default() -> Self {
-        StepTables {
-            rope: Vec::new(),
-            rows: None,
-            row_info: StepTable::new("row table"),
-            query_blocks: StepTable::new("query blocks"),
-        }
     }
 }
 
@@ -358,54 +334,12 @@ impl WgpuBackend {
         self.matmul_q(head, &picked)
     }
 
-    /// The (cos, sin) table of `positions` under `rope`, computed exactly as the CPU backend does
-    /// and written once per step (Q and K of every layer share it).
     fn rope_table(&self, positions: &[u32], rope: &RopeConfig) -> wgpu::Buffer {
-        let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
-        let i = match tables.rope.iter().position(|(c, _, _)| c == rope) {
-            Some(i) => i,
-            None => {
-                tables.rope.push((rope.clone(), Vec::new(), StepTable::new("rope table")));
-                tables.rope.len() - 1
-            }
-        };
-        let (_, written_for, table) = &mut tables.rope[i];
-        if written_for == positions
-            && let Some(buffer) = self.gpu.reuse_table(table)
-        {
-            return buffer;
-        }
-        // The same table as the CPU backend rotates by.
-        let values = checks::rope_table(positions, rope);
-        written_for.clear();
-        written_for.extend_from_slice(positions);
-        self.gpu.write_table(table, bytemuck::cast_slice(&values))
+        self.tables.lock().unwrap_or_else(PoisonError::into_inner).rope(&self.gpu, positions, rope)
     }
 
-    /// (slot, position) of every row of `batch` and its prefill query blocks (and their count),
-    /// written once per step.
     fn row_table(&self, batch: &Batch) -> (wgpu::Buffer, wgpu::Buffer, usize) {
-        let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((b, n)) = &tables.rows
-            && b == batch
-            && let (Some(info), Some(blocks)) =
-                (self.gpu.reuse_table(&tables.row_info), self.gpu.reuse_table(&tables.query_blocks))
-        {
-            return (info, blocks, *n);
-        }
-        let mut info = vec![0u32; batch.n_tokens() * 2];
-        for seq in &batch.seqs {
-            for r in seq.rows.clone() {
-                info[2 * r] = seq.slot as u32;
-                info[2 * r + 1] = batch.positions[r];
-            }
-        }
-        let info = self.gpu.write_table(&tables.row_info, bytemuck::cast_slice(&info));
-        let blocks = kernels::attention::prefill_blocks(batch);
-        let n = blocks.len() / 4;
-        let blocks = self.gpu.write_table(&tables.query_blocks, bytemuck::cast_slice(&blocks));
-        tables.rows = Some((batch.clone(), n));
-        (info, blocks, n)
+        self.tables.lock().unwrap_or_else(PoisonError::into_inner).rows(&self.gpu, batch)
     }
 }
 

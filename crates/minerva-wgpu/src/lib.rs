@@ -21,6 +21,7 @@ mod gpu;
 mod kernels;
 mod moe;
 mod profile;
+mod tables;
 mod tensor;
 mod weight;
 
