@@ -90,7 +90,11 @@ const WEIGHT_FORMATS: [WeightFormat; 12] = [
         block32_wgsl: Some(include_str!("dequant/block32_q4_1.wgsl")),
     },
     WeightFormat { dtype: DType::Q5_0, dequant_wgsl: include_str!("dequant/q5_0.wgsl"), block32_wgsl: None },
-    WeightFormat { dtype: DType::Q4_K, dequant_wgsl: include_str!("dequant/q4_k.wgsl"), block32_wgsl: None },
+    WeightFormat {
+        dtype: DType::Q4_K,
+        dequant_wgsl: include_str!("dequant/q4_k.wgsl"),
+        block32_wgsl: Some(include_str!("dequant/block32_q4_k.wgsl")),
+    },
     WeightFormat { dtype: DType::Q6_K, dequant_wgsl: include_str!("dequant/q6_k.wgsl"), block32_wgsl: None },
     WeightFormat {
         dtype: DType::MXFP4,
