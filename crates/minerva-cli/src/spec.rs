@@ -35,8 +35,9 @@ pub struct SpecArgs {
     /// Longest n-gram --spec ngram looks up.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub spec_ngram_max: usize,
-    /// Most tokens drafted per pass (fewer where the measured acceptance says they do not pay).
-    #[arg(long, default_value_t = 8, value_name = "K")]
+    /// Most tokens drafted per pass (fewer where the measured acceptance and pass times say they
+    /// do not pay; longer drafts are reached by doubling).
+    #[arg(long, default_value_t = 32, value_name = "K")]
     pub spec_draft_max: usize,
     /// Always draft --spec-draft-max tokens where the drafter has them (no adaptation; in serve,
     /// in every step of at most --spec-max-batch decoding sequences): for measurements.

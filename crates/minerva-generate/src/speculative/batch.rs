@@ -8,7 +8,7 @@
 //! of the whole step — none when a plain step is best, as happens once the batch alone keeps the
 //! hardware busy. The crossover is measured on the machine it runs on, not fixed.
 
-use super::DECAY;
+use super::pass_times::PassTimes;
 
 /// A sequence that may draft this step.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -27,46 +27,24 @@ pub struct DraftCandidate {
 /// say maximizes a step's expected tokens per second.
 #[derive(Clone, Debug)]
 pub struct BatchPlanner {
-    /// Seconds of a step of `r` rows, every row a decoding one, at index `r` (moving averages;
-    /// 0: not measured).
-    step_secs: Vec<f64>,
+    /// Seconds of a step by its rows, every row a decoding one.
+    steps: PassTimes,
 }
 
 impl BatchPlanner {
     /// A planner for steps of at most `max_rows` rows.
     pub fn new(max_rows: usize) -> BatchPlanner {
-        BatchPlanner { step_secs: vec![0.0; max_rows.max(1) + 1] }
+        BatchPlanner { steps: PassTimes::new(max_rows) }
     }
 
     /// The most rows a step may hold.
     pub fn max_rows(&self) -> usize {
-        self.step_secs.len() - 1
+        self.steps.max_rows()
     }
 
     /// Notes a step of `rows` decoding rows (drafted tokens included) that took `secs`.
     pub fn record_step(&mut self, rows: usize, secs: f64) {
-        if let Some(t) = self.step_secs.get_mut(rows) {
-            *t = if *t > 0.0 { DECAY * *t + (1.0 - DECAY) * secs } else { secs };
-        }
-    }
-
-    /// The time assumed for a step of `rows` rows: its measurement; between two measured row
-    /// counts, the straight line through them (so a step size never tried is weighed without
-    /// being tried); past the largest measured, that one's time (so a larger step is tried
-    /// once, then known); below the smallest measured, that one's (fewer rows take no longer);
-    /// 0 when none is.
-    fn assumed(&self, rows: usize) -> f64 {
-        let rows = rows.min(self.max_rows());
-        let below = (0..=rows).rev().find(|&r| self.step_secs[r] > 0.0);
-        let above = (rows..self.step_secs.len()).find(|&r| self.step_secs[r] > 0.0);
-        match (below, above) {
-            (Some(b), Some(a)) if a > b => {
-                let (tb, ta) = (self.step_secs[b], self.step_secs[a]);
-                tb + (ta - tb) * (rows - b) as f64 / (a - b) as f64
-            }
-            (Some(r), _) | (None, Some(r)) => self.step_secs[r],
-            (None, None) => 0.0,
-        }
+        self.steps.record(rows, secs);
     }
 
     /// The draft length of each of `candidates` in a step of `decoding` sequences (the
@@ -75,11 +53,12 @@ impl BatchPlanner {
     /// A sequence's `j`-th drafted token is kept with probability `aʲ` (its acceptance `a`, each
     /// token given the ones before it), so the step's extra rows go to the tokens of highest
     /// `aʲ` first; of the `K` extra rows, the count chosen maximizes
-    /// `(decoding + Σ aʲ) / (t(decoding + K) + Σ draft seconds)`. A candidate due a probe drafts
-    /// at least one token.
+    /// `(decoding + Σ aʲ) / (t(decoding + K) + Σ draft seconds)`, with `decoding + K` at most
+    /// twice the largest step measured (larger steps are reached by doubling, each measured before
+    /// the next). A candidate due a probe drafts at least one token.
     pub fn plan(&self, decoding: usize, candidates: &[DraftCandidate]) -> Vec<usize> {
         let mut lengths = vec![0; candidates.len()];
-        let room = self.max_rows().saturating_sub(decoding);
+        let room = self.steps.reach().saturating_sub(decoding);
         // (gain, candidate) of every token a candidate could draft, the likeliest kept first;
         // a candidate's tokens come in its own order, since aʲ falls with j.
         let mut tokens: Vec<(f64, usize)> = Vec::new();
@@ -94,12 +73,12 @@ impl BatchPlanner {
         tokens.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
         tokens.truncate(room);
         let rate = |expected: f64, secs: f64| expected / secs.max(super::SECONDS_FLOOR);
-        let mut best = (0, rate(decoding as f64, self.assumed(decoding)));
+        let mut best = (0, rate(decoding as f64, self.steps.assumed(decoding)));
         let (mut expected, mut drafting) = (decoding as f64, 0.0);
         for (k, &(gain, c)) in tokens.iter().enumerate() {
             expected += gain;
             drafting += candidates[c].draft_seconds;
-            let r = rate(expected, self.assumed(decoding + k + 1) + drafting);
+            let r = rate(expected, self.steps.assumed(decoding + k + 1) + drafting);
             if r > best.1 {
                 best = (k + 1, r);
             }
@@ -136,11 +115,20 @@ mod tests {
     }
 
     #[test]
-    fn nothing_measured_drafts_all_that_fits() {
-        let p = BatchPlanner::new(12);
-        assert_eq!(p.plan(2, &[candidate(0.5, 8), candidate(0.5, 8)]), vec![5, 5]);
+    fn steps_grow_by_doubling_the_largest_measured() {
+        // Nothing measured: a step of at most 8 rows.
+        let mut p = BatchPlanner::new(40);
+        let two = [candidate(0.5, 16), candidate(0.5, 16)];
+        assert_eq!(p.plan(2, &two), vec![3, 3]);
+        // Each measured step at most doubles the next, while the rows cost nothing.
+        p.record_step(8, 0.010);
+        assert_eq!(p.plan(2, &two), vec![7, 7]);
+        p.record_step(16, 0.010);
+        assert_eq!(p.plan(2, &two), vec![15, 15]);
+        p.record_step(32, 0.010);
+        assert_eq!(p.plan(2, &two), vec![16, 16]);
         assert_eq!(p.plan(1, &[candidate(0.1, 3)]), vec![3]);
-        assert_eq!(p.plan(12, &[candidate(0.9, 3)]), vec![0]);
+        assert_eq!(p.plan(40, &[candidate(0.9, 3)]), vec![0]);
     }
 
     #[test]
@@ -205,23 +193,5 @@ mod tests {
         assert_eq!(p.plan(2, &[probe, candidate(0.8, 8)]), vec![1, 0]);
         assert_eq!(p.plan(4, &[probe]), vec![0]);
         assert_eq!(p.plan(1, &[DraftCandidate { max: 0, ..probe }]), vec![0]);
-    }
-
-    #[test]
-    fn unmeasured_row_counts_are_read_off_the_measured_ones() {
-        let mut p = BatchPlanner::new(16);
-        assert_eq!(p.assumed(3), 0.0);
-        p.record_step(2, 0.010);
-        p.record_step(8, 0.030);
-        // Below every measurement: the smallest measured above.
-        assert_eq!(p.assumed(1), 0.010);
-        assert_eq!(p.assumed(2), 0.010);
-        // Between two: on the line through them.
-        assert!((p.assumed(5) - 0.020).abs() < 1e-12);
-        assert!((p.assumed(7) - 0.030 * 5.0 / 6.0 - 0.010 / 6.0).abs() < 1e-12);
-        // Past the largest: its time.
-        assert_eq!(p.assumed(12), 0.030);
-        p.record_step(8, 0.020);
-        assert!((p.assumed(9) - 0.029).abs() < 1e-12);
     }
 }

@@ -32,9 +32,11 @@ use minerva_model::{Backend, Model, SequenceInput};
 
 use crate::error::{GenerateError, Result};
 use crate::sampler::Sampler;
+use crate::speculative::pass_times::PassTimes;
 use crate::tokenizer::Tokenizer;
 
 mod batch;
+mod pass_times;
 
 pub use batch::{BatchPlanner, DraftCandidate};
 
@@ -57,7 +59,9 @@ pub trait Drafter {
 
 /// Prompt-lookup drafting: the continuation of the most recent earlier occurrence of the last `n`
 /// tokens (the longest `n` from `max` down to `min` that occurs) in the prompt and the generated
-/// text. No second model; the best case is output that quotes its input (edits, extraction, code).
+/// text, repeating the text since that occurrence where the continuation reaches the end (a
+/// periodic text continues its period). No second model; the best case is output that quotes its
+/// input (edits, extraction, code) or repeats itself.
 #[derive(Clone, Debug)]
 pub struct NgramDrafter {
     min: usize,
@@ -96,7 +100,15 @@ impl Drafter for NgramDrafter {
             // `end`: the last token of an earlier occurrence, which must leave a token after it.
             for end in (n - 1..len - 1).rev() {
                 if history[end] == last && history[end + 1 - n..=end] == *suffix {
-                    out.extend_from_slice(&history[end + 1..(end + 1 + max).min(len)]);
+                    // Copied as LZ77 copies, overlapping what it writes: where the continuation
+                    // runs into the suffix, the text since the match is taken to repeat. A model
+                    // caught in a loop (a run of one token, a repeated line) then gets drafts as
+                    // long as allowed rather than one period at a time.
+                    let start = out.len();
+                    for src in end + 1..end + 1 + max {
+                        let token = if src < len { history[src] } else { out[start + src - len] };
+                        out.push(token);
+                    }
                     return Ok(());
                 }
             }
@@ -253,8 +265,8 @@ pub struct Speculation<'m> {
     /// Kept and rejected drafted tokens, decayed so the choice follows the text as it changes.
     kept: f64,
     rejected: f64,
-    /// Seconds of a target pass of `r` rows at index `r` (moving average; 0: not measured yet).
-    pass_secs: Vec<f64>,
+    /// Seconds of a target pass by its rows.
+    passes: PassTimes,
     /// Plain steps since the last draft (a draft is tried now and then, to notice drafts
     /// becoming good).
     since_draft: usize,
@@ -299,7 +311,7 @@ impl<'m> Speculation<'m> {
             fixed,
             kept: 0.0,
             rejected: 0.0,
-            pass_secs: vec![0.0; k_max + 2],
+            passes: PassTimes::new(k_max + 1),
             since_draft: 0,
             drafts: 0,
             draft: Vec::new(),
@@ -310,7 +322,7 @@ impl<'m> Speculation<'m> {
     /// The measured seconds of a target pass of each row count (index: rows; 0: not measured),
     /// moving averages over this speculation's generations.
     pub fn pass_seconds(&self) -> &[f64] {
-        &self.pass_secs
+        self.passes.measured()
     }
 
     /// Clears the statistics for a new generation (the measurements carry over).
@@ -391,26 +403,24 @@ impl<'m> Speculation<'m> {
 
     /// How many tokens to draft, at most `limit`: the `k` that maximizes the expected tokens per
     /// second, `E(k) / t(k + 1)`, where a drafted token is kept with the measured rate `a` (each
-    /// given the ones before it: `E(k) = 1 + a + … + a^k`) and `t(r)` is the measured time of a
-    /// pass of `r` rows (a row count not yet measured is taken as fast as the largest measured
-    /// below it, so it gets tried).
+    /// given the ones before it: `E(k) = 1 + a + … + a^k`) and `t(r)` is the time of a pass of
+    /// `r` rows, measured or read off the measured ones (`PassTimes::assumed`); `k + 1` is at
+    /// most twice the largest pass measured, so long drafts are reached by doubling, each pass
+    /// measured before a longer one is weighed.
     pub fn choose(&self, limit: usize) -> usize {
         let limit = limit.min(self.k_max);
         if self.fixed || limit == 0 {
             return limit;
         }
+        let limit = limit.min(self.passes.reach() - 1);
         let a = self.acceptance();
-        let mut known = self.pass_secs[1];
-        let mut best = (0, 1.0 / known.max(SECONDS_FLOOR));
+        let mut best = (0, 1.0 / self.passes.assumed(1).max(SECONDS_FLOOR));
         let mut expected = 1.0;
         let mut term = 1.0;
         for k in 1..=limit {
             term *= a;
             expected += term;
-            if self.pass_secs[k + 1] > 0.0 {
-                known = self.pass_secs[k + 1];
-            }
-            let rate = expected / known.max(SECONDS_FLOOR);
+            let rate = expected / self.passes.assumed(k + 1).max(SECONDS_FLOOR);
             if rate > best.1 {
                 best = (k, rate);
             }
@@ -429,9 +439,7 @@ impl<'m> Speculation<'m> {
     /// Notes a pass of the target over `rows` rows that took `secs` (drafting included).
     pub fn record_pass(&mut self, rows: usize, secs: f64) {
         self.stats.passes += 1;
-        if let Some(t) = self.pass_secs.get_mut(rows) {
-            *t = if *t > 0.0 { DECAY * *t + (1.0 - DECAY) * secs } else { secs };
-        }
+        self.passes.record(rows, secs);
     }
 
     /// Notes that `accepted` of `drafted` tokens were kept.
@@ -503,16 +511,17 @@ mod tests {
     fn ngram_drafts_the_continuation_of_the_longest_latest_match() {
         // "1 2 3" occurred at the start, followed by 4 5 6; the suffix is "1 2 3".
         assert_eq!(ngram(1, 3, &[1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 3), vec![4, 5, 6]);
-        // At most `k`, and no further than the history goes.
+        // At most `k`; past the end of the history, the text since the match again.
         assert_eq!(ngram(1, 3, &[1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 2), vec![4, 5]);
-        assert_eq!(ngram(2, 2, &[7, 8, 9, 7, 8], 5), vec![9, 7, 8]);
+        assert_eq!(ngram(2, 2, &[7, 8, 9, 7, 8], 5), vec![9, 7, 8, 9, 7]);
         // The most recent of two matches of the same length.
         assert_eq!(ngram(2, 2, &[5, 6, 1, 5, 6, 2, 5, 6], 1), vec![2]);
         // A longer match wins over a more recent shorter one: "4 5 6" → 7, not "6" → 8.
         assert_eq!(ngram(1, 3, &[4, 5, 6, 7, 6, 8, 4, 5, 6], 1), vec![7]);
-        // A periodic text continues its period, overlapping the suffix.
-        assert_eq!(ngram(1, 2, &[3, 3, 3], 4), vec![3]);
-        assert_eq!(ngram(2, 4, &[1, 2, 1, 2, 1, 2], 4), vec![1, 2]);
+        // A periodic text continues its period as far as asked, overlapping the suffix.
+        assert_eq!(ngram(1, 2, &[3, 3, 3], 4), vec![3, 3, 3, 3]);
+        assert_eq!(ngram(2, 4, &[1, 2, 1, 2, 1, 2], 5), vec![1, 2, 1, 2, 1]);
+        assert_eq!(ngram(2, 4, &[5, 1, 2, 3, 1, 2], 3), vec![3, 1, 2]);
     }
 
     #[test]
@@ -548,12 +557,37 @@ mod tests {
 
     #[test]
     fn the_choice_follows_acceptance_and_pass_times() {
-        let mut spec = adaptive(8);
-        // Nothing measured: drafting is tried, as far as allowed.
-        assert_eq!(spec.choose(8), 8);
+        let mut spec = adaptive(32);
+        // Nothing measured: a draft of at most 7 tokens (a pass of `PassTimes::FIRST_REACH` rows).
+        assert_eq!(spec.choose(32), 7);
         assert_eq!(spec.choose(3), 3);
         assert_eq!(spec.choose(0), 0);
+        // Passes that cost no more with more rows: the draft doubles with the largest measured
+        // pass, up to what is allowed.
+        spec.record_pass(1, 0.010);
+        spec.record_pass(8, 0.010);
+        assert_eq!(spec.choose(32), 15);
+        assert_eq!(spec.choose(9), 9);
+        spec.record_pass(16, 0.010);
+        assert_eq!(spec.choose(32), 31);
+        spec.record_pass(32, 0.010);
+        assert_eq!(spec.choose(32), 32);
+        // Passes of 1 and 9 rows measured: the line through them prices the sizes between, none
+        // of which is then tried (at a = 0.5, a 6 ms row does not pay).
+        let mut spec = adaptive(8);
+        spec.record_pass(1, 0.010);
+        spec.record_pass(9, 0.058);
+        assert_eq!(spec.choose(8), 0);
+        let mut spec = adaptive(8);
+        spec.record_pass(1, 0.010);
+        spec.record_pass(9, 0.012);
+        assert_eq!(spec.choose(8), 4, "a = 0.5: E(4) / 11 ms beats E(8) / 12 ms");
+        for _ in 0..20 {
+            spec.record_verdict(4, 4);
+        }
+        assert_eq!(spec.choose(8), 8);
         // Passes of 2+ rows cost twice a plain one, and drafts are always refused: plain steps.
+        let mut spec = adaptive(8);
         spec.record_pass(1, 0.010);
         for r in 2..=9 {
             spec.record_pass(r, 0.020);
