@@ -510,6 +510,9 @@ impl<B: Backend> Generation<'_, '_, B> {
         let room = speculative::draft_room(&s.model.config, s.cached.len(), s.capacity);
         let wanted = self.options.max_tokens - self.generated.len() - 1;
         spec.draft(&self.history, room.min(wanted), s.model.config.vocab)?;
+        if !self.options.ignore_eos {
+            spec.end_at(|t| s.tokenizer.ends_generation(t, self.options.harmony));
+        }
         if spec.drafted().is_empty() {
             let ask = Self::ask(&mut self.sampler, s.model, &self.history, self.options.constraint.is_some());
             self.pending = Some(s.forward(&[id], ask)?);

@@ -119,6 +119,8 @@ struct Seen {
     drafted: usize,
     accepted: usize,
     runs: usize,
+    /// Runs whose drafts reached past the end of sequence.
+    past_end: usize,
 }
 
 impl Seen {
@@ -200,6 +202,29 @@ fn check_model<B: Backend>(
                     }
                     seen.note(summary.finish, Some(stats));
                 }
+                // A draft that runs past the end of sequence (the model's own greedy tokens after
+                // it, as prompt lookup copies a quoted turn's end and the next turn's markers) is
+                // cut after the end: no drafted token is one that could not be emitted.
+                if reference.finish == FinishReason::Eos && params.is_greedy() && k > 1 {
+                    let past = GenerateOptions {
+                        max_tokens: reference.tokens.len() + 8,
+                        ignore_eos: true,
+                        ..GenerateOptions::default()
+                    };
+                    let (beyond, _) = generate(&mut plain, prompt, &past, params);
+                    let mut script = prompt.clone();
+                    script.extend_from_slice(&beyond.tokens);
+                    let drafter = Scripted { script, wrong_every: usize::MAX, vocab };
+                    let mut session = Session::new(model, &tok, context).unwrap();
+                    session.set_speculation(Some(Speculation::fixed(Box::new(drafter), k).unwrap()));
+                    let (output, summary) = generate(&mut session, prompt, &options, params);
+                    let what = format!("{name}: prompt {p}, k {k}, drafts past the end");
+                    assert_eq!(output, reference, "{what}");
+                    let stats = summary.speculation.unwrap();
+                    assert_eq!(stats.accepted, stats.drafted, "{what}: {stats:?}");
+                    assert!(stats.drafted <= reference.tokens.len() + 1, "{what}: {stats:?}");
+                    seen.past_end += 1;
+                }
             }
         }
     }
@@ -219,6 +244,7 @@ fn speculation_gives_plain_decodings_tokens_for_every_architecture() {
     }
     // Drafts were both kept and refused, in numbers.
     assert!(seen.accepted > 1000 && seen.drafted > seen.accepted + 1000, "{} of {}", seen.accepted, seen.drafted);
+    assert!(seen.past_end >= 5, "{} runs drafted past the end of sequence", seen.past_end);
 }
 
 #[test]

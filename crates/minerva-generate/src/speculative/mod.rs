@@ -59,8 +59,8 @@ pub trait Drafter {
 
 /// Prompt-lookup drafting: the continuation of the most recent earlier occurrence of the last `n`
 /// tokens (the longest `n` from `max` down to `min` that occurs) in the prompt and the generated
-/// text, repeating the text since that occurrence where the continuation reaches the end (a
-/// periodic text continues its period). No second model; the best case is output that quotes its
+/// text; where the continuation reaches the end of a text that ends in a loop (its last tokens
+/// twice), the loop continued. No second model; the best case is output that quotes its
 /// input (edits, extraction, code) or repeats itself.
 #[derive(Clone, Debug)]
 pub struct NgramDrafter {
@@ -100,12 +100,17 @@ impl Drafter for NgramDrafter {
             // `end`: the last token of an earlier occurrence, which must leave a token after it.
             for end in (n - 1..len - 1).rev() {
                 if history[end] == last && history[end + 1 - n..=end] == *suffix {
-                    // Copied as LZ77 copies, overlapping what it writes: where the continuation
-                    // runs into the suffix, the text since the match is taken to repeat. A model
-                    // caught in a loop (a run of one token, a repeated line) then gets drafts as
-                    // long as allowed rather than one period at a time.
+                    // Past the end of the text, the text since the match repeated (copied as
+                    // LZ77 copies, overlapping what it writes) — but only where the text already
+                    // ends with it twice, a loop the model is caught in (a run of one token, a
+                    // line said again): then a draft runs as far as allowed rather than one period
+                    // a pass. A match a few tokens back by chance would draft a long false period.
+                    let period = len - 1 - end;
+                    let looping =
+                        len >= 2 * period && history[len - 2 * period..len - period] == history[len - period..];
+                    let reach = if looping { max } else { max.min(len - end - 1) };
                     let start = out.len();
-                    for src in end + 1..end + 1 + max {
+                    for src in end + 1..end + 1 + reach {
                         let token = if src < len { history[src] } else { out[start + src - len] };
                         out.push(token);
                     }
@@ -354,6 +359,15 @@ impl<'m> Speculation<'m> {
         Ok(())
     }
 
+    /// Cuts the draft after its first token that `ends` the generation (an end-of-sequence
+    /// token): nothing drafted after it could be emitted, and verifying it would only add rows —
+    /// prompt lookup copies the chat template's turn markers after an end it quotes.
+    pub fn end_at(&mut self, ends: impl Fn(u32) -> bool) {
+        if let Some(i) = self.draft.iter().position(|&t| ends(t)) {
+            self.draft.truncate(i + 1);
+        }
+    }
+
     /// Keeps the first `k` tokens of the proposed draft (all of it, when shorter): the draft
     /// [`Speculation::drafted`] gives; none makes this step a plain one.
     pub fn keep(&mut self, k: usize) {
@@ -511,17 +525,21 @@ mod tests {
     fn ngram_drafts_the_continuation_of_the_longest_latest_match() {
         // "1 2 3" occurred at the start, followed by 4 5 6; the suffix is "1 2 3".
         assert_eq!(ngram(1, 3, &[1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 3), vec![4, 5, 6]);
-        // At most `k`; past the end of the history, the text since the match again.
+        // At most `k`.
         assert_eq!(ngram(1, 3, &[1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 2), vec![4, 5]);
-        assert_eq!(ngram(2, 2, &[7, 8, 9, 7, 8], 5), vec![9, 7, 8, 9, 7]);
         // The most recent of two matches of the same length.
         assert_eq!(ngram(2, 2, &[5, 6, 1, 5, 6, 2, 5, 6], 1), vec![2]);
         // A longer match wins over a more recent shorter one: "4 5 6" → 7, not "6" → 8.
         assert_eq!(ngram(1, 3, &[4, 5, 6, 7, 6, 8, 4, 5, 6], 1), vec![7]);
-        // A periodic text continues its period as far as asked, overlapping the suffix.
+        // A text ending in two periods continues its period as far as asked, overlapping the
+        // suffix; a match one period back that has not repeated stops at the end of the text.
         assert_eq!(ngram(1, 2, &[3, 3, 3], 4), vec![3, 3, 3, 3]);
         assert_eq!(ngram(2, 4, &[1, 2, 1, 2, 1, 2], 5), vec![1, 2, 1, 2, 1]);
         assert_eq!(ngram(2, 4, &[5, 1, 2, 3, 1, 2], 3), vec![3, 1, 2]);
+        assert_eq!(ngram(2, 2, &[7, 8, 9, 7, 8], 5), vec![9, 7, 8]);
+        assert_eq!(ngram(2, 2, &[7, 8, 9, 7, 8, 9, 7, 8], 5), vec![9, 7, 8, 9, 7]);
+        assert_eq!(ngram(2, 2, &[1, 7, 8, 9, 5, 7, 8], 5), vec![9, 5, 7, 8]);
+        assert_eq!(ngram(2, 2, &[4, 9, 7, 8, 9, 7, 8], 5), vec![9, 7, 8, 9, 7]);
     }
 
     #[test]
@@ -641,6 +659,19 @@ mod tests {
             assert!(spec.drafted().len() <= 1);
         }
         assert_eq!(drafted, 4);
+    }
+
+    #[test]
+    fn a_draft_ends_with_its_first_end_of_sequence() {
+        let mut spec = adaptive(8);
+        spec.propose(&[1, 2, 3, 9, 4, 1, 2], 8, 100).unwrap();
+        assert_eq!(spec.drafted(), [3, 9, 4, 1, 2]);
+        spec.end_at(|t| t == 9);
+        assert_eq!(spec.drafted(), [3, 9]);
+        spec.end_at(|t| t == 3);
+        assert_eq!(spec.drafted(), [3]);
+        spec.end_at(|_| false);
+        assert_eq!(spec.drafted(), [3]);
     }
 
     #[test]

@@ -41,7 +41,7 @@ struct Request {
 pub(super) struct Scheduler<B: Backend> {
     pub(super) model: Model<B>,
     pub(super) cache: B::Cache,
-    tokenizer: Arc<Tokenizer>,
+    pub(super) tokenizer: Arc<Tokenizer>,
     pub(super) ctx_size: usize,
     /// Speculative decoding, if the server speculates.
     pub(super) spec: Option<SpecConfig>,

@@ -81,7 +81,7 @@ impl<B: Backend> Scheduler<B> {
         if decoding == 0 || decoding > config.max_batch {
             return false;
         }
-        let (model, vocab) = (&self.model.config, self.model.config.vocab);
+        let (model, vocab, tokenizer) = (&self.model.config, self.model.config.vocab, &self.tokenizer);
         // Each candidate's proposal: cheap drafters draft their longest now, and are cut to the
         // planned length; a draft model drafts once its length is chosen.
         let mut candidates = Vec::new();
@@ -100,6 +100,7 @@ impl<B: Backend> Scheduler<B> {
             let max = if spec.costly() {
                 limit
             } else if spec.propose(&seq.tokens, limit, vocab).is_ok() {
+                spec.end_at(|t| tokenizer.ends_generation(t, seq.output.is_harmony()));
                 spec.drafted().len()
             } else {
                 continue;
@@ -133,6 +134,7 @@ impl<B: Backend> Scheduler<B> {
                     spec.keep(0);
                     continue;
                 }
+                spec.end_at(|t| tokenizer.ends_generation(t, seq.output.is_harmony()));
                 // Per drafted token, in steady drafting (the draft model had only the last step's
                 // tokens to catch up on): what drafting adds to a step. A first draft also runs the
                 // prompt, a cost the target's prefill has too.
