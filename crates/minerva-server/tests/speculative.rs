@@ -210,9 +210,12 @@ async fn draft_model_servers_answer_as_a_plain_one() {
     let (plain, _plain_server) = plain_answers().await;
     let config = EngineConfig { speculation: Some(DRAFT_MODEL), ..engine_config(8) };
 
-    // SmolLM2 drafting for itself: the same answers, and every greedy draft kept.
-    let itself = start_served(smollm2_drafted_by(real_model()), config.clone()).await;
+    // SmolLM2 drafting for itself: the same answers, and every greedy draft kept. Drafts of 32,
+    // longer than the answers that end by their end of sequence.
+    let long = EngineConfig { speculation: Some(SpecConfig { draft_max: 32, ..DRAFT_MODEL }), ..config.clone() };
+    let itself = start_served(smollm2_drafted_by(real_model()), long).await;
     let greedy = requests().into_iter().filter(|(_, b)| b["temperature"] == json!(0) && b["stop"].is_null());
+    let mut ended = 0;
     for (path, body) in greedy {
         let before = metric(&itself.url, "minerva_spec_drafted_tokens_total").await;
         let kept_before = metric(&itself.url, "minerva_spec_accepted_tokens_total").await;
@@ -220,7 +223,20 @@ async fn draft_model_servers_answer_as_a_plain_one() {
         let drafted = metric(&itself.url, "minerva_spec_drafted_tokens_total").await - before;
         let kept = metric(&itself.url, "minerva_spec_accepted_tokens_total").await - kept_before;
         assert!(drafted > 0.0 && kept == drafted, "{kept} of {drafted} drafted tokens kept by the model itself");
+        // The draft model drafts on past the end of sequence; drafts are cut after it, so no
+        // drafted token goes beyond the answer (the first token comes from the prefill).
+        if body["stream"] == json!(true) {
+            continue;
+        }
+        let (status, _, whole) = post(&itself.url, path, &body).await;
+        assert_eq!(status, 200, "{whole}");
+        if whole["choices"][0]["finish_reason"] == json!("stop") {
+            let completion = whole["usage"]["completion_tokens"].as_f64().unwrap();
+            assert!(drafted <= completion, "{drafted} drafted tokens for a {completion}-token answer");
+            ended += 1;
+        }
     }
+    assert!(ended >= 1, "no greedy answer ended by its end of sequence: the test does not test it");
     let (concurrent, _) = answers_on(itself).await;
     assert_eq!(concurrent, plain);
 
