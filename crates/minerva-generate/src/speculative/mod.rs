@@ -286,6 +286,8 @@ pub struct Speculation<'m> {
 const PROBE_EVERY: usize = 16;
 /// The weight of history in the acceptance and time averages (per pass).
 const DECAY: f64 = 0.9;
+/// Kept tokens and refusals assumed before any verdict (decayed with the verdicts').
+const PRIOR: f64 = 1.0;
 /// The least time a pass is taken to need, so that rates stay finite before any is measured
 /// (the choice then drafts as much as allowed, to measure).
 const SECONDS_FLOOR: f64 = 1e-9;
@@ -314,8 +316,8 @@ impl<'m> Speculation<'m> {
             drafter,
             k_max,
             fixed,
-            kept: 0.0,
-            rejected: 0.0,
+            kept: PRIOR,
+            rejected: PRIOR,
             passes: PassTimes::new(k_max + 1),
             since_draft: 0,
             drafts: 0,
@@ -330,9 +332,14 @@ impl<'m> Speculation<'m> {
         self.passes.measured()
     }
 
-    /// Clears the statistics for a new generation (the measurements carry over).
+    /// Clears the statistics and the acceptance for a new generation: the pass times carry over
+    /// (they are the machine's), the acceptance starts again from its prior, since another
+    /// text's drafts say little about this one's (after a free-form answer whose drafts failed,
+    /// an edit's first drafts were chosen as if they would fail too).
     pub(crate) fn start(&mut self) {
         self.stats = SpecStats { drafter: self.drafter.name(), ..SpecStats::default() };
+        self.kept = PRIOR;
+        self.rejected = PRIOR;
     }
 
     /// Drafts at most `limit` tokens after `history` (none: run a plain step), cut before the
@@ -386,10 +393,13 @@ impl<'m> Speculation<'m> {
         self.drafts > 0 && self.since_draft == 0
     }
 
-    /// The measured rate at which drafted tokens are kept (each given the ones before it), with
-    /// one kept and one refused assumed before any measurement.
+    /// The measured rate at which drafted tokens are kept (each given the ones before it): kept
+    /// tokens over kept tokens and refusals, both decayed per verdict and starting from one of
+    /// each. The prior decays with the data: added to the decayed counts instead (Laplace's
+    /// +1/+2), it capped the rate at 11/12 where each pass drafts one token — at which long drafts
+    /// never looked worth trying, so an edit whose drafts all held kept drafting one token.
     pub fn acceptance(&self) -> f64 {
-        (self.kept + 1.0) / (self.kept + self.rejected + 2.0)
+        self.kept / (self.kept + self.rejected)
     }
 
     /// The most tokens a draft may hold.
@@ -425,6 +435,12 @@ impl<'m> Speculation<'m> {
         let limit = limit.min(self.k_max);
         if self.fixed || limit == 0 {
             return limit;
+        }
+        // A generation's first draft is long enough to learn this text's acceptance: from the
+        // prior alone (one kept, one refused) long drafts never look worth trying, so an edit
+        // whose drafts all hold would climb from 1-token drafts.
+        if self.stats.verify_passes == 0 {
+            return limit.min(PassTimes::FIRST_REACH - 1);
         }
         let limit = limit.min(self.passes.reach() - 1);
         let a = self.acceptance();
@@ -569,8 +585,29 @@ mod tests {
         assert_eq!(verify_greedy(&[1], &[2, 3]), Verdict { accepted: 0, next: 2 });
     }
 
+    /// An adaptive speculation past its generation's first draft (one verdict of one kept and
+    /// one refused token: the prior's acceptance).
     fn adaptive(k_max: usize) -> Speculation<'static> {
-        Speculation::adaptive(Box::new(NgramDrafter::new(1, 2).unwrap()), k_max).unwrap()
+        let mut spec = Speculation::adaptive(Box::new(NgramDrafter::new(1, 2).unwrap()), k_max).unwrap();
+        spec.record_verdict(2, 1);
+        spec
+    }
+
+    #[test]
+    fn a_generations_first_draft_is_long_enough_to_learn_from() {
+        let mut spec = Speculation::adaptive(Box::new(NgramDrafter::new(1, 2).unwrap()), 32).unwrap();
+        // Long passes measured costly, at the prior's acceptance: the choice alone would draft
+        // little, but the first draft of a generation is long.
+        spec.record_pass(1, 0.010);
+        for r in 2..=33 {
+            spec.record_pass(r, 0.010 * r as f64);
+        }
+        assert_eq!(spec.choose(32), 7);
+        assert_eq!(spec.choose(3), 3);
+        spec.record_verdict(2, 1);
+        assert_eq!(spec.choose(32), 0);
+        spec.start();
+        assert_eq!(spec.choose(32), 7);
     }
 
     #[test]
@@ -659,6 +696,25 @@ mod tests {
             assert!(spec.drafted().len() <= 1);
         }
         assert_eq!(drafted, 4);
+    }
+
+    #[test]
+    fn a_generation_starts_from_the_prior_acceptance_and_the_measured_times() {
+        let mut spec = adaptive(8);
+        spec.record_pass(1, 0.010);
+        spec.record_pass(9, 0.020);
+        for _ in 0..40 {
+            spec.record_verdict(8, 0);
+        }
+        assert!(spec.acceptance() < 0.1);
+        spec.start();
+        assert_eq!(spec.acceptance(), 0.5);
+        assert_eq!(spec.pass_seconds()[9], 0.020);
+        // One-token drafts, all kept: the rate approaches 1 (the prior decays with the data).
+        for _ in 0..60 {
+            spec.record_verdict(1, 1);
+        }
+        assert!(spec.acceptance() > 0.99, "{}", spec.acceptance());
     }
 
     #[test]
