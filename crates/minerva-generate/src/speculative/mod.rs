@@ -436,12 +436,6 @@ impl<'m> Speculation<'m> {
         if self.fixed || limit == 0 {
             return limit;
         }
-        // A generation's first draft is long enough to learn this text's acceptance: from the
-        // prior alone (one kept, one refused) long drafts never look worth trying, so an edit
-        // whose drafts all hold would climb from 1-token drafts.
-        if self.stats.verify_passes == 0 {
-            return limit.min(PassTimes::FIRST_REACH - 1);
-        }
         let limit = limit.min(self.passes.reach() - 1);
         let a = self.acceptance();
         let mut best = (0, 1.0 / self.passes.assumed(1).max(SECONDS_FLOOR));
@@ -585,29 +579,8 @@ mod tests {
         assert_eq!(verify_greedy(&[1], &[2, 3]), Verdict { accepted: 0, next: 2 });
     }
 
-    /// An adaptive speculation past its generation's first draft (one verdict of one kept and
-    /// one refused token: the prior's acceptance).
     fn adaptive(k_max: usize) -> Speculation<'static> {
-        let mut spec = Speculation::adaptive(Box::new(NgramDrafter::new(1, 2).unwrap()), k_max).unwrap();
-        spec.record_verdict(2, 1);
-        spec
-    }
-
-    #[test]
-    fn a_generations_first_draft_is_long_enough_to_learn_from() {
-        let mut spec = Speculation::adaptive(Box::new(NgramDrafter::new(1, 2).unwrap()), 32).unwrap();
-        // Long passes measured costly, at the prior's acceptance: the choice alone would draft
-        // little, but the first draft of a generation is long.
-        spec.record_pass(1, 0.010);
-        for r in 2..=33 {
-            spec.record_pass(r, 0.010 * r as f64);
-        }
-        assert_eq!(spec.choose(32), 7);
-        assert_eq!(spec.choose(3), 3);
-        spec.record_verdict(2, 1);
-        assert_eq!(spec.choose(32), 0);
-        spec.start();
-        assert_eq!(spec.choose(32), 7);
+        Speculation::adaptive(Box::new(NgramDrafter::new(1, 2).unwrap()), k_max).unwrap()
     }
 
     #[test]
