@@ -399,7 +399,9 @@ impl<'m> Speculation<'m> {
     /// +1/+2), it capped the rate at 11/12 where each pass drafts one token — at which long drafts
     /// never looked worth trying, so an edit whose drafts all held kept drafting one token.
     pub fn acceptance(&self) -> f64 {
-        self.kept / (self.kept + self.rejected)
+        let total = self.kept + self.rejected;
+        // Both decay to nothing only after thousands of empty verdicts: the prior's rate then.
+        if total > f64::MIN_POSITIVE { self.kept / total } else { 0.5 }
     }
 
     /// The most tokens a draft may hold.
