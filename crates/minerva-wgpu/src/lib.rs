@@ -11,14 +11,17 @@
 //! ```
 //!
 //! Kernels live in `src/kernels/`: one `.wgsl` beside a Rust wrapper of the same name. Weights
-//! are read with byte-addressed loads from `array<u32>` (see `kernels/common.wgsl`), so the
-//! buffers hold exactly the file's bytes. `docs/wgpu.md` describes the design and tolerances.
+//! hold the file's values; formats whose quants the file leaves at unaligned offsets (Q4_0,
+//! Q4_1, Q5_0, Q8_0, Q6_K, MXFP4, MLX affine) are regrouped at upload so that every block's
+//! quants start on a 16-byte boundary and are read as whole `vec4<u32>`s (see `src/layout.rs`
+//! and `kernels/common.wgsl`). `docs/wgpu.md` describes the design and tolerances.
 
 mod backend;
 mod device;
 mod error;
 mod gpu;
 mod kernels;
+mod layout;
 mod moe;
 mod profile;
 mod tables;
@@ -29,7 +32,7 @@ pub use backend::{DEFAULT_TILED_FROM, WgpuBackend, WgpuCache, WgpuOptions};
 pub use device::{DeviceInfo, list_adapters};
 pub use error::WgpuError;
 pub use gpu::RecordStats;
-pub use kernels::{WEIGHT_DTYPES, supports};
+pub use kernels::{WEIGHT_DTYPES, gpu_row_bytes, supports};
 pub use profile::KernelTime;
 pub use tensor::WgpuTensor;
 pub use weight::{UploadProgress, WgpuWeight};

@@ -37,6 +37,7 @@ pub struct WgpuWeight {
     pub(crate) dtype: DType,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
+    /// Bytes of one row as stored on the GPU (layout.rs), which the kernels step rows by.
     pub(crate) row_bytes: usize,
     pub(crate) chunks: Vec<WeightChunk>,
     pub(crate) vector: Option<wgpu::Buffer>,
@@ -58,7 +59,7 @@ impl WgpuWeight {
     }
 }
 
-/// Uploads `source`: vectors as f32, matrices byte for byte in chunks of at most `max_binding`
+/// Uploads `source`: vectors as f32, matrices in their GPU layout (layout.rs) in chunks of at most `max_binding`
 /// bytes, written in pieces of [`UPLOAD_PIECE`] with a drain every [`UPLOAD_FLUSH`] bytes.
 pub(crate) fn upload(
     gpu: &Gpu,
@@ -89,34 +90,53 @@ pub(crate) fn upload(
         }
         return Ok(WgpuWeight { name, dtype, rows, cols, row_bytes, chunks: Vec::new(), vector: Some(buffer) });
     }
-    if !crate::kernels::supports(dtype) {
+    let Some(layout) = crate::kernels::layout(dtype) else {
         return Err(ModelError::TensorDType { tensor: name, dtype, usage: "matmul on the wgpu backend" });
-    }
+    };
     if cols > u32::MAX as usize / 8 {
         let message = format!("tensor {name}: {cols} columns are too many for the GPU kernels");
         return Err(ModelError::Resource { message });
     }
-    let rows_per_chunk = (max_binding as usize / row_bytes).min(rows) / whole * whole;
+    // Rows as the kernels read them (layout.rs): regrouped for the formats whose quants the file
+    // leaves unaligned, byte for byte otherwise.
+    let gpu_row_bytes = layout.row_bytes(cols / dtype.block_elems()).ok_or_else(|| ModelError::Resource {
+        message: format!("tensor {name}: rows of {cols} {dtype} values are too large for the GPU"),
+    })?;
+    let rows_per_chunk = (max_binding as usize / gpu_row_bytes).min(rows) / whole * whole;
     if rows_per_chunk == 0 {
         let message = format!(
-            "tensor {name}: {whole} row(s) of {row_bytes} bytes exceed the GPU's storage binding limit of {max_binding}"
+            "tensor {name}: {whole} row(s) of {gpu_row_bytes} bytes exceed the GPU's storage binding limit of {max_binding}"
         );
         return Err(ModelError::Resource { message });
     }
+    let regroup = !layout.is_whole();
+    let rows_per_piece = (UPLOAD_PIECE / gpu_row_bytes).max(1);
+    let mut staged = Vec::new();
     let mut chunks = Vec::new();
     let mut since_flush = 0usize;
     for row_start in (0..rows).step_by(rows_per_chunk) {
         let n = rows_per_chunk.min(rows - row_start);
-        let data = &bytes[row_start * row_bytes..(row_start + n) * row_bytes];
-        let size = (data.len() as u64).max(4).next_multiple_of(4);
+        // Sizes are whole 16-byte words: the kernels read the weight as `array<vec4<u32>>`.
+        let size = ((n * gpu_row_bytes) as u64).max(16).next_multiple_of(16);
         let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(&name),
             size,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        for (i, piece) in data.chunks(UPLOAD_PIECE).enumerate() {
-            let offset = (i * UPLOAD_PIECE) as u64;
+        for first in (0..n).step_by(rows_per_piece) {
+            let count = rows_per_piece.min(n - first);
+            let src = &bytes[(row_start + first) * row_bytes..(row_start + first + count) * row_bytes];
+            let piece: &[u8] = if regroup {
+                staged.resize(count * gpu_row_bytes, 0);
+                for (from, to) in src.chunks_exact(row_bytes).zip(staged.chunks_exact_mut(gpu_row_bytes)) {
+                    layout.write_row(from, to);
+                }
+                &staged
+            } else {
+                src
+            };
+            let offset = (first * gpu_row_bytes) as u64;
             if piece.len().is_multiple_of(4) {
                 gpu.queue.write_buffer(&buffer, offset, piece);
             } else {
@@ -127,7 +147,7 @@ pub(crate) fn upload(
             }
             since_flush += piece.len();
             if let Some(progress) = on_upload {
-                (progress.0)(piece.len() as u64);
+                (progress.0)(src.len() as u64);
             }
             if since_flush >= UPLOAD_FLUSH {
                 gpu.queue.submit([]);
@@ -137,5 +157,6 @@ pub(crate) fn upload(
         }
         chunks.push(WeightChunk { buffer, row_start, rows: n });
     }
+    let row_bytes = gpu_row_bytes;
     Ok(WgpuWeight { name, dtype, rows, cols, row_bytes, chunks, vector: None })
 }

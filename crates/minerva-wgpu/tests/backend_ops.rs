@@ -106,9 +106,10 @@ fn embed_every_dtype() {
 #[test]
 fn weights_split_across_bindings() {
     let c = cpu();
-    // A binding limit of 4 rows of Q8_0 (4 × 8 blocks × 34 bytes) splits 37 rows into 10 chunks
-    // whose byte offsets are not multiples of 4.
-    let row_bytes = DType::Q8_0.row_bytes(256).unwrap() as u64;
+    // A binding limit of 4 rows of Q8_0 (4 × 8 blocks × 34 bytes, one group of 8 blocks as
+    // stored on the GPU) splits 37 rows into 10 chunks, whose file offsets are not multiples of 4.
+    let row_bytes = minerva_wgpu::gpu_row_bytes(DType::Q8_0, 256).unwrap() as u64;
+    assert_eq!(row_bytes, DType::Q8_0.row_bytes(256).unwrap() as u64, "8 Q8_0 heads fill 16 bytes");
     let g = gpu(WgpuOptions { max_binding: Some(4 * row_bytes + 5), ..WgpuOptions::default() });
     let mut rng = Rng(3);
     for dtype in [DType::Q8_0, DType::MXFP4, DType::F16] {

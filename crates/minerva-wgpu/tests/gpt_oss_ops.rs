@@ -157,11 +157,13 @@ fn moe_tiles_and_eight_row_kernels() {
 
 #[test]
 fn moe_experts_split_across_bindings() {
-    // Room for 2.5 experts of gate (96 rows × 34 bytes of MXFP4): chunks of 2 whole experts.
-    let row_bytes = DType::MXFP4.row_bytes(64).unwrap() as u64;
-    let options = WgpuOptions { max_binding: Some(96 * row_bytes * 5 / 2), ..WgpuOptions::default() };
+    // Room for 2.5 experts of gate (96 rows of MXFP4 as stored on the GPU): chunks of 2 whole
+    // experts.
+    let gpu_row_bytes = minerva_wgpu::gpu_row_bytes(DType::MXFP4, 64).unwrap() as u64;
+    let options = WgpuOptions { max_binding: Some(96 * gpu_row_bytes * 5 / 2), ..WgpuOptions::default() };
     let g = gpu(options.clone());
-    let w = g.weight(source("gate", DType::MXFP4, &[5, 96, 64], vec![0; 5 * 96 * row_bytes as usize])).unwrap();
+    let row_bytes = DType::MXFP4.row_bytes(64).unwrap();
+    let w = g.weight(source("gate", DType::MXFP4, &[5, 96, 64], vec![0; 5 * 96 * row_bytes])).unwrap();
     assert_eq!(w.chunk_count(), 3, "5 experts in chunks of 2");
     moe_case(DType::MXFP4, DType::F32, 1, options.clone(), 41);
     moe_case(DType::MXFP4, DType::F32, 37, options, 40);

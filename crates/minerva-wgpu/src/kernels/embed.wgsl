@@ -8,7 +8,7 @@ struct Params {
     row_bytes: u32,
 }
 
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(1) var<storage, read> tokens: array<u32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;

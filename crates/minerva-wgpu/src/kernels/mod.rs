@@ -1,7 +1,7 @@
 //! The WGSL kernels, one `.wgsl` beside each wrapper of the same name, embedded at build time.
 //!
-//! Kernels that read a weight are assembled as `common.wgsl` (byte-addressed loads, f16/bf16
-//! unpack, E8M0) + the dtype's block size + `dequant/<dtype>.wgsl` (`load8`/`load1`: 8 or 1
+//! Kernels that read a weight are assembled as `common.wgsl` (16-byte and byte-addressed loads,
+//! f16/bf16 unpack, E8M0) + the dtype's block size and GPU layout (`crate::layout`) + `dequant/<dtype>.wgsl` (`load8`/`load1`: 8 or 1
 //! dequantized values of a row; one [`WEIGHT_FORMATS`] row per dtype) + the kernel, and compiled
 //! once per (kernel, dtype, variant) by [`crate::gpu::Gpu`].
 
@@ -27,6 +27,8 @@ pub(crate) mod swiglu;
 pub(crate) mod swiglu_oai;
 
 use minerva_core::DType;
+
+use crate::layout::BlockSplit;
 
 const COMMON: &str = include_str!("common.wgsl");
 
@@ -58,57 +60,100 @@ impl KvElem {
     }
 }
 
-/// How the kernels read one weight dtype: its `load8`/`load1` (8 or 1 dequantized values of a row
-/// at a value index), which every weight-reading kernel is assembled with. The loaders find a
-/// value's block through `BLOCK_ELEMS` / `BLOCK_BYTES`, defined from the dtype table.
+/// How the kernels read one weight dtype: its GPU row layout ([`BlockSplit`]) and its
+/// `load8`/`load1` (8 or 1 dequantized values of a row at a value index), which every
+/// weight-reading kernel is assembled with. The loaders find a value's block through
+/// `BLOCK_ELEMS` and the layout's `head_at` / `body_at` (common.wgsl).
 struct WeightFormat {
     dtype: DType,
+    layout: BlockSplit,
     dequant_wgsl: &'static str,
     /// `block32` (32 dequantized weights of a row as vec4s) reading the whole block in aligned
-    /// words, for the block kernels; `None`: the generic one through `load8`.
+    /// loads, for the block kernels; `None`: the generic one through `load8`.
     block32_wgsl: Option<&'static str>,
+}
+
+/// A regrouped layout: the body (quants) from `body_start`, `body_bytes` long, `group` blocks a
+/// group (their heads fill one 16-byte word, or three for Q5_0's 6-byte heads).
+const fn split(block_bytes: usize, body_start: usize, body_bytes: usize, group: usize) -> BlockSplit {
+    BlockSplit { block_bytes, body_start, body_bytes, group }
 }
 
 /// One row per dtype the kernels read directly (matmul and embedding).
 const WEIGHT_FORMATS: [WeightFormat; 12] = [
-    WeightFormat { dtype: DType::F32, dequant_wgsl: include_str!("dequant/f32.wgsl"), block32_wgsl: None },
-    WeightFormat { dtype: DType::F16, dequant_wgsl: include_str!("dequant/f16.wgsl"), block32_wgsl: None },
-    WeightFormat { dtype: DType::BF16, dequant_wgsl: include_str!("dequant/bf16.wgsl"), block32_wgsl: None },
+    WeightFormat {
+        dtype: DType::F32,
+        layout: BlockSplit::whole(4),
+        dequant_wgsl: include_str!("dequant/f32.wgsl"),
+        block32_wgsl: Some(include_str!("dequant/block32_f32.wgsl")),
+    },
+    WeightFormat {
+        dtype: DType::F16,
+        layout: BlockSplit::whole(2),
+        dequant_wgsl: include_str!("dequant/f16.wgsl"),
+        block32_wgsl: Some(include_str!("dequant/block32_f16.wgsl")),
+    },
+    WeightFormat {
+        dtype: DType::BF16,
+        layout: BlockSplit::whole(2),
+        dequant_wgsl: include_str!("dequant/bf16.wgsl"),
+        block32_wgsl: Some(include_str!("dequant/block32_bf16.wgsl")),
+    },
     WeightFormat {
         dtype: DType::Q8_0,
+        layout: split(34, 2, 32, 8),
         dequant_wgsl: include_str!("dequant/q8_0.wgsl"),
         block32_wgsl: Some(include_str!("dequant/block32_q8_0.wgsl")),
     },
     WeightFormat {
         dtype: DType::Q4_0,
+        layout: split(18, 2, 16, 8),
         dequant_wgsl: include_str!("dequant/q4_0.wgsl"),
         block32_wgsl: Some(include_str!("dequant/block32_q4_0.wgsl")),
     },
     WeightFormat {
         dtype: DType::Q4_1,
+        layout: split(20, 4, 16, 4),
         dequant_wgsl: include_str!("dequant/q4_1.wgsl"),
         block32_wgsl: Some(include_str!("dequant/block32_q4_1.wgsl")),
     },
-    WeightFormat { dtype: DType::Q5_0, dequant_wgsl: include_str!("dequant/q5_0.wgsl"), block32_wgsl: None },
+    WeightFormat {
+        dtype: DType::Q5_0,
+        layout: split(22, 6, 16, 8),
+        dequant_wgsl: include_str!("dequant/q5_0.wgsl"),
+        block32_wgsl: Some(include_str!("dequant/block32_q5_0.wgsl")),
+    },
+    // 144-byte super-blocks: already 16-byte aligned, with the quants at byte 16.
     WeightFormat {
         dtype: DType::Q4_K,
+        layout: BlockSplit::whole(144),
         dequant_wgsl: include_str!("dequant/q4_k.wgsl"),
         block32_wgsl: Some(include_str!("dequant/block32_q4_k.wgsl")),
     },
-    WeightFormat { dtype: DType::Q6_K, dequant_wgsl: include_str!("dequant/q6_k.wgsl"), block32_wgsl: None },
+    // ql, qh and the scales (208 bytes) as the body, d as the head.
+    WeightFormat {
+        dtype: DType::Q6_K,
+        layout: split(210, 0, 208, 8),
+        dequant_wgsl: include_str!("dequant/q6_k.wgsl"),
+        block32_wgsl: None,
+    },
     WeightFormat {
         dtype: DType::MXFP4,
+        layout: split(17, 1, 16, 16),
         dequant_wgsl: include_str!("dequant/mxfp4.wgsl"),
         block32_wgsl: Some(include_str!("dequant/block32_mxfp4.wgsl")),
     },
-    // MLX affine matrices as uploaded (`Backend::mlx_affine_weight`).
+    // MLX affine matrices as uploaded (`Backend::mlx_affine_weight`): bf16 scale and bias, then
+    // the quants.
     WeightFormat {
         dtype: DType::MLX_A8,
+        layout: split(36, 4, 32, 4),
         dequant_wgsl: concat!(include_str!("dequant/mlx_affine.wgsl"), include_str!("dequant/mlx_a8.wgsl")),
         block32_wgsl: None,
     },
     WeightFormat {
         dtype: DType::MLX_A4,
+        layout: split(20, 4, 16, 4),
         dequant_wgsl: concat!(include_str!("dequant/mlx_affine.wgsl"), include_str!("dequant/mlx_a4.wgsl")),
         block32_wgsl: None,
     },
@@ -134,11 +179,25 @@ pub fn supports(dtype: DType) -> bool {
     weight_format(dtype).is_some()
 }
 
+/// How rows of `dtype` are stored on the GPU (checked by [`supports`] at upload).
+pub(crate) fn layout(dtype: DType) -> Option<BlockSplit> {
+    weight_format(dtype).map(|f| f.layout)
+}
+
+/// Bytes one row of `cols` values of `dtype` takes on the GPU (its blocks regrouped so that the
+/// quants are 16-byte aligned, where the file leaves them unaligned): what a weight's memory and
+/// its split across storage bindings are counted in. `None` if the kernels do not read `dtype`
+/// or `cols` is not a whole number of its blocks.
+pub fn gpu_row_bytes(dtype: DType, cols: usize) -> Option<usize> {
+    dtype.row_bytes(cols)?;
+    layout(dtype)?.row_bytes(cols / dtype.block_elems())
+}
+
 /// A weight-reading kernel's full source for `dtype` (checked by [`supports`] at upload).
 fn with_dequant(dtype: DType, kernel: &str) -> String {
-    let dequant = weight_format(dtype).expect("weights are checked at upload").dequant_wgsl;
-    let (elems, bytes) = (dtype.block_elems(), dtype.block_bytes());
-    format!("{COMMON}\nconst BLOCK_ELEMS: u32 = {elems}u;\nconst BLOCK_BYTES: u32 = {bytes}u;\n{dequant}\n{kernel}")
+    let format = weight_format(dtype).expect("weights are checked at upload");
+    let (dequant, layout, elems) = (format.dequant_wgsl, format.layout.wgsl(), dtype.block_elems());
+    format!("{COMMON}\nconst BLOCK_ELEMS: u32 = {elems}u;\n{layout}{dequant}\n{kernel}")
 }
 
 /// [`with_dequant`] plus the dtype's `block32` and the row-sum snippet, for the block kernels.

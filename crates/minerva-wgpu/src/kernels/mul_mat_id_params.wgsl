@@ -16,7 +16,7 @@ struct Params {
     _pad1: u32,
 }
 
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> ids: array<u32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<uniform> p: Params;

@@ -12,6 +12,6 @@ struct Params {
     aux: u32,        // the deferred norm's eps (f32 bits) in mul_mat_vec_input_rms_norm.wgsl
 }
 
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;

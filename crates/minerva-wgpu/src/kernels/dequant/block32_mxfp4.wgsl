@@ -1,5 +1,5 @@
-// MXFP4 block32 (see block32_generic.wgsl): a block is 17 bytes at any offset; its five covering
-// words hold it, the quants shifted by 8·(offset % 4 + 1) bits. E2M1 nibbles become f32 by their
+// MXFP4 block32 (see block32_generic.wgsl): the block's 16 quant bytes are one aligned 16-byte
+// load from its body, e a byte of its head (layout.rs). E2M1 nibbles become f32 by their
 // bits (no table, which would sit in slow per-thread memory): ggml's doubled values are
 // 2^e·(1 + m/2) for exponent e > 0 and m for e = 0.
 fn e2m1x4(n: vec4<u32>) -> vec4<f32> {
@@ -11,14 +11,9 @@ fn e2m1x4(n: vec4<u32>) -> vec4<f32> {
 }
 
 fn block32(rb: u32, k: u32) -> array<vec4<f32>, 8> {
-    let blk = rb + (k / 32u) * 17u;
-    let i = blk >> 2u;
-    let sh = 8u * ((blk & 3u) + 1u);
-    let a = vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
-    let b = vec4<u32>(a.yzw, w[i + 4u]);
-    let d = e8m0_half((a.x >> (sh - 8u)) & 0xffu);
-    // A shift by 32 is a shift by 0 in WGSL: the word-aligned case takes `b` as it is.
-    let q = select((a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh)), b, sh == 32u);
+    let b = k / 32u;
+    let d = e8m0_half(load_u8(head_at(rb, b)));
+    let q = quad(body_at(rb, b));
     let lo = q & vec4<u32>(0x0f0f0f0fu);
     let hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu);
     return array<vec4<f32>, 8>(

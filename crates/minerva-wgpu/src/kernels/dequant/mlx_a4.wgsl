@@ -5,18 +5,19 @@
 //        | scale | bias  | q[0..16]           |   lo nibble of q[j] = y[2j], hi nibble = y[2j+1]
 //        +-------+-------+--------------------+   y = bf16(bf16(q·scale) + bias)
 //
+// On the GPU (layout.rs) the head is scale and bias, the body q.
 // `affine` (the rounding): mlx_affine.wgsl.
 
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
-    let sb = load_u32(blk);
+    let b = k / BLOCK_ELEMS;
+    let sb = load_u32(head_at(rb, b));
     let scale = bitcast<f32>(sb << 16u);
     let bias = bitcast<f32>(sb & 0xffff0000u);
     // Values k .. k + 8 (k a multiple of 8): one word of nibbles, in order.
-    let word = load_u32(blk + 4u + (k % 32u) / 2u);
+    let nibbles = load_u32(body_at(rb, b) + (k % 32u) / 2u);
     var v: array<f32, 8>;
     for (var i = 0u; i < 8u; i++) {
-        v[i] = affine((word >> (4u * i)) & 0xfu, scale, bias);
+        v[i] = affine((nibbles >> (4u * i)) & 0xfu, scale, bias);
     }
     return v;
 }

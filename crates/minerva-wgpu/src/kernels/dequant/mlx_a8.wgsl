@@ -5,14 +5,15 @@
 //        | scale | bias  | q[0..32]  u8                |   y = bf16(bf16(q·scale) + bias)
 //        +-------+-------+-----------------------------+   (bf16 scale and bias)
 //
+// On the GPU (layout.rs) the head is scale and bias, the body q.
 // `affine` (the rounding): mlx_affine.wgsl.
 
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
-    let sb = load_u32(blk);
+    let b = k / BLOCK_ELEMS;
+    let sb = load_u32(head_at(rb, b));
     let scale = bitcast<f32>(sb << 16u);
     let bias = bitcast<f32>(sb & 0xffff0000u);
-    let q = blk + 4u + (k % 32u);
+    let q = body_at(rb, b) + (k % 32u);
     var words = array<u32, 2>(load_u32(q), load_u32(q + 4u));
     var v: array<f32, 8>;
     for (var i = 0u; i < 8u; i++) {

@@ -1,4 +1,5 @@
-// MXFP4 (GGML layout): blocks of 32 values, 17 bytes (so blocks start at odd offsets).
+// MXFP4 (GGML layout): blocks of 32 values, 17 bytes (so in the file blocks start at odd
+// offsets; on the GPU (layout.rs) the head is e, the body qs).
 //
 //   byte 0    1                    17
 //        +----+--------------------+
@@ -8,10 +9,10 @@ const KVALUES_MXFP4 = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
     0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
 
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
-    let d = e8m0_half(load_u8(blk));
+    let b = k / BLOCK_ELEMS;
+    let d = e8m0_half(load_u8(head_at(rb, b)));
     let j = k % 32u;
-    let q = blk + 1u + (j % 16u);
+    let q = body_at(rb, b) + (j % 16u);
     let shift = (j / 16u) * 4u;
     var words = array<u32, 2>(load_u32(q), load_u32(q + 4u));
     var table = KVALUES_MXFP4;

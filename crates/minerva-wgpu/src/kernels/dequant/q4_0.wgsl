@@ -4,11 +4,12 @@
 //        +----+--------------------+
 //        | d  | qs[0..16]          |   lo nibble of qs[j] = y[j], hi nibble = y[j+16]
 //        +----+--------------------+   y = d * (q - 8)
+// On the GPU (layout.rs) the head is d, the body qs.
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
-    let d = f16_at(blk);
+    let b = k / BLOCK_ELEMS;
+    let d = f16_at(head_at(rb, b));
     let j = k % 32u;
-    let q = blk + 2u + (j % 16u);
+    let q = body_at(rb, b) + (j % 16u);
     let shift = (j / 16u) * 4u;
     var words = array<u32, 2>(load_u32(q), load_u32(q + 4u));
     var v: array<f32, 8>;

@@ -4,12 +4,14 @@
 //        +----+----+--------------------+
 //        | d  | m  | qs[0..16]          |   lo nibble of qs[j] = y[j], hi nibble = y[j+16]
 //        +----+----+--------------------+   y = d * q + m
+// On the GPU (layout.rs) the head is d and m, the body qs.
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
-    let d = f16_at(blk);
-    let m = f16_at(blk + 2u);
+    let b = k / BLOCK_ELEMS;
+    let h = head_at(rb, b);
+    let d = f16_at(h);
+    let m = f16_at(h + 2u);
     let j = k % 32u;
-    let q = blk + 4u + (j % 16u);
+    let q = body_at(rb, b) + (j % 16u);
     let shift = (j / 16u) * 4u;
     var words = array<u32, 2>(load_u32(q), load_u32(q + 4u));
     var v: array<f32, 8>;

@@ -17,7 +17,7 @@ fn scale_min_k4(sb: u32, j: u32) -> vec2<f32> {
 }
 
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
+    let blk = body_at(rb, k / BLOCK_ELEMS);
     let e = k % 256u;
     let g = e / 64u;
     let hi = (e % 64u) / 32u;

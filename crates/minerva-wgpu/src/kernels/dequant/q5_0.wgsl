@@ -5,12 +5,14 @@
 //        | d  | qh (u32)| qs[0..16]          |   lo nibble of qs[j] = low 4 bits of y[j], hi nibble
 //        +----+---------+--------------------+   those of y[j+16]; bit j of qh = bit 4 of y[j]
 //                                                y = d * (q - 16)
+// On the GPU (layout.rs) the head is d and qh (6 bytes, at even offsets), the body qs.
 fn load8(rb: u32, k: u32) -> array<f32, 8> {
-    let blk = rb + (k / BLOCK_ELEMS) * BLOCK_BYTES;
-    let d = f16_at(blk);
-    let qh = load_u32(blk + 2u);
+    let b = k / BLOCK_ELEMS;
+    let h = head_at(rb, b);
+    let d = f16_at(h);
+    let qh = load_u32(h + 2u);
     let j = k % 32u;
-    let q = blk + 6u + (j % 16u);
+    let q = body_at(rb, b) + (j % 16u);
     let shift = (j / 16u) * 4u;
     var words = array<u32, 2>(load_u32(q), load_u32(q + 4u));
     var v: array<f32, 8>;
