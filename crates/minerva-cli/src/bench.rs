@@ -30,7 +30,14 @@ pub struct Options {
     pub json: bool,
     /// Speculative decoding against plain decoding on real prompts, instead of pp/tg.
     pub spec: Option<SpecOptions>,
+    /// Time every GPU kernel in one more prefill and up to [`PROFILED_STEPS`] decode steps
+    /// (`--device wgpu` only; checked by the caller).
+    pub profile: bool,
 }
+
+/// Decode steps the profile times: enough to average out a step, few enough to stay quick with a
+/// timed pass per dispatch.
+pub const PROFILED_STEPS: usize = 32;
 
 /// `bench --spec …`: what [`crate::bench_spec`] measures.
 pub struct SpecOptions {
@@ -120,34 +127,26 @@ fn measure_on<B: Backend>(
     let mut prefill = Vec::new();
     if opts.prompt > 0 {
         for rep in 0..=opts.reps {
-            let start = Instant::now();
-            let seq = SequenceInput { tokens: &prompt, start_pos: 0, slot: 0 };
-            model.forward(&mut cache, &[seq], LogitsFor::Last).map_err(model_err)?;
-            let secs = start.elapsed().as_secs_f64();
+            let secs = prefill_pass(model, &mut cache, &prompt).map_err(model_err)?;
             if rep > 0 {
                 prefill.push(opts.prompt as f64 / secs);
             }
         }
     }
+    let first_token = prompt.first().copied().unwrap_or(1 % vocab.max(1));
     let mut decode = Vec::new();
     if opts.gen_tokens > 0 {
-        let mut token = prompt.first().copied().unwrap_or(1 % vocab.max(1));
         for rep in 0..=opts.reps {
-            let start = Instant::now();
-            for pos in 0..opts.gen_tokens {
-                let tokens = [token];
-                let seq = SequenceInput { tokens: &tokens, start_pos: pos, slot: 0 };
-                let logits = model.forward(&mut cache, &[seq], LogitsFor::Last).map_err(model_err)?;
-                // Feed the argmax back so that the work depends on the previous step, as in real
-                // decoding (it costs a pass over the vocabulary, as sampling would).
-                token = argmax(logits.row(0));
-            }
-            let secs = start.elapsed().as_secs_f64();
+            let secs = decode_steps(model, &mut cache, first_token, opts.gen_tokens).map_err(model_err)?;
             if rep > 0 {
                 decode.push(opts.gen_tokens as f64 / secs);
             }
         }
     }
+    let profile = match opts.profile {
+        true => Some(profile_kernels(path, model, &mut cache, &prompt, first_token, opts.gen_tokens)?),
+        false => None,
+    };
     let (prefill_med, decode_med) = (median(&mut prefill), median(&mut decode));
     let on = MeasuredOn::new(path, device)?;
     let (repacked, repacked_bytes) = model.backend.repacked();
@@ -162,6 +161,9 @@ fn measure_on<B: Backend>(
         }
         if let Some(v) = decode_med {
             text += &format!("decode   tg{:<6} {v:>10.2} tok/s  (median; {})\n", opts.gen_tokens, spread(&decode));
+        }
+        if let Some(profile) = &profile {
+            text += &profile.text();
         }
         return Ok(text);
     }
@@ -183,9 +185,119 @@ fn measure_on<B: Backend>(
             "vector_kernels": on.vectors,
             "repacked_matrices": repacked,
             "repacked_bytes": repacked_bytes,
+            "profile": profile.as_ref().map(Profile::json),
         });
         format!("{object}\n")
     })
+}
+
+/// One prefill of `prompt` into an empty cache (slot 0), returning the last position's logits;
+/// the seconds it took.
+fn prefill_pass<B: Backend>(model: &Model<B>, cache: &mut B::Cache, prompt: &[u32]) -> minerva_model::Result<f64> {
+    let start = Instant::now();
+    let seq = SequenceInput { tokens: prompt, start_pos: 0, slot: 0 };
+    model.forward(cache, &[seq], LogitsFor::Last)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// `steps` one-token forward passes from position 0, each fed the previous one's argmax; the
+/// seconds they took.
+fn decode_steps<B: Backend>(
+    model: &Model<B>,
+    cache: &mut B::Cache,
+    first: u32,
+    steps: usize,
+) -> minerva_model::Result<f64> {
+    let start = Instant::now();
+    let mut token = first;
+    for pos in 0..steps {
+        let tokens = [token];
+        let seq = SequenceInput { tokens: &tokens, start_pos: pos, slot: 0 };
+        let logits = model.forward(cache, &[seq], LogitsFor::Last)?;
+        // Feed the argmax back so that the work depends on the previous step, as in real
+        // decoding (it costs a pass over the vocabulary, as sampling would).
+        token = argmax(logits.row(0));
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// `bench --profile`: the GPU kernels' times in one prefill and in a decode.
+struct Profile {
+    prompt: usize,
+    prefill: Vec<minerva_wgpu::KernelTime>,
+    steps: usize,
+    decode: Vec<minerva_wgpu::KernelTime>,
+}
+
+/// Runs one more prefill of `prompt` and up to [`PROFILED_STEPS`] decode steps with every
+/// kernel timed (a pass per dispatch, so slower than the measured runs), on the wgpu backend.
+fn profile_kernels<B: Backend>(
+    path: &Path,
+    model: &Model<B>,
+    cache: &mut B::Cache,
+    prompt: &[u32],
+    first: u32,
+    gen_tokens: usize,
+) -> Result<Profile, CliError> {
+    let Some(gpu) = (&model.backend as &dyn std::any::Any).downcast_ref::<minerva_wgpu::WgpuBackend>() else {
+        return Err(CliError::Usage("--profile times GPU kernels: use it with --device wgpu".into()));
+    };
+    gpu.set_profiling(true)?;
+    gpu.take_kernel_times();
+    let steps = gen_tokens.min(PROFILED_STEPS);
+    let timed = (|| {
+        if !prompt.is_empty() {
+            prefill_pass(model, cache, prompt)?;
+        }
+        let prefill = gpu.take_kernel_times();
+        decode_steps(model, cache, first, steps)?;
+        Ok((prefill, gpu.take_kernel_times()))
+    })();
+    gpu.set_profiling(false)?;
+    let (prefill, decode) = timed.map_err(|source| CliError::Model { path: path.to_path_buf(), source })?;
+    Ok(Profile { prompt: prompt.len(), prefill, steps, decode })
+}
+
+impl Profile {
+    fn text(&self) -> String {
+        let mut text = String::new();
+        let mut table = |title: String, times: &[minerva_wgpu::KernelTime], units: usize, per: &str| {
+            let total: f64 = times.iter().map(|t| t.gpu.as_secs_f64()).sum();
+            let each = total * 1e6 / units.max(1) as f64;
+            text += &format!("{title}: {each:.1} µs of GPU kernels per {per} (a timed pass per dispatch)\n");
+            text += &minerva_wgpu::kernel_table(times, units.max(1) as f64, usize::MAX);
+        };
+        if self.prompt > 0 {
+            table(format!("profile  prefill of {}", self.prompt), &self.prefill, 1, "prefill");
+        }
+        if self.steps > 0 {
+            table(format!("profile  decode ({} steps)", self.steps), &self.decode, self.steps, "token");
+        }
+        text
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let kernels = |times: &[minerva_wgpu::KernelTime]| -> Vec<serde_json::Value> {
+            times
+                .iter()
+                .map(|t| {
+                    serde_json::json!({
+                        "kernel": t.kernel,
+                        "dispatches": t.dispatches,
+                        "gpu_us": t.gpu.as_secs_f64() * 1e6,
+                        "bytes": t.bytes,
+                        "gb_s": t.gigabytes_per_second(),
+                    })
+                })
+                .collect()
+        };
+        serde_json::json!({
+            "prefill_tokens": self.prompt,
+            "prefill": kernels(&self.prefill),
+            "decode_steps": self.steps,
+            "decode": kernels(&self.decode),
+        })
+    }
 }
 
 /// What figures were measured on: the model's file, the device, and on the CPU (which varies

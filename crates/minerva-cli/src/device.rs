@@ -1,6 +1,7 @@
 //! `--device cpu|wgpu` and `minerva inspect --device`: which backend runs the model.
 
 use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use minerva_wgpu::{UploadProgress, WgpuBackend, WgpuOptions};
@@ -28,11 +29,20 @@ pub fn set_adapter(name: Option<String>) {
     }
 }
 
+/// `bench --profile`: devices opened from now on get timestamp queries where offered.
+static TIMESTAMPS: AtomicBool = AtomicBool::new(false);
+
+/// Asks every later [`open_wgpu`] for timestamp queries (`bench --profile`).
+pub fn request_timestamps() {
+    TIMESTAMPS.store(true, Ordering::Relaxed);
+}
+
 fn options() -> WgpuOptions {
     let mut options = WgpuOptions::default();
     if let Some(name) = ADAPTER.get() {
         options.adapter = Some(name.clone());
     }
+    options.profile = TIMESTAMPS.load(Ordering::Relaxed);
     options
 }
 

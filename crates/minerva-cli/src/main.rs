@@ -194,6 +194,10 @@ enum Command {
         ctx_size: usize,
         #[command(flatten)]
         spec: spec::SpecArgs,
+        /// With --device wgpu: time every GPU kernel (timestamp queries) in one more prefill and
+        /// up to 32 decode steps, and print per kernel its time, share, bytes moved and GB/s.
+        #[arg(long)]
+        profile: bool,
     },
 }
 
@@ -260,7 +264,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Convert { src, to, quant, dtype, mlx_bits, force, out: dest } => {
             convert::run(&convert::Args { src, to, quant, dtype, mlx_bits, force, out: dest }, &mut out)
         }
-        Command::Bench { model, prompt, gen_tokens, reps, json, prompt_file, chat, ctx_size, spec } => {
+        Command::Bench { model, prompt, gen_tokens, reps, json, prompt_file, chat, ctx_size, spec, profile } => {
             let spec = match spec.kind()? {
                 spec::SpecKind::None if !prompt_file.is_empty() || chat => {
                     return Err(CliError::Usage("--prompt-file and --chat measure --spec ngram|draft".into()));
@@ -271,7 +275,15 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 }
                 _ => Some(bench::SpecOptions { prompts: prompt_file, chat, args: spec, context: ctx_size }),
             };
-            let opts = bench::Options { prompt, gen_tokens, reps, json, spec };
+            if profile && (model.device != device::Device::Wgpu || spec.is_some()) {
+                return Err(CliError::Usage(
+                    "--profile times GPU kernels: use it with --device wgpu, without --spec".into(),
+                ));
+            }
+            if profile {
+                device::request_timestamps();
+            }
+            let opts = bench::Options { prompt, gen_tokens, reps, json, spec, profile };
             bench::run(&model, &opts, &mut out)
         }
     }

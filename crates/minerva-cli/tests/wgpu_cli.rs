@@ -126,3 +126,54 @@ fn constrained_runs_on_wgpu_equal_the_cpu_reference_mode() {
         assert_eq!(gpu, cpu, "{sampling:?}");
     }
 }
+
+#[test]
+fn bench_profile_times_every_kernel_of_a_step() {
+    let model = real_model();
+    let bench = |extra: &[&str]| {
+        let args = ["bench", "--device", "wgpu", "-p", "8", "-n", "2", "-r", "1", "--json", "--profile"];
+        minerva(
+            &[&args[..], extra].concat().iter().map(|a| os(a)).chain([os("-m"), model.as_os_str()]).collect::<Vec<_>>(),
+        )
+    };
+    let out = bench(&[]);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let profile = &json["profile"];
+    assert_eq!(profile["prefill_tokens"], 8, "{profile}");
+    assert_eq!(profile["decode_steps"], 2, "{profile}");
+    let kernels = |phase: &str| profile[phase].as_array().unwrap_or_else(|| panic!("{profile}")).clone();
+    // Every step dispatches the same kernels: each kernel's count is a multiple of the steps.
+    let decode = kernels("decode");
+    assert!(decode.iter().all(|k| k["dispatches"].as_u64().unwrap() % 2 == 0), "{profile}");
+    // The matrix-vector products of a decode step read every matrix once: SmolLM2's Q4_1 layers
+    // and its tied Q8_0 embedding as the head — the whole file but its first rows' share and the
+    // header, within what the regrouped layout adds (≤ 15 bytes a row) and the activations.
+    let file = std::fs::metadata(&model).unwrap().len() as f64;
+    let matvec: u64 = decode
+        .iter()
+        .filter(|k| k["kernel"].as_str().unwrap().starts_with("mul_mat_vec/"))
+        .map(|k| k["bytes"].as_u64().unwrap())
+        .sum();
+    let per_token = matvec as f64 / 2.0;
+    assert!((0.97 * file..1.02 * file).contains(&per_token), "{per_token} bytes a token against a {file}-byte file");
+    for k in decode.iter().chain(&kernels("prefill")) {
+        assert!(k["gpu_us"].as_f64().unwrap() > 0.0, "{k}");
+        // A kernel that counts its bytes reports the bandwidth they imply.
+        let counted = k["bytes"].as_u64().unwrap() > 0;
+        assert_eq!(counted, k["gb_s"].is_number(), "{k}");
+    }
+    let names: Vec<&str> = decode.iter().map(|k| k["kernel"].as_str().unwrap()).collect();
+    // (The matrix kernels' keys end in their row reduction: subgroup or workgroup.)
+    for expected in ["attention/f16", "rms_norm", "embed/Q8_0", "mul_mat_vec/Q4_1/1/"] {
+        assert!(names.iter().any(|n| n.starts_with(expected)), "{expected} missing from {names:?}");
+    }
+}
+
+#[test]
+fn bench_profile_on_the_cpu_is_one_line() {
+    let model = real_model();
+    let out =
+        minerva(&[os("bench"), os("-m"), model.as_os_str(), os("-p"), os("8"), os("-n"), os("2"), os("--profile")]);
+    assert_one_line_error(&out, "--device wgpu");
+}

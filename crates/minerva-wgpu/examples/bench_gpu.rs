@@ -25,7 +25,7 @@
 use std::time::Instant;
 
 use minerva_model::{Backend, CpuBackend, Model, SequenceInput};
-use minerva_wgpu::{KernelTime, WgpuBackend, WgpuOptions};
+use minerva_wgpu::{KernelTime, WgpuBackend, WgpuOptions, kernel_table};
 
 #[derive(Clone)]
 struct Args {
@@ -201,26 +201,7 @@ fn print_kernels(title: &str, times: &[KernelTime], units: f64, per: &str, wall:
         total * 1e6 / units,
         wall * 1e6 / units
     );
-    println!(
-        "    {:<40} {:>13} {:>7} {:>17} {:>10} {:>9}",
-        "kernel", "time", "share", "dispatches", "MB moved", "GB/s"
-    );
-    for t in times.iter().take(14) {
-        let secs = t.gpu.as_secs_f64();
-        let (mb, gbs) = match t.gigabytes_per_second() {
-            Some(gbs) => (format!("{:.2}", t.bytes as f64 / units / 1e6), format!("{gbs:.0}")),
-            None => ("—".to_string(), "—".to_string()),
-        };
-        println!(
-            "    {:<40} {:>10.1} µs {:>5.1} % {:>6.1} dispatches {:>10} {:>9}",
-            t.kernel,
-            secs * 1e6 / units,
-            100.0 * secs / total.max(1e-12),
-            t.dispatches as f64 / units,
-            mb,
-            gbs
-        );
-    }
+    print!("{}", kernel_table(times, units, 14));
 }
 
 fn profile(gpu: &Model<WgpuBackend>, args: &Args) -> Result<(), Box<dyn std::error::Error>> {

@@ -33,7 +33,7 @@ pub use device::{DeviceInfo, list_adapters};
 pub use error::WgpuError;
 pub use gpu::RecordStats;
 pub use kernels::{WEIGHT_DTYPES, gpu_row_bytes, supports};
-pub use profile::KernelTime;
+pub use profile::{KernelTime, kernel_table};
 pub use tensor::WgpuTensor;
 pub use weight::{UploadProgress, WgpuWeight};
 

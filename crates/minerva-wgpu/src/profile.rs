@@ -35,6 +35,35 @@ impl KernelTime {
     }
 }
 
+/// The profiled kernels as a text table, one line per kernel (the first `max_rows`, longest
+/// first as [`crate::WgpuBackend::take_kernel_times`] returns them): time, share of the kernels'
+/// total, dispatches, MB moved and GB/s; times, dispatches and bytes divided by `units` (e.g. the
+/// 32 steps of a decode, for figures per token).
+pub fn kernel_table(times: &[KernelTime], units: f64, max_rows: usize) -> String {
+    let total: f64 = times.iter().map(|t| t.gpu.as_secs_f64()).sum();
+    let mut text = format!(
+        "    {:<40} {:>13} {:>7} {:>17} {:>10} {:>9}\n",
+        "kernel", "time", "share", "dispatches", "MB moved", "GB/s"
+    );
+    for t in times.iter().take(max_rows) {
+        let secs = t.gpu.as_secs_f64();
+        let (mb, gbs) = match t.gigabytes_per_second() {
+            Some(gbs) => (format!("{:.2}", t.bytes as f64 / units / 1e6), format!("{gbs:.0}")),
+            None => ("—".to_string(), "—".to_string()),
+        };
+        text += &format!(
+            "    {:<40} {:>10.1} µs {:>5.1} % {:>6.1} dispatches {:>10} {:>9}\n",
+            t.kernel,
+            secs * 1e6 / units,
+            100.0 * secs / total.max(1e-12),
+            t.dispatches as f64 / units,
+            mb,
+            gbs
+        );
+    }
+    text
+}
+
 /// One timed dispatch of a submission: its pipeline key and the bytes it counts.
 #[derive(Clone, Debug)]
 pub(crate) struct Profiled {
