@@ -88,6 +88,10 @@ bench llama-8b-old llama-8b-q4_0 --prompt $P --decode $D_BIG --batch $BATCHES_OL
 # The fused kernels (norms and SwiGLU into the decode products, RoPE into the KV store) against
 # each op in a kernel of its own.
 bench llama-8b-unfused llama-8b-q4_0 --prompt $P --decode $D_BIG --no-cpu --no-fuse
+# The tiles of one shape against the per-product choice (the 64 × 64 tile was the only one
+# before; 128 × 128 where the device's workgroup memory holds it).
+bench llama-8b-tile64 llama-8b-q4_0 --prompt $P --decode 4 --batch $BATCHES --no-cpu --tile 64x64
+bench llama-8b-tile128 llama-8b-q4_0 --prompt $P --decode 4 --batch $BATCHES --no-cpu --tile 128x128
 # Where the tiles start paying: the same batches with the tiles from 8 rows.
 bench llama-8b-tiled8 llama-8b-q4_0 --prompt 64 --decode 16 --batch $BATCHES --no-cpu --tiled-from 8
 peer llama-8b-vulkan llama-8b-q4_0 -p $P -n $D_BIG

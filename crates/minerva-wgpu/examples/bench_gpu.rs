@@ -4,7 +4,8 @@
 //! ```text
 //! cargo run --release -p minerva-wgpu --example bench_gpu -- MODEL.gguf [--prompt N] [--decode N]
 //!     [--bandwidth GB/s] [--batch N,N,...] [--profile] [--attention-split N] [--no-cpu] [--no-subgroups]
-//!     [--no-block-decode] [--tiled-from N] [--submit-every N] [--fuse|--no-fuse]
+//!     [--no-block-decode] [--tiled-from N] [--tile 64x64|128x64|128x128] [--submit-every N]
+//!     [--fuse|--no-fuse]
 //! ```
 //!
 //! Prints tokens/s for a prefill of `--prompt` tokens (default 128) and `--decode` greedy steps
@@ -15,7 +16,9 @@
 //! `--profile` times every kernel with timestamp queries in one more prefill and decode;
 //! `--attention-split` sets the keys per decode-attention workgroup (default: 64 on a GPU);
 //! `--no-block-decode` and `--tiled-from N` (0: never) choose the matrix kernels, to compare
-//! them in one run (`WgpuOptions::block_decode`, `WgpuOptions::tiled_from`); `--submit-every N`
+//! them in one run (`WgpuOptions::block_decode`, `WgpuOptions::tiled_from`); `--tile` runs every
+//! tiled product on one tile shape (`WgpuOptions::tile`; without it, chosen per product);
+//! `--submit-every N`
 //! submits a step in parts of N dispatches (0: whole steps; without it, the device's default,
 //! 128 on a GPU); `--no-fuse` runs norms, SwiGLU / GeGLU and RoPE as kernels of their own,
 //! `--fuse` folds them all into their consumers (`WgpuOptions::fuse`; without either, the
@@ -25,7 +28,7 @@
 use std::time::Instant;
 
 use minerva_model::{Backend, CpuBackend, Model, SequenceInput};
-use minerva_wgpu::{KernelTime, WgpuBackend, WgpuOptions, kernel_table};
+use minerva_wgpu::{KernelTime, TileShape, WgpuBackend, WgpuOptions, kernel_table};
 
 #[derive(Clone)]
 struct Args {
@@ -40,13 +43,15 @@ struct Args {
     attention_split: Option<usize>,
     block_decode: bool,
     tiled_from: usize,
+    tile: Option<TileShape>,
     submit_every: Option<usize>,
     fuse: Option<bool>,
 }
 
 const USAGE: &str = "usage: bench_gpu MODEL.gguf [--prompt N] [--decode N] [--bandwidth GB/s] [--batch N,N,...] \
                      [--profile] [--attention-split N] [--no-cpu] [--no-subgroups] \
-                     [--no-block-decode] [--tiled-from N] [--submit-every N] [--fuse|--no-fuse]";
+                     [--no-block-decode] [--tiled-from N] [--tile 64x64|128x64|128x128] [--submit-every N] \
+                     [--fuse|--no-fuse]";
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -62,6 +67,7 @@ fn parse() -> Result<Args, String> {
         attention_split: None,
         block_decode: true,
         tiled_from: minerva_wgpu::DEFAULT_TILED_FROM,
+        tile: None,
         submit_every: None,
         fuse: None,
     };
@@ -94,6 +100,11 @@ fn parse() -> Result<Args, String> {
             "--fuse" => args.fuse = Some(true),
             "--tiled-from" => {
                 args.tiled_from = value("--tiled-from")?.parse().map_err(|e| format!("--tiled-from: {e}"))?
+            }
+            "--tile" => {
+                let name = value("--tile")?;
+                let tile = TileShape::ALL.into_iter().find(|t| t.name() == name);
+                args.tile = Some(tile.ok_or(format!("--tile {name:?}: one of 64x64, 128x64, 128x128"))?);
             }
             "--submit-every" => {
                 let n = value("--submit-every")?.parse().map_err(|e| format!("--submit-every: {e}"))?;
@@ -227,6 +238,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         profile: args.profile,
         block_decode: args.block_decode,
         tiled_from: args.tiled_from,
+        tile: args.tile,
         submit_every: args.submit_every,
         fuse: args.fuse,
         ..WgpuOptions::default()
@@ -236,11 +248,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let gpu = Model::load(&args.model, WgpuBackend::new(options)?)?;
     println!(
-        "device: {} (subgroup kernels: {}, block decode: {}, tiled from {} rows, fused: {:?})",
+        "device: {} (subgroup kernels: {}, block decode: {}, tiled from {} rows, tiles: {}, fused: {:?})",
         gpu.backend.info().name,
         gpu.backend.uses_subgroups(),
         args.block_decode,
         args.tiled_from,
+        args.tile.map_or("per product", TileShape::name),
         args.fuse
     );
     println!("model:  {} ({:.1} MiB), upload {:.2} s", args.model, bytes / (1 << 20) as f64, t.elapsed().as_secs_f64());

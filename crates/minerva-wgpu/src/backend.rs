@@ -19,6 +19,7 @@ use crate::device::{self, DeviceInfo};
 use crate::error::WgpuError;
 use crate::gpu::{Gpu, RecordStats, StepTable};
 use crate::kernels::attention::{AttentionShape, Paging};
+use crate::kernels::tile::{TilePlan, TileShape};
 use crate::kernels::{self, KvElem, rope::RopeShape};
 use crate::profile::KernelTime;
 use crate::tables::StepTables;
@@ -46,9 +47,16 @@ pub struct WgpuOptions {
     /// 8-values-per-load kernels, for comparisons).
     pub block_decode: bool,
     /// Matrix products of at least this many activation rows (prefill, batched decode, the
-    /// tokens of an expert matmul) run on shared-memory tiles of 64 × 64 where the columns are a
-    /// multiple of 32; 0: never (tiles of 8 rows, for comparisons).
+    /// tokens of an expert matmul) run on shared-memory tiles where the columns are a multiple
+    /// of 32 and the adapter's workgroup memory holds a tile; 0: never (tiles of 8 rows, for
+    /// comparisons).
     pub tiled_from: usize,
+    /// The tiles' shape: `None` (the default) picks per product from the shapes the adapter's
+    /// workgroup memory holds — the largest that still makes enough workgroups to fill the device
+    /// (docs/wgpu.md); `Some(shape)` runs every tiled product on it (an error at
+    /// [`WgpuBackend::new`] if the adapter cannot hold it; an expert product whose kernel needs
+    /// more than the adapter offers runs untiled).
+    pub tile: Option<TileShape>,
     /// Submit a step in parts of this many dispatches, so the GPU runs each part while the host
     /// records the next; `Some(0)` submits whole steps (at the read-back); `None` (the default)
     /// picks by device: 128 on a GPU, whole steps on a CPU adapter, which shares the host's cores.
@@ -85,6 +93,7 @@ impl Default for WgpuOptions {
             subgroups: true,
             block_decode: true,
             tiled_from: DEFAULT_TILED_FROM,
+            tile: None,
             submit_every: None,
             on_upload: None,
             kv_dtype: DType::F16,
@@ -154,8 +163,9 @@ pub struct WgpuBackend {
 }
 
 /// [`WgpuOptions::tiled_from`]'s default: below it the block kernels (each weight dequantized
-/// once for up to 8 activation rows, many workgroups), from it the 64 × 64 tiles (each weight
-/// dequantized once per 64 rows, fewer workgroups). Measured on an H200 (docs/wgpu.md).
+/// once for up to 8 activation rows, many workgroups), from it the tiles (each weight dequantized
+/// once per 64 or 128 rows, fewer workgroups). Measured on an H200 with the 64 × 64 tiles
+/// (docs/wgpu.md).
 pub const DEFAULT_TILED_FROM: usize = 32;
 
 /// Dispatches per submitted part of a step on a GPU ([`WgpuOptions::submit_every`]'s default).
@@ -187,6 +197,11 @@ impl WgpuBackend {
             other => return Err(WgpuError::KvDtype(other)),
         };
         let info_storage = info.max_workgroup_storage as usize;
+        if let Some(tile) = options.tile
+            && tile.tile_bytes() > info_storage
+        {
+            return Err(WgpuError::TileTooLarge { tile, needs: tile.tile_bytes(), has: info_storage });
+        }
         let submit_every = options.submit_every.unwrap_or(if on_cpu { 0 } else { SUBMIT_EVERY });
         let gpu = Gpu::new(dev, queue, info, submit_every);
         let no_sinks = gpu.init_buffer("no sinks", &[0; 4], wgpu::BufferUsages::STORAGE);
@@ -202,11 +217,8 @@ impl WgpuBackend {
             matmul: kernels::MatmulPlan {
                 subgroups,
                 block_decode: options.block_decode,
-                tiled_from: if info_storage >= kernels::mul_mat::TILED_WORKGROUP_BYTES {
-                    options.tiled_from
-                } else {
-                    0
-                },
+                tiled_from: options.tiled_from,
+                tiles: TilePlan::new(options.tile, info_storage, on_cpu),
             },
             tables: Mutex::new(StepTables::default()),
             on_upload: options.on_upload,

@@ -35,6 +35,16 @@ pub enum WgpuError {
     /// A KV cache element type other than F16 and F32 was asked for.
     #[error("the GPU KV cache holds F16 or F32, not {0}")]
     KvDtype(minerva_core::DType),
+    /// `WgpuOptions::tile` names a tile larger than the adapter's workgroup memory.
+    #[error("tiles of {tile} need {needs} bytes of workgroup memory; the adapter offers {has}")]
+    TileTooLarge {
+        /// The tile asked for.
+        tile: crate::TileShape,
+        /// Its workgroup memory.
+        needs: usize,
+        /// The adapter's.
+        has: usize,
+    },
     /// Profiling was asked of a device opened without timestamp queries.
     #[error(
         "no kernel timestamps: open the backend with WgpuOptions::profile on an adapter that offers TIMESTAMP_QUERY"

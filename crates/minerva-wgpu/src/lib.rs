@@ -32,6 +32,7 @@ pub use backend::{DEFAULT_TILED_FROM, WgpuBackend, WgpuCache, WgpuOptions};
 pub use device::{DeviceInfo, list_adapters};
 pub use error::WgpuError;
 pub use gpu::RecordStats;
+pub use kernels::tile::TileShape;
 pub use kernels::{WEIGHT_DTYPES, gpu_row_bytes, supports};
 pub use profile::{KernelTime, kernel_table};
 pub use tensor::WgpuTensor;

@@ -13,7 +13,7 @@
 
 use minerva_core::DType;
 use minerva_model::{Backend, Batch, CacheShape, Mask, RopeConfig, RopeScaling, RopeStyle, SeqSpan};
-use minerva_wgpu::{WEIGHT_DTYPES, WgpuBackend, WgpuOptions};
+use minerva_wgpu::{TileShape, WEIGHT_DTYPES, WgpuBackend, WgpuOptions};
 
 mod common;
 
@@ -56,6 +56,18 @@ fn matmul_tiles_from_two_rows() {
     matmul_cases(&gpu(WgpuOptions { tiled_from: 2, ..WgpuOptions::default() }));
 }
 
+#[test]
+fn matmul_every_tile_shape() {
+    // Each shape the adapter can hold (lavapipe offers 32 KiB: all three) on every product of
+    // two rows or more: tiles partly filled in rows and activations, and (150 × 140) several
+    // tiles of each shape in both directions.
+    for tile in TileShape::ALL {
+        let g = gpu(WgpuOptions { tiled_from: 2, tile: Some(tile), ..WgpuOptions::default() });
+        eprintln!("tile {tile}");
+        matmul_cases(&g);
+    }
+}
+
 fn matmul_cases(g: &WgpuBackend) {
     let c = cpu();
     let mut rng = Rng(1);
@@ -77,6 +89,7 @@ fn matmul_cases(g: &WgpuBackend) {
             (70, cols_for(dtype, 512), 17),
             (37, aligned(256), 17),
             (70, aligned(288), 70),
+            (150, aligned(64), 140),
         ];
         for (rows, cols, n_tok) in cases {
             let (cw, gw) = random_weights(&c, g, &mut rng, dtype, rows, cols);

@@ -7,7 +7,7 @@
 
 use minerva_core::DType;
 use minerva_model::{Backend, Batch, CacheShape, Mask, MoeExperts, MoeParams, SeqSpan, WeightSource};
-use minerva_wgpu::{WgpuBackend, WgpuOptions};
+use minerva_wgpu::{TileShape, WgpuBackend, WgpuOptions};
 
 mod common;
 
@@ -147,6 +147,14 @@ fn moe_tiles_and_eight_row_kernels() {
     // take two groups of 64 pairs, and some groups find none.
     moe_case(DType::MXFP4, DType::F32, 200, WgpuOptions::default(), 60);
     moe_case(DType::BF16, DType::BF16, 200, WgpuOptions::default(), 61);
+    // Each tile shape the expert kernel fits in lavapipe's 32 KiB with its pair list and counts
+    // (128 × 128 does not: that product runs untiled): 96-row experts fill part of a 128-row
+    // tile; 80 pairs an expert, two tiles of 64 pairs.
+    for (tile, seed) in [(TileShape::Rows64Acts64, 62), (TileShape::Rows128Acts64, 63)] {
+        let options = WgpuOptions { tile: Some(tile), ..WgpuOptions::default() };
+        moe_case(DType::MXFP4, DType::F32, 200, options.clone(), seed);
+        moe_case(DType::BF16, DType::BF16, 200, options, seed + 10);
+    }
     // The kernels the tiles replace: 8 values per load in decode, 8-pair groups in prefill.
     let old = WgpuOptions { block_decode: false, tiled_from: 0, ..WgpuOptions::default() };
     for rows in [1, 37] {

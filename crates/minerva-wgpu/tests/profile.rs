@@ -103,13 +103,15 @@ fn a_submission_longer_than_one_query_set_is_timed_whole() {
 #[test]
 fn matrix_kernels_count_the_bytes_they_must_move() {
     let gpu = profiling_backend();
-    // 70 rows of 256 Q8_0 values (8 blocks of 34 bytes a row), times 1, 20 and 40 activation
-    // rows: the block kernel by 1 and by 8 rows, and the tiles.
+    // 70 rows of 256 Q8_0 values (8 blocks of 34 bytes a row, one regrouped group of 8 on the
+    // GPU: as many bytes), times 1, 20 and 40 activation rows: the block kernel by 1 and by 8
+    // rows, and the tiles (64 × 64: the larger ones would make a single workgroup).
     let (rows, cols, row_bytes) = (70, 256, 8 * 34);
     let bytes: Vec<u8> = (0..rows * row_bytes).map(|i| (i * 7 % 251) as u8 & 0x3f).collect();
     let w = gpu.weight(common::source("w", DType::Q8_0, &[rows, cols], bytes)).unwrap();
     gpu.set_profiling(true).unwrap();
-    let kernels = [(1, "mul_mat_vec/Q8_0/1/subgroup"), (20, "mul_mat_vec/Q8_0/8/subgroup"), (40, "mul_mat_tiled/Q8_0")];
+    let kernels =
+        [(1, "mul_mat_vec/Q8_0/1/subgroup"), (20, "mul_mat_vec/Q8_0/8/subgroup"), (40, "mul_mat_tiled/Q8_0/64x64")];
     for (n_tok, kernel) in kernels {
         let x = gpu.upload(&vec![0.5; n_tok * cols], n_tok, cols).unwrap();
         gpu.download(&gpu.matmul_q(&w, &x).unwrap()).unwrap();

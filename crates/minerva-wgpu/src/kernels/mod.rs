@@ -25,10 +25,12 @@ pub(crate) mod sample;
 pub(crate) mod scale;
 pub(crate) mod swiglu;
 pub(crate) mod swiglu_oai;
+pub(crate) mod tile;
 
 use minerva_core::DType;
 
 use crate::layout::BlockSplit;
+use tile::{TilePlan, TileShape};
 
 const COMMON: &str = include_str!("common.wgsl");
 
@@ -224,11 +226,19 @@ pub(crate) struct MatmulPlan {
     /// Products of at least this many activation rows use the shared-memory tiles
     /// (`mul_mat_tiled`, `mul_mat_id_tiled`) where the columns are a multiple of 32; 0: never.
     pub tiled_from: usize,
+    /// Which tile shape those products take.
+    pub tiles: TilePlan,
 }
 
 impl MatmulPlan {
-    fn tiled(&self, rows: usize, cols: usize) -> bool {
-        self.tiled_from > 0 && rows >= self.tiled_from && cols.is_multiple_of(32)
+    /// The tile a product of `rows` weight rows with `n_tok` activation rows over `cols` columns
+    /// runs on, in a kernel declaring `extra(shape)` bytes of workgroup memory besides the tiles;
+    /// `None`: an untiled kernel.
+    fn tile(&self, rows: usize, n_tok: usize, cols: usize, extra: impl Fn(TileShape) -> usize) -> Option<TileShape> {
+        if self.tiled_from == 0 || n_tok < self.tiled_from || !cols.is_multiple_of(32) {
+            return None;
+        }
+        self.tiles.pick(rows, n_tok, extra)
     }
 
     fn block(&self, cols: usize) -> bool {

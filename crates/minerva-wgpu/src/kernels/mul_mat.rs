@@ -1,9 +1,10 @@
 //! `y = x · Wᵀ` straight from the stored (quantized) weight, by one of three kernels:
 //! `mul_mat_vec.wgsl` (decode and small batches: whole blocks per thread, up to 8 activation
-//! rows per workgroup), `mul_mat_tiled.wgsl` (many rows: shared-memory tiles of 64 × 64) and
+//! rows per workgroup), `mul_mat_tiled.wgsl` (many rows: shared-memory tiles, `tile.rs`) and
 //! `mul_mat.wgsl` (columns not a multiple of 32, or both others turned off).
 
 use super::MatmulPlan;
+use super::tile::TileShape;
 use crate::gpu::{Gpu, PipelineKey, groups_1d};
 use crate::tensor::DeferredInput;
 use crate::weight::WgpuWeight;
@@ -22,14 +23,6 @@ const PREFILL_LANES: usize = 8;
 
 /// Threads per workgroup in the matrix kernels (`WG` in the shaders).
 pub(crate) const WORKGROUP: usize = 64;
-
-/// Weight rows and activation rows per workgroup of the tiled kernels (`BM`, `BN` in tile.wgsl).
-pub(crate) const TILE: usize = 64;
-
-/// Workgroup memory the tiled kernels declare: the two tiles (16 KiB, WebGPU's guaranteed
-/// minimum) and `mul_mat_id_tiled`'s counts, pair list and total. A device with less keeps the
-/// 8-row kernels.
-pub(crate) const TILED_WORKGROUP_BYTES: usize = 16384 + 256 * 4 + 64 * 4 + 4;
 
 /// The matrix kernels' shared `Params` and bindings (filled by [`params`]).
 const PARAMS: &str = include_str!("mul_mat_params.wgsl");
@@ -53,8 +46,8 @@ pub(crate) fn mul_mat(
     bias: Option<&wgpu::Buffer>,
     plan: &MatmulPlan,
 ) {
-    if plan.tiled(n_tok, w.cols) {
-        return mul_mat_tiled(gpu, w, x, n_tok, y, bias);
+    if let Some(shape) = plan.tile(w.rows, n_tok, w.cols, |_| 0) {
+        return mul_mat_tiled(gpu, w, x, n_tok, y, bias, shape);
     }
     if plan.block(w.cols) {
         return block_kernel(gpu, w, VecInput::Stored(x), n_tok, y, bias, plan);
@@ -90,7 +83,7 @@ pub(crate) fn fuses(w: &WgpuWeight, input: &DeferredInput, n_tok: usize, plan: &
         DeferredInput::RmsNorm { .. } => true,
         DeferredInput::Gated { .. } => n_tok <= STAGED_ROWS,
     };
-    rows_fit && !plan.tiled(n_tok, w.cols) && plan.block(w.cols)
+    rows_fit && plan.tile(w.rows, n_tok, w.cols, |_| 0).is_none() && plan.block(w.cols)
 }
 
 /// `y = input · Wᵀ` by the block kernel, the deferred `input` (a norm or a gated product of
@@ -213,7 +206,7 @@ fn with_bias(kernel: &str, bias: bool, binding: usize, index: &str) -> String {
     }
 }
 
-/// `mul_mat` through the shared-memory tiles: one workgroup per 64 rows × 64 activation rows.
+/// `mul_mat` through the shared-memory tiles: one workgroup per tile of `shape`.
 fn mul_mat_tiled(
     gpu: &Gpu,
     w: &WgpuWeight,
@@ -221,23 +214,19 @@ fn mul_mat_tiled(
     n_tok: usize,
     y: &wgpu::Buffer,
     bias: Option<&wgpu::Buffer>,
+    shape: TileShape,
 ) {
     let kernel = if bias.is_some() { "mul_mat_tiled_bias" } else { "mul_mat_tiled" };
-    let key = PipelineKey::named(kernel).dtype(w.dtype);
+    let key = PipelineKey::named(kernel).dtype(w.dtype).variant(shape.name());
     for chunk in &w.chunks {
-        let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(TILE) as u32);
+        let [gx, gy, _] = groups_1d(chunk.rows.div_ceil(shape.rows()) as u32);
         let params = params(w, chunk.rows, chunk.row_start, n_tok, gx);
         let source = || {
             let binding = 3 + usize::from(bias.is_some());
-            let kernel = format!(
-                "{}\n{}\n{}",
-                params_at(binding),
-                include_str!("tile.wgsl"),
-                include_str!("mul_mat_tiled.wgsl")
-            );
+            let kernel = format!("{}\n{}\n{}", params_at(binding), shape.wgsl(), include_str!("mul_mat_tiled.wgsl"));
             super::with_dequant(w.dtype, &with_bias(&kernel, bias.is_some(), 3, "p.y_offset + r + i"))
         };
-        let groups = [gx, gy, n_tok.div_ceil(TILE) as u32];
+        let groups = [gx, gy, n_tok.div_ceil(shape.acts()) as u32];
         match bias {
             None => gpu.dispatch(key, source, &[&chunk.buffer, x, y], &params, groups),
             Some(b) => gpu.dispatch(key, source, &[&chunk.buffer, x, y, b], &params, groups),

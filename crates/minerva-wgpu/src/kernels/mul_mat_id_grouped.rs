@@ -1,10 +1,10 @@
 //! Prefill's expert matmul with the pairs grouped by expert, so each picked expert's weights are
 //! dequantized once per tile of pairs instead of once per pair: `mul_mat_id_tiled.wgsl` (tiles of
-//! 64 rows × 64 pairs in workgroup memory, columns a multiple of 32) or `mul_mat_id_grouped.wgsl`
-//! (tiles of 8 pairs, any column count).
+//! rows × pairs in workgroup memory, `tile.rs`, columns a multiple of 32) or
+//! `mul_mat_id_grouped.wgsl` (tiles of 8 pairs, any column count).
 
 use super::MatmulPlan;
-use super::mul_mat::TILE;
+use super::tile::TileShape;
 use crate::gpu::{Gpu, PipelineKey, groups_1d};
 use crate::weight::WgpuWeight;
 
@@ -13,6 +13,12 @@ const PARAMS: &str = include_str!("mul_mat_id_grouped_params.wgsl");
 
 /// Weight rows per workgroup of `mul_mat_id_grouped.wgsl` (`RPW` in the shader).
 const ROWS_PER_WORKGROUP: usize = 8;
+
+/// Workgroup memory `mul_mat_id_tiled.wgsl` declares besides the tiles: its 256 counts, its
+/// tile's pair list and their total.
+fn id_tile_extra(shape: TileShape) -> usize {
+    4 * (256 + shape.acts() + 1)
+}
 
 /// Records `y[i] = x[i / x_div] · W[ids[i]]ᵀ` for `pairs` pairs of `tokens` tokens (each token
 /// routes to distinct experts, so an expert gets at most `tokens` pairs), as
@@ -30,20 +36,22 @@ pub(crate) fn mul_mat_id_grouped(
     y: &wgpu::Buffer,
     plan: &MatmulPlan,
 ) {
-    let groups_t = tokens.div_ceil(TILE);
     // The tiles pay once an expert has enough pairs to share each weight: 8 on average. An
-    // expert's groups of 64 pairs go along z with the experts (at most 65535 workgroups).
+    // expert's groups of a tile's pairs go along z with the experts (at most 65535 workgroups).
     let n_expert = w.rows / expert_rows.max(1);
-    let tiled = plan.tiled(tokens, w.cols) && pairs >= 8 * n_expert && n_expert * groups_t <= 65535;
-    let (kernel, rows_per_group) =
-        if tiled { ("mul_mat_id_tiled", TILE) } else { ("mul_mat_id_grouped", ROWS_PER_WORKGROUP) };
-    let key = PipelineKey::named(kernel).dtype(w.dtype);
+    let tile = plan
+        .tile(w.rows, tokens, w.cols, id_tile_extra)
+        .filter(|s| pairs >= 8 * n_expert && n_expert * tokens.div_ceil(s.acts()) <= 65535);
+    let groups_t = tile.map_or(0, |s| tokens.div_ceil(s.acts()));
+    let (key, rows_per_group) = match tile {
+        Some(s) => (PipelineKey::named("mul_mat_id_tiled").dtype(w.dtype).variant(s.name()), s.rows()),
+        None => (PipelineKey::named("mul_mat_id_grouped").dtype(w.dtype), ROWS_PER_WORKGROUP),
+    };
     let [gx, gy, _] = groups_1d(expert_rows.div_ceil(rows_per_group) as u32);
     let source = || {
-        let kernel = if tiled {
-            format!("{PARAMS}\n{}\n{}", include_str!("tile.wgsl"), include_str!("mul_mat_id_tiled.wgsl"))
-        } else {
-            format!("{PARAMS}\n{}", include_str!("mul_mat_id_grouped.wgsl"))
+        let kernel = match tile {
+            Some(s) => format!("{PARAMS}\n{}\n{}", s.wgsl(), include_str!("mul_mat_id_tiled.wgsl")),
+            None => format!("{PARAMS}\n{}", include_str!("mul_mat_id_grouped.wgsl")),
         };
         super::with_dequant(w.dtype, &kernel)
     };
@@ -52,7 +60,7 @@ pub(crate) fn mul_mat_id_grouped(
         let first = (chunk.row_start / expert_rows) as u32;
         let (cols, rows, n_pairs, row_bytes) = (w.cols as u32, expert_rows as u32, pairs as u32, w.row_bytes as u32);
         let params = [cols, rows, n_pairs, row_bytes, rows, gx, first, x_div as u32, groups_t as u32, 0, 0, 0];
-        let z = if tiled { experts * groups_t } else { experts } as u32;
+        let z = if tile.is_some() { experts * groups_t } else { experts } as u32;
         gpu.dispatch(key, source, &[&chunk.buffer, x, ids, y], &params, [gx, gy, z]);
         gpu.moved(moved(w, expert_rows, experts, pairs));
     }

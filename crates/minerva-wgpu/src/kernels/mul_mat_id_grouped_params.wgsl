@@ -10,7 +10,7 @@ struct Params {
     groups_x: u32,
     expert_first: u32,  // first expert in this chunk
     x_div: u32,
-    groups_t: u32,      // mul_mat_id_tiled: groups of 64 pairs per expert (z = expert_in_chunk · groups_t + j)
+    groups_t: u32,      // mul_mat_id_tiled: groups of a tile's BN pairs per expert (z = expert_in_chunk · groups_t + j)
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,

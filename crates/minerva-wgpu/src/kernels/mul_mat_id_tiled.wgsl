@@ -2,18 +2,18 @@
 // slot) pair i routed to expert e, from a chunk of a stacked expert weight [n_expert, rows, cols]
 // (columns a multiple of 32).
 //
-// One workgroup of 256 threads per (64 rows of expert e, e, j-th group of 64 pairs routed to e).
+// One workgroup of 256 threads per (BM rows of expert e, e, j-th group of BN pairs routed to e).
 // The workgroup finds its group without a sort or a read-back: each thread counts the pairs
 // routed to e in its own run of `ids`, a scan of the 256 counts numbers them in pair order, and
-// the pairs numbered 64·j .. 64·j + 63 form the tile. A group past the expert's count (most of
+// the pairs numbered BN·j .. BN·j + BN − 1 form the tile. A group past the expert's count (most of
 // them for an expert few tokens picked) ends after the scan, reading no weight. Then the tile of
-// tile.wgsl: each weight dequantized once per 64 pairs.
+// tile.wgsl: each weight dequantized once per BN pairs.
 
 // Params and the bindings w, ids, y, p: mul_mat_id_grouped_params.wgsl.
 @group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
 
 var<workgroup> counts: array<u32, 256>;
-var<workgroup> pairs: array<u32, 64>;
+var<workgroup> pairs: array<u32, BN>;
 var<workgroup> found: u32;
 
 @compute @workgroup_size(256)
@@ -62,22 +62,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let r0 = (wid.x + wid.y * p.groups_x) * BM;
     let sr = li / 4u;
     let sk = (li % 4u) * 8u;
-    let w_ok = r0 + sr < p.rows;
-    let rb = (e_local * p.rows + r0 + sr) * p.row_bytes;
-    let x_ok = sr < n_tile;
-    var xo = 0u;
-    if (x_ok) {
-        xo = ((pairs[sr] / p.x_div) * p.cols + sk) / 4u;
+    var w_ok: array<bool, WQ>;
+    var rb: array<u32, WQ>;
+    for (var q = 0u; q < WQ; q++) {
+        w_ok[q] = r0 + sr + 64u * q < p.rows;
+        rb[q] = (e_local * p.rows + r0 + sr + 64u * q) * p.row_bytes;
+    }
+    var x_ok: array<bool, XQ>;
+    var xo: array<u32, XQ>;
+    for (var q = 0u; q < XQ; q++) {
+        x_ok[q] = sr + 64u * q < n_tile;
+        if (x_ok[q]) {
+            xo[q] = ((pairs[sr + 64u * q] / p.x_div) * p.cols + sk) / 4u;
+        }
     }
     let acc = tile_products(li, w_ok, rb, x_ok, xo);
-    let r = r0 + (li % 16u) * 4u;
-    let tq = (li / 16u) * 4u;
-    for (var j = 0u; j < 4u; j++) {
+    let r = r0 + (li % 16u) * TM;
+    let tq = (li / 16u) * TN;
+    for (var j = 0u; j < TN; j++) {
         if (tq + j < n_tile) {
             let o = pairs[tq + j] * p.y_stride;
-            for (var i = 0u; i < 4u; i++) {
+            for (var i = 0u; i < TM; i++) {
                 if (r + i < p.rows) {
-                    y[o + r + i] = acc[j][i];
+                    y[o + r + i] = acc[j * WQ + i / 4u][i % 4u];
                 }
             }
         }

@@ -1,75 +1,97 @@
 // The shared-memory tile of the tiled matrix kernels (mul_mat_tiled.wgsl, mul_mat_id_tiled.wgsl):
-// a workgroup of 256 threads computes a tile of 64 weight rows × 64 activation rows, walking the
-// columns 32 at a time. Per step every thread dequantizes 8 weights once (`load8`: one row of the
-// tile, a quarter of the 32 columns) and loads 8 activations (two vec4s) into workgroup memory;
-// after a barrier each thread multiplies 4 weight rows by 4 activation rows over the 32 columns
-// (16 FMAs per two vec4 reads of workgroup memory). 16 KiB of workgroup memory, WebGPU's minimum.
+// a workgroup of 256 threads computes a tile of BM weight rows × BN activation rows, walking the
+// columns 32 at a time. The shape is chosen per device and product from the tiles whose workgroup
+// memory the adapter offers (tile.rs): each thread computes TM weight rows × TN activation rows
+// (4 × 4: 64 × 64 in 16 KiB, WebGPU's guaranteed minimum; 8 × 4: 128 × 64 in 24 KiB; 8 × 8:
+// 128 × 128 in 32 KiB). Per step every thread dequantizes 8 weights of TM / 4 rows (`load8`: a
+// quarter of the 32 columns of each) and loads 8 activations of TN / 4 rows into workgroup
+// memory; after a barrier it multiplies its TM rows by its TN activation rows over the 32 columns
+// (TM · TN FMAs per (TM + TN) / 4 vec4 reads of workgroup memory).
 //
-//   ws[k * 16 + r / 4][r % 4] = W[r0 + r, k0 + k]       xs[k * 16 + t / 4][t % 4] = x[t0 + t, k0 + k]
-//   thread li: stages row/activation li / 4, columns (li % 4) * 8 ..+8;
-//              computes rows 4 * (li % 16) ..+4 × activations 4 * (li / 16) ..+4
+//   ws[k * BM/4 + r / 4][r % 4] = W[r0 + r, k0 + k]     xs[k * BN/4 + t / 4][t % 4] = x[t0 + t, k0 + k]
+//   thread li: stages rows li / 4 + 64 q (q < TM / 4) and activation rows li / 4 + 64 q
+//              (q < TN / 4), columns (li % 4) * 8 ..+8;
+//              computes rows TM * (li % 16) ..+TM × activation rows TN * (li / 16) ..+TN
 
-const BM: u32 = 64u;  // weight rows per tile
-const BN: u32 = 64u;  // activation rows per tile
-const BK: u32 = 32u;  // columns per step
+const TM: u32 = {{TM}}u;    // weight rows per thread
+const TN: u32 = {{TN}}u;    // activation rows per thread
+const BM: u32 = 16u * TM;   // weight rows per tile
+const BN: u32 = 16u * TN;   // activation rows per tile
+const BK: u32 = 32u;        // columns per step
+const WQ: u32 = TM / 4u;    // weight rows each thread stages, and vec4s of rows it computes
+const XQ: u32 = TN / 4u;    // activation rows each thread stages
 
-var<workgroup> ws: array<vec4<f32>, 512>;
-var<workgroup> xs: array<vec4<f32>, 512>;
+var<workgroup> ws: array<vec4<f32>, BM * 8u>;
+var<workgroup> xs: array<vec4<f32>, BN * 8u>;
 
-// This thread's 4 × 4 sums over every column (`p.cols`, a multiple of 32): per step it stages
-// the weights of row byte `rb` (when `w_ok`) and the activations from vec4 index `xo` (when
-// `x_ok`; zeros otherwise) at its place in the tile, then multiplies its share.
-fn tile_products(li: u32, w_ok: bool, rb: u32, x_ok: bool, xo: u32) -> array<vec4<f32>, 4> {
+// This thread's TM × TN sums over every column (`p.cols`, a multiple of 32), `acc[j * WQ + m]`
+// holding rows TM·(li % 16) + 4m ..+4 for activation row TN·(li / 16) + j. Per step it stages
+// the weights of the rows at bytes `rb[q]` (where `w_ok[q]`) and the activations from vec4
+// indices `xo[q]` (where `x_ok[q]`; zeros otherwise), the rows li / 4 + 64 q of the tile.
+fn tile_products(
+    li: u32, w_ok: array<bool, WQ>, rb: array<u32, WQ>, x_ok: array<bool, XQ>, xo: array<u32, XQ>
+) -> array<vec4<f32>, TN * WQ> {
     let sk = (li % 4u) * 8u;
-    var acc: array<vec4<f32>, 4>;
+    var acc: array<vec4<f32>, TN * WQ>;
     for (var k0 = 0u; k0 < p.cols; k0 += BK) {
-        var v: array<f32, 8>;
-        if (w_ok) {
-            v = load8(rb, k0 + sk);
+        var v: array<array<f32, 8>, WQ>;
+        for (var q = 0u; q < WQ; q++) {
+            if (w_ok[q]) {
+                v[q] = load8(rb[q], k0 + sk);
+            }
         }
-        var a = vec4<f32>(0.0);
-        var b = vec4<f32>(0.0);
-        if (x_ok) {
-            a = x4[xo + k0 / 4u];
-            b = x4[xo + k0 / 4u + 1u];
+        var a: array<vec4<f32>, 2u * XQ>;
+        for (var q = 0u; q < XQ; q++) {
+            if (x_ok[q]) {
+                a[2u * q] = x4[xo[q] + k0 / 4u];
+                a[2u * q + 1u] = x4[xo[q] + k0 / 4u + 1u];
+            }
         }
-        stage(li, v, a, b);
+        stage(li, v, a);
         multiply(li, &acc);
     }
     return acc;
 }
 
-// Writes this thread's 8 weights and 8 activations of the step into the tile (after the barrier
+// Writes this thread's weights and activations of the step into the tile (after the barrier
 // that ends the previous step's reads).
-fn stage(li: u32, v: array<f32, 8>, a: vec4<f32>, b: vec4<f32>) {
+fn stage(li: u32, v: array<array<f32, 8>, WQ>, a: array<vec4<f32>, 2u * XQ>) {
     let sk = (li % 4u) * 8u;
     let c = (li / 4u) / 4u;
     let e = (li / 4u) % 4u;
     workgroupBarrier();
-    for (var i = 0u; i < 8u; i++) {
-        ws[(sk + i) * 16u + c][e] = v[i];
+    for (var q = 0u; q < WQ; q++) {
+        for (var i = 0u; i < 8u; i++) {
+            ws[(sk + i) * (BM / 4u) + 16u * q + c][e] = v[q][i];
+        }
     }
-    xs[(sk + 0u) * 16u + c][e] = a.x;
-    xs[(sk + 1u) * 16u + c][e] = a.y;
-    xs[(sk + 2u) * 16u + c][e] = a.z;
-    xs[(sk + 3u) * 16u + c][e] = a.w;
-    xs[(sk + 4u) * 16u + c][e] = b.x;
-    xs[(sk + 5u) * 16u + c][e] = b.y;
-    xs[(sk + 6u) * 16u + c][e] = b.z;
-    xs[(sk + 7u) * 16u + c][e] = b.w;
+    for (var q = 0u; q < XQ; q++) {
+        for (var i = 0u; i < 4u; i++) {
+            xs[(sk + i) * (BN / 4u) + 16u * q + c][e] = a[2u * q][i];
+            xs[(sk + 4u + i) * (BN / 4u) + 16u * q + c][e] = a[2u * q + 1u][i];
+        }
+    }
     workgroupBarrier();
 }
 
-// acc[j][i] += Σ_k ws[k][4·(li % 16) + i] · xs[k][4·(li / 16) + j] over the step's 32 columns.
-fn multiply(li: u32, acc: ptr<function, array<vec4<f32>, 4>>) {
-    let rq = li % 16u;
-    let tq = li / 16u;
+// acc[j · WQ + m][i] += Σ_k W[TM·(li % 16) + 4m + i] · x[TN·(li / 16) + j] over the step's 32
+// columns.
+fn multiply(li: u32, acc: ptr<function, array<vec4<f32>, TN * WQ>>) {
+    let rq = (li % 16u) * WQ;
+    let tq = (li / 16u) * XQ;
     for (var k = 0u; k < BK; k++) {
-        let wv = ws[k * 16u + rq];
-        let xv = xs[k * 16u + tq];
-        (*acc)[0] += wv * xv.x;
-        (*acc)[1] += wv * xv.y;
-        (*acc)[2] += wv * xv.z;
-        (*acc)[3] += wv * xv.w;
+        var wv: array<vec4<f32>, WQ>;
+        for (var m = 0u; m < WQ; m++) {
+            wv[m] = ws[k * (BM / 4u) + rq + m];
+        }
+        for (var n = 0u; n < XQ; n++) {
+            let xv = xs[k * (BN / 4u) + tq + n];
+            for (var m = 0u; m < WQ; m++) {
+                (*acc)[(4u * n) * WQ + m] += wv[m] * xv.x;
+                (*acc)[(4u * n + 1u) * WQ + m] += wv[m] * xv.y;
+                (*acc)[(4u * n + 2u) * WQ + m] += wv[m] * xv.z;
+                (*acc)[(4u * n + 3u) * WQ + m] += wv[m] * xv.w;
+            }
+        }
     }
 }
