@@ -110,7 +110,9 @@ pub(crate) fn upload(
         return Err(ModelError::Resource { message });
     }
     let regroup = !layout.is_whole();
-    let rows_per_piece = (UPLOAD_PIECE / gpu_row_bytes).max(1);
+    // Whole rows per write, a multiple of 4 so that every write starts on the 4-byte copy
+    // alignment whatever the row size (an f16 row of odd length is 2 bytes off).
+    let rows_per_piece = (UPLOAD_PIECE / gpu_row_bytes / 4).max(1) * 4;
     let mut staged = Vec::new();
     let mut chunks = Vec::new();
     let mut since_flush = 0usize;

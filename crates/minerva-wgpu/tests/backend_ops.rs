@@ -117,6 +117,22 @@ fn embed_every_dtype() {
 }
 
 #[test]
+fn weights_upload_in_pieces_of_whole_rows_at_aligned_offsets() {
+    // 4190 f16 rows of 1003 values (2006 bytes, 2 past a word): 8 MiB holds 4181 of them, an
+    // odd count, so a piece of as many rows would end 2 bytes off the copy alignment; the rows
+    // past the first piece embed as on the CPU.
+    let (c, g) = (cpu(), gpu(WgpuOptions::default()));
+    let mut rng = Rng(5);
+    let (rows, cols) = (4190, 1003);
+    let src = source("table", DType::F16, &[rows, cols], weight_bytes(&mut rng, DType::F16, rows, cols));
+    let (cw, gw) = both(&c, &g, src);
+    let tokens = [0, 4180, 4181, 4189, 17];
+    let want = c.embed(&cw, &tokens).unwrap();
+    let got = g.download(&g.embed(&gw, &tokens).unwrap()).unwrap();
+    assert_nmse("embed f16 4190×1003", &want.data, &got);
+}
+
+#[test]
 fn weights_split_across_bindings() {
     let c = cpu();
     // A binding limit of 4 rows of Q8_0 (4 × 8 blocks × 34 bytes, one group of 8 blocks as
