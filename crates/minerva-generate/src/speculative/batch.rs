@@ -8,13 +8,14 @@
 //! of the whole step — none when a plain step is best, as happens once the batch alone keeps the
 //! hardware busy. The crossover is measured on the machine it runs on, not fixed.
 
+use super::Acceptance;
 use super::pass_times::PassTimes;
 
 /// A sequence that may draft this step.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DraftCandidate {
-    /// The rate at which its drafted tokens are kept ([`super::Speculation::acceptance`]).
-    pub acceptance: f64,
+    /// How likely its drafted tokens are kept ([`super::Speculation::evidence`]).
+    pub acceptance: Acceptance,
     /// The most tokens it may draft (what its drafter proposed, for cheap drafters).
     pub max: usize,
     /// Seconds its drafter takes per drafted token (0 for lookups).
@@ -50,25 +51,20 @@ impl BatchPlanner {
     /// The draft length of each of `candidates` in a step of `decoding` sequences (the
     /// candidates among them) that each decode one token without a draft.
     ///
-    /// A sequence's `j`-th drafted token is kept with probability `aʲ` (its acceptance `a`, each
-    /// token given the ones before it), so the step's extra rows go to the tokens of highest
-    /// `aʲ` first; of the `K` extra rows, the count chosen maximizes
-    /// `(decoding + Σ aʲ) / (t(decoding + K) + Σ draft seconds)`, with `decoding + K` at most
+    /// A sequence's first `j` drafted tokens are all kept with chance `cⱼ` (its
+    /// [`Acceptance::chances`], falling with `j`), so the step's extra rows go to the tokens of
+    /// highest `cⱼ` first; of the `K` extra rows, the count chosen maximizes
+    /// `(decoding + Σ cⱼ) / (t(decoding + K) + Σ draft seconds)`, with `decoding + K` at most
     /// twice the largest step measured (larger steps are reached by doubling, each measured before
     /// the next). A candidate due a probe drafts at least one token.
     pub fn plan(&self, decoding: usize, candidates: &[DraftCandidate]) -> Vec<usize> {
         let mut lengths = vec![0; candidates.len()];
         let room = self.steps.reach().saturating_sub(decoding);
         // (gain, candidate) of every token a candidate could draft, the likeliest kept first;
-        // a candidate's tokens come in its own order, since aʲ falls with j.
+        // a candidate's tokens come in its own order, since cⱼ falls with j.
         let mut tokens: Vec<(f64, usize)> = Vec::new();
         for (c, cand) in candidates.iter().enumerate() {
-            let a = cand.acceptance.clamp(0.0, 1.0);
-            let mut gain = 1.0;
-            for _ in 0..cand.max {
-                gain *= a;
-                tokens.push((gain, c));
-            }
+            tokens.extend(cand.acceptance.chances().take(cand.max).map(|gain| (gain, c)));
         }
         tokens.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
         tokens.truncate(room);
@@ -102,7 +98,8 @@ mod tests {
     use super::*;
 
     fn candidate(acceptance: f64, max: usize) -> DraftCandidate {
-        DraftCandidate { acceptance, max, draft_seconds: 0.0, probe: false }
+        // Firm evidence: the chances are the rate's powers.
+        DraftCandidate { acceptance: Acceptance::at_rate(acceptance, 1e9), max, draft_seconds: 0.0, probe: false }
     }
 
     /// A planner whose steps cost `base` seconds plus `per_row` per row.

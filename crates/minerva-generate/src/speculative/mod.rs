@@ -35,9 +35,11 @@ use crate::sampler::Sampler;
 use crate::speculative::pass_times::PassTimes;
 use crate::tokenizer::Tokenizer;
 
+mod acceptance;
 mod batch;
 mod pass_times;
 
+pub use acceptance::Acceptance;
 pub use batch::{BatchPlanner, DraftCandidate};
 
 /// Proposes the tokens likely to follow a sequence.
@@ -267,9 +269,8 @@ pub struct Speculation<'m> {
     k_max: usize,
     /// Always draft `k_max` (tests and benchmarks) instead of choosing by the measurements.
     fixed: bool,
-    /// Kept and rejected drafted tokens, decayed so the choice follows the text as it changes.
-    kept: f64,
-    rejected: f64,
+    /// The verdicts' evidence on how likely drafted tokens are kept.
+    acceptance: Acceptance,
     /// Seconds of a target pass by its rows.
     passes: PassTimes,
     /// Plain steps since the last draft (a draft is tried now and then, to notice drafts
@@ -286,8 +287,6 @@ pub struct Speculation<'m> {
 const PROBE_EVERY: usize = 16;
 /// The weight of history in the acceptance and time averages (per pass).
 const DECAY: f64 = 0.9;
-/// Kept tokens and refusals assumed before any verdict (decayed with the verdicts').
-const PRIOR: f64 = 1.0;
 /// The least time a pass is taken to need, so that rates stay finite before any is measured
 /// (the choice then drafts as much as allowed, to measure).
 const SECONDS_FLOOR: f64 = 1e-9;
@@ -316,8 +315,7 @@ impl<'m> Speculation<'m> {
             drafter,
             k_max,
             fixed,
-            kept: PRIOR,
-            rejected: PRIOR,
+            acceptance: Acceptance::default(),
             passes: PassTimes::new(k_max + 1),
             since_draft: 0,
             drafts: 0,
@@ -338,8 +336,7 @@ impl<'m> Speculation<'m> {
     /// an edit's first drafts were chosen as if they would fail too).
     pub(crate) fn start(&mut self) {
         self.stats = SpecStats { drafter: self.drafter.name(), ..SpecStats::default() };
-        self.kept = PRIOR;
-        self.rejected = PRIOR;
+        self.acceptance = Acceptance::default();
     }
 
     /// Drafts at most `limit` tokens after `history` (none: run a plain step), cut before the
@@ -399,9 +396,13 @@ impl<'m> Speculation<'m> {
     /// +1/+2), it capped the rate at 11/12 where each pass drafts one token — at which long drafts
     /// never looked worth trying, so an edit whose drafts all held kept drafting one token.
     pub fn acceptance(&self) -> f64 {
-        let total = self.kept + self.rejected;
-        // Both decay to nothing only after thousands of empty verdicts: the prior's rate then.
-        if total > f64::MIN_POSITIVE { self.kept / total } else { 0.5 }
+        self.acceptance.rate()
+    }
+
+    /// The evidence behind [`Speculation::acceptance`], from which a batch's planner weighs each
+    /// drafted token ([`Acceptance::chances`]).
+    pub fn evidence(&self) -> Acceptance {
+        self.acceptance
     }
 
     /// The most tokens a draft may hold.
@@ -428,8 +429,8 @@ impl<'m> Speculation<'m> {
     }
 
     /// How many tokens to draft, at most `limit`: the `k` that maximizes the expected tokens per
-    /// second, `E(k) / t(k + 1)`, where a drafted token is kept with the measured rate `a` (each
-    /// given the ones before it: `E(k) = 1 + a + … + a^k`) and `t(r)` is the time of a pass of
+    /// second, `E(k) / t(k + 1)`, where the first `j` drafted tokens are all kept with chance
+    /// `cⱼ` ([`Acceptance::chances`]: `E(k) = 1 + c₁ + … + c_k`) and `t(r)` is the time of a pass of
     /// `r` rows, measured or read off the measured ones (`PassTimes::assumed`); `k + 1` is at
     /// most twice the largest pass measured, so long drafts are reached by doubling, each pass
     /// measured before a longer one is weighed.
@@ -439,13 +440,10 @@ impl<'m> Speculation<'m> {
             return limit;
         }
         let limit = limit.min(self.passes.reach() - 1);
-        let a = self.acceptance();
         let mut best = (0, 1.0 / self.passes.assumed(1).max(SECONDS_FLOOR));
         let mut expected = 1.0;
-        let mut term = 1.0;
-        for k in 1..=limit {
-            term *= a;
-            expected += term;
+        for (k, chance) in (1..=limit).zip(self.acceptance.chances()) {
+            expected += chance;
             let rate = expected / self.passes.assumed(k + 1).max(SECONDS_FLOOR);
             if rate > best.1 {
                 best = (k, rate);
@@ -473,8 +471,7 @@ impl<'m> Speculation<'m> {
         self.stats.verify_passes += 1;
         self.stats.drafted += drafted;
         self.stats.accepted += accepted;
-        self.kept = DECAY * self.kept + accepted as f64;
-        self.rejected = DECAY * self.rejected + f64::from(u8::from(accepted < drafted));
+        self.acceptance.record(drafted, accepted);
     }
 }
 
@@ -611,7 +608,17 @@ mod tests {
         let mut spec = adaptive(8);
         spec.record_pass(1, 0.010);
         spec.record_pass(9, 0.012);
-        assert_eq!(spec.choose(8), 4, "a = 0.5: E(4) / 11 ms beats E(8) / 12 ms");
+        // At the prior (one kept, one refused) the j-th token's chance is 1/(j + 1), not 2⁻ʲ:
+        // E(8) = H₉ = 2.83 tokens in 12 ms beats E(4) = H₅ = 2.28 in 11 ms. (With the rate's
+        // powers, E(4) = 1.94 in 11 ms would beat E(8) = 2.00 in 12 ms, and a new text would
+        // start on short drafts.)
+        assert_eq!(spec.choose(8), 8, "prior: E(8) / 12 ms beats E(4) / 11 ms");
+        for _ in 0..3 {
+            spec.record_verdict(4, 0);
+        }
+        // Three refusals (0.73 kept, 3.44 refused: chances 17.5 %, 5.9 %, 2.6 %, …), each row
+        // 2.5 % of a pass: two tokens.
+        assert_eq!(spec.choose(8), 2);
         for _ in 0..20 {
             spec.record_verdict(4, 4);
         }
@@ -683,13 +690,8 @@ mod tests {
         }
         assert!(spec.acceptance() < 0.1);
         spec.start();
-        assert_eq!(spec.acceptance(), 0.5);
+        assert_eq!(spec.evidence(), Acceptance::default());
         assert_eq!(spec.pass_seconds()[9], 0.020);
-        // One-token drafts, all kept: the rate approaches 1 (the prior decays with the data).
-        for _ in 0..60 {
-            spec.record_verdict(1, 1);
-        }
-        assert!(spec.acceptance() > 0.99, "{}", spec.acceptance());
     }
 
     #[test]

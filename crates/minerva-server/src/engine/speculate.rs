@@ -106,7 +106,7 @@ impl<B: Backend> Scheduler<B> {
                 continue;
             };
             candidates.push(DraftCandidate {
-                acceptance: spec.acceptance(),
+                acceptance: spec.evidence(),
                 max,
                 // Every sequence drafts with the same draft model: the server's measurement.
                 draft_seconds: if spec.costly() { self.draft_token_secs } else { 0.0 },
