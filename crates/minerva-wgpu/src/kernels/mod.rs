@@ -1,9 +1,10 @@
 //! The WGSL kernels, one `.wgsl` beside each wrapper of the same name, embedded at build time.
 //!
 //! Kernels that read a weight are assembled as `common.wgsl` (16-byte and byte-addressed loads,
-//! f16/bf16 unpack, E8M0) + the dtype's block size and GPU layout (`crate::layout`) + `dequant/<dtype>.wgsl` (`load8`/`load1`: 8 or 1
-//! dequantized values of a row; one [`WEIGHT_FORMATS`] row per dtype) + the kernel, and compiled
-//! once per (kernel, dtype, variant) by [`crate::gpu::Gpu`].
+//! f16/bf16 unpack, E8M0) + the dtype's block size and GPU layout (`crate::layout`) +
+//! `dequant/<dtype>.wgsl` (`load8`/`load1`: 8 or 1 dequantized values of a row; one
+//! [`WEIGHT_FORMATS`] row per dtype) + the kernel, and compiled once per (kernel, dtype, variant)
+//! by [`crate::gpu::Gpu`].
 
 pub(crate) mod add;
 pub(crate) mod add_bias;
@@ -251,6 +252,29 @@ impl MatmulPlan {
             (include_str!("mul_mat_reduce_subgroup.wgsl"), "subgroup")
         } else {
             (include_str!("mul_mat_reduce_workgroup.wgsl"), "workgroup")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_layout_splits_blocks_into_aligned_bodies() {
+        for format in &WEIGHT_FORMATS {
+            let (dtype, split) = (format.dtype, format.layout);
+            assert_eq!(split.block_bytes, dtype.block_bytes(), "{dtype}");
+            assert!(split.body_start + split.body_bytes <= split.block_bytes, "{dtype}");
+            // Regrouped: quants in whole 16-byte words, and a full group's heads filling whole
+            // words, so a full group costs no byte over the file's. Stored whole: rows of whole
+            // blocks start 16-byte aligned where the block kernels run (32 values a block32).
+            if !split.is_whole() {
+                assert_eq!(split.body_bytes % 16, 0, "{dtype}");
+                assert_eq!(split.row_bytes(split.group), Some(split.group * split.block_bytes), "{dtype}");
+            } else {
+                assert_eq!((32 / dtype.block_elems().min(32)) * dtype.block_bytes() % 16, 0, "{dtype}");
+            }
         }
     }
 }
