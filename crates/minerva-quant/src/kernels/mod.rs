@@ -335,6 +335,8 @@ const ISAS: &[Isa] = &[
     #[cfg(target_arch = "x86_64")]
     x86::AVX2,
     #[cfg(target_arch = "aarch64")]
+    aarch64::NEON_DOTPROD,
+    #[cfg(target_arch = "aarch64")]
     aarch64::NEON,
 ];
 

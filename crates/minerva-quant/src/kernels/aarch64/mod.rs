@@ -15,6 +15,7 @@
 #![allow(unsafe_code)]
 
 mod neon_float;
+mod neon_repacked;
 mod neon_tile;
 mod neon_tile_k;
 mod neon_vector;
@@ -33,6 +34,31 @@ macro_rules! tile {
     };
 }
 
+/// A `crate::repack::RepackedKernel` calling the `#[target_feature]` kernel `$kernel`.
+macro_rules! repacked {
+    ($kernel:expr) => {
+        |group, ahead, acts, out| {
+            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
+            // the kernel enables.
+            unsafe { $kernel(group, ahead, acts, out) }
+        }
+    };
+}
+
+/// NEON with the dot-product extension (`sdot`, Armv8.4-A and many v8.2 cores): the repacked
+/// kernels' products, four rows by four values per instruction; NEON's rows for the rest.
+pub(super) const NEON_DOTPROD: Isa = Isa {
+    name: "neon+dotprod",
+    detected: || std::arch::is_aarch64_feature_detected!("neon") && std::arch::is_aarch64_feature_detected!("dotprod"),
+    rows: &[
+        Kernels::new(Q8_0).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q8_0 }>)),
+        Kernels::new(Q4_0).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q4_0 }>)),
+        Kernels::new(Q4_1).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q4_1 }>)),
+        Kernels::new(Q5_0).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q5_0 }>)),
+        Kernels::new(Q5_1).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q5_1 }>)),
+    ],
+};
+
 /// NEON kernels (aarch64 baseline).
 pub(super) const NEON: Isa = Isa {
     name: "neon",
@@ -41,11 +67,21 @@ pub(super) const NEON: Isa = Isa {
         Kernels::new(F32).tile(tile!(neon_float::tiles_f32)),
         Kernels::new(F16).tile(tile!(neon_float::tiles_f16)),
         Kernels::new(BF16).tile(tile!(neon_float::tiles_bf16)),
-        Kernels::new(Q8_0).tile_i16(tile!(neon_tile::tiles_i16_q8_0)),
-        Kernels::new(Q4_0).tile_i16(tile!(neon_tile::tiles_i16_q4_0)),
-        Kernels::new(Q4_1).tile_i16(tile!(neon_tile::tiles_i16_q4_1)),
-        Kernels::new(Q5_0).tile_i16(tile!(neon_tile::tiles_i16_q5_0)),
-        Kernels::new(Q5_1).tile_i16(tile!(neon_tile::tiles_i16_q5_1)),
+        Kernels::new(Q8_0)
+            .tile_i16(tile!(neon_tile::tiles_i16_q8_0))
+            .repacked(repacked!(neon_repacked::neon::kernel::<{ neon_repacked::Q8_0 }>)),
+        Kernels::new(Q4_0)
+            .tile_i16(tile!(neon_tile::tiles_i16_q4_0))
+            .repacked(repacked!(neon_repacked::neon::kernel::<{ neon_repacked::Q4_0 }>)),
+        Kernels::new(Q4_1)
+            .tile_i16(tile!(neon_tile::tiles_i16_q4_1))
+            .repacked(repacked!(neon_repacked::neon::kernel::<{ neon_repacked::Q4_1 }>)),
+        Kernels::new(Q5_0)
+            .tile_i16(tile!(neon_tile::tiles_i16_q5_0))
+            .repacked(repacked!(neon_repacked::neon::kernel::<{ neon_repacked::Q5_0 }>)),
+        Kernels::new(Q5_1)
+            .tile_i16(tile!(neon_tile::tiles_i16_q5_1))
+            .repacked(repacked!(neon_repacked::neon::kernel::<{ neon_repacked::Q5_1 }>)),
         Kernels::new(MXFP4).tile_i16(tile!(neon_tile::tiles_i16_mxfp4)),
         Kernels::new(Q2_K).tile(tile!(neon_tile_k::tiles_q2_k)),
         Kernels::new(Q3_K).tile(tile!(neon_tile_k::tiles_q3_k)),

@@ -1,0 +1,277 @@
+//! The kernels of repacked weights (`crate::repack`: 16 rows interleaved, four bytes of each per
+//! slot) against Q8_0 activations, for NEON with and without the dot-product extension.
+//!
+//! A 64-byte slot is four 16-byte registers, each holding four values of four rows (rows
+//! `4q..4q + 4` in register `q`). Slot `s` (after Q4/Q5 decoding: low nibbles of packed slot `s`
+//! for `s < 4`, high nibbles of `s − 4` after) holds values `4s..4s + 4` of every row, so it meets
+//! the activation's quants `4s..4s + 4`, lane `s mod 4` of the activation's register `s / 4`:
+//!
+//! ```text
+//!   neon+dotprod   s = sdot(s, slot_q, a.4b[lane])           one instruction: 4 rows × 4 values
+//!   neon           p = smull(slot_q, broadcast(a, lane))      8 + 8 i16 products (≤ 128·127 each)
+//!                  s = sadalp(s, addp(p_lo, p_hi))            pairs (≤ 32,512) into each row's i32
+//!   Q5             the fifth bits of the register's 16 bytes: a 16-bit piece of mask word `s`,
+//!                  spread to bytes by `cmtst` against each byte's bit, `and 16`, `or`
+//! ```
+//!
+//! Weights and activations are both signed here, so Q8_0's quants need no offset; Q4_0's and
+//! Q5_0's come off the exact sum as `s − 8·Σa`, `s − 16·Σa`. Per block and four rows
+//! `acc = fma(d_w·d_a, f32(s), acc)` (and `fma(m_w, d_a·Σa, acc)` for Q4_1, Q5_1), as
+//! `crate::repack::reference_kernel` does: the results equal it bit for bit.
+//!
+//! The kernels walk a group four rows at a time (a quarter), each quarter's pass over the blocks
+//! serving [`ACTS`] activations: its eight decoded slot registers, two of each activation and
+//! one accumulator per activation fit NEON's 32 registers; the group's bytes (a few KiB for the
+//! rows of small models, 16 rows × a row's bytes in general) stay in L1/L2 between quarters.
+//!
+//! The dot-product instructions are written as inline assembly: their intrinsics
+//! (`vdotq_laneq_s32`) are not stable in the pinned Rust (1.95). Memory safety otherwise rests on
+//! slices and `bytemuck` loads.
+
+use core::arch::aarch64::{
+    float32x4_t, int8x16_t, int32x4_t, uint8x16_t, vaddq_s32, vandq_u8, vcombine_u8, vcvtq_f32_s32, vdup_n_u8,
+    vdupq_n_f32, vdupq_n_s32, vdupq_n_u8, vfmaq_f32, vmulq_f32, vorrq_u8, vreinterpretq_s8_u8, vshrq_n_u8, vsubq_s32,
+    vtstq_u8,
+};
+
+use bytemuck::pod_read_unaligned;
+use half::f16;
+
+use crate::activation::Activation;
+use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
+
+/// The repacked formats as the kernels' const parameter.
+pub(super) const Q8_0: u8 = 0;
+pub(super) const Q4_0: u8 = 1;
+pub(super) const Q4_1: u8 = 2;
+pub(super) const Q5_0: u8 = 3;
+pub(super) const Q5_1: u8 = 4;
+
+/// Activations per pass over a quarter's blocks.
+const ACTS: usize = 4;
+
+/// Bytes of quants per block of a group (with Q5's fifth bits): where the scales begin.
+const fn quant_bytes(format: u8) -> usize {
+    match format {
+        Q8_0 => 8 * SLOT_BYTES,
+        Q5_0 | Q5_1 => 5 * SLOT_BYTES,
+        _ => 4 * SLOT_BYTES,
+    }
+}
+
+/// Whether the format has a minimum per block (Q4_1, Q5_1).
+const fn has_minimum(format: u8) -> bool {
+    matches!(format, Q4_1 | Q5_1)
+}
+
+/// Whether the format keeps a fifth bit per value (Q5_0, Q5_1).
+const fn has_fifth_bit(format: u8) -> bool {
+    matches!(format, Q5_0 | Q5_1)
+}
+
+/// Bytes per block of a group: the quants, 16 f16 scales, and 16 f16 minimums for Q4_1, Q5_1.
+const fn block_bytes(format: u8) -> usize {
+    quant_bytes(format) + if has_minimum(format) { 64 } else { 32 }
+}
+
+/// The integer a block's sum is corrected by: Q4_0's and Q5_0's offsets times `Σa`.
+#[inline(always)]
+fn offset_sum(format: u8, act: &ActBlock) -> i32 {
+    match format {
+        Q4_0 => act.sum << 3,
+        Q5_0 => act.sum << 4,
+        _ => 0,
+    }
+}
+
+/// Sixteen bytes of `bytes` from `at` as one register (a checked, unaligned load).
+#[inline(always)]
+fn load16<T: bytemuck::Pod>(bytes: &[u8], at: usize) -> T {
+    pod_read_unaligned(&bytes[at..at + 16])
+}
+
+/// Four f16 values (two bytes each from `at`) as f32: one quarter's scales or minimums.
+#[inline(always)]
+fn f16x4(bytes: &[u8], at: usize) -> float32x4_t {
+    let values: [f32; 4] =
+        std::array::from_fn(|r| f16::from_le_bytes([bytes[at + 2 * r], bytes[at + 2 * r + 1]]).to_f32());
+    bytemuck::cast(values)
+}
+
+/// The first `blocks` blocks of each of `acts`' first `N` activations.
+#[inline(always)]
+fn blocks_of<'a, const N: usize>(acts: &'a [Activation<'_>], blocks: usize) -> [&'a [ActBlock]; N] {
+    let mut of: [&[ActBlock]; N] = [&[]; N];
+    for (of, act) in of.iter_mut().zip(&acts[..N]) {
+        *of = &act.blocks[..blocks];
+    }
+    of
+}
+
+/// Defines module `$module` with `kernel::<FORMAT>` (a `crate::repack::RepackedKernel`),
+/// compiled with `$features` and with `$dot` as the four-row, four-value dot product
+/// (`$dot::<LANE>(s, slot, a)` adds `slot`'s four rows · lane `LANE` of `a` to `s`'s lanes).
+///
+/// A macro, as `x86::avx2_tile_i16::tile_kernels`, so that each variant's dot product inlines
+/// into loops compiled with its own features.
+macro_rules! repacked_kernels {
+    ($module:ident, $features:literal, $dot:ident) => {
+        pub(super) mod $module {
+            use super::*;
+
+            /// One group against `acts`, results into `out` (one per activation). `_ahead` (the
+            /// next group) is not prefetched: no aarch64 machine was at hand to measure whether
+            /// asking for it pays.
+            #[target_feature(enable = $features)]
+            pub(in super::super) fn kernel<const FORMAT: u8>(
+                group: &[u8],
+                _ahead: &[u8],
+                acts: &[Activation<'_>],
+                out: &mut [[f32; GROUP_ROWS]],
+            ) {
+                let blocks = group.len() / block_bytes(FORMAT);
+                let (mut acts, mut out) = (acts, out);
+                while out.len() >= ACTS {
+                    for quarter in 0..4 {
+                        pass::<FORMAT, ACTS>(group, quarter, blocks_of(acts, blocks), &mut out[..ACTS]);
+                    }
+                    (acts, out) = (&acts[ACTS..], &mut out[ACTS..]);
+                }
+                for (j, out) in out.chunks_exact_mut(1).enumerate() {
+                    for quarter in 0..4 {
+                        pass::<FORMAT, 1>(group, quarter, blocks_of(&acts[j..], blocks), out);
+                    }
+                }
+            }
+
+            /// Rows `4·quarter..4·quarter + 4` of the group against `N` activations.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn pass<const FORMAT: u8, const N: usize>(
+                group: &[u8],
+                quarter: usize,
+                acts: [&[ActBlock]; N],
+                out: &mut [[f32; GROUP_ROWS]],
+            ) {
+                let (block, quants) = (block_bytes(FORMAT), quant_bytes(FORMAT));
+                let blocks = group.len() / block;
+                let rows = 4 * quarter;
+                let mut acc = [vdupq_n_f32(0.0); N];
+                for b in 0..blocks {
+                    let src = &group[b * block..][..block];
+                    let slots = decode::<FORMAT>(src, quarter);
+                    let d_w = f16x4(src, quants + 2 * rows);
+                    let m_w = if has_minimum(FORMAT) {
+                        f16x4(src, quants + 2 * GROUP_ROWS + 2 * rows)
+                    } else {
+                        vdupq_n_f32(0.0)
+                    };
+                    for j in 0..N {
+                        let act = &acts[j][b];
+                        let a = [load16::<int8x16_t>(&act.qs, 0), load16(&act.qs, 16)];
+                        // Two running sums, so that each waits on four dot products, not eight.
+                        let mut sums = [vdupq_n_s32(0); 2];
+                        sums[0] = $dot::<0>(sums[0], slots[0], a[0]);
+                        sums[1] = $dot::<1>(sums[1], slots[1], a[0]);
+                        sums[0] = $dot::<2>(sums[0], slots[2], a[0]);
+                        sums[1] = $dot::<3>(sums[1], slots[3], a[0]);
+                        sums[0] = $dot::<0>(sums[0], slots[4], a[1]);
+                        sums[1] = $dot::<1>(sums[1], slots[5], a[1]);
+                        sums[0] = $dot::<2>(sums[0], slots[6], a[1]);
+                        sums[1] = $dot::<3>(sums[1], slots[7], a[1]);
+                        let mut s = vaddq_s32(sums[0], sums[1]);
+                        if !has_minimum(FORMAT) && FORMAT != Q8_0 {
+                            s = vsubq_s32(s, vdupq_n_s32(offset_sum(FORMAT, act)));
+                        }
+                        let scale = vmulq_f32(d_w, vdupq_n_f32(act.d));
+                        acc[j] = vfmaq_f32(acc[j], scale, vcvtq_f32_s32(s));
+                        if has_minimum(FORMAT) {
+                            acc[j] = vfmaq_f32(acc[j], m_w, vdupq_n_f32(act.ds));
+                        }
+                    }
+                }
+                for j in 0..N {
+                    out[j][rows..rows + 4].copy_from_slice(&bytemuck::cast::<float32x4_t, [f32; 4]>(acc[j]));
+                }
+            }
+
+            /// The eight slots of block `src`, rows `4·quarter..4·quarter + 4`, as signed bytes.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn decode<const FORMAT: u8>(src: &[u8], quarter: usize) -> [int8x16_t; 8] {
+                let at = |slot: usize| SLOT_BYTES * slot + 16 * quarter;
+                if FORMAT == Q8_0 {
+                    return std::array::from_fn(|s| load16(src, at(s)));
+                }
+                let low = vdupq_n_u8(0x0F);
+                let mut slots = [vreinterpretq_s8_u8(low); 8];
+                for c in 0..4 {
+                    let packed: uint8x16_t = load16(src, at(c));
+                    let nibbles = [vandq_u8(packed, low), vshrq_n_u8::<4>(packed)];
+                    for (half, nibbles) in nibbles.into_iter().enumerate() {
+                        let s = c + 4 * half;
+                        let values = if has_fifth_bit(FORMAT) {
+                            vorrq_u8(nibbles, fifth_bits(src, s, quarter))
+                        } else {
+                            nibbles
+                        };
+                        slots[s] = vreinterpretq_s8_u8(values);
+                    }
+                }
+                slots
+            }
+
+            /// Q5's fifth bits of decoded slot `s`, rows `4·quarter..4·quarter + 4`: 16 in the
+            /// bytes whose bit is set. Mask word `s` keeps row r's value 4s + i at bit 4r + i, so
+            /// the quarter's 16 bits are in register byte order.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn fifth_bits(src: &[u8], s: usize, quarter: usize) -> uint8x16_t {
+                let at = 4 * SLOT_BYTES + 8 * s + 2 * quarter;
+                let (low, high) = (src[at], src[at + 1]);
+                let each_bit: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+                let set = vtstq_u8(vcombine_u8(vdup_n_u8(low), vdup_n_u8(high)), bytemuck::cast(each_bit));
+                vandq_u8(set, vdupq_n_u8(16))
+            }
+        }
+    };
+}
+
+repacked_kernels!(neon, "neon", dot_neon);
+repacked_kernels!(dotprod, "neon,dotprod", dot_sdot);
+
+/// `s` + four rows' (four bytes each in `w`) dot products with lane `LANE` of `a`, without the
+/// dot-product extension: widening multiplies, then pairwise adds into the rows' lanes.
+#[inline]
+#[target_feature(enable = "neon")]
+fn dot_neon<const LANE: i32>(s: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    use core::arch::aarch64::{
+        vdupq_laneq_s32, vget_low_s8, vmull_high_s8, vmull_s8, vpadalq_s16, vpaddq_s16, vreinterpretq_s8_s32,
+        vreinterpretq_s32_s8,
+    };
+    let a = vreinterpretq_s8_s32(vdupq_laneq_s32::<LANE>(vreinterpretq_s32_s8(a)));
+    // Each product is at most 128·127 in magnitude (activations are within ±127), so a pair's
+    // sum fits an i16.
+    let pairs = vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a)), vmull_high_s8(w, a));
+    vpadalq_s16(s, pairs)
+}
+
+/// `s` + four rows' (four bytes each in `w`) dot products with lane `LANE` of `a`: one `sdot`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn dot_sdot<const LANE: i32>(s: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    let mut s = s;
+    // SAFETY: `sdot` (by element) reads and writes only the three registers named; this function
+    // runs only where the dot-product extension is enabled (its callers' `detected` check).
+    unsafe {
+        core::arch::asm!(
+            "sdot {s:v}.4s, {w:v}.16b, {a:v}.4b[{lane}]",
+            s = inout(vreg) s,
+            w = in(vreg) w,
+            a = in(vreg) a,
+            lane = const LANE,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    s
+}
