@@ -103,10 +103,10 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
             assert!(minerva_quant::repacked_kernel_isa(dtype).is_some_and(|isa| isa.starts_with("avx")), "{dtype}");
         }
     }
-    // NEON (the aarch64 baseline) has kernels for the 32-value formats, with `sdot` where the
+    // NEON (the aarch64 baseline) has kernels for every repacked format, with `sdot` where the
     // dot-product extension is there (QEMU's default CPU has it: CI tests both).
     #[cfg(target_arch = "aarch64")]
-    for dtype in &DTYPES[..5] {
+    for dtype in &DTYPES {
         let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
         let want = if dotprod { "neon+dotprod" } else { "neon" };
         assert_eq!(minerva_quant::repacked_kernel_isa(*dtype), Some(want), "{dtype}");

@@ -4,7 +4,9 @@
 //!   (`neon_tile.rs`: what the model's matrix products use for these formats), Q8_K-activation
 //!   kernels for Q2_K…Q6_K (`neon_tile_k.rs`, the reference's results bit for bit), panels of
 //!   float weights (F32/F16/BF16) × f32 activations (`neon_float.rs`) and the f32 vector kernels
-//!   (`neon_vector.rs`: attention's dot products, `exp` and softmax in 4 lanes).
+//!   (`neon_vector.rs`: attention's dot products, `exp` and softmax in 4 lanes), and the kernels
+//!   of every repacked format (`neon_repacked.rs`, 8-bit activations).
+//! * [`NEON_DOTPROD`] — the same repacked kernels with `sdot` for their products.
 //!
 //! NEON is part of the aarch64 baseline (every aarch64 Linux and macOS machine has it); the
 //! kernels are still `#[target_feature(enable = "neon")]` functions (the intrinsics require it of
@@ -56,6 +58,9 @@ pub(super) const NEON_DOTPROD: Isa = Isa {
         Kernels::new(Q4_1).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q4_1 }>)),
         Kernels::new(Q5_0).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q5_0 }>)),
         Kernels::new(Q5_1).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q5_1 }>)),
+        Kernels::new(Q4_K).repacked(repacked!(neon_repacked::dotprod::kernel_k::<{ neon_repacked::Q4_K }>)),
+        Kernels::new(Q5_K).repacked(repacked!(neon_repacked::dotprod::kernel_k::<{ neon_repacked::Q5_K }>)),
+        Kernels::new(Q6_K).repacked(repacked!(neon_repacked::dotprod::kernel_k::<{ neon_repacked::Q6_K }>)),
     ],
 };
 
@@ -85,9 +90,15 @@ pub(super) const NEON: Isa = Isa {
         Kernels::new(MXFP4).tile_i16(tile!(neon_tile::tiles_i16_mxfp4)),
         Kernels::new(Q2_K).tile(tile!(neon_tile_k::tiles_q2_k)),
         Kernels::new(Q3_K).tile(tile!(neon_tile_k::tiles_q3_k)),
-        Kernels::new(Q4_K).tile(tile!(neon_tile_k::tiles_q4_k)),
-        Kernels::new(Q5_K).tile(tile!(neon_tile_k::tiles_q5_k)),
-        Kernels::new(Q6_K).tile(tile!(neon_tile_k::tiles_q6_k)),
+        Kernels::new(Q4_K)
+            .tile(tile!(neon_tile_k::tiles_q4_k))
+            .repacked(repacked!(neon_repacked::neon::kernel_k::<{ neon_repacked::Q4_K }>)),
+        Kernels::new(Q5_K)
+            .tile(tile!(neon_tile_k::tiles_q5_k))
+            .repacked(repacked!(neon_repacked::neon::kernel_k::<{ neon_repacked::Q5_K }>)),
+        Kernels::new(Q6_K)
+            .tile(tile!(neon_tile_k::tiles_q6_k))
+            .repacked(repacked!(neon_repacked::neon::kernel_k::<{ neon_repacked::Q6_K }>)),
     ],
 };
 

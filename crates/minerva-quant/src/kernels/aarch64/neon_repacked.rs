@@ -1,5 +1,6 @@
 //! The kernels of repacked weights (`crate::repack`: 16 rows interleaved, four bytes of each per
-//! slot) against Q8_0 activations, for NEON with and without the dot-product extension.
+//! slot) against Q8_0 activations (the K-quants: Q8_K), for NEON with and without the
+//! dot-product extension.
 //!
 //! A 64-byte slot is four 16-byte registers, each holding four values of four rows (rows
 //! `4q..4q + 4` in register `q`). Slot `s` (after Q4/Q5 decoding: low nibbles of packed slot `s`
@@ -13,6 +14,12 @@
 //!   Q5             the fifth bits of the register's 16 bytes: a 16-bit piece of mask word `s`,
 //!                  spread to bytes by `cmtst` against each byte's bit, `and 16`, `or`
 //! ```
+//!
+//! The K-quants (`kernel_k`, layouts in `crate::repack::k_quants`) decode a sub-block at a time
+//! (Q4_K/Q5_K: eight slots of 32 values, Q6_K: four of 16, its two high bits shifted into place
+//! from the part's high slot) and add each activation's exact dot times the four rows' scales
+//! (`mla`), and the minimums' term `Σ m_j·Σa_j` (Q6_K: `Σ sc_j·Σa_j`, taken 32 times), then the
+//! reference's f32 steps per super-block.
 //!
 //! Weights and activations are both signed here, so Q8_0's quants need no offset; Q4_0's and
 //! Q5_0's come off the exact sum as `s − 8·Σa`, `s − 16·Σa`. Per block and four rows
@@ -30,14 +37,15 @@
 
 use core::arch::aarch64::{
     float32x4_t, int8x16_t, int32x4_t, uint8x16_t, vaddq_s32, vandq_u8, vcombine_u8, vcvtq_f32_s32, vdup_n_u8,
-    vdupq_n_f32, vdupq_n_s32, vdupq_n_u8, vfmaq_f32, vmulq_f32, vorrq_u8, vreinterpretq_s8_u8, vshrq_n_u8, vsubq_s32,
-    vtstq_u8,
+    vdupq_n_f32, vdupq_n_s32, vdupq_n_u8, vfmaq_f32, vmlaq_n_s32, vmlaq_s32, vmulq_f32, vnegq_f32, vorrq_u8,
+    vreinterpretq_s8_u8, vshlq_n_s32, vshlq_n_u8, vshrq_n_u8, vsubq_s32, vtstq_u8,
 };
 
 use bytemuck::pod_read_unaligned;
 use half::f16;
 
 use crate::activation::Activation;
+use crate::repack::k_quants::{self, Layout};
 use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
 
 /// The repacked formats as the kernels' const parameter.
@@ -46,6 +54,14 @@ pub(super) const Q4_0: u8 = 1;
 pub(super) const Q4_1: u8 = 2;
 pub(super) const Q5_0: u8 = 3;
 pub(super) const Q5_1: u8 = 4;
+
+/// The repacked K-quant formats as `kernel_k`'s const parameter.
+pub(super) const Q4_K: u8 = 5;
+pub(super) const Q5_K: u8 = 6;
+pub(super) const Q6_K: u8 = 7;
+
+/// Values per K-quant super-block.
+const QK: usize = 256;
 
 /// Activations per pass over a quarter's blocks.
 const ACTS: usize = 4;
@@ -96,6 +112,26 @@ fn f16x4(bytes: &[u8], at: usize) -> float32x4_t {
     let values: [f32; 4] =
         std::array::from_fn(|r| f16::from_le_bytes([bytes[at + 2 * r], bytes[at + 2 * r + 1]]).to_f32());
     bytemuck::cast(values)
+}
+
+/// The layout of a repacked K-quant format.
+const fn k_layout(format: u8) -> Layout {
+    match format {
+        Q4_K => k_quants::Q4_K,
+        Q5_K => k_quants::Q5_K,
+        _ => k_quants::Q6_K,
+    }
+}
+
+/// Four rows' scale (or minimum) bytes of one sub-block, every second byte from `at`, as i32:
+/// Q6_K's signed, Q4_K's and Q5_K's unsigned 6-bit values.
+#[inline(always)]
+fn row_bytes_i32<const FORMAT: u8>(part: &[u8], at: usize) -> int32x4_t {
+    let lanes: [i32; 4] = std::array::from_fn(|r| {
+        let byte = part[at + 2 * r];
+        if FORMAT == Q6_K { i32::from(byte as i8) } else { i32::from(byte) }
+    });
+    bytemuck::cast(lanes)
 }
 
 /// The first `blocks` blocks of each of `acts`' first `N` activations.
@@ -169,17 +205,7 @@ macro_rules! repacked_kernels {
                     for j in 0..N {
                         let act = &acts[j][b];
                         let a = [load16::<int8x16_t>(&act.qs, 0), load16(&act.qs, 16)];
-                        // Two running sums, so that each waits on four dot products, not eight.
-                        let mut sums = [vdupq_n_s32(0); 2];
-                        sums[0] = $dot::<0>(sums[0], slots[0], a[0]);
-                        sums[1] = $dot::<1>(sums[1], slots[1], a[0]);
-                        sums[0] = $dot::<2>(sums[0], slots[2], a[0]);
-                        sums[1] = $dot::<3>(sums[1], slots[3], a[0]);
-                        sums[0] = $dot::<0>(sums[0], slots[4], a[1]);
-                        sums[1] = $dot::<1>(sums[1], slots[5], a[1]);
-                        sums[0] = $dot::<2>(sums[0], slots[6], a[1]);
-                        sums[1] = $dot::<3>(sums[1], slots[7], a[1]);
-                        let mut s = vaddq_s32(sums[0], sums[1]);
+                        let mut s = dot8(&slots, a[0], a[1]);
                         if !has_minimum(FORMAT) && FORMAT != Q8_0 {
                             s = vsubq_s32(s, vdupq_n_s32(offset_sum(FORMAT, act)));
                         }
@@ -193,6 +219,152 @@ macro_rules! repacked_kernels {
                 for j in 0..N {
                     out[j][rows..rows + 4].copy_from_slice(&bytemuck::cast::<float32x4_t, [f32; 4]>(acc[j]));
                 }
+            }
+
+            /// One K-quant group (`crate::repack::k_quants`) against Q8_K `acts`, results into
+            /// `out` (one per activation).
+            #[target_feature(enable = $features)]
+            pub(in super::super) fn kernel_k<const FORMAT: u8>(
+                group: &[u8],
+                _ahead: &[u8],
+                acts: &[Activation<'_>],
+                out: &mut [[f32; GROUP_ROWS]],
+            ) {
+                let (mut acts, mut out) = (acts, out);
+                while out.len() >= ACTS {
+                    for quarter in 0..4 {
+                        pass_k::<FORMAT, ACTS>(group, quarter, &acts[..ACTS], &mut out[..ACTS]);
+                    }
+                    (acts, out) = (&acts[ACTS..], &mut out[ACTS..]);
+                }
+                for (j, out) in out.chunks_exact_mut(1).enumerate() {
+                    for quarter in 0..4 {
+                        pass_k::<FORMAT, 1>(group, quarter, &acts[j..j + 1], out);
+                    }
+                }
+            }
+
+            /// Rows `4·quarter..4·quarter + 4` of a K-quant group against `N` activations, a
+            /// sub-block at a time: its slots decoded, then each activation's exact dot product
+            /// times the rows' scales into `s`, and the minimums' (Q6_K: the offset's) term.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn pass_k<const FORMAT: u8, const N: usize>(
+                group: &[u8],
+                quarter: usize,
+                acts: &[Activation<'_>],
+                out: &mut [[f32; GROUP_ROWS]],
+            ) {
+                let l = k_layout(FORMAT);
+                let rows = 4 * quarter;
+                let mut acc = [vdupq_n_f32(0.0); N];
+                for (b, src) in group.chunks_exact(l.bytes).enumerate() {
+                    // s: Σ_j sc_j · dot_j; n: Σ_j m_j · Σa_j (Q6_K: Σ_j sc_j · Σa_j, 16 values each).
+                    let (mut s, mut n) = ([vdupq_n_s32(0); N], [vdupq_n_s32(0); N]);
+                    // The parts, then (from `l.d`) the rows' d and dmin.
+                    for (p, part) in src[..l.d].chunks_exact(l.part).enumerate() {
+                        for h in 0..2 {
+                            let j = 2 * p + h;
+                            let scale = row_bytes_i32::<FORMAT>(part, l.scales + 2 * rows + h);
+                            if FORMAT == Q6_K {
+                                let slots = decode_q6_k(part, quarter, h);
+                                for (k, act) in acts[..N].iter().enumerate() {
+                                    let a = load16::<int8x16_t>(&act.qs, QK * b + 16 * j);
+                                    s[k] = vmlaq_s32(s[k], dot4(&slots, a), scale);
+                                    n[k] = vmlaq_n_s32(n[k], scale, i32::from(act.bsums[16 * b + j]));
+                                }
+                            } else {
+                                let minimum = row_bytes_i32::<FORMAT>(part, l.minimums + 2 * rows + h);
+                                let slots = decode_q45_k::<FORMAT>(part, quarter, h);
+                                for (k, act) in acts[..N].iter().enumerate() {
+                                    let at = QK * b + 32 * j;
+                                    let (a0, a1) = (load16::<int8x16_t>(&act.qs, at), load16(&act.qs, at + 16));
+                                    s[k] = vmlaq_s32(s[k], dot8(&slots, a0, a1), scale);
+                                    let sum =
+                                        i32::from(act.bsums[16 * b + 2 * j]) + i32::from(act.bsums[16 * b + 2 * j + 1]);
+                                    n[k] = vmlaq_n_s32(n[k], minimum, sum);
+                                }
+                            }
+                        }
+                    }
+                    let d_w = f16x4(src, l.d + 2 * rows);
+                    for (k, act) in acts[..N].iter().enumerate() {
+                        let d_a = vdupq_n_f32(act.d[b]);
+                        let scale = vmulq_f32(d_w, d_a);
+                        if FORMAT == Q6_K {
+                            let s = vsubq_s32(s[k], vshlq_n_s32::<5>(n[k]));
+                            acc[k] = vfmaq_f32(acc[k], scale, vcvtq_f32_s32(s));
+                        } else {
+                            acc[k] = vfmaq_f32(acc[k], scale, vcvtq_f32_s32(s[k]));
+                            let dmin = vnegq_f32(vmulq_f32(f16x4(src, l.dmin + 2 * rows), d_a));
+                            acc[k] = vfmaq_f32(acc[k], dmin, vcvtq_f32_s32(n[k]));
+                        }
+                    }
+                }
+                for k in 0..N {
+                    out[k][rows..rows + 4].copy_from_slice(&bytemuck::cast::<float32x4_t, [f32; 4]>(acc[k]));
+                }
+            }
+
+            /// Q4_K's or Q5_K's sub-block `2p + h` of part `part`, rows `4·quarter..4·quarter + 4`:
+            /// eight slots (values `4c..4c + 4` of the sub-block in slot `c`), 0..15 or 0..31.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn decode_q45_k<const FORMAT: u8>(part: &[u8], quarter: usize, h: usize) -> [int8x16_t; 8] {
+                let l = k_layout(FORMAT);
+                let low = vdupq_n_u8(0x0F);
+                std::array::from_fn(|c| {
+                    let packed: uint8x16_t = load16(part, l.slots + SLOT_BYTES * c + 16 * quarter);
+                    let nibbles = if h == 0 { vandq_u8(packed, low) } else { vshrq_n_u8::<4>(packed) };
+                    let values = if FORMAT == Q5_K {
+                        // Word 8h + c of the fifth bits, the quarter's 16 bits.
+                        vorrq_u8(nibbles, spread_bits(part, l.high + 8 * (8 * h + c) + 2 * quarter))
+                    } else {
+                        nibbles
+                    };
+                    vreinterpretq_s8_u8(values)
+                })
+            }
+
+            /// Q6_K's sub-block `2p + h` of part `part`, rows `4·quarter..4·quarter + 4`: four
+            /// slots (values `4k..4k + 4` of the 16 in slot `k`), 0..63.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn decode_q6_k(part: &[u8], quarter: usize, h: usize) -> [int8x16_t; 4] {
+                let l = k_layout(Q6_K);
+                let (low, two) = (vdupq_n_u8(0x0F), vdupq_n_u8(0x30));
+                // High slot h keeps bits 4, 5 of value 4k + i at bits 2k, 2k + 1: moved to 4, 5.
+                let high: uint8x16_t = load16(part, l.high + SLOT_BYTES * h + 16 * quarter);
+                let highs = [vshlq_n_u8::<4>(high), vshlq_n_u8::<2>(high), high, vshrq_n_u8::<2>(high)];
+                std::array::from_fn(|k| {
+                    let packed: uint8x16_t = load16(part, l.slots + SLOT_BYTES * k + 16 * quarter);
+                    let nibbles = if h == 0 { vandq_u8(packed, low) } else { vshrq_n_u8::<4>(packed) };
+                    vreinterpretq_s8_u8(vorrq_u8(nibbles, vandq_u8(highs[k], two)))
+                })
+            }
+
+            /// Four rows' dot products of eight slots (values `4s..4s + 4` in slot `s`) with the
+            /// 32 activation quants in `a0` (values 0..16) and `a1` (16..32): exact.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn dot8(slots: &[int8x16_t; 8], a0: int8x16_t, a1: int8x16_t) -> int32x4_t {
+                // Two running sums, so that each waits on four dot products, not eight.
+                let zero = vdupq_n_s32(0);
+                let even = $dot::<2>($dot::<0>(zero, slots[0], a0), slots[2], a0);
+                let odd = $dot::<3>($dot::<1>(zero, slots[1], a0), slots[3], a0);
+                let even = $dot::<2>($dot::<0>(even, slots[4], a1), slots[6], a1);
+                let odd = $dot::<3>($dot::<1>(odd, slots[5], a1), slots[7], a1);
+                vaddq_s32(even, odd)
+            }
+
+            /// Four rows' dot products of four slots with the 16 activation quants in `a`.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn dot4(slots: &[int8x16_t; 4], a: int8x16_t) -> int32x4_t {
+                let zero = vdupq_n_s32(0);
+                let even = $dot::<2>($dot::<0>(zero, slots[0], a), slots[2], a);
+                let odd = $dot::<3>($dot::<1>(zero, slots[1], a), slots[3], a);
+                vaddq_s32(even, odd)
             }
 
             /// The eight slots of block `src`, rows `4·quarter..4·quarter + 4`, as signed bytes.
@@ -211,7 +383,7 @@ macro_rules! repacked_kernels {
                     for (half, nibbles) in nibbles.into_iter().enumerate() {
                         let s = c + 4 * half;
                         let values = if has_fifth_bit(FORMAT) {
-                            vorrq_u8(nibbles, fifth_bits(src, s, quarter))
+                            vorrq_u8(nibbles, spread_bits(src, 4 * SLOT_BYTES + 8 * s + 2 * quarter))
                         } else {
                             nibbles
                         };
@@ -221,13 +393,12 @@ macro_rules! repacked_kernels {
                 slots
             }
 
-            /// Q5's fifth bits of decoded slot `s`, rows `4·quarter..4·quarter + 4`: 16 in the
-            /// bytes whose bit is set. Mask word `s` keeps row r's value 4s + i at bit 4r + i, so
-            /// the quarter's 16 bits are in register byte order.
+            /// Sixteen bits (two bytes of `src` from `at`) as 16 in the bytes whose bit is set:
+            /// Q5's fifth bits of a quarter's slot. A mask word keeps row r's value 4s + i at bit
+            /// 4r + i, so the quarter's 16 bits are in register byte order.
             #[inline]
             #[target_feature(enable = $features)]
-            fn fifth_bits(src: &[u8], s: usize, quarter: usize) -> uint8x16_t {
-                let at = 4 * SLOT_BYTES + 8 * s + 2 * quarter;
+            fn spread_bits(src: &[u8], at: usize) -> uint8x16_t {
                 let (low, high) = (src[at], src[at + 1]);
                 let each_bit: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
                 let set = vtstq_u8(vcombine_u8(vdup_n_u8(low), vdup_n_u8(high)), bytemuck::cast(each_bit));
