@@ -65,7 +65,7 @@ pub struct ModelArgs {
     /// llama.cpp's (the file's pages are given back; faster prefill and decode; for the 32-value
     /// formats llama.cpp's accuracy rather than the i16 path's): `auto` where this CPU's
     /// repacked kernel for the format is the faster (AVX-512 VNNI; AVX2 for the 32-value
-    /// formats) and the format keeps its activations' precision (the K-quants) or the
+    /// formats and Q6_K) and the format keeps its activations' precision (the K-quants) or the
     /// architecture takes 8-bit activations (the LLaMA family), `on` everywhere; `off` (default)
     /// reads every weight in place.
     #[arg(long, value_enum, value_name = "MODE", default_value_t)]
@@ -76,7 +76,7 @@ pub struct ModelArgs {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum RepackMode {
     /// Where this CPU's repacked kernel is the faster (AVX-512 VNNI; AVX2 for the 32-value
-    /// formats) and the format's activations keep their precision (the K-quants) or the
+    /// formats and Q6_K) and the format's activations keep their precision (the K-quants) or the
     /// architecture takes 8-bit activations.
     Auto,
     /// Every Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrix.

@@ -22,7 +22,7 @@ use minerva_quant::{Matrix, Repacked};
 pub enum Repack {
     /// Every repackable matrix whose format's repacked kernel on this CPU beats the zero-copy
     /// ones (`minerva_quant::repacking_pays`: AVX-512 VNNI for every format, AVX2 for the
-    /// 32-value formats), where that keeps the activations' precision (the K-quants) or the
+    /// 32-value formats and Q6_K), where that keeps the activations' precision (the K-quants) or the
     /// model's architecture takes 8-bit activations (`ArchSpec::int8_activations`).
     Auto,
     /// Every repackable matrix, with the scalar kernel where there is no SIMD one.
