@@ -17,6 +17,8 @@
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 pub(crate) mod reference;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod repacked_formats;
 mod widened;
 #[cfg(target_arch = "x86_64")]
 mod x86;

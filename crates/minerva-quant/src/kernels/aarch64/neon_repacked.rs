@@ -45,50 +45,15 @@ use bytemuck::pod_read_unaligned;
 use half::f16;
 
 use crate::activation::Activation;
-use crate::repack::k_quants::{self, Layout};
+pub(super) use crate::kernels::repacked_formats::{Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+use crate::kernels::repacked_formats::{block_bytes, blocks_of, has_fifth_bit, has_minimum, k_layout, quant_bytes};
 use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
-
-/// The repacked formats as the kernels' const parameter.
-pub(super) const Q8_0: u8 = 0;
-pub(super) const Q4_0: u8 = 1;
-pub(super) const Q4_1: u8 = 2;
-pub(super) const Q5_0: u8 = 3;
-pub(super) const Q5_1: u8 = 4;
-
-/// The repacked K-quant formats as `kernel_k`'s const parameter.
-pub(super) const Q4_K: u8 = 5;
-pub(super) const Q5_K: u8 = 6;
-pub(super) const Q6_K: u8 = 7;
-
-/// Values per K-quant super-block.
-const QK: usize = 256;
 
 /// Activations per pass over a quarter's blocks.
 const ACTS: usize = 4;
 
-/// Bytes of quants per block of a group (with Q5's fifth bits): where the scales begin.
-const fn quant_bytes(format: u8) -> usize {
-    match format {
-        Q8_0 => 8 * SLOT_BYTES,
-        Q5_0 | Q5_1 => 5 * SLOT_BYTES,
-        _ => 4 * SLOT_BYTES,
-    }
-}
-
-/// Whether the format has a minimum per block (Q4_1, Q5_1).
-const fn has_minimum(format: u8) -> bool {
-    matches!(format, Q4_1 | Q5_1)
-}
-
-/// Whether the format keeps a fifth bit per value (Q5_0, Q5_1).
-const fn has_fifth_bit(format: u8) -> bool {
-    matches!(format, Q5_0 | Q5_1)
-}
-
-/// Bytes per block of a group: the quants, 16 f16 scales, and 16 f16 minimums for Q4_1, Q5_1.
-const fn block_bytes(format: u8) -> usize {
-    quant_bytes(format) + if has_minimum(format) { 64 } else { 32 }
-}
+/// Values per K-quant super-block.
+const QK: usize = 256;
 
 /// The integer a block's sum is corrected by: Q4_0's and Q5_0's offsets times `Σa`.
 #[inline(always)]
@@ -114,15 +79,6 @@ fn f16x4(bytes: &[u8], at: usize) -> float32x4_t {
     bytemuck::cast(values)
 }
 
-/// The layout of a repacked K-quant format.
-const fn k_layout(format: u8) -> Layout {
-    match format {
-        Q4_K => k_quants::Q4_K,
-        Q5_K => k_quants::Q5_K,
-        _ => k_quants::Q6_K,
-    }
-}
-
 /// Four rows' scale (or minimum) bytes of one sub-block, every second byte from `at`, as i32:
 /// Q6_K's signed, Q4_K's and Q5_K's unsigned 6-bit values.
 #[inline(always)]
@@ -132,16 +88,6 @@ fn row_bytes_i32<const FORMAT: u8>(part: &[u8], at: usize) -> int32x4_t {
         if FORMAT == Q6_K { i32::from(byte as i8) } else { i32::from(byte) }
     });
     bytemuck::cast(lanes)
-}
-
-/// The first `blocks` blocks of each of `acts`' first `N` activations.
-#[inline(always)]
-fn blocks_of<'a, const N: usize>(acts: &'a [Activation<'_>], blocks: usize) -> [&'a [ActBlock]; N] {
-    let mut of: [&[ActBlock]; N] = [&[]; N];
-    for (of, act) in of.iter_mut().zip(&acts[..N]) {
-        *of = &act.blocks[..blocks];
-    }
-    of
 }
 
 /// Defines module `$module` with `kernel::<FORMAT>` (a `crate::repack::RepackedKernel`),

@@ -41,43 +41,14 @@ use bytemuck::pod_read_unaligned;
 use super::avx2_tile_i16::prefetch;
 use super::avx2_vector::{block_values, lane_sum, largest_magnitude, round_half_away};
 use crate::activation::Activation;
+pub(super) use crate::kernels::repacked_formats::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use crate::kernels::repacked_formats::{block_bytes, blocks_of, has_fifth_bit, has_minimum, quant_bytes};
 use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
-
-/// The repacked formats as the kernels' const parameter.
-pub(super) const Q8_0: u8 = 0;
-pub(super) const Q4_0: u8 = 1;
-pub(super) const Q4_1: u8 = 2;
-pub(super) const Q5_0: u8 = 3;
-pub(super) const Q5_1: u8 = 4;
 
 /// Activations per pass over a block's weights, AVX-512 (32 registers: 8 slots, 8 sums, scales).
 const AVX512_ACTS: usize = 8;
 /// Activations per pass over half a block's weights, AVX2 (16 registers: 8 slots, 4 sums).
 const AVX2_ACTS: usize = 4;
-
-/// Bytes of quants per block of a group (with Q5's fifth bits): where the scales begin.
-const fn quant_bytes(format: u8) -> usize {
-    match format {
-        Q8_0 => 8 * SLOT_BYTES,
-        Q5_0 | Q5_1 => 5 * SLOT_BYTES,
-        _ => 4 * SLOT_BYTES,
-    }
-}
-
-/// Whether the format has a minimum per block (Q4_1, Q5_1).
-const fn has_minimum(format: u8) -> bool {
-    matches!(format, Q4_1 | Q5_1)
-}
-
-/// Whether the format keeps a fifth bit per value (Q5_0, Q5_1).
-const fn has_fifth_bit(format: u8) -> bool {
-    matches!(format, Q5_0 | Q5_1)
-}
-
-/// Bytes per block of a group: the quants, 16 f16 scales, and 16 f16 minimums for Q4_1, Q5_1.
-const fn block_bytes(format: u8) -> usize {
-    quant_bytes(format) + if has_minimum(format) { 64 } else { 32 }
-}
 
 /// A Q5 block's fifth-bit mask word `s` (bit 4r + i: row r's value 4s + i).
 #[inline(always)]
@@ -100,18 +71,6 @@ fn offset_sum(format: u8, act: &ActBlock) -> i32 {
         Q5_0 => act.sum << 4,
         _ => 0,
     }
-}
-
-/// The first `blocks` blocks of each of `acts`' first `N` activations.
-#[inline(always)]
-fn blocks_of<'a, const N: usize>(acts: &'a [Activation<'_>], blocks: usize) -> [&'a [ActBlock]; N] {
-    // A loop, not `array::from_fn`, whose closure a decode batch's profile showed as a call of
-    // its own (`core::array::try_from_fn`, 1–2 % of the samples); 64 activations 2 % faster.
-    let mut of: [&[ActBlock]; N] = [&[]; N];
-    for (of, act) in of.iter_mut().zip(&acts[..N]) {
-        *of = &act.blocks[..blocks];
-    }
-    of
 }
 
 /// AVX-512 VNNI: one group against the activations of `acts`, results into `out` (one per

@@ -39,13 +39,10 @@ use bytemuck::pod_read_unaligned;
 use super::avx2_tile_i16::prefetch;
 use super::repacked::bytes_from_bits;
 use crate::activation::Activation;
-use crate::repack::k_quants::{self, Layout};
+use crate::kernels::repacked_formats::k_layout as layout;
+pub(super) use crate::kernels::repacked_formats::{Q4_K, Q5_K, Q6_K};
+use crate::repack::k_quants;
 use crate::repack::{GROUP_ROWS, SLOT_BYTES};
-
-/// The repacked K-quant formats as the kernels' const parameter.
-pub(super) const Q4_K: u8 = 0;
-pub(super) const Q6_K: u8 = 1;
-pub(super) const Q5_K: u8 = 2;
 
 /// Values per super-block.
 const QK: usize = 256;
@@ -53,14 +50,6 @@ const QK: usize = 256;
 /// Activations per pass over a super-block's weights.
 const AVX512_ACTS: usize = 8;
 const AVX2_ACTS: usize = 4;
-
-const fn layout(format: u8) -> Layout {
-    match format {
-        Q4_K => k_quants::Q4_K,
-        Q5_K => k_quants::Q5_K,
-        _ => k_quants::Q6_K,
-    }
-}
 
 /// Q5_K's fifth-bit mask word `8h + c` of the part at `part` (slot c of sub-block half h).
 #[inline(always)]

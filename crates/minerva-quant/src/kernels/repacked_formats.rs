@@ -1,0 +1,63 @@
+//! The repacked formats as the SIMD kernels' const parameter (a `DType` cannot be one on stable
+//! Rust), and what their kernels read of each (`crate::repack`'s layouts): one table for every
+//! ISA's repacked kernels (`x86::repacked`, `x86::repacked_k`, `aarch64::neon_repacked`).
+
+use crate::activation::Activation;
+use crate::repack::k_quants::{self, Layout};
+use crate::repack::{ActBlock, SLOT_BYTES};
+
+/// The 32-value formats (`crate::repack`, Q8_0 activations).
+pub(crate) const Q8_0: u8 = 0;
+pub(crate) const Q4_0: u8 = 1;
+pub(crate) const Q4_1: u8 = 2;
+pub(crate) const Q5_0: u8 = 3;
+pub(crate) const Q5_1: u8 = 4;
+/// The K-quants (`crate::repack::k_quants`, Q8_K activations).
+pub(crate) const Q4_K: u8 = 5;
+pub(crate) const Q5_K: u8 = 6;
+pub(crate) const Q6_K: u8 = 7;
+
+/// Bytes of quants per block of a group (with Q5's fifth bits): where the scales begin.
+pub(crate) const fn quant_bytes(format: u8) -> usize {
+    match format {
+        Q8_0 => 8 * SLOT_BYTES,
+        Q5_0 | Q5_1 => 5 * SLOT_BYTES,
+        _ => 4 * SLOT_BYTES,
+    }
+}
+
+/// Whether the format has a minimum per block (Q4_1, Q5_1).
+pub(crate) const fn has_minimum(format: u8) -> bool {
+    matches!(format, Q4_1 | Q5_1)
+}
+
+/// Whether the format keeps a fifth bit per value (Q5_0, Q5_1).
+pub(crate) const fn has_fifth_bit(format: u8) -> bool {
+    matches!(format, Q5_0 | Q5_1)
+}
+
+/// Bytes per block of a group: the quants, 16 f16 scales, and 16 f16 minimums for Q4_1, Q5_1.
+pub(crate) const fn block_bytes(format: u8) -> usize {
+    quant_bytes(format) + if has_minimum(format) { 64 } else { 32 }
+}
+
+/// The layout of a repacked K-quant format.
+pub(crate) const fn k_layout(format: u8) -> Layout {
+    match format {
+        Q4_K => k_quants::Q4_K,
+        Q5_K => k_quants::Q5_K,
+        _ => k_quants::Q6_K,
+    }
+}
+
+/// The first `blocks` blocks of each of `acts`' first `N` activations.
+#[inline(always)]
+pub(crate) fn blocks_of<'a, const N: usize>(acts: &'a [Activation<'_>], blocks: usize) -> [&'a [ActBlock]; N] {
+    // A loop, not `array::from_fn`, whose closure a decode batch's profile showed as a call of
+    // its own (`core::array::try_from_fn`, 1–2 % of the samples); 64 activations 2 % faster.
+    let mut of: [&[ActBlock]; N] = [&[]; N];
+    for (of, act) in of.iter_mut().zip(&acts[..N]) {
+        *of = &act.blocks[..blocks];
+    }
+    of
+}
