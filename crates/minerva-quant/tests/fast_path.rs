@@ -9,10 +9,13 @@ use minerva_core::DType;
 use minerva_quant::{CpuKernels, cpu_kernels, dequantize, dequantize_fast, dequantizer, has_fast_path};
 use proptest::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
 const FAST_TYPES: [DType; 6] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::MXFP4, DType::Q4_K, DType::Q6_K];
 
 #[test]
 fn fast_paths_exist_where_the_cpu_has_avx2() {
+    // The AVX2 part on x86-64 only (aarch64's counterpart is `main_formats_have_neon_kernels_on_aarch64`).
+    #[cfg(target_arch = "x86_64")]
     if common::avx2_or_say_why_not("fast_paths_exist_where_the_cpu_has_avx2") {
         for dtype in FAST_TYPES {
             assert!(has_fast_path(dtype), "{dtype}");
