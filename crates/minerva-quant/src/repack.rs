@@ -113,20 +113,13 @@ pub fn repacked_kernel_isa(dtype: DType) -> Option<&'static str> {
 }
 
 /// Whether the repacked kernel this CPU runs for `dtype` beats the zero-copy kernels on one
-/// activation as on many (what `--repack auto` asks of a format): the AVX-512 VNNI kernels for
-/// every format; the AVX2 ones for the 32-value formats and Q6_K — their Q4_K and Q5_K kernels
-/// read a large matrix for one activation at 0.85–1.02× and 0.75–0.78× the zero-copy kernels'
-/// rate, and Q5_K's runs 64 activations at 0.62–0.74× (`repacked/llama8b_*`, `llama1b_*`, one
-/// thread, AMD Zen 3 AVX2, docs/benchmarks.md), so decode would lose what prefill gains, where
-/// Q6_K's measured 0.98–1.37× with one activation and 1.14–1.36× with 64. NEON's kernels (`neon`,
-/// `neon+dotprod`) are tested bit for bit under QEMU but were never timed on an aarch64 machine,
-/// so `auto` leaves them to `--repack on`.
+/// activation as on many (what `--repack auto` asks of a format), as its row in the kernel table
+/// marks it: the AVX-512 VNNI kernels for every format; the AVX2 ones for the 32-value formats and
+/// Q6_K (not Q4_K and Q5_K: see `kernels::x86`); NEON's (`neon`, `neon+dotprod`, tested bit for
+/// bit under QEMU but never timed on an aarch64 machine) for none, so `auto` leaves them to
+/// `--repack on`.
 pub fn repacking_pays(dtype: DType) -> bool {
-    match repacked_kernel_isa(dtype) {
-        Some(isa) if isa.starts_with("avx512") => true,
-        Some(isa) if isa.starts_with("avx2") => !matches!(dtype, DType::Q4_K | DType::Q5_K),
-        _ => false,
-    }
+    crate::kernels::selected(dtype).kernels.repacked_pays
 }
 
 /// Bytes of quants per block of a group (the nibbles or Q8_0's bytes, then Q5's fifth bits):

@@ -114,6 +114,25 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
     }
 }
 
+/// `--repack auto`'s question, as the kernel table's rows mark it: AVX-512 VNNI's kernels pay for
+/// every format, AVX2's for all but Q4_K and Q5_K, NEON's (never timed) and the scalar reference
+/// for none.
+#[test]
+fn repacking_pays_where_the_rows_were_measured_to() {
+    for dtype in DTYPES {
+        let isa = minerva_quant::repacked_kernel_isa(dtype).expect("every format has a repacked kernel");
+        let want = match isa {
+            "avx512+vnni" => true,
+            "avx2+fma+f16c" => !matches!(dtype, DType::Q4_K | DType::Q5_K),
+            _ => false,
+        };
+        assert_eq!(minerva_quant::repacking_pays(dtype), want, "{dtype} on {isa}");
+    }
+    for dtype in [DType::Q2_K, DType::Q3_K, DType::MXFP4, DType::F32] {
+        assert!(!minerva_quant::repacking_pays(dtype), "{dtype} has no repacked layout");
+    }
+}
+
 /// The scalar reference against llama.cpp's product with Q8_0 activations (`matmul_ref`): the
 /// same integer sums per block, summed in f32 in another order, so within a few ulps of the sum
 /// of magnitudes.

@@ -14,6 +14,31 @@
 //! Every ISA entry is tested against the reference entry it replaces (`tests/fast_path.rs`,
 //! `tests/matmul.rs`): dequantizers bit for bit, matmul kernels within f32 summation order.
 
+/// A [`TileKernel`] calling the `#[target_feature]` kernel `$kernel` (an ISA row's entry).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+macro_rules! tile {
+    ($kernel:expr) => {
+        |weights, row_bytes, acts, out| {
+            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
+            // the kernel enables (see `Isa::detected`).
+            unsafe { $kernel(weights, row_bytes, acts, out) }
+        }
+    };
+}
+
+/// A `crate::repack::RepackedKernel` calling the `#[target_feature]` kernel `$kernel` (an ISA
+/// row's entry).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+macro_rules! repacked {
+    ($kernel:expr) => {
+        |group, ahead, acts, out| {
+            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
+            // the kernel enables (see `Isa::detected`).
+            unsafe { $kernel(group, ahead, acts, out) }
+        }
+    };
+}
+
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 pub(crate) mod reference;
@@ -139,6 +164,9 @@ pub(crate) struct Kernels {
     pub(crate) matmul_i16: Option<MatKernel>,
     /// Repacked weights (`crate::repack`) × Q8_0 activations.
     pub(crate) repacked: Option<crate::repack::RepackedKernel>,
+    /// Whether `repacked` was measured to beat the zero-copy kernels of its ISA on one activation
+    /// as on many (`crate::repacking_pays`: what `--repack auto` asks of a format).
+    pub(crate) repacked_pays: bool,
     /// MXFP4 in the split layout × i16 activations, read in place (an ISA row only: the reference
     /// stages the rows as GGML blocks for `matmul_i16`).
     pub(crate) split_i16: Option<SplitKernel>,
@@ -155,6 +183,7 @@ impl Kernels {
             matmul: None,
             matmul_i16: None,
             repacked: None,
+            repacked_pays: false,
             split_i16: None,
         }
     }
@@ -193,9 +222,19 @@ impl Kernels {
         self
     }
 
-    /// The kernel of this dtype's repacked layout (`crate::repack`).
+    /// The kernel of this dtype's repacked layout (`crate::repack`), not (or not yet) measured to
+    /// beat the zero-copy kernels: `--repack on` uses it, `auto` does not.
     pub(crate) const fn repacked(mut self, f: crate::repack::RepackedKernel) -> Self {
         self.repacked = Some(f);
+        self
+    }
+
+    /// [`Kernels::repacked`], measured to beat the zero-copy kernels on one activation as on many
+    /// (the figures beside the ISA's row): `--repack auto` uses it.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) const fn repacked_paying(mut self, f: crate::repack::RepackedKernel) -> Self {
+        self.repacked = Some(f);
+        self.repacked_pays = true;
         self
     }
 
@@ -465,7 +504,8 @@ fn select<'a>(isas: impl DoubleEndedIterator<Item = &'a Isa>) -> Vec<Selected> {
                 (kernels.matmul_i16, names.matmul_i16) = (row.matmul_i16, Some(isa.name));
             }
             if row.repacked.is_some() {
-                (kernels.repacked, *repacked_isa) = (row.repacked, Some(isa.name));
+                (kernels.repacked, kernels.repacked_pays) = (row.repacked, row.repacked_pays);
+                *repacked_isa = Some(isa.name);
             }
             if row.split_i16.is_some() {
                 kernels.split_i16 = row.split_i16;

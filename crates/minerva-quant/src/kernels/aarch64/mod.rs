@@ -26,27 +26,6 @@ use minerva_core::DType::{BF16, F16, F32, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q
 
 use super::{Isa, Kernels, VectorKernels};
 
-/// A [`super::TileKernel`] calling the `#[target_feature]` tile kernel `$kernel`.
-macro_rules! tile {
-    ($kernel:path) => {
-        |weights, row_bytes, acts, out| {
-            // SAFETY: an ISA's rows run only after its `detected` check confirmed NEON.
-            unsafe { $kernel(weights, row_bytes, acts, out) }
-        }
-    };
-}
-
-/// A `crate::repack::RepackedKernel` calling the `#[target_feature]` kernel `$kernel`.
-macro_rules! repacked {
-    ($kernel:expr) => {
-        |group, ahead, acts, out| {
-            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
-            // the kernel enables.
-            unsafe { $kernel(group, ahead, acts, out) }
-        }
-    };
-}
-
 /// NEON with the dot-product extension (`sdot`, Armv8.4-A and many v8.2 cores): the repacked
 /// kernels' products, four rows by four values per instruction; NEON's rows for the rest.
 pub(super) const NEON_DOTPROD: Isa = Isa {

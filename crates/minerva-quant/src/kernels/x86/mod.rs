@@ -80,29 +80,6 @@ macro_rules! dequantize {
     };
 }
 
-/// A [`super::TileKernel`] calling the `#[target_feature]` kernel
-/// `$kernel`.
-macro_rules! tile {
-    ($kernel:expr) => {
-        |weights, row_bytes, acts, out| {
-            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
-            // the kernel enables (see `super::Isa::detected`).
-            unsafe { $kernel(weights, row_bytes, acts, out) }
-        }
-    };
-}
-
-/// A `crate::repack::RepackedKernel` calling the `#[target_feature]` kernel `$kernel`.
-macro_rules! repacked {
-    ($kernel:expr) => {
-        |group, ahead, acts, out| {
-            // SAFETY: an ISA's rows run only after its `detected` check confirmed every feature
-            // the kernel enables (see `super::Isa::detected`).
-            unsafe { $kernel(group, ahead, acts, out) }
-        }
-    };
-}
-
 /// A [`super::TileKernel`] of `avx2_tile`, in tiles of 4 rows × `$acts` activations (2 unless
 /// given).
 macro_rules! avx2_tile {
@@ -146,23 +123,23 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
         Kernels::new(Q8_0)
             .tile(avx2_tile!(tiles_q8_0))
             .tile_i16(tile!(avx2_tile_i16::tiles_q8_0::<I16_ACT_GROUPS>))
-            .repacked(repacked!(repacked::avx2::<{ repacked::Q8_0 }>)),
+            .repacked_paying(repacked!(repacked::avx2::<{ repacked::Q8_0 }>)),
         Kernels::new(Q4_0)
             .tile(avx2_tile!(tiles_q4_0))
             .tile_i16(tile!(avx2_tile_i16::tiles_q4_0::<I16_ACT_GROUPS>))
-            .repacked(repacked!(repacked::avx2::<{ repacked::Q4_0 }>)),
+            .repacked_paying(repacked!(repacked::avx2::<{ repacked::Q4_0 }>)),
         Kernels::new(Q4_1)
             .tile(avx2_tile!(tiles_q4_1))
             .tile_i16(tile!(avx2_tile_i16::tiles_q4_1::<I16_ACT_GROUPS>))
-            .repacked(repacked!(repacked::avx2::<{ repacked::Q4_1 }>)),
+            .repacked_paying(repacked!(repacked::avx2::<{ repacked::Q4_1 }>)),
         Kernels::new(Q5_0)
             .tile(avx2_tile!(tiles_q5_0))
             .tile_i16(tile!(avx2_tile_i16::tiles_q5_0::<I16_ACT_GROUPS>))
-            .repacked(repacked!(repacked::avx2::<{ repacked::Q5_0 }>)),
+            .repacked_paying(repacked!(repacked::avx2::<{ repacked::Q5_0 }>)),
         Kernels::new(Q5_1)
             .tile(avx2_tile!(tiles_q5_1))
             .tile_i16(tile!(avx2_tile_i16::tiles_q5_1::<I16_ACT_GROUPS>))
-            .repacked(repacked!(repacked::avx2::<{ repacked::Q5_1 }>)),
+            .repacked_paying(repacked!(repacked::avx2::<{ repacked::Q5_1 }>)),
         Kernels::new(MXFP4)
             .tile(avx2_tile!(tiles_mxfp4))
             .tile_i16(tile!(avx2_tile_i16::tiles_mxfp4::<I16_ACT_GROUPS>))
@@ -173,6 +150,11 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
             }),
         Kernels::new(Q2_K).tile(tile!(avx2_tile_k::tiles_q2_k::<K_QUANT_ACTS>)),
         Kernels::new(Q3_K).tile(tile!(avx2_tile_k::tiles_q3_k::<K_QUANT_ACTS>)),
+        // The repacked Q4_K and Q5_K kernels read a large matrix for one activation at 0.85–1.02×
+        // and 0.75–0.78× the zero-copy kernels' rate, and Q5_K's runs 64 activations at
+        // 0.62–0.74× (`repacked/llama8b_*`, `llama1b_*`, one thread, AMD Zen 3), so decode would
+        // lose what prefill gains; Q6_K's measured 0.98–1.37× with one activation and 1.14–1.36×
+        // with 64 (docs/benchmarks.md).
         Kernels::new(Q4_K)
             .tile(tile!(avx2_tile_k::tiles_q4_k::<K_QUANT_ACTS>))
             .repacked(repacked!(repacked_k::avx2::<{ repacked_k::Q4_K }>)),
@@ -181,7 +163,7 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
             .repacked(repacked!(repacked_k::avx2::<{ repacked_k::Q5_K }>)),
         Kernels::new(Q6_K)
             .tile(tile!(avx2_tile_k::tiles_q6_k::<K_QUANT_ACTS>))
-            .repacked(repacked!(repacked_k::avx2::<{ repacked_k::Q6_K }>)),
+            .repacked_paying(repacked!(repacked_k::avx2::<{ repacked_k::Q6_K }>)),
     ],
 };
 
@@ -219,31 +201,31 @@ pub(super) const AVX512_VNNI: Isa = Isa {
         Kernels::new(BF16).tile(tile!(float_panel::avx512::tiles_bf16)),
         Kernels::new(Q8_0)
             .tile_i16(tile!(avx512_panel::kernel_q8_0::<I16_ACT_GROUPS>))
-            .repacked(repacked!(repacked::avx512::<{ repacked::Q8_0 }>)),
+            .repacked_paying(repacked!(repacked::avx512::<{ repacked::Q8_0 }>)),
         Kernels::new(Q4_0)
             .tile_i16(tile!(avx512_panel::kernel_q4_0::<I16_ACT_GROUPS>))
-            .repacked(repacked!(repacked::avx512::<{ repacked::Q4_0 }>)),
+            .repacked_paying(repacked!(repacked::avx512::<{ repacked::Q4_0 }>)),
         Kernels::new(Q4_1)
             .tile_i16(tile!(avx512_panel::kernel_q4_1::<I16_ACT_GROUPS>))
-            .repacked(repacked!(repacked::avx512::<{ repacked::Q4_1 }>)),
+            .repacked_paying(repacked!(repacked::avx512::<{ repacked::Q4_1 }>)),
         Kernels::new(Q5_0)
             .tile_i16(tile!(avx512_panel::kernel_q5_0::<I16_ACT_GROUPS>))
-            .repacked(repacked!(repacked::avx512::<{ repacked::Q5_0 }>)),
+            .repacked_paying(repacked!(repacked::avx512::<{ repacked::Q5_0 }>)),
         Kernels::new(Q5_1)
             .tile_i16(tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>))
-            .repacked(repacked!(repacked::avx512::<{ repacked::Q5_1 }>)),
+            .repacked_paying(repacked!(repacked::avx512::<{ repacked::Q5_1 }>)),
         Kernels::new(MXFP4).tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>)),
         Kernels::new(Q2_K).tile(tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>)),
         Kernels::new(Q3_K).tile(tile!(avx512_panel_k::kernel_q3_k::<K_QUANT_ACTS>)),
         Kernels::new(Q4_K)
             .tile(tile!(avx512_panel_k::kernel_q4_k::<K_QUANT_ACTS>))
-            .repacked(repacked!(repacked_k::avx512::<{ repacked_k::Q4_K }>)),
+            .repacked_paying(repacked!(repacked_k::avx512::<{ repacked_k::Q4_K }>)),
         Kernels::new(Q5_K)
             .tile(tile!(avx512_panel_k::kernel_q5_k::<K_QUANT_ACTS>))
-            .repacked(repacked!(repacked_k::avx512::<{ repacked_k::Q5_K }>)),
+            .repacked_paying(repacked!(repacked_k::avx512::<{ repacked_k::Q5_K }>)),
         Kernels::new(Q6_K)
             .tile(tile!(avx512_panel_k::kernel_q6_k::<K_QUANT_ACTS>))
-            .repacked(repacked!(repacked_k::avx512::<{ repacked_k::Q6_K }>)),
+            .repacked_paying(repacked!(repacked_k::avx512::<{ repacked_k::Q6_K }>)),
     ],
 };
 
