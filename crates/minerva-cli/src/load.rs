@@ -66,8 +66,8 @@ pub struct ModelArgs {
     /// formats llama.cpp's accuracy rather than the i16 path's): `auto` where this CPU's
     /// repacked kernel for the format is the faster (AVX-512 VNNI; AVX2 for the 32-value
     /// formats and Q6_K) and the format keeps its activations' precision (the K-quants) or the
-    /// architecture takes 8-bit activations (the LLaMA family), `on` everywhere; `off` (default)
-    /// reads every weight in place.
+    /// architecture lets the matrix take 8-bit activations (the LLaMA family: every matrix; Gemma
+    /// 3: the LM head), `on` everywhere; `off` (default) reads every weight in place.
     #[arg(long, value_enum, value_name = "MODE", default_value_t)]
     pub repack: RepackMode,
 }
@@ -77,7 +77,7 @@ pub struct ModelArgs {
 pub enum RepackMode {
     /// Where this CPU's repacked kernel is the faster (AVX-512 VNNI; AVX2 for the 32-value
     /// formats and Q6_K) and the format's activations keep their precision (the K-quants) or the
-    /// architecture takes 8-bit activations.
+    /// architecture lets the matrix take 8-bit activations (LLaMA family: all; Gemma 3: the head).
     Auto,
     /// Every Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrix.
     On,

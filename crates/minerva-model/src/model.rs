@@ -126,7 +126,7 @@ impl<B: Backend> Model<B> {
     /// that the token was not routed to are copied at their first product).
     fn prepared(config: Config, weights: ModelWeights<B::Weight>, backend: B) -> Result<Model<B>> {
         if let Some(spec) = arch::registry::find(&config.arch) {
-            backend.prepare_for(spec);
+            backend.prepare_for(spec, arch::head(&weights));
         }
         let model = Model { config, weights, backend, kept_step: Mutex::new(None) };
         if model.backend.makes_copies_at_first_product() {

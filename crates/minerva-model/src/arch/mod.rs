@@ -38,7 +38,7 @@ use gemma3::{Gemma3Config, Gemma3Weights};
 use gpt_oss::{GptOssConfig, GptOssWeights};
 use llama::Weights;
 use qwen::QwenWeights;
-pub use registry::{ARCHITECTURES, ArchSpec, ChatFormat, Graph};
+pub use registry::{ARCHITECTURES, ArchSpec, ChatFormat, Graph, Int8Activations};
 
 /// The weights of one of the architectures, which also picks the graph.
 pub enum ModelWeights<W> {

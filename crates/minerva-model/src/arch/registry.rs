@@ -43,6 +43,36 @@ pub enum ChatFormat {
     Gemma,
 }
 
+/// Which of a model's 32-value block matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) the CPU may multiply
+/// with 8-bit (Q8_0) activations, as llama.cpp does, rather than i16 ones (`--repack auto`
+/// repacks those; the K-quants take 8-bit activations either way): as many as stay within the
+/// perplexity and greedy bounds against llama.cpp measured for the architecture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Int8Activations {
+    /// Every one (LLaMA, Mistral, Phi-3).
+    Everywhere,
+    /// The LM head only (Gemma 3: with every matrix at 8-bit activations its perplexity moves
+    /// 0.68 % from llama.cpp's, past its 0.25 % bound; the head's 8-bit activations move it by no
+    /// more than any change of rounding does, 0.104 % from llama.cpp's with `--repack auto` on an
+    /// AVX2 Zen 3 against 0.182 % in place, docs/model.md). The head is most of a verifying pass's
+    /// work in speculative decoding (a 262144-token vocabulary), where 8-bit products cost less.
+    Head,
+    /// None (GPT-OSS: its experts' 5e-3 bound against the reference; Qwen: not measured).
+    Nowhere,
+}
+
+impl Int8Activations {
+    /// Whether a matrix (`head`: the LM head) may take 8-bit activations.
+    pub fn allows(self, head: bool) -> bool {
+        match self {
+            Int8Activations::Everywhere => true,
+            Int8Activations::Head => head,
+            Int8Activations::Nowhere => false,
+        }
+    }
+}
+
 /// GGUF block-tensor suffix (`blk.N.{suffix}`) → Hugging Face module path (`model.layers.N.{path}`).
 pub type LayerNames = &'static [(&'static str, &'static str)];
 
@@ -80,11 +110,9 @@ pub struct ArchSpec {
     pub chat: ChatFormat,
     /// `cargo xtask synth` / `bench` presets (random weights at real shapes); empty: none.
     pub synthetic_presets: &'static [&'static str],
-    /// Its 32-value block matrices may be multiplied with 8-bit (Q8_0) activations, as llama.cpp
-    /// does, within the perplexity and greedy bounds against llama.cpp (`--repack auto` repacks
-    /// them); otherwise the CPU keeps i16 activations (Gemma 3's perplexity moved 0.27 % from
-    /// llama.cpp's with 8-bit activations, past its 0.25 % bound; unmeasured rows stay off).
-    pub int8_activations: bool,
+    /// Which of its 32-value block matrices may be multiplied with 8-bit activations (the others
+    /// keep i16 ones).
+    pub int8_activations: Int8Activations,
     /// Whether llama.cpp takes a model of this architecture and shape for a 70B (its model type
     /// by layer count, `src/models/<arch>.cpp`), which `llama-quantize`'s K-quant mixtures give
     /// `attn_v` Q5_K where they would give Q4_K (`convert/mixture.rs`).

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use minerva_core::DType;
 use minerva_quant::{ComputePool, Matrix, pool};
 
+use crate::arch::Int8Activations;
 use crate::backend::{
     Backend, Batch, ByteSource, CacheShape, Mask, MlxAffineSource, MoeExperts, MoeParams, SplitMxfp4Source,
     WeightSource,
@@ -149,7 +150,12 @@ impl CpuWeight {
 
     /// The weight as the fused products read it under `repack`: its repacked copy where the mode
     /// and the dtype call for one (made now if it was not yet), else [`CpuWeight::matrix`].
-    fn product_matrix(&self, (repack, int8): (Repack, bool), counts: &repacking::RepackCounts) -> Matrix<'_> {
+    fn product_matrix(
+        &self,
+        (repack, int8): (Repack, Int8Activations),
+        counts: &repacking::RepackCounts,
+    ) -> Matrix<'_> {
+        let int8 = int8.allows(self.repacked.is_head());
         let repacked = (matches!(self.layout, Layout::Blocks) && repack.applies(self.dtype, int8))
             .then(|| {
                 let release = || self.file.release(self.range.clone());
@@ -266,9 +272,9 @@ pub struct CpuBackend {
     /// Dequantize MLX affine matrices at load instead of reading them in place.
     mlx_affine_copies: bool,
     repack: Repack,
-    /// Whether the loaded architecture takes 8-bit activations (`Backend::prepare_for`): what
-    /// `Repack::Auto` asks.
-    int8_activations: std::sync::atomic::AtomicBool,
+    /// Which matrices of the loaded architecture take 8-bit activations (`Backend::prepare_for`):
+    /// what `Repack::Auto` asks.
+    int8_activations: repacking::Int8Scope,
     repacked: repacking::RepackCounts,
 }
 
@@ -327,9 +333,9 @@ impl CpuBackend {
     /// row-interleaved groups at their first product (when the model loads: `Model` runs a
     /// warm-up token through it) and multiplied with 8-bit activations
     /// (`Repack::Auto`: where this CPU has a SIMD kernel for them and either the format keeps its
-    /// activations' precision, the K-quants, or the model's architecture takes 8-bit activations,
-    /// see `ArchSpec::int8_activations`), or read in place (`Repack::Off`, the default: what the
-    /// reference tests compare against).
+    /// activations' precision, the K-quants, or the model's architecture lets the matrix take
+    /// 8-bit activations, see `ArchSpec::int8_activations`), or read in place (`Repack::Off`, the
+    /// default: what the reference tests compare against).
     pub fn with_repack(mut self, repack: Repack) -> CpuBackend {
         self.repack = repack;
         self
@@ -347,10 +353,10 @@ impl CpuBackend {
         Ok(self)
     }
 
-    /// The repack mode products run under, and whether the model's architecture takes 8-bit
-    /// activations (`Repack::applies`).
-    fn repack_mode(&self) -> (Repack, bool) {
-        (self.repack, self.int8_activations.load(std::sync::atomic::Ordering::Relaxed))
+    /// The repack mode products run under, and which matrices the model's architecture lets take
+    /// 8-bit activations (`Repack::applies`).
+    fn repack_mode(&self) -> (Repack, Int8Activations) {
+        (self.repack, self.int8_activations.get())
     }
 
     fn install<R>(&self, f: impl FnOnce() -> R) -> R {
@@ -515,8 +521,9 @@ impl Backend for CpuBackend {
         self.repack != Repack::Off && !self.f32_activations
     }
 
-    fn prepare_for(&self, arch: &crate::arch::ArchSpec) {
-        self.int8_activations.store(arch.int8_activations, std::sync::atomic::Ordering::Relaxed);
+    fn prepare_for(&self, arch: &crate::arch::ArchSpec, head: &CpuWeight) {
+        self.int8_activations.set(arch.int8_activations);
+        head.repacked.mark_head();
     }
 
     fn set_blocks(&self, cache: &mut CpuCache, slot: usize, blocks: &[u32]) -> Result<()> {

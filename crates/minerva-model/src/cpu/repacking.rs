@@ -12,10 +12,12 @@
 //! embedding table's rows are read from the file again, a page per looked-up row).
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use minerva_core::DType;
 use minerva_quant::{Matrix, Repacked};
+
+use crate::arch::Int8Activations;
 
 /// Whether the CPU backend repacks weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -23,7 +25,8 @@ pub enum Repack {
     /// Every repackable matrix whose format's repacked kernel on this CPU beats the zero-copy
     /// ones (`minerva_quant::repacking_pays`: AVX-512 VNNI for every format, AVX2 for the
     /// 32-value formats and Q6_K), where that keeps the activations' precision (the K-quants) or the
-    /// model's architecture takes 8-bit activations (`ArchSpec::int8_activations`).
+    /// model's architecture lets that matrix take 8-bit activations (`ArchSpec::int8_activations`:
+    /// every matrix, the LM head alone, or none).
     Auto,
     /// Every repackable matrix, with the scalar kernel where there is no SIMD one.
     On,
@@ -46,8 +49,8 @@ impl std::str::FromStr for Repack {
 }
 
 impl Repack {
-    /// Whether a matrix of `dtype` is repacked under this mode, for a model whose architecture
-    /// does (`int8_activations`) or does not take 8-bit activations.
+    /// Whether a matrix of `dtype` is repacked under this mode, where the model's architecture
+    /// lets it take 8-bit activations (`int8_activations`) or not.
     pub fn applies(self, dtype: DType, int8_activations: bool) -> bool {
         let precise = || int8_activations || !minerva_quant::repacking_changes_activations(dtype);
         minerva_quant::is_repackable(dtype)
@@ -60,9 +63,31 @@ impl Repack {
 }
 
 /// A weight's repacked copy, made at its first product (`None` inside: repacking failed, e.g. for
-/// memory, and the weight is read in place).
+/// memory, and the weight is read in place), and whether the weight is the model's LM head (which
+/// an architecture may let take 8-bit activations where its other matrices do not).
 #[derive(Default)]
-pub(super) struct RepackedCopy(OnceLock<Option<Repacked>>);
+pub(super) struct RepackedCopy {
+    copy: OnceLock<Option<Repacked>>,
+    head: AtomicBool,
+}
+
+/// Which matrices of the loaded model may take 8-bit activations (`Backend::prepare_for`; none
+/// before it).
+#[derive(Default)]
+pub(super) struct Int8Scope(AtomicU8);
+
+impl Int8Scope {
+    const SCOPES: [Int8Activations; 3] = [Int8Activations::Nowhere, Int8Activations::Head, Int8Activations::Everywhere];
+
+    pub(super) fn set(&self, scope: Int8Activations) {
+        let code = Self::SCOPES.iter().position(|&s| s == scope).unwrap_or(0);
+        self.0.store(code as u8, Ordering::Relaxed);
+    }
+
+    pub(super) fn get(&self) -> Int8Activations {
+        Self::SCOPES[usize::from(self.0.load(Ordering::Relaxed))]
+    }
+}
 
 /// What a backend has repacked so far: matrices and bytes.
 #[derive(Default)]
@@ -79,6 +104,16 @@ impl RepackCounts {
 }
 
 impl RepackedCopy {
+    /// Marks the weight as the model's LM head.
+    pub(super) fn mark_head(&self) {
+        self.head.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`RepackedCopy::mark_head`] marked it.
+    pub(super) fn is_head(&self) -> bool {
+        self.head.load(Ordering::Relaxed)
+    }
+
     /// The repacked matrix of `bytes` (`rows × cols` of `dtype`), made now if it was not yet:
     /// then counted in `counts`, and `made` runs (to give the file's pages back).
     pub(super) fn get(
@@ -89,7 +124,7 @@ impl RepackedCopy {
         counts: &RepackCounts,
         made: impl FnOnce(),
     ) -> Option<Matrix<'_>> {
-        let made = self.0.get_or_init(|| {
+        let made = self.copy.get_or_init(|| {
             let repacked = Repacked::new(dtype, bytes, rows, cols).ok()?;
             counts.matrices.fetch_add(1, Ordering::Relaxed);
             counts.bytes.fetch_add(repacked.len_bytes(), Ordering::Relaxed);

@@ -41,7 +41,7 @@ pub const GPT_OSS: ArchSpec = ArchSpec {
     qk_norm: false,
     chat: ChatFormat::Harmony,
     synthetic_presets: &["20b", "tiny"],
-    int8_activations: false,
+    int8_activations: super::registry::Int8Activations::Nowhere,
     llama_cpp_70b: super::registry::never_70b,
 };
 

@@ -32,7 +32,7 @@ pub const LLAMA: ArchSpec = ArchSpec {
     qk_norm: false,
     chat: ChatFormat::Stored,
     synthetic_presets: &["8b", "1b", "135m", "tiny"],
-    int8_activations: true,
+    int8_activations: super::registry::Int8Activations::Everywhere,
     // `llama.cpp`: 80 layers are 65B with as many KV heads as heads, 70B with fewer.
     llama_cpp_70b: |c| c.n_layer == 80 && c.n_head != c.n_head_kv,
 };
@@ -47,7 +47,7 @@ pub const MISTRAL: ArchSpec = ArchSpec {
     hf_class: "MistralForCausalLM",
     hf_sliding_window: true,
     synthetic_presets: &[],
-    int8_activations: true,
+    int8_activations: super::registry::Int8Activations::Everywhere,
     // Written as `llama`, so llama.cpp sizes it as LLaMA.
     llama_cpp_70b: LLAMA.llama_cpp_70b,
     ..LLAMA
@@ -65,7 +65,7 @@ pub const PHI3: ArchSpec = ArchSpec {
     permutes_qk: false,
     hf_sliding_window: true,
     synthetic_presets: &[],
-    int8_activations: true,
+    int8_activations: super::registry::Int8Activations::Everywhere,
     llama_cpp_70b: super::registry::never_70b,
     ..LLAMA
 };

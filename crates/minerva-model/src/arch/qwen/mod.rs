@@ -42,7 +42,7 @@ pub const QWEN2: ArchSpec = ArchSpec {
     qk_norm: false,
     chat: ChatFormat::Qwen2ChatMl,
     synthetic_presets: &[],
-    int8_activations: false,
+    int8_activations: super::registry::Int8Activations::Nowhere,
     // `llama.cpp` (`src/models/qwen2.cpp`): 80 layers are 70B.
     llama_cpp_70b: |c| c.n_layer == 80,
 };
