@@ -12,7 +12,7 @@
 //! embedding table's rows are read from the file again, a page per looked-up row).
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use minerva_core::DType;
 use minerva_quant::{Matrix, Repacked};
@@ -71,21 +71,19 @@ pub(super) struct RepackedCopy {
     head: AtomicBool,
 }
 
-/// Which matrices of the loaded model may take 8-bit activations (`Backend::prepare_for`; none
-/// before it).
+/// Which matrices of the loaded model may take 8-bit activations: set once, by
+/// `Backend::prepare_for` (a backend serves one model); none before it.
 #[derive(Default)]
-pub(super) struct Int8Scope(AtomicU8);
+pub(super) struct Int8Scope(OnceLock<Int8Activations>);
 
 impl Int8Scope {
-    const SCOPES: [Int8Activations; 3] = [Int8Activations::Nowhere, Int8Activations::Head, Int8Activations::Everywhere];
-
     pub(super) fn set(&self, scope: Int8Activations) {
-        let code = Self::SCOPES.iter().position(|&s| s == scope).unwrap_or(0);
-        self.0.store(code as u8, Ordering::Relaxed);
+        // A second call (none is made) would keep the first model's scope.
+        let _ = self.0.set(scope);
     }
 
     pub(super) fn get(&self) -> Int8Activations {
-        Self::SCOPES[usize::from(self.0.load(Ordering::Relaxed))]
+        self.0.get().copied().unwrap_or(Int8Activations::Nowhere)
     }
 }
 
