@@ -80,7 +80,8 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
         let (rows, cols) = (40, whole(dtype, 320));
         let w = random_weights(dtype, rows, cols, 7);
         let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
-        for n in [1, 2, 3, 4, 5, 9, 70] {
+        // 16, 33, 70: AMX's tiles of sixteen activations with none, one and six left over.
+        for n in [1, 2, 3, 4, 5, 9, 16, 33, 70] {
             let xs = random_values(n * cols, n as u64);
             let mut want = vec![0.0f32; n * rows];
             matmul_repacked_with_isa("scalar", &packed, &xs, n, &mut want).unwrap();
@@ -100,7 +101,15 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         assert!(detected_isas().contains(&"avx2+fma+f16c"));
         for dtype in DTYPES {
-            assert!(minerva_quant::repacked_kernel_isa(dtype).is_some_and(|isa| isa.starts_with("avx")), "{dtype}");
+            assert!(minerva_quant::repacked_kernel_isa(dtype).is_some_and(|isa| isa.contains("avx")), "{dtype}");
+        }
+    }
+    // Where the CPU has AMX-INT8 (CPUID leaf 7: EDX bits 24, 25), Linux grants tile data on
+    // request and the AMX kernels take the 32-value formats.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    if core::arch::x86_64::__cpuid_count(7, 0).edx & (3 << 24) == 3 << 24 {
+        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0] {
+            assert_eq!(minerva_quant::repacked_kernel_isa(dtype), Some("amx+avx512"), "{dtype}");
         }
     }
     // NEON (the aarch64 baseline) has kernels for every repacked format, with `sdot` where the
@@ -122,7 +131,7 @@ fn repacking_pays_where_the_rows_were_measured_to() {
     for dtype in DTYPES {
         let isa = minerva_quant::repacked_kernel_isa(dtype).expect("every format has a repacked kernel");
         let want = match isa {
-            "avx512+vnni" => true,
+            "avx512+vnni" | "amx+avx512" => true,
             "avx2+fma+f16c" => !matches!(dtype, DType::Q4_K | DType::Q5_K),
             _ => false,
         };

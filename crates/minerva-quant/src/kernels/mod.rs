@@ -368,6 +368,8 @@ pub(crate) const SCALAR: &str = "scalar";
 /// the earlier one's kernel is used.
 const ISAS: &[Isa] = &[
     #[cfg(target_arch = "x86_64")]
+    x86::AMX_INT8,
+    #[cfg(target_arch = "x86_64")]
     x86::AVX512_VNNI,
     #[cfg(target_arch = "x86_64")]
     x86::AVX2_VNNI,

@@ -16,7 +16,10 @@
 //!   `vpermw` and Q5's fifth bits by a masked add (`avx512_tile.rs`; MXFP4 at one activation as
 //!   bytes by `vpdpbusd`, four rows per 512-bit step, `avx512_mxfp4.rs`; from 8 activations the AVX2 panels with EVEX
 //!   `vpdpwssd`); bit for bit the AVX2 results; the float panels 2 rows × 2 activations wide
-//!   (`float_panel.rs`), the same bits as AVX2's.
+//!   (`float_panel.rs`), the same bits as AVX2's;
+//! * [`AMX_INT8`] — AMX tiles on top of AVX-512 VNNI (Intel Xeon since Sapphire Rapids): the
+//!   repacked 32-value formats sixteen activations at a time by `tdpbssd` (`amx.rs`), bit for bit
+//!   the AVX-512 kernels' results, which it runs for the rest.
 //!
 //! The kernels are `#[target_feature]` functions; the rows hold plain `fn` wrappers that call
 //! them, which the kernel table uses only after the ISA's `detected` check has passed.
@@ -25,6 +28,7 @@
 // (or, for `prefetch_l2`, of the x86-64 baseline).
 #![allow(unsafe_code)]
 
+mod amx;
 mod avx2_dequant;
 mod avx2_dot;
 mod avx2_mlx;
@@ -179,6 +183,20 @@ pub(super) const AVX2_VNNI: Isa = Isa {
         Kernels::new(Q5_0).tile_i16(tile!(avx_vnni::kernel_q5_0::<I16_ACT_GROUPS>)),
         Kernels::new(Q5_1).tile_i16(tile!(avx_vnni::kernel_q5_1::<I16_ACT_GROUPS>)),
         Kernels::new(MXFP4).tile_i16(tile!(avx_vnni::kernel_mxfp4::<I16_ACT_GROUPS>)),
+    ],
+};
+
+/// AMX-TILE and AMX-INT8 on top of AVX-512 VNNI, where the OS lets the process use tile data: the
+/// repacked 32-value formats' products with many activations (the other entries are AVX-512's).
+pub(super) const AMX_INT8: Isa = Isa {
+    name: "amx+avx512",
+    detected: || (AVX512_VNNI.detected)() && amx::usable(),
+    rows: &[
+        Kernels::new(Q8_0).repacked_paying(repacked!(amx::repacked::<{ repacked::Q8_0 }>)),
+        Kernels::new(Q4_0).repacked_paying(repacked!(amx::repacked::<{ repacked::Q4_0 }>)),
+        Kernels::new(Q4_1).repacked_paying(repacked!(amx::repacked::<{ repacked::Q4_1 }>)),
+        Kernels::new(Q5_0).repacked_paying(repacked!(amx::repacked::<{ repacked::Q5_0 }>)),
+        Kernels::new(Q5_1).repacked_paying(repacked!(amx::repacked::<{ repacked::Q5_1 }>)),
     ],
 };
 

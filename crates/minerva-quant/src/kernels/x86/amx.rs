@@ -1,0 +1,334 @@
+//! AMX-INT8 (Intel Xeon since Sapphire Rapids): the repacked 32-value formats against sixteen
+//! activations at a time by tile products (`tdpbssd`), the rest of each step in AVX-512.
+//!
+//! A repacked group's block (`crate::repack`: slot s holds values 4s..4s + 4 of each of 16 rows)
+//! is already the B operand of `tdpbssd` — 8 tile rows of 64 bytes, tile row s the four bytes of
+//! every weight row at values 4s.. — so a Q8_0 block is loaded from the weights as it lies; the
+//! Q4 and Q5 nibbles (with Q5's fifth bits) are decoded into the same shape once per call. The A
+//! operand is sixteen activations' 32 quants of the block, laid out once per thread and call
+//! (`avx512_panel::laid_out`), and C their 16 × 16 exact integer sums: signed × signed, so Q8_0
+//! needs none of the VNNI kernel's +128 fold, and Q4_0 / Q5_0 subtract 8·Σa / 16·Σa from their
+//! unsigned nibbles' sums as it does. The f32 steps per activation are `repacked::avx512`'s in
+//! block order (`acc = fma(d_w·d_a, f32(s), acc)`, then the minimum's), so the results are its
+//! results, and the scalar reference's, bit for bit; the activations short of sixteen at the end
+//! of a call go to it.
+//!
+//! One block per tile product (K = 32: each block has its own scales), four products in flight
+//! (C in `tmm0`..`tmm3`, A and B in `tmm4`..`tmm7`). The tile configuration is loaded
+//! at the start of each call and released at its end, so a thread holds tile state only inside
+//! a kernel.
+
+use core::arch::asm;
+use core::arch::x86_64::{
+    __m256i, __m512, __m512i, _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_fmadd_ps,
+    _mm512_mask_add_epi8, _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps,
+    _mm512_srli_epi16, _mm512_sub_epi32,
+};
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+use bytemuck::pod_read_unaligned;
+
+use super::avx2_tile_i16::prefetch;
+use super::avx512_panel::{LayoutKey, laid_out};
+use super::repacked::{self, Q4_0, Q5_0, Q8_0};
+use crate::activation::Activation;
+use crate::kernels::repacked_formats::{block_bytes, has_fifth_bit, has_minimum, quant_bytes};
+use crate::repack::{GROUP_ROWS, SLOT_BYTES};
+
+/// Activations per tile product (A's and C's rows).
+const ACTS: usize = 16;
+
+/// Whether this CPU has AMX-TILE and AMX-INT8 and the kernel lets this process use tile data
+/// (Linux ≥ 5.16 grants it on request, `arch_prctl(ARCH_REQ_XCOMP_PERM)`, for every thread of the
+/// process); asked once.
+pub(super) fn usable() -> bool {
+    static USABLE: OnceLock<bool> = OnceLock::new();
+    *USABLE.get_or_init(|| {
+        // CPUID leaf 7, sub-leaf 0: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
+        let leaf7 = core::arch::x86_64::__cpuid_count(7, 0);
+        let has_tiles = leaf7.edx & (1 << 24) != 0 && leaf7.edx & (1 << 25) != 0;
+        has_tiles && request_tile_data()
+    })
+}
+
+/// Asks Linux for permission to use AMX tile data (`XFEATURE_XTILEDATA`): true if granted.
+#[cfg(target_os = "linux")]
+fn request_tile_data() -> bool {
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    let result: i64;
+    // SAFETY: `arch_prctl(ARCH_REQ_XCOMP_PERM, 18)` passes two integers and touches none of this
+    // process's memory; `syscall` overwrites rax (the result), rcx and r11 only.
+    unsafe {
+        asm!("syscall", inlateout("rax") SYS_ARCH_PRCTL => result, in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA, lateout("rcx") _, lateout("r11") _, options(nostack));
+    }
+    result == 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_tile_data() -> bool {
+    false
+}
+
+/// The tile configuration (palette 1): C tiles `tmm0`..`tmm3` (16 × 16 i32), A tiles `tmm4`,
+/// `tmm6` (16 activations × 32 bytes), B tiles `tmm5`, `tmm7` (8 × 64 bytes).
+#[repr(C, align(64))]
+struct TileConfig([u8; 64]);
+
+static CONFIG: TileConfig = {
+    let mut bytes = [0u8; 64];
+    bytes[0] = 1;
+    // (tile, rows, bytes per row): bytes per row at 16 + 2·tile (u16), rows at 48 + tile.
+    let tiles: [(usize, u8, u16); 8] =
+        [(0, 16, 64), (1, 16, 64), (2, 16, 64), (3, 16, 64), (4, 16, 32), (5, 8, 64), (6, 16, 32), (7, 8, 64)];
+    let mut t = 0;
+    while t < tiles.len() {
+        let (tile, rows, width) = tiles[t];
+        let width = width.to_le_bytes();
+        bytes[16 + 2 * tile] = width[0];
+        bytes[17 + 2 * tile] = width[1];
+        bytes[48 + tile] = rows;
+        t += 1;
+    }
+    TileConfig(bytes)
+};
+
+/// Sixteen activations at one block: A's rows and what the f32 steps read per activation.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct ActTile {
+    qs: [[u8; 32]; ACTS],
+    d: [f32; ACTS],
+    /// `Σa` (what Q4_0 and Q5_0 correct their sums by).
+    sum: [i32; ACTS],
+    ds: [f32; ACTS],
+}
+
+const EMPTY: ActTile = ActTile { qs: [[0; 32]; ACTS], d: [0.0; ACTS], sum: [0; ACTS], ds: [0.0; ACTS] };
+
+/// One block's B operand decoded from nibbles: 8 slots of 64 bytes.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Decoded([u8; 8 * SLOT_BYTES]);
+
+/// C, stored: 16 activations × 16 rows' sums.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Sums([[i32; GROUP_ROWS]; ACTS]);
+
+thread_local! {
+    /// The call's whole groups of sixteen activations: group `c` at block `b` is entry
+    /// `c·blocks + b`, with the key of the activations they hold.
+    static ACT_TILES: RefCell<(Option<LayoutKey>, Vec<ActTile>)> = const { RefCell::new((None, Vec::new())) };
+    /// The group's blocks decoded to bytes (Q4, Q5).
+    static DECODED: RefCell<Vec<Decoded>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The integer an activation block's sum is corrected by: what the unsigned nibbles added.
+fn offset_sum(format: u8, sum: i32) -> i32 {
+    match format {
+        Q4_0 => sum << 3,
+        Q5_0 => sum << 4,
+        _ => 0,
+    }
+}
+
+/// Lays `acts` (whole groups of sixteen) out as [`ActTile`]s (see [`ACT_TILES`]): the same for
+/// every format, as the key assumes.
+fn lay_out(acts: &[Activation<'_>], blocks: usize, out: &mut Vec<ActTile>) {
+    out.clear();
+    out.resize(acts.len() / ACTS * blocks, EMPTY);
+    for (tiles, acts) in out.chunks_exact_mut(blocks).zip(acts.chunks_exact(ACTS)) {
+        for (j, act) in acts.iter().enumerate() {
+            for (tile, block) in tiles.iter_mut().zip(&act.blocks[..blocks]) {
+                tile.qs[j] = block.qs;
+                (tile.d[j], tile.sum[j], tile.ds[j]) = (block.d, block.sum, block.ds);
+            }
+        }
+    }
+}
+
+/// One group against the activations of `acts`, results into `out` (one per activation): whole
+/// groups of sixteen by tile products, the rest by `repacked::avx512` (`crate::repack::RepackedKernel`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn repacked<const FORMAT: u8>(
+    group: &[u8],
+    ahead: &[u8],
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let whole = out.len().min(acts.len()) / ACTS * ACTS;
+    if whole == 0 {
+        return repacked::avx512::<FORMAT>(group, ahead, acts, out);
+    }
+    let blocks = group.len() / block_bytes(FORMAT);
+    ACT_TILES.with_borrow_mut(|tiles| {
+        laid_out(&acts[..whole], blocks, tiles, lay_out);
+        DECODED.with_borrow_mut(|decoded| {
+            if FORMAT != Q8_0 {
+                decode::<FORMAT>(group, ahead, blocks, decoded);
+            }
+            // SAFETY: `usable()` held before this ISA's rows were selected (its `detected`), so the
+            // process may use tile data; the configuration is this module's constant.
+            unsafe { asm!("ldtilecfg [{0}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly)) };
+            for (c, out) in out[..whole].chunks_exact_mut(ACTS).enumerate() {
+                let ahead = if c == 0 && FORMAT == Q8_0 { ahead } else { &[] };
+                products::<FORMAT>(group, ahead, &tiles.1[c * blocks..][..blocks], decoded, out);
+            }
+            // SAFETY: as above; releasing tile state is always allowed.
+            unsafe { asm!("tilerelease", options(nostack, nomem)) };
+        });
+    });
+    repacked::avx512::<FORMAT>(group, &[], &acts[whole..], &mut out[whole..]);
+}
+
+/// Q4 and Q5 blocks' slots as bytes (`repacked::avx512`'s decoding, stored), streaming `ahead`
+/// into L2 a block's share per block.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn decode<const FORMAT: u8>(group: &[u8], ahead: &[u8], blocks: usize, decoded: &mut Vec<Decoded>) {
+    let block = block_bytes(FORMAT);
+    decoded.clear();
+    decoded.resize(blocks, Decoded([0; 8 * SLOT_BYTES]));
+    let low = _mm512_set1_epi8(0x0F);
+    let sixteen = _mm512_set1_epi8(0x10);
+    for (b, out) in decoded.iter_mut().enumerate() {
+        let src = &group[b * block..][..block];
+        prefetch(ahead, b * block, block);
+        let packed: [__m512i; 4] = std::array::from_fn(|c| pod_read_unaligned(&src[SLOT_BYTES * c..][..64]));
+        for (s, slot) in out.0.chunks_exact_mut(SLOT_BYTES).enumerate() {
+            let nibbles = if s < 4 {
+                _mm512_and_si512(packed[s], low)
+            } else {
+                _mm512_and_si512(_mm512_srli_epi16(packed[s - 4], 4), low)
+            };
+            let bytes = if has_fifth_bit(FORMAT) {
+                let at = 4 * SLOT_BYTES + 8 * s;
+                _mm512_mask_add_epi8(nibbles, pod_read_unaligned(&src[at..at + 8]), nibbles, sixteen)
+            } else {
+                nibbles
+            };
+            slot.copy_from_slice(&bytemuck::cast::<__m512i, [u8; 64]>(bytes));
+        }
+    }
+}
+
+/// Sixteen activations (`tiles`, one per block) against one group, results into `out`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn products<const FORMAT: u8>(
+    group: &[u8],
+    ahead: &[u8],
+    tiles: &[ActTile],
+    decoded: &[Decoded],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let block = block_bytes(FORMAT);
+    let mut acc = [_mm512_setzero_ps(); ACTS];
+    let mut sums = [Sums([[0; GROUP_ROWS]; ACTS]); 4];
+    let weights = |b: usize| b_operand::<FORMAT>(group, decoded, b);
+    let mut b = 0;
+    while b + 4 <= tiles.len() {
+        prefetch(ahead, b * block, 4 * block);
+        let a: [&[[u8; 32]; ACTS]; 4] = std::array::from_fn(|i| &tiles[b + i].qs);
+        let w: [&[u8]; 4] = std::array::from_fn(|i| weights(b + i));
+        let [s0, s1, s2, s3] = &mut sums;
+        // SAFETY: the configuration loaded by `repacked` shapes the tiles: each A load reads 16
+        // rows of 32 bytes 32 apart (`ActTile::qs`, 512 bytes), each B load 8 rows of 64 bytes 64
+        // apart (the 512 bytes of `weights(b)`), each C store writes 16 rows of 64 bytes 64 apart
+        // (`Sums`, 1 KiB); all inside the borrowed values named. Four products in flight, A and B
+        // registers taken again once the first two products have read theirs.
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                "tileloadd tmm4, [{a0} + {thirty_two}]",
+                "tileloadd tmm5, [{w0} + {sixty_four}]",
+                "tdpbssd tmm0, tmm4, tmm5",
+                "tileloadd tmm6, [{a1} + {thirty_two}]",
+                "tileloadd tmm7, [{w1} + {sixty_four}]",
+                "tdpbssd tmm1, tmm6, tmm7",
+                "tileloadd tmm4, [{a2} + {thirty_two}]",
+                "tileloadd tmm5, [{w2} + {sixty_four}]",
+                "tdpbssd tmm2, tmm4, tmm5",
+                "tileloadd tmm6, [{a3} + {thirty_two}]",
+                "tileloadd tmm7, [{w3} + {sixty_four}]",
+                "tdpbssd tmm3, tmm6, tmm7",
+                "tilestored [{s0} + {sixty_four}], tmm0",
+                "tilestored [{s1} + {sixty_four}], tmm1",
+                "tilestored [{s2} + {sixty_four}], tmm2",
+                "tilestored [{s3} + {sixty_four}], tmm3",
+                a0 = in(reg) a[0].as_ptr(), a1 = in(reg) a[1].as_ptr(),
+                a2 = in(reg) a[2].as_ptr(), a3 = in(reg) a[3].as_ptr(),
+                w0 = in(reg) w[0].as_ptr(), w1 = in(reg) w[1].as_ptr(),
+                w2 = in(reg) w[2].as_ptr(), w3 = in(reg) w[3].as_ptr(),
+                s0 = in(reg) s0.0.as_mut_ptr(), s1 = in(reg) s1.0.as_mut_ptr(),
+                s2 = in(reg) s2.0.as_mut_ptr(), s3 = in(reg) s3.0.as_mut_ptr(),
+                thirty_two = in(reg) 32usize, sixty_four = in(reg) 64usize,
+                options(nostack),
+            );
+        }
+        // Written out, not a loop: a loop left the accumulators in memory.
+        accumulate::<FORMAT>(&group[b * block..][..block], &tiles[b], &sums[0], &mut acc);
+        accumulate::<FORMAT>(&group[(b + 1) * block..][..block], &tiles[b + 1], &sums[1], &mut acc);
+        accumulate::<FORMAT>(&group[(b + 2) * block..][..block], &tiles[b + 2], &sums[2], &mut acc);
+        accumulate::<FORMAT>(&group[(b + 3) * block..][..block], &tiles[b + 3], &sums[3], &mut acc);
+        b += 4;
+    }
+    for b in b..tiles.len() {
+        let (a0, w0) = (&tiles[b].qs, weights(b));
+        let s0 = &mut sums[0];
+        // SAFETY: as above, one product.
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tileloadd tmm4, [{a0} + {thirty_two}]",
+                "tileloadd tmm5, [{w0} + {sixty_four}]",
+                "tdpbssd tmm0, tmm4, tmm5",
+                "tilestored [{s0} + {sixty_four}], tmm0",
+                a0 = in(reg) a0.as_ptr(), w0 = in(reg) w0.as_ptr(), s0 = in(reg) s0.0.as_mut_ptr(),
+                thirty_two = in(reg) 32usize, sixty_four = in(reg) 64usize,
+                options(nostack),
+            );
+        }
+        accumulate::<FORMAT>(&group[b * block..][..block], &tiles[b], s0, &mut acc);
+    }
+    for (out, acc) in out.iter_mut().zip(acc) {
+        *out = bytemuck::cast(acc);
+    }
+}
+
+/// B of block `b`: 8 rows of 64 bytes, from the weights (Q8_0) or their decoded bytes.
+#[inline(always)]
+fn b_operand<'a, const FORMAT: u8>(group: &'a [u8], decoded: &'a [Decoded], b: usize) -> &'a [u8] {
+    if FORMAT == Q8_0 { &group[b * block_bytes(FORMAT)..][..8 * SLOT_BYTES] } else { &decoded[b].0 }
+}
+
+/// One block's f32 steps for sixteen activations, `repacked::avx512`'s: `acc = fma(d_w·d_a,
+/// f32(s), acc)`, then `fma(m_w, d_a·Σa, acc)` for Q4_1, Q5_1.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn accumulate<const FORMAT: u8>(src: &[u8], tile: &ActTile, sums: &Sums, acc: &mut [__m512; ACTS]) {
+    let quants = quant_bytes(FORMAT);
+    let d_w = _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants..quants + 32]));
+    let m_w = if has_minimum(FORMAT) {
+        _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants + 32..quants + 64]))
+    } else {
+        _mm512_setzero_ps()
+    };
+    for (j, acc) in acc.iter_mut().enumerate() {
+        let mut s = bytemuck::cast::<[i32; GROUP_ROWS], __m512i>(sums.0[j]);
+        if matches!(FORMAT, Q4_0 | Q5_0) {
+            s = _mm512_sub_epi32(s, _mm512_set1_epi32(offset_sum(FORMAT, tile.sum[j])));
+        }
+        let scale = _mm512_mul_ps(d_w, _mm512_set1_ps(tile.d[j]));
+        *acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(s), *acc);
+        if has_minimum(FORMAT) {
+            *acc = _mm512_fmadd_ps(m_w, _mm512_set1_ps(tile.ds[j]), *acc);
+        }
+    }
+}
