@@ -28,6 +28,11 @@ pub fn cpu_features() -> Vec<&'static str> {
             ($($f:tt),*) => {$(if std::arch::is_x86_feature_detected!($f) { found.push($f); })*};
         }
         probe!("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vnni", "avx512bf16", "avxvnni");
+        // AMX needs the OS's consent besides CPUID, which the kernel table asked for: its ISA is
+        // there only where both hold (`is_x86_feature_detected!` has no stable AMX names).
+        if minerva_quant::detected_isas().contains(&"amx+avx512") {
+            found.push("amx-int8");
+        }
     }
     #[cfg(target_arch = "aarch64")]
     {

@@ -114,7 +114,8 @@ pub fn repacked_kernel_isa(dtype: DType) -> Option<&'static str> {
 
 /// Whether the repacked kernel this CPU runs for `dtype` beats the zero-copy kernels on one
 /// activation as on many (what `--repack auto` asks of a format), as its row in the kernel table
-/// marks it: the AVX-512 VNNI kernels for every format; the AVX2 ones for the 32-value formats and
+/// marks it: the AVX-512 VNNI kernels for every format (and AMX's, which run them below sixteen
+/// activations); the AVX2 ones for the 32-value formats and
 /// Q6_K (not Q4_K and Q5_K: see `kernels::x86`); NEON's (`neon`, `neon+dotprod`, tested bit for
 /// bit under QEMU but never timed on an aarch64 machine) for none, so `auto` leaves them to
 /// `--repack on`.
