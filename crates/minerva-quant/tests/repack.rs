@@ -124,7 +124,7 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
 }
 
 /// `--repack auto`'s question, as the kernel table's rows mark it: AVX-512 VNNI's kernels pay for
-/// every format, AVX2's for all but Q4_K and Q5_K, NEON's (never timed) and the scalar reference
+/// every format (and AMX's, for the 32-value formats), AVX2's for all but Q4_K and Q5_K, NEON's (never timed) and the scalar reference
 /// for none.
 #[test]
 fn repacking_pays_where_the_rows_were_measured_to() {

@@ -20,9 +20,8 @@
 
 use core::arch::asm;
 use core::arch::x86_64::{
-    __m256i, __m512, __m512i, _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_fmadd_ps,
-    _mm512_mask_add_epi8, _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps,
-    _mm512_srli_epi16, _mm512_sub_epi32,
+    __m256i, __m512, __m512i, _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_epi32,
+    _mm512_set1_ps, _mm512_setzero_ps, _mm512_sub_epi32,
 };
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -33,7 +32,7 @@ use super::avx2_tile_i16::prefetch;
 use super::avx512_panel::{LayoutKey, laid_out};
 use super::repacked::{self, Q4_0, Q5_0, Q8_0};
 use crate::activation::Activation;
-use crate::kernels::repacked_formats::{block_bytes, has_fifth_bit, has_minimum, quant_bytes};
+use crate::kernels::repacked_formats::{block_bytes, has_minimum, quant_bytes};
 use crate::repack::{GROUP_ROWS, SLOT_BYTES};
 
 /// Activations per tile product (A's and C's rows).
@@ -185,31 +184,17 @@ pub(super) fn repacked<const FORMAT: u8>(
     repacked::avx512::<FORMAT>(group, &[], &acts[whole..], &mut out[whole..]);
 }
 
-/// Q4 and Q5 blocks' slots as bytes (`repacked::avx512`'s decoding, stored), streaming `ahead`
+/// Q4 and Q5 blocks' slots as bytes (`repacked::nibble_slots`, stored), streaming `ahead`
 /// into L2 a block's share per block.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn decode<const FORMAT: u8>(group: &[u8], ahead: &[u8], blocks: usize, decoded: &mut Vec<Decoded>) {
     let block = block_bytes(FORMAT);
     decoded.clear();
     decoded.resize(blocks, Decoded([0; 8 * SLOT_BYTES]));
-    let low = _mm512_set1_epi8(0x0F);
-    let sixteen = _mm512_set1_epi8(0x10);
     for (b, out) in decoded.iter_mut().enumerate() {
         let src = &group[b * block..][..block];
         prefetch(ahead, b * block, block);
-        let packed: [__m512i; 4] = std::array::from_fn(|c| pod_read_unaligned(&src[SLOT_BYTES * c..][..64]));
-        for (s, slot) in out.0.chunks_exact_mut(SLOT_BYTES).enumerate() {
-            let nibbles = if s < 4 {
-                _mm512_and_si512(packed[s], low)
-            } else {
-                _mm512_and_si512(_mm512_srli_epi16(packed[s - 4], 4), low)
-            };
-            let bytes = if has_fifth_bit(FORMAT) {
-                let at = 4 * SLOT_BYTES + 8 * s;
-                _mm512_mask_add_epi8(nibbles, pod_read_unaligned(&src[at..at + 8]), nibbles, sixteen)
-            } else {
-                nibbles
-            };
+        for (slot, bytes) in out.0.chunks_exact_mut(SLOT_BYTES).zip(repacked::nibble_slots::<FORMAT>(src)) {
             slot.copy_from_slice(&bytemuck::cast::<__m512i, [u8; 64]>(bytes));
         }
     }
@@ -232,8 +217,8 @@ fn products<const FORMAT: u8>(
     let mut b = 0;
     while b + 4 <= tiles.len() {
         prefetch(ahead, b * block, 4 * block);
-        let a: [&[[u8; 32]; ACTS]; 4] = std::array::from_fn(|i| &tiles[b + i].qs);
-        let w: [&[u8]; 4] = std::array::from_fn(|i| weights(b + i));
+        let a = [&tiles[b].qs, &tiles[b + 1].qs, &tiles[b + 2].qs, &tiles[b + 3].qs];
+        let w = [weights(b), weights(b + 1), weights(b + 2), weights(b + 3)];
         let [s0, s1, s2, s3] = &mut sums;
         // SAFETY: the configuration loaded by `repacked` shapes the tiles: each A load reads 16
         // rows of 32 bytes 32 apart (`ActTile::qs`, 512 bytes), each B load 8 rows of 64 bytes 64

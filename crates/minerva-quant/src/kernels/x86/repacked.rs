@@ -109,8 +109,6 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
     let (block, quants) = (block_bytes(FORMAT), quant_bytes(FORMAT));
     let blocks = group.len() / block;
     let mut acc: [__m512; N] = [_mm512_setzero_ps(); N];
-    let low = _mm512_set1_epi8(0x0F);
-    let sixteen = _mm512_set1_epi8(0x10);
     let sign = _mm512_set1_epi8(-128);
     for b in 0..blocks {
         let src = &group[b * block..][..block];
@@ -119,19 +117,7 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
         let slots: [__m512i; 8] = if FORMAT == Q8_0 {
             std::array::from_fn(|s| _mm512_xor_si512(load(SLOT_BYTES * s), sign))
         } else {
-            let packed: [__m512i; 4] = std::array::from_fn(|c| load(SLOT_BYTES * c));
-            std::array::from_fn(|s| {
-                let nibbles = if s < 4 {
-                    _mm512_and_si512(packed[s], low)
-                } else {
-                    _mm512_and_si512(_mm512_srli_epi16(packed[s - 4], 4), low)
-                };
-                if has_fifth_bit(FORMAT) {
-                    _mm512_mask_add_epi8(nibbles, fifth_bits(src, s), nibbles, sixteen)
-                } else {
-                    nibbles
-                }
-            })
+            nibble_slots::<FORMAT>(src)
         };
         let d_w = _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants..quants + 32]));
         let m_w = if has_minimum(FORMAT) {
@@ -160,6 +146,29 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
     for (out, acc) in out.iter_mut().zip(acc) {
         *out = bytemuck::cast(acc);
     }
+}
+
+/// A Q4 or Q5 block's (`src`) 8 slots decoded to bytes, 0..32: slot s < 4 the low nibbles of
+/// packed slot s, s ≥ 4 the high ones of slot s − 4, Q5's fifth bits added by a masked add of 16
+/// (the AMX kernels decode with it too).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn nibble_slots<const FORMAT: u8>(src: &[u8]) -> [__m512i; 8] {
+    let low = _mm512_set1_epi8(0x0F);
+    let sixteen = _mm512_set1_epi8(0x10);
+    let packed: [__m512i; 4] = std::array::from_fn(|c| pod_read_unaligned(&src[SLOT_BYTES * c..][..64]));
+    std::array::from_fn(|s| {
+        let nibbles = if s < 4 {
+            _mm512_and_si512(packed[s], low)
+        } else {
+            _mm512_and_si512(_mm512_srli_epi16(packed[s - 4], 4), low)
+        };
+        if has_fifth_bit(FORMAT) {
+            _mm512_mask_add_epi8(nibbles, fifth_bits(src, s), nibbles, sixteen)
+        } else {
+            nibbles
+        }
+    })
 }
 
 /// AVX2 + FMA + F16C: one group against the activations of `acts`, results into `out`, as two
