@@ -32,8 +32,6 @@ pub(crate) struct Activation<'a> {
     pub(crate) bsums: Vec<i16>,
     /// For `Q8_1`: the repacked kernels' blocks (`crate::repack::ActBlock`), and nothing else.
     pub(crate) blocks: Vec<ActBlock>,
-    /// The quantizer's block bytes (Q8_0, Q8_K), kept only to be recycled with the rest.
-    scratch: Vec<u8>,
 }
 
 /// The vectors of a dropped [`Activation`], emptied, for the next one to fill: every matrix
@@ -48,7 +46,6 @@ struct Buffers {
     q16: Vec<i16>,
     bsums: Vec<i16>,
     blocks: Vec<ActBlock>,
-    scratch: Vec<u8>,
 }
 
 /// Free [`Buffers`], at most [`KEEP`]. Shared by all threads: a prefill quantizes on the pool's
@@ -73,9 +70,8 @@ impl Drop for Activation<'_> {
             q16: std::mem::take(&mut self.q16),
             bsums: std::mem::take(&mut self.bsums),
             blocks: std::mem::take(&mut self.blocks),
-            scratch: std::mem::take(&mut self.scratch),
         };
-        if buffers.d.capacity() == 0 && buffers.scratch.capacity() == 0 && buffers.blocks.capacity() == 0 {
+        if buffers.d.capacity() == 0 && buffers.blocks.capacity() == 0 {
             return; // F32 activations hold nothing.
         }
         buffers.d.clear();
@@ -135,6 +131,21 @@ pub(crate) fn quantize_q8_0_blocks(x: &[f32], qs: &mut [u8], d: &mut [f32], sums
     }
 }
 
+/// `quantize_row_q8_k_ref`'s blocks split as the kernels read them (quants as i8 bit patterns,
+/// the scale, the sums of 16): the scalar reference of the vector kernels' `quantize_q8_k`.
+pub(crate) fn quantize_q8_k_blocks(x: &[f32], qs: &mut [u8], d: &mut [f32], bsums: &mut [i16]) {
+    let mut bytes = [0u8; 292];
+    let blocks = x.chunks_exact(256).zip(qs.chunks_exact_mut(256)).zip(d).zip(bsums.chunks_exact_mut(16));
+    for (((x, q), d), sums) in blocks {
+        quantize_row_q8_k_ref(x, &mut bytes).expect("one whole Q8_K block");
+        *d = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        q.copy_from_slice(&bytes[4..260]);
+        for (sum, pair) in sums.iter_mut().zip(bytes[260..].chunks_exact(2)) {
+            *sum = i16::from_le_bytes([pair[0], pair[1]]);
+        }
+    }
+}
+
 /// [`quantize_q8_0_blocks`] into [`ActBlock`]s (with `ds = d · Σq`): the scalar reference of
 /// the vector kernels' `quantize_q8_1`.
 pub(crate) fn quantize_act_blocks(x: &[f32], out: &mut [ActBlock]) {
@@ -154,11 +165,11 @@ impl<'a> Activation<'a> {
     pub(crate) fn quantize(format: DType, i16: bool, x: &'a [f32]) -> Self {
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if format == DType::F32 {
-            let Buffers { d, qs, sums, ds, q16, bsums, blocks, scratch } = Buffers::default();
-            return Activation { id, x, d, qs, sums, ds, q16, bsums, blocks, scratch };
+            let Buffers { d, qs, sums, ds, q16, bsums, blocks } = Buffers::default();
+            return Activation { id, x, d, qs, sums, ds, q16, bsums, blocks };
         }
-        let Buffers { d, qs, sums, ds, q16, bsums, blocks, scratch } = take_buffers();
-        let mut act = Activation { id, x, d, qs, sums, ds, q16, bsums, blocks, scratch };
+        let Buffers { d, qs, sums, ds, q16, bsums, blocks } = take_buffers();
+        let mut act = Activation { id, x, d, qs, sums, ds, q16, bsums, blocks };
         if format == DType::Q8_1 {
             act.blocks.resize(x.len() / 32, ActBlock::default());
             (crate::kernels::vector_kernels().quantize_q8_1)(x, &mut act.blocks);
@@ -182,19 +193,11 @@ impl<'a> Activation<'a> {
             act.ds.extend(act.d.iter().zip(&act.sums).map(|(&d, &sum)| d * sum as f32));
             return act;
         }
-        // Q8_K: through the reference quantizer's block bytes.
-        let block_bytes = format.block_bytes();
-        let mut bytes = std::mem::take(&mut act.scratch);
-        bytes.clear();
-        bytes.resize(blocks * block_bytes, 0);
-        act.qs.reserve(x.len());
-        quantize_row_q8_k_ref(x, &mut bytes).expect("whole Q8_K blocks, checked by the caller");
-        for block in bytes.chunks_exact(block_bytes) {
-            act.d.push(f32::from_le_bytes([block[0], block[1], block[2], block[3]]));
-            act.qs.extend_from_slice(&block[4..260]);
-            act.bsums.extend(block[260..].chunks_exact(2).map(|s| i16::from_le_bytes([s[0], s[1]])));
-        }
-        act.scratch = bytes;
+        // Q8_K: quants, scales and the sums of 16 as the kernels read them.
+        act.qs.resize(256 * blocks, 0);
+        act.d.resize(blocks, 0.0);
+        act.bsums.resize(16 * blocks, 0);
+        (crate::kernels::vector_kernels().quantize_q8_k)(x, &mut act.qs, &mut act.d, &mut act.bsums);
         act
     }
 }
@@ -295,6 +298,57 @@ mod tests {
                 assert_eq!((block.d.to_bits(), block.sum), (d[b].to_bits(), sums[b]), "block {b}");
                 assert_eq!(block.ds.to_bits(), (d[b] * sums[b] as f32).to_bits(), "block {b}");
             }
+        }
+    }
+
+    #[test]
+    fn q8_k_blocks_equal_the_reference_quantizer() {
+        let mut next = crate::test_rng::xorshift(0x6a09_e667_f3bc_c908);
+        let mut x: Vec<f32> = Vec::new();
+        for magnitude in [1e-3f32, 1.0, 7.5, 3e4, 1e20, 1e-37] {
+            x.extend((0..256 * 3).map(|_| ((next() % 20001) as f32 / 10000.0 - 1.0) * magnitude));
+        }
+        // The largest magnitude twice with both signs, either first (the first sets the sign),
+        // in one group of eight lanes and far apart.
+        for (sign, second) in [(1.0f32, 43), (-1.0, 43), (1.0, 200), (-1.0, 200)] {
+            x.extend((0..256).map(|i| match i {
+                40 => 9.0 * sign,
+                _ if i == second => -9.0 * sign,
+                _ => (i % 17) as f32 - 8.0,
+            }));
+        }
+        // Ties: with max = −127, iscale = 1 and k + 0.5 rounds to even; quants reaching ±127.
+        x.extend((0..256).map(|i| if i == 0 { -127.0 } else { (i % 64) as f32 - 32.5 }));
+        x.extend((0..256).map(|i| if i % 2 == 0 { 127.0 } else { -127.0 + (i % 5) as f32 }));
+        // Zeros (both signs), a NaN, infinities, subnormals (iscale overflows), the largest values.
+        x.extend((0..256).map(|i| if i % 2 == 0 { 0.0 } else { -0.0 }));
+        x.extend((0..256).map(|i| if i == 3 { f32::NAN } else { i as f32 }));
+        x.extend((0..256).map(|i| if i == 5 { f32::INFINITY } else { -(i as f32) }));
+        x.extend((0..256).map(|i| if i == 7 { f32::NEG_INFINITY } else { i as f32 }));
+        x.extend((0..256).map(|i| if i % 2 == 0 { -0.0 } else { 1e-45 }));
+        x.extend((0..256).map(|i| if i % 3 == 0 { f32::MAX } else { -f32::MAX / (i as f32) }));
+        let blocks = x.len() / 256;
+        let run = |f: crate::kernels::QuantizeQ8KFn| {
+            let (mut qs, mut d, mut bsums) = (vec![7u8; 256 * blocks], vec![7.0f32; blocks], vec![7i16; 16 * blocks]);
+            f(&x, &mut qs, &mut d, &mut bsums);
+            (qs, d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), bsums)
+        };
+        let (qs, d, bsums) = run(super::quantize_q8_k_blocks);
+        let fast = run(vector_kernels().quantize_q8_k);
+        for b in 0..blocks {
+            let isa = vector_kernels().isa;
+            assert_eq!(&fast.0[256 * b..256 * (b + 1)], &qs[256 * b..256 * (b + 1)], "{isa} block {b} quants");
+            assert_eq!(fast.1[b], d[b], "{isa} block {b} scale");
+            assert_eq!(&fast.2[16 * b..16 * (b + 1)], &bsums[16 * b..16 * (b + 1)], "{isa} block {b} sums");
+        }
+        // The reference's split of ggml's block bytes.
+        let mut bytes = vec![0u8; 292 * blocks];
+        crate::quantize_row_q8_k_ref(&x, &mut bytes).unwrap();
+        for (b, block) in bytes.chunks_exact(292).enumerate() {
+            assert_eq!(d[b], u32::from_le_bytes([block[0], block[1], block[2], block[3]]), "block {b}");
+            assert_eq!(&qs[256 * b..256 * (b + 1)], &block[4..260], "block {b}");
+            let sums = block[260..].chunks_exact(2).map(|s| i16::from_le_bytes([s[0], s[1]]));
+            assert!(sums.eq(bsums[16 * b..16 * (b + 1)].iter().copied()), "block {b}");
         }
     }
 

@@ -287,6 +287,8 @@ pub(crate) struct VectorKernels {
     /// `crate::activation::quantize_act_blocks` (Q8_0's values as the repacked kernels read
     /// them), bit for bit.
     pub(crate) quantize_q8_1: fn(&[f32], &mut [crate::repack::ActBlock]),
+    /// `crate::activation::quantize_q8_k_blocks` (`quantize_row_q8_k_ref`'s blocks), bit for bit.
+    pub(crate) quantize_q8_k: QuantizeQ8KFn,
     /// `(src, rows, cols, first_col, dst)`: `crate::vector::transpose_into_rows`.
     pub(crate) transpose: TransposeFn,
     /// `crate::MlxAffine::groups_to_bytes` for bf16 scales, bit for bit.
@@ -313,6 +315,10 @@ pub(crate) type WeightedSumsF16Fn = fn(&mut [&mut [f32]], &[&[f32]], &[half::f16
 /// block: `(x, quants, scales, sums)`.
 pub(crate) type QuantizeI16Fn = fn(&[f32], &mut [i16], &mut [f32], &mut [i32]);
 
+/// Quantizes whole 256-value blocks of f32 (`x`) to Q8_K: `(x, quants as i8 bits, scales, the
+/// sums of each 16 quants)`.
+pub(crate) type QuantizeQ8KFn = fn(&[f32], &mut [u8], &mut [f32], &mut [i16]);
+
 /// The scalar f32 vector kernels.
 pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     isa: SCALAR,
@@ -331,6 +337,7 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     softmax: reference::vector_softmax_f32,
     quantize_i16: reference::quantize_i16_blocks,
     quantize_q8_1: crate::activation::quantize_act_blocks,
+    quantize_q8_k: crate::activation::quantize_q8_k_blocks,
     transpose: reference::vector_transpose_f32,
     mlx_affine_bf16: |p, weight, scales, biases, out| p.groups_to_bytes_ref(weight, scales, biases, out),
 };

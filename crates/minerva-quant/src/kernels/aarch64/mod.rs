@@ -110,6 +110,7 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         softmax: |xs, scale, sink| unsafe { neon_vector::softmax_f32(xs, scale, sink) },
         quantize_i16: super::reference::quantize_i16_blocks,
         quantize_q8_1: crate::activation::quantize_act_blocks,
+        quantize_q8_k: crate::activation::quantize_q8_k_blocks,
         transpose: super::reference::vector_transpose_f32,
         mlx_affine_bf16: |p, weight, scales, biases, out| p.groups_to_bytes_ref(weight, scales, biases, out),
     })

@@ -417,6 +417,88 @@ pub(super) fn lane_sum(v: &[__m256i; 4]) -> i32 {
     _mm_cvtsi128_si32(_mm_add_epi32(pair, _mm_shuffle_epi32::<0b01>(pair)))
 }
 
+/// `crate::activation::quantize_q8_k_blocks` (`quantize_row_q8_k_ref`) in 8 lanes, bit for bit:
+/// the scale from the first value of the largest magnitude, sign kept (`iscale = −127 / max`),
+/// each quant `min(127, round(iscale · x))` rounded half to even — `cvtps2dq` under the default
+/// rounding mode, what ggml's `nearest_int` computes for |x| < 2²² — `d = 1 / iscale`, and the
+/// sums of each 16 quants. A block holding a NaN or an infinity, or whose `iscale` overflows,
+/// goes to the reference (whose `nearest_int` turns non-finite products into quants no
+/// conversion instruction makes).
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn quantize_q8_k_blocks(x: &[f32], qs: &mut [u8], d: &mut [f32], bsums: &mut [i16]) {
+    let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let infinity = _mm256_set1_ps(f32::INFINITY);
+    let (x_blocks, _) = x.as_chunks::<256>();
+    let (q_blocks, _) = qs.as_chunks_mut::<256>();
+    let (sum_blocks, _) = bsums.as_chunks_mut::<16>();
+    for (((x, q), d), sums) in x_blocks.iter().zip(q_blocks).zip(d).zip(sum_blocks) {
+        let (eights, _) = x.as_chunks::<8>();
+        let load = |k: usize| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&eights[k]));
+        let (mut amax, mut unusual) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for k in 0..32 {
+            let size = _mm256_and_ps(load(k), magnitude);
+            amax = _mm256_max_ps(size, amax);
+            // Not below infinity: an infinity or a NaN.
+            unusual = _mm256_or_ps(unusual, _mm256_cmp_ps::<_CMP_NLT_UQ>(size, infinity));
+        }
+        let amax = {
+            let quad = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps::<1>(amax));
+            let pair = _mm_max_ps(quad, _mm_movehl_ps(quad, quad));
+            _mm_cvtss_f32(_mm_max_ss(pair, _mm_movehdup_ps(pair)))
+        };
+        // A NaN or an infinity, or a largest magnitude so small that `iscale` overflows.
+        if _mm256_movemask_ps(unusual) != 0 || (amax != 0.0 && !(127.0 / amax).is_finite()) {
+            crate::activation::quantize_q8_k_blocks(x, q, std::slice::from_mut(d), sums);
+            continue;
+        }
+        if amax == 0.0 {
+            q.fill(0);
+            sums.fill(0);
+            *d = 0.0;
+            continue;
+        }
+        // The first value of that magnitude (ggml's strict `>` keeps the earliest).
+        let target = _mm256_set1_ps(amax);
+        let first = (0..32)
+            .find_map(|k| {
+                let hits = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(_mm256_and_ps(load(k), magnitude), target));
+                (hits != 0).then(|| 8 * k + hits.trailing_zeros() as usize)
+            })
+            .expect("the largest magnitude is one of the values");
+        let iscale = -127.0 / x[first];
+        let scale = _mm256_set1_ps(iscale);
+        let highest = _mm256_set1_epi32(127);
+        let quants: [__m256i; 32] =
+            std::array::from_fn(|k| _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(scale, load(k))), highest));
+        for (out, four) in q.chunks_exact_mut(32).zip(quants.chunks_exact(4)) {
+            // i32 → i16 → i8 by saturating packs (the values fit), lanes put back in order.
+            let words = [_mm256_packs_epi32(four[0], four[1]), _mm256_packs_epi32(four[2], four[3])];
+            let bytes = _mm256_packs_epi16(words[0], words[1]);
+            let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            out.copy_from_slice(bytemuck::cast_slice(&[ordered]));
+        }
+        let sixteens: [__m256i; 16] = std::array::from_fn(|g| _mm256_add_epi32(quants[2 * g], quants[2 * g + 1]));
+        let totals = [lane_sums8(&sixteens[..8]), lane_sums8(&sixteens[8..])];
+        let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(totals[0], totals[1]));
+        sums.copy_from_slice(bytemuck::cast_slice(&[packed]));
+        *d = 1.0 / iscale;
+    }
+}
+
+/// The lane sums of eight vectors, lane k of the result = the sum of `v[k]`'s lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn lane_sums8(v: &[__m256i]) -> __m256i {
+    // Each 128-bit half of `fours[i]` holds the sums of that half of v[4i..4i+4].
+    let fours = [0, 4].map(|i| {
+        let pairs = [_mm256_hadd_epi32(v[i], v[i + 1]), _mm256_hadd_epi32(v[i + 2], v[i + 3])];
+        _mm256_hadd_epi32(pairs[0], pairs[1])
+    });
+    let low = _mm256_permute2x128_si256::<0x20>(fours[0], fours[1]);
+    let high = _mm256_permute2x128_si256::<0x31>(fours[0], fours[1]);
+    _mm256_add_epi32(low, high)
+}
+
 /// Columns `first_col..` of `src` (`rows × cols`) transposed into `dst` (`dst[k]`, at least
 /// `rows` long, gets column `first_col + k`): `reference::vector_transpose_f32`, value for value,
 /// in 8 × 8 blocks (`avx2_panel::transpose8`) down strips of 8 columns; the edges one value at a

@@ -290,6 +290,8 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
         // SAFETY: as above.
         quantize_q8_1: |x, blocks| unsafe { repacked::quantize_q8_1(x, blocks) },
         // SAFETY: as above.
+        quantize_q8_k: |x, qs, d, bsums| unsafe { avx2_vector::quantize_q8_k_blocks(x, qs, d, bsums) },
+        // SAFETY: as above.
         transpose: |src, rows, cols, first_col, dst| unsafe {
             avx2_vector::transpose_f32(src, rows, cols, first_col, dst)
         },
