@@ -105,10 +105,10 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
         }
     }
     // Where the CPU has AMX-INT8 (CPUID leaf 7: EDX bits 24, 25), Linux grants tile data on
-    // request and the AMX kernels take the 32-value formats.
+    // request and the AMX kernels take every repacked format.
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     if core::arch::x86_64::__cpuid_count(7, 0).edx & (3 << 24) == 3 << 24 {
-        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0] {
+        for dtype in DTYPES {
             assert_eq!(minerva_quant::repacked_kernel_isa(dtype), Some("amx+avx512"), "{dtype}");
         }
     }
@@ -124,7 +124,7 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
 }
 
 /// `--repack auto`'s question, as the kernel table's rows mark it: AVX-512 VNNI's kernels pay for
-/// every format (and AMX's, for the 32-value formats), AVX2's for all but Q4_K and Q5_K, NEON's (never timed) and the scalar reference
+/// every format (and AMX's), AVX2's for all but Q4_K and Q5_K, NEON's (never timed) and the scalar reference
 /// for none.
 #[test]
 fn repacking_pays_where_the_rows_were_measured_to() {

@@ -72,28 +72,40 @@ fn request_tile_data() -> bool {
     false
 }
 
-/// The tile configuration (palette 1): C tiles `tmm0`..`tmm3` (16 × 16 i32), A tiles `tmm4`,
-/// `tmm6` (16 activations × 32 bytes), B tiles `tmm5`, `tmm7` (8 × 64 bytes).
+/// A tile configuration (palette 1): C tiles `tmm0`..`tmm3` (16 × 16 i32), A tiles `tmm4`,
+/// `tmm6` (16 activations × `a_width` bytes), B tiles `tmm5`, `tmm7` (`a_width / 4` × 64 bytes).
 #[repr(C, align(64))]
-struct TileConfig([u8; 64]);
+pub(super) struct TileConfig(pub(super) [u8; 64]);
 
-static CONFIG: TileConfig = {
-    let mut bytes = [0u8; 64];
-    bytes[0] = 1;
-    // (tile, rows, bytes per row): bytes per row at 16 + 2·tile (u16), rows at 48 + tile.
-    let tiles: [(usize, u8, u16); 8] =
-        [(0, 16, 64), (1, 16, 64), (2, 16, 64), (3, 16, 64), (4, 16, 32), (5, 8, 64), (6, 16, 32), (7, 8, 64)];
-    let mut t = 0;
-    while t < tiles.len() {
-        let (tile, rows, width) = tiles[t];
-        let width = width.to_le_bytes();
-        bytes[16 + 2 * tile] = width[0];
-        bytes[17 + 2 * tile] = width[1];
-        bytes[48 + tile] = rows;
-        t += 1;
+impl TileConfig {
+    pub(super) const fn new(a_width: u8) -> Self {
+        let mut bytes = [0u8; 64];
+        bytes[0] = 1;
+        // (tile, rows, bytes per row): bytes per row at 16 + 2·tile (u16), rows at 48 + tile.
+        let b_rows = a_width / 4;
+        let tiles: [(usize, u8, u8); 8] = [
+            (0, 16, 64),
+            (1, 16, 64),
+            (2, 16, 64),
+            (3, 16, 64),
+            (4, 16, a_width),
+            (5, b_rows, 64),
+            (6, 16, a_width),
+            (7, b_rows, 64),
+        ];
+        let mut t = 0;
+        while t < tiles.len() {
+            let (tile, rows, width) = tiles[t];
+            bytes[16 + 2 * tile] = width;
+            bytes[48 + tile] = rows;
+            t += 1;
+        }
+        TileConfig(bytes)
     }
-    TileConfig(bytes)
-};
+}
+
+/// One block per product: K = 32.
+static CONFIG: TileConfig = TileConfig::new(32);
 
 /// Sixteen activations at one block: A's rows and what the f32 steps read per activation.
 #[derive(Clone, Copy)]

@@ -1,0 +1,290 @@
+//! AMX-INT8 (Intel Xeon since Sapphire Rapids): the repacked K-quants (Q4_K, Q5_K, Q6_K) against
+//! sixteen Q8_K activations at a time by tile products (`tdpbssd`), the rest of each step in
+//! AVX-512 — `repacked_k::avx512`'s integer sums and f32 steps, so the results are its results,
+//! and the scalar reference's, bit for bit.
+//!
+//! A repacked part's slot holds four values of each of 16 rows, so a sub-block's slots, decoded
+//! to bytes (the nibbles, with Q5_K's fifth bits or Q6_K's high bits: 0..63, which a signed byte
+//! holds), are the B operand of one product: 8 tile rows of 64 bytes for Q4_K / Q5_K's 32-value
+//! sub-blocks, 4 for Q6_K's 16-value ones. They are decoded once per call. A is sixteen
+//! activations' quants of the sub-block (laid out once per thread and call), C the 16 × 16 exact
+//! sums `dot_j`, four sub-blocks in flight, then per activation as the VNNI kernel:
+//!
+//! ```text
+//!   s += dot_j · sc_j            (Q6_K: (dot_j − 32·Σa_j) · sc_j, its quants stored plus 32)
+//!   n  = Σ_j m_j · Σa_j          (Q4_K, Q5_K: vpdpwssd over the minimum pairs)
+//!   acc = fma(d_w·d_a, f32(s), acc), then fnmadd(dmin_w·d_a, f32(n), acc)
+//! ```
+//!
+//! Activations short of sixteen at the end of a call go to `repacked_k::avx512`. The tile
+//! configuration is loaded at the start of each call and released at its end.
+
+use core::arch::asm;
+use core::arch::x86_64::{
+    __m256i, __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi8_epi16, _mm512_cvtepi32_ps,
+    _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps,
+    _mm512_mask_add_epi8, _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32,
+    _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srai_epi32,
+    _mm512_srli_epi16, _mm512_srli_epi32,
+};
+use std::cell::RefCell;
+
+use bytemuck::pod_read_unaligned;
+
+use super::amx::TileConfig;
+use super::avx2_tile_i16::prefetch;
+use super::avx512_panel::{LayoutKey, laid_out};
+use super::repacked_k::{self, Q5_K, Q6_K};
+use crate::activation::Activation;
+use crate::kernels::repacked_formats::k_layout as layout;
+use crate::repack::{GROUP_ROWS, SLOT_BYTES};
+
+/// Activations per tile product (A's and C's rows).
+const ACTS: usize = 16;
+
+/// Values per super-block.
+const QK: usize = 256;
+
+/// Bytes of a super-block's decoded B operands (Q4_K, Q5_K: 8 sub-blocks × 8 slots; Q6_K: 16 × 4).
+const DECODED_BYTES: usize = 4096;
+
+/// Q4_K and Q5_K: K = 32 per product; Q6_K: K = 16.
+static CONFIG_32: TileConfig = TileConfig::new(32);
+static CONFIG_16: TileConfig = TileConfig::new(16);
+
+/// Sixteen activations at one super-block: A's rows (stride 256) and what the other steps read.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct ActTile {
+    qs: [[u8; QK]; ACTS],
+    d: [f32; ACTS],
+    bsums: [[i16; 16]; ACTS],
+}
+
+const EMPTY: ActTile = ActTile { qs: [[0; QK]; ACTS], d: [0.0; ACTS], bsums: [[0; 16]; ACTS] };
+
+/// One super-block's B operands: sub-block j's at `j · DECODED_BYTES / sub-blocks`.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Decoded([u8; DECODED_BYTES]);
+
+/// C, stored: four sub-blocks' 16 activations × 16 rows.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Sums([[[i32; GROUP_ROWS]; ACTS]; 4]);
+
+thread_local! {
+    /// The call's whole groups of sixteen activations: group `c` at super-block `b` is entry
+    /// `c·blocks + b`, with the key of the activations they hold.
+    static ACT_TILES: RefCell<(Option<LayoutKey>, Vec<ActTile>)> = const { RefCell::new((None, Vec::new())) };
+    /// The group's super-blocks decoded to bytes.
+    static DECODED: RefCell<Vec<Decoded>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Sub-blocks per super-block: 8 of 32 values, Q6_K's 16 of 16.
+const fn sub_blocks(format: u8) -> usize {
+    if format == Q6_K { 16 } else { 8 }
+}
+
+/// Lays `acts` (whole groups of sixteen) out as [`ActTile`]s (see [`ACT_TILES`]): the same for
+/// every format, as the key assumes.
+fn lay_out(acts: &[Activation<'_>], blocks: usize, out: &mut Vec<ActTile>) {
+    out.clear();
+    out.resize(acts.len() / ACTS * blocks, EMPTY);
+    for (tiles, acts) in out.chunks_exact_mut(blocks).zip(acts.chunks_exact(ACTS)) {
+        for (j, act) in acts.iter().enumerate() {
+            for (b, tile) in tiles.iter_mut().enumerate() {
+                tile.qs[j].copy_from_slice(&act.qs[QK * b..QK * (b + 1)]);
+                tile.d[j] = act.d[b];
+                tile.bsums[j].copy_from_slice(&act.bsums[16 * b..16 * (b + 1)]);
+            }
+        }
+    }
+}
+
+/// One group against the activations of `acts`, results into `out` (one per activation): whole
+/// groups of sixteen by tile products, the rest by `repacked_k::avx512`
+/// (`crate::repack::RepackedKernel`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn repacked<const FORMAT: u8>(
+    group: &[u8],
+    ahead: &[u8],
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let whole = out.len().min(acts.len()) / ACTS * ACTS;
+    if whole == 0 {
+        return repacked_k::avx512::<FORMAT>(group, ahead, acts, out);
+    }
+    let blocks = group.len() / layout(FORMAT).bytes;
+    let config = if FORMAT == Q6_K { &CONFIG_16 } else { &CONFIG_32 };
+    ACT_TILES.with_borrow_mut(|tiles| {
+        laid_out(&acts[..whole], blocks, tiles, lay_out);
+        DECODED.with_borrow_mut(|decoded| {
+            decode::<FORMAT>(group, ahead, blocks, decoded);
+            // SAFETY: `amx::usable()` held before this ISA's rows were selected (its `detected`),
+            // so the process may use tile data; the configuration is one of this module's constants.
+            unsafe { asm!("ldtilecfg [{0}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
+            for (c, out) in out[..whole].chunks_exact_mut(ACTS).enumerate() {
+                products::<FORMAT>(group, &tiles.1[c * blocks..][..blocks], decoded, out);
+            }
+            // SAFETY: as above; releasing tile state is always allowed.
+            unsafe { asm!("tilerelease", options(nostack, nomem)) };
+        });
+    });
+    repacked_k::avx512::<FORMAT>(group, &[], &acts[whole..], &mut out[whole..]);
+}
+
+/// Every super-block's sub-blocks as bytes in B's shape, `repacked_k::avx512`'s decoding stored,
+/// streaming `ahead` into L2 a super-block's share per super-block.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn decode<const FORMAT: u8>(group: &[u8], ahead: &[u8], blocks: usize, decoded: &mut Vec<Decoded>) {
+    let l = layout(FORMAT);
+    let low = _mm512_set1_epi8(0x0F);
+    let sixteen = _mm512_set1_epi8(0x10);
+    let high_bits = _mm512_set1_epi8(0x30);
+    decoded.clear();
+    decoded.resize(blocks, Decoded([0; DECODED_BYTES]));
+    let sub_block_bytes = DECODED_BYTES / sub_blocks(FORMAT);
+    for (b, out) in decoded.iter_mut().enumerate() {
+        let src = &group[b * l.bytes..][..l.bytes];
+        prefetch(ahead, b * l.bytes, l.bytes);
+        let parts = sub_blocks(FORMAT) / 2;
+        for (p, part) in src[..parts * l.part].chunks_exact(l.part).enumerate() {
+            let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
+            for h in 0..2 {
+                let sub_block = &mut out.0[(2 * p + h) * sub_block_bytes..][..sub_block_bytes];
+                for (c, slot) in sub_block.chunks_exact_mut(SLOT_BYTES).enumerate() {
+                    let packed = load(l.slots + SLOT_BYTES * c);
+                    let nibbles = if h == 0 { packed } else { _mm512_srli_epi16(packed, 4) };
+                    let nibbles = _mm512_and_si512(nibbles, low);
+                    let bytes = if FORMAT == Q6_K {
+                        // Field c of the high bits (bits 2c, 2c + 1) to bits 4, 5.
+                        let high = load(l.high + SLOT_BYTES * h);
+                        let high = match c {
+                            0 => _mm512_slli_epi16(high, 4),
+                            1 => _mm512_slli_epi16(high, 2),
+                            2 => high,
+                            _ => _mm512_srli_epi16(high, 2),
+                        };
+                        _mm512_or_si512(nibbles, _mm512_and_si512(high, high_bits))
+                    } else if FORMAT == Q5_K {
+                        let at = l.high + 8 * (8 * h + c);
+                        let fifth = pod_read_unaligned::<u64>(&part[at..at + 8]);
+                        _mm512_mask_add_epi8(nibbles, fifth, nibbles, sixteen)
+                    } else {
+                        nibbles
+                    };
+                    slot.copy_from_slice(&bytemuck::cast::<__m512i, [u8; 64]>(bytes));
+                }
+            }
+        }
+    }
+}
+
+/// Sixteen activations (`tiles`, one per super-block) against one group, results into `out`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn products<const FORMAT: u8>(group: &[u8], tiles: &[ActTile], decoded: &[Decoded], out: &mut [[f32; GROUP_ROWS]]) {
+    let l = layout(FORMAT);
+    let (width, sub_block_bytes) = (QK / sub_blocks(FORMAT), DECODED_BYTES / sub_blocks(FORMAT));
+    let low_word = _mm512_set1_epi32(0xFFFF);
+    let mut acc = [_mm512_setzero_ps(); ACTS];
+    let mut stored = Sums([[[0; GROUP_ROWS]; ACTS]; 4]);
+    for ((src, tile), weights) in group.chunks_exact(l.bytes).zip(tiles).zip(decoded) {
+        let mut sums = [_mm512_setzero_si512(); ACTS];
+        for four in 0..sub_blocks(FORMAT) / 4 {
+            let a = |i: usize| tile.qs.as_ptr().cast::<u8>().wrapping_add(width * (4 * four + i));
+            let w = |i: usize| weights.0[sub_block_bytes * (4 * four + i)..].as_ptr();
+            let [s0, s1, s2, s3] = &mut stored.0;
+            // SAFETY: the configuration loaded by `repacked` shapes the tiles: each A load reads
+            // 16 rows of `width` bytes 256 apart from sub-block j's quants of the first activation
+            // (`ActTile::qs`, 16 × 256 bytes, the last row ending within it), each B load
+            // `width / 4` rows of 64 bytes 64 apart (sub-block j's `sub_block_bytes` of
+            // `weights`), each C store 16 rows of 64 bytes 64 apart (a quarter of `stored`).
+            // Four products in flight, A and B registers taken again once the first two products
+            // have read theirs.
+            unsafe {
+                asm!(
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "tilezero tmm2",
+                    "tilezero tmm3",
+                    "tileloadd tmm4, [{a0} + {stride}]",
+                    "tileloadd tmm5, [{w0} + {sixty_four}]",
+                    "tdpbssd tmm0, tmm4, tmm5",
+                    "tileloadd tmm6, [{a1} + {stride}]",
+                    "tileloadd tmm7, [{w1} + {sixty_four}]",
+                    "tdpbssd tmm1, tmm6, tmm7",
+                    "tileloadd tmm4, [{a2} + {stride}]",
+                    "tileloadd tmm5, [{w2} + {sixty_four}]",
+                    "tdpbssd tmm2, tmm4, tmm5",
+                    "tileloadd tmm6, [{a3} + {stride}]",
+                    "tileloadd tmm7, [{w3} + {sixty_four}]",
+                    "tdpbssd tmm3, tmm6, tmm7",
+                    "tilestored [{s0} + {sixty_four}], tmm0",
+                    "tilestored [{s1} + {sixty_four}], tmm1",
+                    "tilestored [{s2} + {sixty_four}], tmm2",
+                    "tilestored [{s3} + {sixty_four}], tmm3",
+                    a0 = in(reg) a(0), a1 = in(reg) a(1), a2 = in(reg) a(2), a3 = in(reg) a(3),
+                    w0 = in(reg) w(0), w1 = in(reg) w(1), w2 = in(reg) w(2), w3 = in(reg) w(3),
+                    s0 = in(reg) s0.as_mut_ptr(), s1 = in(reg) s1.as_mut_ptr(),
+                    s2 = in(reg) s2.as_mut_ptr(), s3 = in(reg) s3.as_mut_ptr(),
+                    stride = in(reg) QK, sixty_four = in(reg) 64usize,
+                    options(nostack),
+                );
+            }
+            for (i, dots) in stored.0.iter().enumerate() {
+                let j = 4 * four + i;
+                let (p, h) = (j / 2, j % 2);
+                let part = &src[p * l.part..][..l.part];
+                let pairs = pod_read_unaligned::<__m256i>(&part[l.scales..l.scales + 32]);
+                let scale = if FORMAT == Q6_K {
+                    let pairs = _mm512_cvtepi8_epi16(pairs);
+                    if h == 0 {
+                        _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16)
+                    } else {
+                        _mm512_srai_epi32(pairs, 16)
+                    }
+                } else {
+                    let pairs = _mm512_cvtepu8_epi16(pairs);
+                    if h == 0 { _mm512_and_si512(pairs, low_word) } else { _mm512_srli_epi32(pairs, 16) }
+                };
+                for (n, sum) in sums.iter_mut().enumerate() {
+                    let mut dot = bytemuck::cast::<[i32; GROUP_ROWS], __m512i>(dots[n]);
+                    if FORMAT == Q6_K {
+                        // Q6_K's quants are stored plus 32.
+                        dot = _mm512_add_epi32(dot, _mm512_set1_epi32(-32 * i32::from(tile.bsums[n][j])));
+                    }
+                    *sum = _mm512_add_epi32(*sum, _mm512_mullo_epi32(dot, scale));
+                }
+            }
+        }
+        let load_half = |at: usize| pod_read_unaligned::<__m256i>(&src[at..at + 32]);
+        let d_w = _mm512_cvtph_ps(load_half(l.d));
+        if FORMAT == Q6_K {
+            for (n, acc) in acc.iter_mut().enumerate() {
+                let d_a = _mm512_set1_ps(tile.d[n]);
+                *acc = _mm512_fmadd_ps(_mm512_mul_ps(d_w, d_a), _mm512_cvtepi32_ps(sums[n]), *acc);
+            }
+            continue;
+        }
+        let dmin_w = _mm512_cvtph_ps(load_half(l.dmin));
+        for (n, acc) in acc.iter_mut().enumerate() {
+            let bsums = &tile.bsums[n];
+            let sum = |j: usize| i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]);
+            let mut mins = _mm512_setzero_si512();
+            for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
+                let minimums = _mm512_cvtepu8_epi16(pod_read_unaligned::<__m256i>(&part[l.minimums..l.minimums + 32]));
+                let pair = (sum(2 * p) as u16 as u32 | (sum(2 * p + 1) as u16 as u32) << 16) as i32;
+                mins = _mm512_dpwssd_epi32(mins, minimums, _mm512_set1_epi32(pair));
+            }
+            let d_a = _mm512_set1_ps(tile.d[n]);
+            *acc = _mm512_fmadd_ps(_mm512_mul_ps(d_w, d_a), _mm512_cvtepi32_ps(sums[n]), *acc);
+            *acc = _mm512_fnmadd_ps(_mm512_mul_ps(dmin_w, d_a), _mm512_cvtepi32_ps(mins), *acc);
+        }
+    }
+    for (out, acc) in out.iter_mut().zip(acc) {
+        *out = bytemuck::cast(acc);
+    }
+}
