@@ -150,7 +150,8 @@ fn offset_sum(format: u8, sum: i32) -> i32 {
 /// Lays `acts` (whole groups of sixteen) out as [`ActTile`]s (see [`ACT_TILES`]): the same for
 /// every format, as the key assumes.
 fn lay_out(acts: &[Activation<'_>], blocks: usize, out: &mut Vec<ActTile>) {
-    out.clear();
+    // Not cleared: every entry is written below (whole groups of sixteen), so only new entries
+    // are filled first.
     out.resize(acts.len() / ACTS * blocks, EMPTY);
     for (tiles, acts) in out.chunks_exact_mut(blocks).zip(acts.chunks_exact(ACTS)) {
         for (j, act) in acts.iter().enumerate() {
@@ -201,7 +202,7 @@ pub(super) fn repacked<const FORMAT: u8>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn decode<const FORMAT: u8>(group: &[u8], ahead: &[u8], blocks: usize, decoded: &mut Vec<Decoded>) {
     let block = block_bytes(FORMAT);
-    decoded.clear();
+    // Not cleared: every byte is written below.
     decoded.resize(blocks, Decoded([0; 8 * SLOT_BYTES]));
     for (b, out) in decoded.iter_mut().enumerate() {
         let src = &group[b * block..][..block];

@@ -89,7 +89,8 @@ const fn sub_blocks(format: u8) -> usize {
 /// Lays `acts` (whole groups of sixteen) out as [`ActTile`]s (see [`ACT_TILES`]): the same for
 /// every format, as the key assumes.
 fn lay_out(acts: &[Activation<'_>], blocks: usize, out: &mut Vec<ActTile>) {
-    out.clear();
+    // Not cleared: every entry is written below (whole groups of sixteen), so only new entries
+    // are filled first.
     out.resize(acts.len() / ACTS * blocks, EMPTY);
     for (tiles, acts) in out.chunks_exact_mut(blocks).zip(acts.chunks_exact(ACTS)) {
         for (j, act) in acts.iter().enumerate() {
@@ -143,7 +144,7 @@ fn decode<const FORMAT: u8>(group: &[u8], ahead: &[u8], blocks: usize, decoded: 
     let low = _mm512_set1_epi8(0x0F);
     let sixteen = _mm512_set1_epi8(0x10);
     let high_bits = _mm512_set1_epi8(0x30);
-    decoded.clear();
+    // Not cleared: every byte is written below.
     decoded.resize(blocks, Decoded([0; DECODED_BYTES]));
     let sub_block_bytes = DECODED_BYTES / sub_blocks(FORMAT);
     for (b, out) in decoded.iter_mut().enumerate() {
