@@ -104,6 +104,21 @@ impl TileConfig {
     }
 }
 
+/// Runs `f` with `config` loaded into the tile unit, then releases the tile state, so that a
+/// thread holds it only inside a kernel.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn with_tiles<R>(config: &TileConfig, f: impl FnOnce() -> R) -> R {
+    // SAFETY: `usable()` held before the AMX ISA's rows were selected (its `detected`), and only
+    // its kernels call this, so the process may use tile data; `config` is a palette-1
+    // configuration made by `TileConfig::new`.
+    unsafe { asm!("ldtilecfg [{0}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
+    let result = f();
+    // SAFETY: releasing tile state is always allowed.
+    unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    result
+}
+
 /// One block per product: K = 32.
 static CONFIG: TileConfig = TileConfig::new(32);
 
@@ -183,15 +198,12 @@ pub(super) fn repacked<const FORMAT: u8>(
             if FORMAT != Q8_0 {
                 decode::<FORMAT>(group, ahead, blocks, decoded);
             }
-            // SAFETY: `usable()` held before this ISA's rows were selected (its `detected`), so the
-            // process may use tile data; the configuration is this module's constant.
-            unsafe { asm!("ldtilecfg [{0}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly)) };
-            for (c, out) in out[..whole].chunks_exact_mut(ACTS).enumerate() {
-                let ahead = if c == 0 && FORMAT == Q8_0 { ahead } else { &[] };
-                products::<FORMAT>(group, ahead, &tiles.1[c * blocks..][..blocks], decoded, out);
-            }
-            // SAFETY: as above; releasing tile state is always allowed.
-            unsafe { asm!("tilerelease", options(nostack, nomem)) };
+            with_tiles(&CONFIG, || {
+                for (c, out) in out[..whole].chunks_exact_mut(ACTS).enumerate() {
+                    let ahead = if c == 0 && FORMAT == Q8_0 { ahead } else { &[] };
+                    products::<FORMAT>(group, ahead, &tiles.1[c * blocks..][..blocks], decoded, out);
+                }
+            });
         });
     });
     repacked::avx512::<FORMAT>(group, &[], &acts[whole..], &mut out[whole..]);

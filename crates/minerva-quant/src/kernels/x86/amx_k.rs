@@ -31,7 +31,7 @@ use std::cell::RefCell;
 
 use bytemuck::pod_read_unaligned;
 
-use super::amx::TileConfig;
+use super::amx::{TileConfig, with_tiles};
 use super::avx2_tile_i16::prefetch;
 use super::avx512_panel::{LayoutKey, laid_out};
 use super::repacked_k::{self, Q5_K, Q6_K};
@@ -123,14 +123,11 @@ pub(super) fn repacked<const FORMAT: u8>(
         laid_out(&acts[..whole], blocks, tiles, lay_out);
         DECODED.with_borrow_mut(|decoded| {
             decode::<FORMAT>(group, ahead, blocks, decoded);
-            // SAFETY: `amx::usable()` held before this ISA's rows were selected (its `detected`),
-            // so the process may use tile data; the configuration is one of this module's constants.
-            unsafe { asm!("ldtilecfg [{0}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
-            for (c, out) in out[..whole].chunks_exact_mut(ACTS).enumerate() {
-                products::<FORMAT>(group, &tiles.1[c * blocks..][..blocks], decoded, out);
-            }
-            // SAFETY: as above; releasing tile state is always allowed.
-            unsafe { asm!("tilerelease", options(nostack, nomem)) };
+            with_tiles(config, || {
+                for (c, out) in out[..whole].chunks_exact_mut(ACTS).enumerate() {
+                    products::<FORMAT>(group, &tiles.1[c * blocks..][..blocks], decoded, out);
+                }
+            });
         });
     });
     repacked_k::avx512::<FORMAT>(group, &[], &acts[whole..], &mut out[whole..]);
