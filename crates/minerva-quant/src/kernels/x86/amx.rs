@@ -119,6 +119,53 @@ pub(super) fn with_tiles<R>(config: &TileConfig, f: impl FnOnce() -> R) -> R {
     result
 }
 
+/// Four tile products in flight, `C_i = A_i · B_i` (`tmm0`..`tmm3`; A and B in `tmm4`..`tmm7`,
+/// taken again once the first two products have read theirs), stored into `sums.0[i]` (16 rows
+/// of 64 bytes, 64 apart: inside `sums`).
+///
+/// # Safety
+///
+/// Inside [`with_tiles`]: the loaded configuration's A tiles (16 rows of its A width) read rows
+/// `a_stride` apart from `a[i]`, its B tiles (A width / 4 rows of 64 bytes) rows 64 apart from
+/// `b[i]`; every byte of those reads must lie inside one live value.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn four_products(a: [*const u8; 4], a_stride: usize, b: [*const u8; 4], sums: &mut Sums) {
+    let [s0, s1, s2, s3] = &mut sums.0;
+    // SAFETY: the loads read what the caller promises; the stores write the four 1 KiB arrays of
+    // `sums`.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            "tileloadd tmm4, [{a0} + {stride}]",
+            "tileloadd tmm5, [{b0} + {sixty_four}]",
+            "tdpbssd tmm0, tmm4, tmm5",
+            "tileloadd tmm6, [{a1} + {stride}]",
+            "tileloadd tmm7, [{b1} + {sixty_four}]",
+            "tdpbssd tmm1, tmm6, tmm7",
+            "tileloadd tmm4, [{a2} + {stride}]",
+            "tileloadd tmm5, [{b2} + {sixty_four}]",
+            "tdpbssd tmm2, tmm4, tmm5",
+            "tileloadd tmm6, [{a3} + {stride}]",
+            "tileloadd tmm7, [{b3} + {sixty_four}]",
+            "tdpbssd tmm3, tmm6, tmm7",
+            "tilestored [{s0} + {sixty_four}], tmm0",
+            "tilestored [{s1} + {sixty_four}], tmm1",
+            "tilestored [{s2} + {sixty_four}], tmm2",
+            "tilestored [{s3} + {sixty_four}], tmm3",
+            a0 = in(reg) a[0], a1 = in(reg) a[1], a2 = in(reg) a[2], a3 = in(reg) a[3],
+            b0 = in(reg) b[0], b1 = in(reg) b[1], b2 = in(reg) b[2], b3 = in(reg) b[3],
+            s0 = in(reg) s0.as_mut_ptr(), s1 = in(reg) s1.as_mut_ptr(),
+            s2 = in(reg) s2.as_mut_ptr(), s3 = in(reg) s3.as_mut_ptr(),
+            stride = in(reg) a_stride, sixty_four = in(reg) 64usize,
+            options(nostack),
+        );
+    }
+}
+
 /// One block per product: K = 32.
 static CONFIG: TileConfig = TileConfig::new(32);
 
@@ -140,10 +187,10 @@ const EMPTY: ActTile = ActTile { qs: [[0; 32]; ACTS], d: [0.0; ACTS], sum: [0; A
 #[repr(C, align(64))]
 struct Decoded([u8; 8 * SLOT_BYTES]);
 
-/// C, stored: 16 activations × 16 rows' sums.
+/// C, stored: four products' 16 activations × 16 rows' sums.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Sums([[i32; GROUP_ROWS]; ACTS]);
+pub(super) struct Sums(pub(super) [[[i32; GROUP_ROWS]; ACTS]; 4]);
 
 thread_local! {
     /// The call's whole groups of sixteen activations: group `c` at block `b` is entry
@@ -237,62 +284,29 @@ fn products<const FORMAT: u8>(
 ) {
     let block = block_bytes(FORMAT);
     let mut acc = [_mm512_setzero_ps(); ACTS];
-    let mut sums = [Sums([[0; GROUP_ROWS]; ACTS]); 4];
+    let mut sums = Sums([[[0; GROUP_ROWS]; ACTS]; 4]);
     let weights = |b: usize| b_operand::<FORMAT>(group, decoded, b);
     let mut b = 0;
     while b + 4 <= tiles.len() {
         prefetch(ahead, b * block, 4 * block);
-        let a = [&tiles[b].qs, &tiles[b + 1].qs, &tiles[b + 2].qs, &tiles[b + 3].qs];
-        let w = [weights(b), weights(b + 1), weights(b + 2), weights(b + 3)];
-        let [s0, s1, s2, s3] = &mut sums;
-        // SAFETY: the configuration loaded by `repacked` shapes the tiles: each A load reads 16
-        // rows of 32 bytes 32 apart (`ActTile::qs`, 512 bytes), each B load 8 rows of 64 bytes 64
-        // apart (the 512 bytes of `weights(b)`), each C store writes 16 rows of 64 bytes 64 apart
-        // (`Sums`, 1 KiB); all inside the borrowed values named. Four products in flight, A and B
-        // registers taken again once the first two products have read theirs.
-        unsafe {
-            asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                "tileloadd tmm4, [{a0} + {thirty_two}]",
-                "tileloadd tmm5, [{w0} + {sixty_four}]",
-                "tdpbssd tmm0, tmm4, tmm5",
-                "tileloadd tmm6, [{a1} + {thirty_two}]",
-                "tileloadd tmm7, [{w1} + {sixty_four}]",
-                "tdpbssd tmm1, tmm6, tmm7",
-                "tileloadd tmm4, [{a2} + {thirty_two}]",
-                "tileloadd tmm5, [{w2} + {sixty_four}]",
-                "tdpbssd tmm2, tmm4, tmm5",
-                "tileloadd tmm6, [{a3} + {thirty_two}]",
-                "tileloadd tmm7, [{w3} + {sixty_four}]",
-                "tdpbssd tmm3, tmm6, tmm7",
-                "tilestored [{s0} + {sixty_four}], tmm0",
-                "tilestored [{s1} + {sixty_four}], tmm1",
-                "tilestored [{s2} + {sixty_four}], tmm2",
-                "tilestored [{s3} + {sixty_four}], tmm3",
-                a0 = in(reg) a[0].as_ptr(), a1 = in(reg) a[1].as_ptr(),
-                a2 = in(reg) a[2].as_ptr(), a3 = in(reg) a[3].as_ptr(),
-                w0 = in(reg) w[0].as_ptr(), w1 = in(reg) w[1].as_ptr(),
-                w2 = in(reg) w[2].as_ptr(), w3 = in(reg) w[3].as_ptr(),
-                s0 = in(reg) s0.0.as_mut_ptr(), s1 = in(reg) s1.0.as_mut_ptr(),
-                s2 = in(reg) s2.0.as_mut_ptr(), s3 = in(reg) s3.0.as_mut_ptr(),
-                thirty_two = in(reg) 32usize, sixty_four = in(reg) 64usize,
-                options(nostack),
-            );
-        }
+        let a = [0, 1, 2, 3].map(|i| tiles[b + i].qs.as_ptr().cast::<u8>());
+        let w = [0, 1, 2, 3].map(|i| weights(b + i).as_ptr());
+        // SAFETY: inside `with_tiles` (`repacked`), whose configuration reads each A as 16 rows of
+        // 32 bytes 32 apart (`ActTile::qs`, 512 bytes) and each B as 8 rows of 64 bytes (the 512
+        // bytes of `weights(b)`).
+        unsafe { four_products(a, 32, w, &mut sums) };
         // Written out, not a loop: a loop left the accumulators in memory.
-        accumulate::<FORMAT>(&group[b * block..][..block], &tiles[b], &sums[0], &mut acc);
-        accumulate::<FORMAT>(&group[(b + 1) * block..][..block], &tiles[b + 1], &sums[1], &mut acc);
-        accumulate::<FORMAT>(&group[(b + 2) * block..][..block], &tiles[b + 2], &sums[2], &mut acc);
-        accumulate::<FORMAT>(&group[(b + 3) * block..][..block], &tiles[b + 3], &sums[3], &mut acc);
+        accumulate::<FORMAT>(&group[b * block..][..block], &tiles[b], &sums.0[0], &mut acc);
+        accumulate::<FORMAT>(&group[(b + 1) * block..][..block], &tiles[b + 1], &sums.0[1], &mut acc);
+        accumulate::<FORMAT>(&group[(b + 2) * block..][..block], &tiles[b + 2], &sums.0[2], &mut acc);
+        accumulate::<FORMAT>(&group[(b + 3) * block..][..block], &tiles[b + 3], &sums.0[3], &mut acc);
         b += 4;
     }
     for b in b..tiles.len() {
         let (a0, w0) = (&tiles[b].qs, weights(b));
-        let s0 = &mut sums[0];
-        // SAFETY: as above, one product.
+        let s0 = &mut sums.0[0];
+        // SAFETY: as `four_products`, one product: A 16 rows of 32 bytes 32 apart (512 bytes of
+        // `ActTile::qs`), B 8 rows of 64 bytes (`weights(b)`), C stored into `s0` (1 KiB).
         unsafe {
             asm!(
                 "tilezero tmm0",
@@ -300,7 +314,7 @@ fn products<const FORMAT: u8>(
                 "tileloadd tmm5, [{w0} + {sixty_four}]",
                 "tdpbssd tmm0, tmm4, tmm5",
                 "tilestored [{s0} + {sixty_four}], tmm0",
-                a0 = in(reg) a0.as_ptr(), w0 = in(reg) w0.as_ptr(), s0 = in(reg) s0.0.as_mut_ptr(),
+                a0 = in(reg) a0.as_ptr(), w0 = in(reg) w0.as_ptr(), s0 = in(reg) s0.as_mut_ptr(),
                 thirty_two = in(reg) 32usize, sixty_four = in(reg) 64usize,
                 options(nostack),
             );
@@ -322,7 +336,12 @@ fn b_operand<'a, const FORMAT: u8>(group: &'a [u8], decoded: &'a [Decoded], b: u
 /// f32(s), acc)`, then `fma(m_w, d_a·Σa, acc)` for Q4_1, Q5_1.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn accumulate<const FORMAT: u8>(src: &[u8], tile: &ActTile, sums: &Sums, acc: &mut [__m512; ACTS]) {
+fn accumulate<const FORMAT: u8>(
+    src: &[u8],
+    tile: &ActTile,
+    sums: &[[i32; GROUP_ROWS]; ACTS],
+    acc: &mut [__m512; ACTS],
+) {
     let quants = quant_bytes(FORMAT);
     let d_w = _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants..quants + 32]));
     let m_w = if has_minimum(FORMAT) {
@@ -331,7 +350,7 @@ fn accumulate<const FORMAT: u8>(src: &[u8], tile: &ActTile, sums: &Sums, acc: &m
         _mm512_setzero_ps()
     };
     for (j, acc) in acc.iter_mut().enumerate() {
-        let mut s = bytemuck::cast::<[i32; GROUP_ROWS], __m512i>(sums.0[j]);
+        let mut s = bytemuck::cast::<[i32; GROUP_ROWS], __m512i>(sums[j]);
         if matches!(FORMAT, Q4_0 | Q5_0) {
             s = _mm512_sub_epi32(s, _mm512_set1_epi32(offset_sum(FORMAT, tile.sum[j])));
         }

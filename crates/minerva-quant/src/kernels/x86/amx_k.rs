@@ -19,7 +19,6 @@
 //! Activations short of sixteen at the end of a call go to `repacked_k::avx512`. The tile
 //! configuration is loaded at the start of each call and released at its end.
 
-use core::arch::asm;
 use core::arch::x86_64::{
     __m256i, __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi8_epi16, _mm512_cvtepi32_ps,
     _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps,
@@ -31,7 +30,7 @@ use std::cell::RefCell;
 
 use bytemuck::pod_read_unaligned;
 
-use super::amx::{TileConfig, with_tiles};
+use super::amx::{Sums, TileConfig, four_products, with_tiles};
 use super::avx2_tile_i16::prefetch;
 use super::avx512_panel::{LayoutKey, laid_out};
 use super::repacked_k::{self, Q5_K, Q6_K};
@@ -67,11 +66,6 @@ const EMPTY: ActTile = ActTile { qs: [[0; QK]; ACTS], d: [0.0; ACTS], bsums: [[0
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Decoded([u8; DECODED_BYTES]);
-
-/// C, stored: four sub-blocks' 16 activations × 16 rows.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Sums([[[i32; GROUP_ROWS]; ACTS]; 4]);
 
 thread_local! {
     /// The call's whole groups of sixteen activations: group `c` at super-block `b` is entry
@@ -192,46 +186,20 @@ fn products<const FORMAT: u8>(group: &[u8], tiles: &[ActTile], decoded: &[Decode
     for ((src, tile), weights) in group.chunks_exact(l.bytes).zip(tiles).zip(decoded) {
         let mut sums = [_mm512_setzero_si512(); ACTS];
         for four in 0..sub_blocks(FORMAT) / 4 {
-            let a = |i: usize| tile.qs.as_ptr().cast::<u8>().wrapping_add(width * (4 * four + i));
-            let w = |i: usize| weights.0[sub_block_bytes * (4 * four + i)..].as_ptr();
-            let [s0, s1, s2, s3] = &mut stored.0;
-            // SAFETY: the configuration loaded by `repacked` shapes the tiles: each A load reads
-            // 16 rows of `width` bytes 256 apart from sub-block j's quants of the first activation
-            // (`ActTile::qs`, 16 × 256 bytes, the last row ending within it), each B load
-            // `width / 4` rows of 64 bytes 64 apart (sub-block j's `sub_block_bytes` of
-            // `weights`), each C store 16 rows of 64 bytes 64 apart (a quarter of `stored`).
-            // Four products in flight, A and B registers taken again once the first two products
-            // have read theirs.
-            unsafe {
-                asm!(
-                    "tilezero tmm0",
-                    "tilezero tmm1",
-                    "tilezero tmm2",
-                    "tilezero tmm3",
-                    "tileloadd tmm4, [{a0} + {stride}]",
-                    "tileloadd tmm5, [{w0} + {sixty_four}]",
-                    "tdpbssd tmm0, tmm4, tmm5",
-                    "tileloadd tmm6, [{a1} + {stride}]",
-                    "tileloadd tmm7, [{w1} + {sixty_four}]",
-                    "tdpbssd tmm1, tmm6, tmm7",
-                    "tileloadd tmm4, [{a2} + {stride}]",
-                    "tileloadd tmm5, [{w2} + {sixty_four}]",
-                    "tdpbssd tmm2, tmm4, tmm5",
-                    "tileloadd tmm6, [{a3} + {stride}]",
-                    "tileloadd tmm7, [{w3} + {sixty_four}]",
-                    "tdpbssd tmm3, tmm6, tmm7",
-                    "tilestored [{s0} + {sixty_four}], tmm0",
-                    "tilestored [{s1} + {sixty_four}], tmm1",
-                    "tilestored [{s2} + {sixty_four}], tmm2",
-                    "tilestored [{s3} + {sixty_four}], tmm3",
-                    a0 = in(reg) a(0), a1 = in(reg) a(1), a2 = in(reg) a(2), a3 = in(reg) a(3),
-                    w0 = in(reg) w(0), w1 = in(reg) w(1), w2 = in(reg) w(2), w3 = in(reg) w(3),
-                    s0 = in(reg) s0.as_mut_ptr(), s1 = in(reg) s1.as_mut_ptr(),
-                    s2 = in(reg) s2.as_mut_ptr(), s3 = in(reg) s3.as_mut_ptr(),
-                    stride = in(reg) QK, sixty_four = in(reg) 64usize,
-                    options(nostack),
-                );
-            }
+            let (a, w) = (tile.qs.as_ptr().cast::<u8>(), weights.0.as_ptr());
+            let (a, w) = (a.wrapping_add(4 * four * width), w.wrapping_add(4 * four * sub_block_bytes));
+            let a = [a, a.wrapping_add(width), a.wrapping_add(2 * width), a.wrapping_add(3 * width)];
+            let w = [
+                w,
+                w.wrapping_add(sub_block_bytes),
+                w.wrapping_add(2 * sub_block_bytes),
+                w.wrapping_add(3 * sub_block_bytes),
+            ];
+            // SAFETY: inside `with_tiles` (`repacked`), whose configuration reads each A as 16
+            // rows of `width` bytes 256 apart from sub-block j's quants of the first activation
+            // (`ActTile::qs`, 16 × 256 bytes, the last row ending within it) and each B as
+            // `width / 4` rows of 64 bytes (sub-block j's `sub_block_bytes` of `weights`).
+            unsafe { four_products(a, QK, w, &mut stored) };
             for (i, dots) in stored.0.iter().enumerate() {
                 let j = 4 * four + i;
                 let (p, h) = (j / 2, j % 2);
