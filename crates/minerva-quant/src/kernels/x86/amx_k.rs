@@ -21,10 +21,9 @@
 
 use core::arch::x86_64::{
     __m256i, __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi8_epi16, _mm512_cvtepi32_ps,
-    _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps,
-    _mm512_mask_add_epi8, _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32,
-    _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srai_epi32,
-    _mm512_srli_epi16, _mm512_srli_epi32,
+    _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mul_ps,
+    _mm512_mullo_epi32, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32,
+    _mm512_srai_epi32, _mm512_srli_epi32,
 };
 use std::cell::RefCell;
 
@@ -33,7 +32,7 @@ use bytemuck::pod_read_unaligned;
 use super::amx::{Sums, TileConfig, four_products, with_tiles};
 use super::avx2_tile_i16::prefetch;
 use super::avx512_panel::{LayoutKey, laid_out};
-use super::repacked_k::{self, Q5_K, Q6_K};
+use super::repacked_k::{self, Q6_K};
 use crate::activation::Activation;
 use crate::kernels::repacked_formats::k_layout as layout;
 use crate::repack::{GROUP_ROWS, SLOT_BYTES};
@@ -132,9 +131,6 @@ pub(super) fn repacked<const FORMAT: u8>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn decode<const FORMAT: u8>(group: &[u8], ahead: &[u8], blocks: usize, decoded: &mut Vec<Decoded>) {
     let l = layout(FORMAT);
-    let low = _mm512_set1_epi8(0x0F);
-    let sixteen = _mm512_set1_epi8(0x10);
-    let high_bits = _mm512_set1_epi8(0x30);
     // Not cleared: every byte is written below.
     decoded.resize(blocks, Decoded([0; DECODED_BYTES]));
     let sub_block_bytes = DECODED_BYTES / sub_blocks(FORMAT);
@@ -143,30 +139,10 @@ fn decode<const FORMAT: u8>(group: &[u8], ahead: &[u8], blocks: usize, decoded: 
         prefetch(ahead, b * l.bytes, l.bytes);
         let parts = sub_blocks(FORMAT) / 2;
         for (p, part) in src[..parts * l.part].chunks_exact(l.part).enumerate() {
-            let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
             for h in 0..2 {
                 let sub_block = &mut out.0[(2 * p + h) * sub_block_bytes..][..sub_block_bytes];
                 for (c, slot) in sub_block.chunks_exact_mut(SLOT_BYTES).enumerate() {
-                    let packed = load(l.slots + SLOT_BYTES * c);
-                    let nibbles = if h == 0 { packed } else { _mm512_srli_epi16(packed, 4) };
-                    let nibbles = _mm512_and_si512(nibbles, low);
-                    let bytes = if FORMAT == Q6_K {
-                        // Field c of the high bits (bits 2c, 2c + 1) to bits 4, 5.
-                        let high = load(l.high + SLOT_BYTES * h);
-                        let high = match c {
-                            0 => _mm512_slli_epi16(high, 4),
-                            1 => _mm512_slli_epi16(high, 2),
-                            2 => high,
-                            _ => _mm512_srli_epi16(high, 2),
-                        };
-                        _mm512_or_si512(nibbles, _mm512_and_si512(high, high_bits))
-                    } else if FORMAT == Q5_K {
-                        let at = l.high + 8 * (8 * h + c);
-                        let fifth = pod_read_unaligned::<u64>(&part[at..at + 8]);
-                        _mm512_mask_add_epi8(nibbles, fifth, nibbles, sixteen)
-                    } else {
-                        nibbles
-                    };
+                    let bytes = repacked_k::slot_bytes::<FORMAT>(part, h, c);
                     slot.copy_from_slice(&bytemuck::cast::<__m512i, [u8; 64]>(bytes));
                 }
             }

@@ -99,6 +99,33 @@ pub(super) fn avx512<const FORMAT: u8>(
     }
 }
 
+/// Slot `c` of sub-block half `h` of a repacked part as bytes (four values of each of the 16
+/// rows, 0..63): Q4_K's nibbles, Q5_K's with their fifth bits, Q6_K's with high-bit field `c`
+/// (bits 2c, 2c + 1 moved to bits 4, 5). The AVX-512 VNNI and the AMX kernels' one decoder.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn slot_bytes<const FORMAT: u8>(part: &[u8], h: usize, c: usize) -> __m512i {
+    let l = layout(FORMAT);
+    let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
+    let packed = load(l.slots + SLOT_BYTES * c);
+    let nibbles = if h == 0 { packed } else { _mm512_srli_epi16(packed, 4) };
+    let nibbles = _mm512_and_si512(nibbles, _mm512_set1_epi8(0x0F));
+    match FORMAT {
+        Q6_K => {
+            let high = load(l.high + SLOT_BYTES * h);
+            let high = match c {
+                0 => _mm512_slli_epi16(high, 4),
+                1 => _mm512_slli_epi16(high, 2),
+                2 => high,
+                _ => _mm512_srli_epi16(high, 2),
+            };
+            _mm512_or_si512(nibbles, _mm512_and_si512(high, _mm512_set1_epi8(0x30)))
+        }
+        Q5_K => _mm512_mask_add_epi8(nibbles, fifth_bits(part, h, c), nibbles, _mm512_set1_epi8(0x10)),
+        _ => nibbles,
+    }
+}
+
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn avx512_pass<const FORMAT: u8, const N: usize>(
@@ -109,9 +136,6 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
 ) {
     let l = layout(FORMAT);
     let mut acc: [__m512; N] = [_mm512_setzero_ps(); N];
-    let low = _mm512_set1_epi8(0x0F);
-    let sixteen = _mm512_set1_epi8(0x10);
-    let high_bits = _mm512_set1_epi8(0x30);
     let low_word = _mm512_set1_epi32(0xFFFF);
     for (b, src) in group.chunks_exact(l.bytes).enumerate() {
         prefetch(ahead, b * l.bytes, l.bytes);
@@ -121,23 +145,10 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
         if FORMAT != Q6_K {
             let mut mins = [_mm512_setzero_si512(); N];
             for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
-                let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
                 let mut dots = [[_mm512_setzero_si512(); N]; 2];
                 for (h, dots) in dots.iter_mut().enumerate() {
                     let j = 2 * p + h;
-                    let w: [__m512i; 8] = std::array::from_fn(|c| {
-                        let packed = load(l.slots + SLOT_BYTES * c);
-                        let nibbles = if h == 0 {
-                            _mm512_and_si512(packed, low)
-                        } else {
-                            _mm512_and_si512(_mm512_srli_epi16(packed, 4), low)
-                        };
-                        if FORMAT == Q5_K {
-                            _mm512_mask_add_epi8(nibbles, fifth_bits(part, h, c), nibbles, sixteen)
-                        } else {
-                            nibbles
-                        }
-                    });
+                    let w: [__m512i; 8] = std::array::from_fn(|c| slot_bytes::<FORMAT>(part, h, c));
                     for n in 0..N {
                         let qs = parts[n].0;
                         let mut dot = [_mm512_setzero_si512(); 2];
@@ -174,23 +185,10 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
             }
         } else {
             for (p, part) in src[..8 * l.part].chunks_exact(l.part).enumerate() {
-                let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
                 let mut dots = [[_mm512_setzero_si512(); N]; 2];
                 for (h, dots) in dots.iter_mut().enumerate() {
                     let j = 2 * p + h;
-                    let high = load(l.high + SLOT_BYTES * h);
-                    let w: [__m512i; 4] = std::array::from_fn(|k| {
-                        let packed = load(l.slots + SLOT_BYTES * k);
-                        let nibbles = if h == 0 { packed } else { _mm512_srli_epi16(packed, 4) };
-                        // Field k of the high bits (bits 2k, 2k + 1) to bits 4, 5.
-                        let high = match k {
-                            0 => _mm512_slli_epi16(high, 4),
-                            1 => _mm512_slli_epi16(high, 2),
-                            2 => high,
-                            _ => _mm512_srli_epi16(high, 2),
-                        };
-                        _mm512_or_si512(_mm512_and_si512(nibbles, low), _mm512_and_si512(high, high_bits))
-                    });
+                    let w: [__m512i; 4] = std::array::from_fn(|k| slot_bytes::<FORMAT>(part, h, k));
                     for n in 0..N {
                         let (qs, bsums, _) = parts[n];
                         // The chain starts at −32·Σa_j: Q6_K's quants are stored plus 32.
