@@ -6,7 +6,8 @@
 //! the file's bytes (ik_llama.cpp's `_R8`/`_R16` layouts and llama.cpp's `repack`
 //! follow the same idea): 16 rows side by side, four bytes of each row next to four of the
 //! next, so that one 64-byte load holds four values of each of 16 rows and one `vpdpbusd`
-//! (AVX-512 VNNI) — or `vpmaddubsw` + `vpmaddwd` on two halves (AVX2) — adds a broadcast group
+//! (AVX-512 VNNI; VEX `vpdpbusd` on two halves with AVX-VNNI) — or `vpmaddubsw` + `vpmaddwd` on
+//! two halves (AVX2) — adds a broadcast group
 //! of four activation quants into 16 rows' sums at once, with nothing to reduce across lanes
 //! (NEON: four 16-byte registers of four rows each, one `sdot` per register with the dot-product
 //! extension).
@@ -115,8 +116,8 @@ pub fn repacked_kernel_isa(dtype: DType) -> Option<&'static str> {
 /// Whether the repacked kernel this CPU runs for `dtype` beats the zero-copy kernels on one
 /// activation as on many (what `--repack auto` asks of a format), as its row in the kernel table
 /// marks it: the AVX-512 VNNI kernels for every format (and AMX's, which run them below sixteen
-/// activations); the AVX2 ones for the 32-value formats and
-/// Q6_K (not Q4_K and Q5_K: see `kernels::x86`); NEON's (`neon`, `neon+dotprod`, tested bit for
+/// activations); the AVX-VNNI and AVX2 ones for the 32-value formats and Q6_K (not Q4_K and
+/// Q5_K: see `kernels::x86`); NEON's (`neon`, `neon+dotprod`, tested bit for
 /// bit under QEMU but never timed on an aarch64 machine) for none, so `auto` leaves them to
 /// `--repack on`.
 pub fn repacking_pays(dtype: DType) -> bool {

@@ -124,15 +124,15 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
 }
 
 /// `--repack auto`'s question, as the kernel table's rows mark it: AVX-512 VNNI's kernels pay for
-/// every format (and AMX's), AVX2's for all but Q4_K and Q5_K, NEON's (never timed) and the scalar reference
-/// for none.
+/// every format (and AMX's), AVX-VNNI's and AVX2's for all but Q4_K and Q5_K, NEON's (never
+/// timed) and the scalar reference for none.
 #[test]
 fn repacking_pays_where_the_rows_were_measured_to() {
     for dtype in DTYPES {
         let isa = minerva_quant::repacked_kernel_isa(dtype).expect("every format has a repacked kernel");
         let want = match isa {
             "avx512+vnni" | "amx+avx512" => true,
-            "avx2+fma+f16c" => !matches!(dtype, DType::Q4_K | DType::Q5_K),
+            "avx2+avxvnni" | "avx2+fma+f16c" => !matches!(dtype, DType::Q4_K | DType::Q5_K),
             _ => false,
         };
         assert_eq!(minerva_quant::repacking_pays(dtype), want, "{dtype} on {isa}");

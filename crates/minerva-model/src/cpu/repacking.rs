@@ -23,7 +23,7 @@ use crate::arch::Int8Activations;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Repack {
     /// Every repackable matrix whose format's repacked kernel on this CPU beats the zero-copy
-    /// ones (`minerva_quant::repacking_pays`: AVX-512 VNNI for every format, AVX2 for the
+    /// ones (`minerva_quant::repacking_pays`: AVX-512 VNNI for every format, AVX-VNNI and AVX2 for the
     /// 32-value formats and Q6_K), where that keeps the activations' precision (the K-quants) or the
     /// model's architecture lets that matrix take 8-bit activations (`ArchSpec::int8_activations`:
     /// every matrix, the LM head alone, or none).

@@ -1,5 +1,6 @@
 //! AVX2 (+FMA, F16C) with AVX-VNNI (the VEX-encoded `vpdpwssd` of Intel's client CPUs since Alder
-//! Lake, which have no AVX-512): the i16 matmul of the 32-value block formats.
+//! Lake, which have no AVX-512): the i16 matmul of the 32-value block formats, and [`dpbusd`] for
+//! the repacked formats' kernels (`repacked::avx_vnni`, `repacked_k::avx_vnni`).
 //!
 //! These are `avx2_tile_i16`'s tiles (`tile_kernels!`) and `avx2_panel`'s panels with each
 //! `vpmaddwd` + `vpaddd` pair that sums into an accumulator done by one `vpdpwssd`. The
@@ -16,6 +17,23 @@ use super::avx2_tile_i16::{
     self as tile_i16, Mxfp4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, format_tiles, load_i16, tile_kernels,
 };
 use crate::activation::Activation;
+
+/// `s + Σ u·i` over each i32 lane's four byte pairs (`u` unsigned, `i` signed): one VEX
+/// `vpdpbusd`, exact (at most 4·255·128 per step). In `asm!` for the reason
+/// `avx2_panel::madd_add` gives.
+#[inline]
+#[target_feature(enable = "avx2")]
+#[allow(unsafe_code)]
+pub(super) fn dpbusd(s: __m256i, u: __m256i, i: __m256i) -> __m256i {
+    let mut s = s;
+    // SAFETY: the instruction reads and writes registers only; the kernels calling it are reached
+    // only from the `avx2+avxvnni` ISA's rows, which run after its check found AVX-VNNI.
+    unsafe {
+        core::arch::asm!("{{vex}} vpdpbusd {s}, {u}, {i}", s = inout(ymm_reg) s, u = in(ymm_reg) u,
+            i = in(ymm_reg) i, options(pure, nomem, nostack, preserves_flags));
+    }
+    s
+}
 
 /// A block's quants · 32 activation quants: 8 i32 lanes, exact (`tile_i16::quants_dot`'s lanes),
 /// the second half added by `vpdpwssd`.

@@ -9,7 +9,9 @@
 //!   per pair (`float_panel.rs`);
 //! * [`AVX2_VNNI`] — AVX-VNNI without AVX-512 (Intel client CPUs since Alder Lake): the i16
 //!   tiles and panels of `avx2_tile_i16` / `avx2_panel` with each `vpmaddwd` + `vpaddd` into an
-//!   accumulator done by one VEX `vpdpwssd` (`avx_vnni.rs`); bit for bit the AVX2 results;
+//!   accumulator done by one VEX `vpdpwssd` (`avx_vnni.rs`); the repacked formats' kernels with
+//!   one VEX `vpdpbusd` per slot and activation (`repacked::avx_vnni`, `repacked_k::avx_vnni`:
+//!   AVX-512's arithmetic on 256 bits); bit for bit the AVX2 results;
 //! * [`AVX512_VNNI`] — from [`avx512_panel::MIN_ACTS`] activations on, the i16 panels 16 rows wide
 //!   with `vpdpwssd` (`avx512_panel.rs`), and for Q2_K…Q6_K panels of scaled i16 quants
 //!   (`avx512_panel_k.rs`); below, the i16 tiles with a `vpdpwssd` block dot, MXFP4 decoded by
@@ -172,18 +174,38 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
     ],
 };
 
-/// AVX-VNNI (VEX `vpdpwssd`, without AVX-512) on top of AVX2 + FMA + F16C: the i16 matmul of the
-/// 32-value block formats, bit for bit the AVX2 kernels' results (the other entries are AVX2's).
+/// AVX-VNNI (VEX `vpdpwssd` and `vpdpbusd`, without AVX-512) on top of AVX2 + FMA + F16C: the
+/// i16 matmul of the 32-value block formats and the repacked formats' products, bit for bit the
+/// AVX2 kernels' results (the other entries are AVX2's).
 pub(super) const AVX2_VNNI: Isa = Isa {
     name: "avx2+avxvnni",
     detected: || has!("avx2") && has!("fma") && has!("f16c") && has!("avxvnni"),
     rows: &[
-        Kernels::new(Q8_0).tile_i16(tile!(avx_vnni::kernel_q8_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q4_0).tile_i16(tile!(avx_vnni::kernel_q4_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q4_1).tile_i16(tile!(avx_vnni::kernel_q4_1::<I16_ACT_GROUPS>)),
-        Kernels::new(Q5_0).tile_i16(tile!(avx_vnni::kernel_q5_0::<I16_ACT_GROUPS>)),
-        Kernels::new(Q5_1).tile_i16(tile!(avx_vnni::kernel_q5_1::<I16_ACT_GROUPS>)),
+        Kernels::new(Q8_0)
+            .tile_i16(tile!(avx_vnni::kernel_q8_0::<I16_ACT_GROUPS>))
+            .repacked_paying(repacked!(repacked::avx_vnni::<{ repacked::Q8_0 }>)),
+        Kernels::new(Q4_0)
+            .tile_i16(tile!(avx_vnni::kernel_q4_0::<I16_ACT_GROUPS>))
+            .repacked_paying(repacked!(repacked::avx_vnni::<{ repacked::Q4_0 }>)),
+        Kernels::new(Q4_1)
+            .tile_i16(tile!(avx_vnni::kernel_q4_1::<I16_ACT_GROUPS>))
+            .repacked_paying(repacked!(repacked::avx_vnni::<{ repacked::Q4_1 }>)),
+        Kernels::new(Q5_0)
+            .tile_i16(tile!(avx_vnni::kernel_q5_0::<I16_ACT_GROUPS>))
+            .repacked_paying(repacked!(repacked::avx_vnni::<{ repacked::Q5_0 }>)),
+        Kernels::new(Q5_1)
+            .tile_i16(tile!(avx_vnni::kernel_q5_1::<I16_ACT_GROUPS>))
+            .repacked_paying(repacked!(repacked::avx_vnni::<{ repacked::Q5_1 }>)),
         Kernels::new(MXFP4).tile_i16(tile!(avx_vnni::kernel_mxfp4::<I16_ACT_GROUPS>)),
+        // Not marked paying, as in the AVX2 row: Q5_K's kernel reads a large matrix for one
+        // activation at 0.92–0.96× the zero-copy kernels' rate (with 64 activations 1.35×;
+        // `repacked/llama8b_*`, one thread, Xeon family 6 model 207 limited to this row). Q4_K's
+        // runs 1.2× and 1.6× as fast, but Gemma 3's perplexity with its Q4_K matrices repacked
+        // (and AVX2's f32 vectors) is 0.59 % from llama.cpp's, past `gemma3_llama_cpp.rs`'s
+        // 0.25 % (0.10 % without them; 0.01 % with AVX-512's vectors): `--repack on` uses it,
+        // `auto` not. Q6_K keeps the AVX2 row's kernel (see `repacked_k::avx_vnni`).
+        Kernels::new(Q4_K).repacked(repacked!(repacked_k::avx_vnni::<{ repacked_k::Q4_K }>)),
+        Kernels::new(Q5_K).repacked(repacked!(repacked_k::avx_vnni::<{ repacked_k::Q5_K }>)),
     ],
 };
 

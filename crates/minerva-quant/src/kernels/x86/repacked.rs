@@ -1,5 +1,5 @@
 //! The kernels of repacked weights (`crate::repack`: 16 rows interleaved, four bytes of each per
-//! slot) against Q8_0 activations, for AVX-512 VNNI and for AVX2.
+//! slot) against Q8_0 activations, for AVX-512 VNNI, for AVX2 and for AVX2 with AVX-VNNI.
 //!
 //! Per block, each slot is one 64-byte vector holding four values of each of the 16 rows; an
 //! activation's four quants of the same values are broadcast to every lane, so the 16 rows'
@@ -8,21 +8,24 @@
 //! ```text
 //!   AVX-512 VNNI   s = vpdpbusd(s, slot, broadcast(a[4k..4k+4]))      u8 weights × i8 activations
 //!                  Q8_0's signed quants as unsigned bytes: q ^ 0x80 = q + 128, then s − 128·Σa
+//!                  Q5's fifth bits: one masked byte add of 16 per decoded slot
 //!   AVX2           each slot as two 32-byte halves (rows 0..8, 8..16)
 //!                  Q4_x, Q5_x: vpmaddubsw per slot (≤ 2·15·128 per i16; Q5 2·31·128), the slots
 //!                        added as i16 (Q4: all 8, ≤ 30,720; Q5: two sums of 4, ≤ 31,744),
 //!                        each sum one vpmaddwd by ones; Q5's fifth bits spread from their mask
-//!   AVX-512        Q5's fifth bits: one masked byte add of 16 per decoded slot
 //!                  Q8_0: vpmaddubsw(|q|, sign(a, q)) per slot, each vpmaddwd by ones, added as i32
+//!   AVX-VNNI       the halves as AVX2 decodes them, summed as AVX-512 VNNI does: one VEX
+//!                  vpdpbusd per slot and activation, each slot decoded once for
+//!                  [`VNNI_ACTS`] activations
 //! ```
 //!
 //! then per block `acc = fma(d_w·d_a, f32(s), acc)` (and `fma(m_w, d_a·Σa, acc)` for Q4_1, Q5_1), as
 //! `crate::repack::reference_kernel` does: the results equal it bit for bit. Each pass over a
-//! block's weights serves [`AVX512_ACTS`] or [`AVX2_ACTS`] activations (weights decoded once per
-//! pass, kept in registers).
+//! block's weights serves [`AVX512_ACTS`], [`AVX2_ACTS`] or [`VNNI_ACTS`] activations (weights
+//! decoded once per pass).
 //!
 //! Memory safety rests on slices and `bytemuck` loads; the caller promises the features of the
-//! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`).
+//! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`, `super::AVX2_VNNI`).
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, __m512, __m512i, _mm256_abs_epi8, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256,
@@ -30,14 +33,15 @@ use core::arch::x86_64::{
     _mm256_max_ps, _mm256_min_ps, _mm256_mul_ps, _mm256_or_si256, _mm256_packs_epi16, _mm256_packs_epi32,
     _mm256_permutevar8x32_epi32, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x,
     _mm256_set1_ps, _mm256_setr_epi32, _mm256_setr_epi64x, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_srli_epi16, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512,
-    _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mask_add_epi8, _mm512_mul_ps,
-    _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_srli_epi16,
-    _mm512_sub_epi32, _mm512_xor_si512,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_srli_epi16, _mm256_sub_epi32, _mm256_xor_si256, _mm512_add_epi32,
+    _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mask_add_epi8,
+    _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512,
+    _mm512_srli_epi16, _mm512_sub_epi32, _mm512_xor_si512,
 };
 
 use bytemuck::pod_read_unaligned;
 
+use super::avx_vnni;
 use super::avx2_tile_i16::prefetch;
 use super::avx2_vector::{block_values, lane_sum, largest_magnitude, round_half_away};
 use crate::activation::Activation;
@@ -49,11 +53,21 @@ use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
 const AVX512_ACTS: usize = 8;
 /// Activations per pass over half a block's weights, AVX2 (16 registers: 8 slots, 4 sums).
 const AVX2_ACTS: usize = 4;
+/// Activations per pass over half a block's weights, AVX-VNNI (slot by slot: 8 sums, one slot).
+const VNNI_ACTS: usize = 8;
 
 /// A Q5 block's fifth-bit mask word `s` (bit 4r + i: row r's value 4s + i).
 #[inline(always)]
 fn fifth_bits(src: &[u8], s: usize) -> u64 {
     pod_read_unaligned::<u64>(&src[4 * SLOT_BYTES + 8 * s..4 * SLOT_BYTES + 8 * s + 8])
+}
+
+/// Rows `8·half .. 8·half + 8`'s 32 bits of [`fifth_bits`] word `s`, read where they lie (not
+/// shifted out of the u64, so that `bytes_from_bits`'s broadcast takes them from memory).
+#[inline(always)]
+fn half_fifth_bits(src: &[u8], s: usize, half: usize) -> u32 {
+    let at = 4 * SLOT_BYTES + 8 * s + 4 * half;
+    pod_read_unaligned::<u32>(&src[at..at + 4])
 }
 
 /// An activation block's quants four at a time, as i32 (value order 4k..4k + 4).
@@ -196,6 +210,108 @@ pub(super) fn avx2<const FORMAT: u8>(
     }
 }
 
+/// AVX2 + FMA + F16C with AVX-VNNI: one group against the activations of `acts`, results into
+/// `out`, as two halves of 8 rows; each slot · broadcast activation word is one VEX `vpdpbusd`
+/// (u8 weights × i8 activations, Q8_0's quants made unsigned as in [`avx512`]) where AVX2 needs
+/// `vpmaddubsw`, an i16 add and at last `vpmaddwd`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn avx_vnni<const FORMAT: u8>(
+    group: &[u8],
+    ahead: &[u8],
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let blocks = group.len() / block_bytes(FORMAT);
+    let (mut acts, mut out, mut ahead) = (acts, out, ahead);
+    while out.len() >= VNNI_ACTS {
+        for half in 0..2 {
+            let ahead = if half == 0 { ahead } else { &[] };
+            avx_vnni_pass::<FORMAT, VNNI_ACTS>(group, ahead, half, blocks_of(acts, blocks), &mut out[..VNNI_ACTS]);
+        }
+        (acts, out, ahead) = (&acts[VNNI_ACTS..], &mut out[VNNI_ACTS..], &[]);
+    }
+    if out.len() >= 4 {
+        for half in 0..2 {
+            let ahead = if half == 0 { ahead } else { &[] };
+            avx_vnni_pass::<FORMAT, 4>(group, ahead, half, blocks_of(acts, blocks), &mut out[..4]);
+        }
+        (acts, out) = (&acts[4..], &mut out[4..]);
+    }
+    for (j, out) in out.chunks_exact_mut(1).enumerate() {
+        for half in 0..2 {
+            avx_vnni_pass::<FORMAT, 1>(group, &[], half, blocks_of(&acts[j..], blocks), out);
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn avx_vnni_pass<const FORMAT: u8, const N: usize>(
+    group: &[u8],
+    ahead: &[u8],
+    half: usize,
+    acts: [&[ActBlock]; N],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let (block, quants) = (block_bytes(FORMAT), quant_bytes(FORMAT));
+    let blocks = group.len() / block;
+    let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
+    let low = _mm256_set1_epi8(0x0F);
+    let sixteen = _mm256_set1_epi8(0x10);
+    let sign = _mm256_set1_epi8(-128);
+    // Below eight activations, two running sums each, so that a block's eight `vpdpbusd`s are two
+    // chains of four; with eight, the activations' chains are enough in flight.
+    let chains = if N >= VNNI_ACTS { 1 } else { 2 };
+    for b in 0..blocks {
+        let src = &group[b * block..][..block];
+        prefetch(ahead, b * block, block);
+        let load = |at: usize| pod_read_unaligned::<__m256i>(&src[at + 32 * half..at + 32 * half + 32]);
+        let scales = |at: usize| {
+            let at = at + 16 * half;
+            _mm256_cvtph_ps(pod_read_unaligned::<__m128i>(&src[at..at + 16]))
+        };
+        let mut sums = [[_mm256_setzero_si256(); 2]; N];
+        // Slot by slot, each decoded once and used by every activation before the next.
+        for k in 0..8 {
+            let slot = if FORMAT == Q8_0 {
+                _mm256_xor_si256(load(SLOT_BYTES * k), sign)
+            } else {
+                let packed = load(SLOT_BYTES * (k % 4));
+                let nibbles = if k < 4 { packed } else { _mm256_srli_epi16(packed, 4) };
+                let nibbles = _mm256_and_si256(nibbles, low);
+                if has_fifth_bit(FORMAT) {
+                    let word = half_fifth_bits(src, k, half);
+                    _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
+                } else {
+                    nibbles
+                }
+            };
+            for j in 0..N {
+                let sum = &mut sums[j][k % chains];
+                *sum = avx_vnni::dpbusd(*sum, slot, _mm256_set1_epi32(word(&acts[j][b], k)));
+            }
+        }
+        let d_w = scales(quants);
+        let m_w = if has_minimum(FORMAT) { scales(quants + 32) } else { _mm256_setzero_ps() };
+        for j in 0..N {
+            let act = &acts[j][b];
+            let mut s = _mm256_add_epi32(sums[j][0], sums[j][1]);
+            if !has_minimum(FORMAT) {
+                s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset_sum(FORMAT, act)));
+            }
+            let scale = _mm256_mul_ps(d_w, _mm256_set1_ps(act.d));
+            acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[j]);
+            if has_minimum(FORMAT) {
+                acc[j] = _mm256_fmadd_ps(m_w, _mm256_set1_ps(act.ds), acc[j]);
+            }
+        }
+    }
+    for (out, acc) in out.iter_mut().zip(acc) {
+        let values: [f32; 8] = bytemuck::cast(acc);
+        out[8 * half..8 * half + 8].copy_from_slice(&values);
+    }
+}
+
 /// `crate::activation::quantize_act_blocks` in AVX2, bit for bit: each block's largest magnitude
 /// (NaN ignored, as `f32::max` does), `d = amax / 127`, the values times `1/d` clamped to the
 /// i8 range and rounded half away from zero (NaN to 0), their sum, the scale rounded to f16.
@@ -269,7 +385,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                     _mm256_and_si256(_mm256_srli_epi16(packed[s - 4], 4), low)
                 };
                 if has_fifth_bit(FORMAT) {
-                    let word = (fifth_bits(src, s) >> (32 * half)) as u32;
+                    let word = half_fifth_bits(src, s, half);
                     _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
                 } else {
                     nibbles

@@ -1,5 +1,6 @@
 //! The kernels of repacked Q4_K, Q5_K and Q6_K weights (`crate::repack::k_quants`: 16 rows
-//! interleaved, scales unpacked in pairs) against Q8_K activations, for AVX-512 VNNI and AVX2.
+//! interleaved, scales unpacked in pairs) against Q8_K activations, for AVX-512 VNNI, AVX2 and
+//! AVX2 with AVX-VNNI.
 //!
 //! A decoded slot holds four values of each of the 16 rows; an activation's four quants of the
 //! same values are broadcast to every lane:
@@ -14,30 +15,33 @@
 //!                  ≤ 30,720; Q5_K: 4 slots, ≤ 31,744; Q6_K: 2 slots, ≤ 32,256), then vpmaddwd
 //!                  by (sc_j, sc_j); Q5_K's fifth bits spread from their mask words
 //!                  Q6_K: the −32·Σ sc_j·Σa_j term by vpmaddwd over the scale pairs
+//!   AVX-VNNI       Q4_K, Q5_K: the halves as AVX2 decodes them, summed as AVX-512 VNNI does
+//!                  (VEX vpdpbusd, vpmulld, the minimums by VEX vpdpwssd); Q6_K: as AVX2
 //! ```
 //!
 //! then per super-block the scalar reference's f32 steps
 //! (`crate::repack::k_quants::reference_kernel`): every ISA gives its bits.
 //!
 //! Memory safety rests on slices and `bytemuck` loads; the caller promises the features of the
-//! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`).
+//! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`, `super::AVX2_VNNI`).
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, __m512, __m512i, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256,
     _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_fnmadd_ps,
-    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi32,
-    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srli_epi16,
-    _mm256_srli_epi32, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi8_epi16, _mm512_cvtepi32_ps,
-    _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps,
-    _mm512_mask_add_epi8, _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32,
-    _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srai_epi32,
-    _mm512_srli_epi16, _mm512_srli_epi32,
+    _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_mullo_epi32, _mm256_or_si256, _mm256_set1_epi8,
+    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32,
+    _mm256_srli_epi16, _mm256_srli_epi32, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi8_epi16,
+    _mm512_cvtepi32_ps, _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_dpwssd_epi32,
+    _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mask_add_epi8, _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512,
+    _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16,
+    _mm512_slli_epi32, _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32,
 };
 
 use bytemuck::pod_read_unaligned;
 
 use super::avx2_tile_i16::prefetch;
 use super::repacked::bytes_from_bits;
+use super::{avx_vnni, avx2_panel};
 use crate::activation::Activation;
 use crate::kernels::repacked_formats::k_layout as layout;
 pub(super) use crate::kernels::repacked_formats::{Q4_K, Q5_K, Q6_K};
@@ -50,12 +54,21 @@ const QK: usize = 256;
 /// Activations per pass over a super-block's weights.
 const AVX512_ACTS: usize = 8;
 const AVX2_ACTS: usize = 4;
+const VNNI_ACTS: usize = 8;
 
 /// Q5_K's fifth-bit mask word `8h + c` of the part at `part` (slot c of sub-block half h).
 #[inline(always)]
 fn fifth_bits(part: &[u8], h: usize, c: usize) -> u64 {
     let at = k_quants::Q5_K.high + 8 * (8 * h + c);
     pod_read_unaligned::<u64>(&part[at..at + 8])
+}
+
+/// Rows `8·half .. 8·half + 8`'s 32 bits of [`fifth_bits`] word `8h + c`, read where they lie
+/// (as `repacked::half_fifth_bits`).
+#[inline(always)]
+fn half_fifth_bits(part: &[u8], h: usize, c: usize, half: usize) -> u32 {
+    let at = k_quants::Q5_K.high + 8 * (8 * h + c) + 4 * half;
+    pod_read_unaligned::<u32>(&part[at..at + 4])
 }
 
 /// The four activation quants of values `at..at + 4`, as one i32.
@@ -244,6 +257,132 @@ pub(super) fn avx2<const FORMAT: u8>(
     }
 }
 
+/// Row half `half` (8 rows, 32 bytes) of slot `c` of sub-block half `h` as bytes: [`slot_bytes`]
+/// for the AVX2 and AVX-VNNI kernels, Q5_K's fifth bits spread from their mask word.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn half_slot_bytes<const FORMAT: u8>(part: &[u8], h: usize, c: usize, half: usize) -> __m256i {
+    let l = layout(FORMAT);
+    let load = |at: usize| pod_read_unaligned::<__m256i>(&part[at + 32 * half..at + 32 * half + 32]);
+    let packed = load(l.slots + SLOT_BYTES * c);
+    let nibbles = if h == 0 { packed } else { _mm256_srli_epi16(packed, 4) };
+    let nibbles = _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F));
+    match FORMAT {
+        Q6_K => {
+            let high = load(l.high + SLOT_BYTES * h);
+            let high = match c {
+                0 => _mm256_slli_epi16(high, 4),
+                1 => _mm256_slli_epi16(high, 2),
+                2 => high,
+                _ => _mm256_srli_epi16(high, 2),
+            };
+            _mm256_or_si256(nibbles, _mm256_and_si256(high, _mm256_set1_epi8(0x30)))
+        }
+        Q5_K => {
+            let word = half_fifth_bits(part, h, c, half);
+            _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), _mm256_set1_epi8(0x10)))
+        }
+        _ => nibbles,
+    }
+}
+
+/// AVX2 + FMA + F16C with AVX-VNNI, Q4_K and Q5_K: one group against `acts`, results into `out`,
+/// as two halves of 8 rows; [`avx512`]'s integer steps on 256 bits (VEX `vpdpbusd` per slot,
+/// `vpmulld` by the sub-block scales, the minimums by VEX `vpdpwssd`), then the same f32 steps.
+/// (Q6_K's 16-value sub-blocks, one `vpmulld` per four `vpdpbusd`s, ran no faster so than
+/// [`avx2`], which the AVX-VNNI row keeps for it.)
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn avx_vnni<const FORMAT: u8>(
+    group: &[u8],
+    ahead: &[u8],
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let (mut acts, mut out, mut ahead) = (acts, out, ahead);
+    while out.len() >= VNNI_ACTS {
+        for half in 0..2 {
+            let ahead = if half == 0 { ahead } else { &[] };
+            avx_vnni_pass::<FORMAT, VNNI_ACTS>(group, ahead, half, &acts[..VNNI_ACTS], &mut out[..VNNI_ACTS]);
+        }
+        (acts, out, ahead) = (&acts[VNNI_ACTS..], &mut out[VNNI_ACTS..], &[]);
+    }
+    if out.len() >= 4 {
+        for half in 0..2 {
+            let ahead = if half == 0 { ahead } else { &[] };
+            avx_vnni_pass::<FORMAT, 4>(group, ahead, half, &acts[..4], &mut out[..4]);
+        }
+        (acts, out) = (&acts[4..], &mut out[4..]);
+    }
+    for (j, out) in out.chunks_exact_mut(1).enumerate() {
+        for half in 0..2 {
+            avx_vnni_pass::<FORMAT, 1>(group, &[], half, &acts[j..j + 1], out);
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn avx_vnni_pass<const FORMAT: u8, const N: usize>(
+    group: &[u8],
+    ahead: &[u8],
+    half: usize,
+    acts: &[Activation<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let l = layout(FORMAT);
+    // Below eight activations, two running sums each, so that a sub-block's eight `vpdpbusd`s are
+    // two chains; with eight, the activations' chains are enough in flight.
+    let chains = if N >= VNNI_ACTS { 1 } else { 2 };
+    let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
+    let low_word = _mm256_set1_epi32(0xFFFF);
+    for (b, src) in group.chunks_exact(l.bytes).enumerate() {
+        prefetch(ahead, b * l.bytes, l.bytes);
+        let load_pairs =
+            |bytes: &[u8], at: usize| pod_read_unaligned::<__m128i>(&bytes[at + 16 * half..at + 16 * half + 16]);
+        let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
+        let mut sums = [_mm256_setzero_si256(); N];
+        let mut mins = [_mm256_setzero_si256(); N];
+        for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
+            for h in 0..2 {
+                let j = 2 * p + h;
+                let mut dots = [[_mm256_setzero_si256(); 2]; N];
+                for c in 0..8 {
+                    let w = half_slot_bytes::<FORMAT>(part, h, c, half);
+                    for n in 0..N {
+                        let a = _mm256_set1_epi32(word(parts[n].0, 32 * j + 4 * c));
+                        dots[n][c % chains] = avx_vnni::dpbusd(dots[n][c % chains], w, a);
+                    }
+                }
+                // The sub-block's scales (the pairs after the slots they scale, as `avx512_pass`
+                // reads them).
+                let pairs = _mm256_cvtepu8_epi16(load_pairs(part, l.scales));
+                let scale = if h == 0 { _mm256_and_si256(pairs, low_word) } else { _mm256_srli_epi32(pairs, 16) };
+                for (sum, [first, second]) in sums.iter_mut().zip(dots) {
+                    *sum = _mm256_add_epi32(*sum, _mm256_mullo_epi32(_mm256_add_epi32(first, second), scale));
+                }
+            }
+            let minimums = _mm256_cvtepu8_epi16(load_pairs(part, l.minimums));
+            for n in 0..N {
+                let bsums = parts[n].1;
+                let sum = |j: usize| i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]);
+                let a = _mm256_set1_epi32(pair(sum(2 * p), sum(2 * p + 1)));
+                mins[n] = avx2_panel::madd_add::<{ avx2_panel::VEX_DPWSSD }>(mins[n], minimums, a);
+            }
+        }
+        let d_w = _mm256_cvtph_ps(load_pairs(src, l.d));
+        let dmin_w = _mm256_cvtph_ps(load_pairs(src, l.dmin));
+        for n in 0..N {
+            let d_a = _mm256_set1_ps(parts[n].2);
+            acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, d_a), _mm256_cvtepi32_ps(sums[n]), acc[n]);
+            acc[n] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_w, d_a), _mm256_cvtepi32_ps(mins[n]), acc[n]);
+        }
+    }
+    for (out, acc) in out.iter_mut().zip(acc) {
+        let values: [f32; 8] = bytemuck::cast(acc);
+        out[8 * half..8 * half + 8].copy_from_slice(&values);
+    }
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn avx2_pass<const FORMAT: u8, const N: usize>(
@@ -255,9 +394,6 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
 ) {
     let l = layout(FORMAT);
     let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
-    let low = _mm256_set1_epi8(0x0F);
-    let sixteen = _mm256_set1_epi8(0x10);
-    let high_bits = _mm256_set1_epi8(0x30);
     let (low_word, high_word) = (_mm256_set1_epi32(0xFFFF), _mm256_set1_epi32(-0x1_0000));
     // (sc, sc) in each i32 lane, from a lane's (sc_2p, sc_2p+1).
     let replicated = |pairs: __m256i| {
@@ -268,8 +404,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
     };
     for (b, src) in group.chunks_exact(l.bytes).enumerate() {
         prefetch(ahead, b * l.bytes, l.bytes);
-        // Row half `half` of a slot (32 bytes), of a pair vector or of the f16 scales (16 bytes).
-        let load = |bytes: &[u8], at: usize| pod_read_unaligned::<__m256i>(&bytes[at + 32 * half..at + 32 * half + 32]);
+        // Row half `half` of a pair vector or of the f16 scales (16 bytes).
         let load_pairs =
             |bytes: &[u8], at: usize| pod_read_unaligned::<__m128i>(&bytes[at + 16 * half..at + 16 * half + 16]);
         let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
@@ -280,20 +415,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                 let scales = replicated(_mm256_cvtepu8_epi16(load_pairs(part, l.scales)));
                 for (h, &scale) in scales.iter().enumerate() {
                     let j = 2 * p + h;
-                    let w: [__m256i; 8] = std::array::from_fn(|c| {
-                        let packed = load(part, l.slots + SLOT_BYTES * c);
-                        let nibbles = if h == 0 {
-                            _mm256_and_si256(packed, low)
-                        } else {
-                            _mm256_and_si256(_mm256_srli_epi16(packed, 4), low)
-                        };
-                        if FORMAT == Q5_K {
-                            let word = (fifth_bits(part, h, c) >> (32 * half)) as u32;
-                            _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
-                        } else {
-                            nibbles
-                        }
-                    });
+                    let w: [__m256i; 8] = std::array::from_fn(|c| half_slot_bytes::<FORMAT>(part, h, c, half));
                     for n in 0..N {
                         let qs = parts[n].0;
                         // Q4_K's 8 slots sum within i16 (≤ 30,720), Q5_K's in two halves of 4.
@@ -335,18 +457,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                 let mut halves = [[[_mm256_setzero_si256(); 2]; N]; 2];
                 for (h, halves) in halves.iter_mut().enumerate() {
                     let j = 2 * p + h;
-                    let high = load(part, l.high + SLOT_BYTES * h);
-                    let w: [__m256i; 4] = std::array::from_fn(|k| {
-                        let packed = load(part, l.slots + SLOT_BYTES * k);
-                        let nibbles = if h == 0 { packed } else { _mm256_srli_epi16(packed, 4) };
-                        let high = match k {
-                            0 => _mm256_slli_epi16(high, 4),
-                            1 => _mm256_slli_epi16(high, 2),
-                            2 => high,
-                            _ => _mm256_srli_epi16(high, 2),
-                        };
-                        _mm256_or_si256(_mm256_and_si256(nibbles, low), _mm256_and_si256(high, high_bits))
-                    });
+                    let w: [__m256i; 4] = std::array::from_fn(|k| half_slot_bytes::<FORMAT>(part, h, k, half));
                     for n in 0..N {
                         let qs = parts[n].0;
                         let product =
