@@ -64,7 +64,7 @@ pub struct ModelArgs {
     /// into groups of 16 interleaved rows multiplied with 8-bit activations as
     /// llama.cpp's (the file's pages are given back; faster prefill and decode; for the 32-value
     /// formats llama.cpp's accuracy rather than the i16 path's): `auto` where this CPU's
-    /// repacked kernel for the format is the faster (AVX-512 VNNI; AVX2 for the 32-value
+    /// repacked kernel for the format is the faster (AVX-512 VNNI; AVX-VNNI and AVX2 for the 32-value
     /// formats and Q6_K) and the format keeps its activations' precision (the K-quants) or the
     /// architecture lets the matrix take 8-bit activations (the LLaMA family: every matrix; Gemma
     /// 3: the LM head), `on` everywhere; `off` (default) reads every weight in place.
@@ -75,7 +75,7 @@ pub struct ModelArgs {
 /// `--repack`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum RepackMode {
-    /// Where this CPU's repacked kernel is the faster (AVX-512 VNNI; AVX2 for the 32-value
+    /// Where this CPU's repacked kernel is the faster (AVX-512 VNNI; AVX-VNNI and AVX2 for the 32-value
     /// formats and Q6_K) and the format's activations keep their precision (the K-quants) or the
     /// architecture lets the matrix take 8-bit activations (LLaMA family: all; Gemma 3: the head).
     Auto,
