@@ -166,19 +166,16 @@ fn row_fifth_bits(masks: &[u64; 8], r: usize) -> u32 {
     masks.iter().enumerate().fold(0u32, |qh, (s, &mask)| qh | (((mask >> (4 * r)) & 0xF) as u32) << (4 * s))
 }
 
-/// One 64-byte line: the storage unit, so that every group and slot starts where the kernels'
-/// loads want it.
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
 /// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K blocks in the
 /// interleaved layout (module docs, and `k_quants` for the K-quants), owned.
 pub struct Repacked {
     dtype: DType,
     rows: usize,
     cols: usize,
-    lines: Vec<Line>,
+    /// The groups from `start` on, at a 64-byte line, so that every group and slot starts where
+    /// the kernels' loads want it; [`Repacked::len_bytes`] of them.
+    storage: Vec<u8>,
+    start: usize,
 }
 
 impl std::fmt::Debug for Repacked {
@@ -202,9 +199,16 @@ impl Repacked {
         let group_bytes = group_bytes(dtype, cols)?;
         let groups = rows.div_ceil(GROUP_ROWS);
         let total = groups.checked_mul(group_bytes).ok_or(QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })?;
-        let mut lines = bytemuck::allocation::try_zeroed_vec::<Line>(total.div_ceil(64))
-            .map_err(|_| QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })?;
-        let out: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut lines)[..total];
+        // Zeroed bytes (alignment 1) are `calloc`'s: pages fresh from the OS, first touched by the
+        // pool thread that packs into them. A zeroed allocation aligned to 64 was a `memset` on
+        // this thread instead, faulting in every page one by one: a quarter of the samples of a
+        // Llama 8B load. 63 more bytes let the groups start on a line.
+        let held = total.next_multiple_of(64);
+        let too_large = || QuantError::ShapeOverflow { dtype, rows, cols, n: 1 };
+        let mut storage = bytemuck::allocation::try_zeroed_vec::<u8>(held.checked_add(63).ok_or_else(too_large)?)
+            .map_err(|_| too_large())?;
+        let start = storage.as_ptr().align_offset(64).min(63);
+        let out = &mut storage[start..start + total];
         if group_bytes > 0 {
             pool::for_each_chunk_mut(out, group_bytes, |g, group| {
                 let first = g * GROUP_ROWS;
@@ -213,7 +217,7 @@ impl Repacked {
                 pack_group(dtype, &src, group);
             });
         }
-        Ok(Repacked { dtype, rows, cols, lines })
+        Ok(Repacked { dtype, rows, cols, storage, start })
     }
 
     /// The weights' dtype.
@@ -233,7 +237,7 @@ impl Repacked {
 
     /// Bytes held (a whole number of groups).
     pub fn len_bytes(&self) -> usize {
-        self.lines.len() * 64
+        self.storage.len() - 63
     }
 
     /// The matrix as the fused products read it.
@@ -248,7 +252,7 @@ impl Repacked {
 
     fn bytes(&self) -> &[u8] {
         let len = self.rows.div_ceil(GROUP_ROWS) * group_bytes(self.dtype, self.cols).unwrap_or(0);
-        &bytemuck::cast_slice(&self.lines)[..len]
+        &self.storage[self.start..self.start + len]
     }
 
     /// The GGML rows back (exactly the bytes it was made from).
@@ -362,7 +366,10 @@ fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
     let (block_bytes, quants) = (dtype.block_bytes(), quant_bytes(dtype));
     let (quants_at, qh_at) = ggml_fields(dtype);
     for (b, dst) in out.chunks_exact_mut(GROUP_ROWS * block_bytes).enumerate() {
-        dst.fill(0);
+        // Sixteen rows write every byte of the block's part; fewer leave the missing rows' zero.
+        if rows.len() < GROUP_ROWS {
+            dst.fill(0);
+        }
         let mut qh = [0u32; GROUP_ROWS];
         for (r, row) in rows.iter().enumerate() {
             let src = &row[b * block_bytes..][..block_bytes];
