@@ -289,8 +289,8 @@ fn half_slot_bytes<const FORMAT: u8>(part: &[u8], h: usize, c: usize, half: usiz
 /// AVX2 + FMA + F16C with AVX-VNNI, Q4_K and Q5_K: one group against `acts`, results into `out`,
 /// as two halves of 8 rows; [`avx512`]'s integer steps on 256 bits (VEX `vpdpbusd` per slot,
 /// `vpmulld` by the sub-block scales, the minimums by VEX `vpdpwssd`), then the same f32 steps.
-/// (Q6_K's 16-value sub-blocks, one `vpmulld` per four `vpdpbusd`s, ran no faster so than
-/// [`avx2`], which the AVX-VNNI row keeps for it.)
+/// (Q6_K's 16-value sub-blocks, one `vpmulld` per four `vpdpbusd`s, ran no faster this way than
+/// in [`avx2`], which the AVX-VNNI row keeps for it.)
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn avx_vnni<const FORMAT: u8>(
     group: &[u8],
@@ -298,6 +298,7 @@ pub(super) fn avx_vnni<const FORMAT: u8>(
     acts: &[Activation<'_>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
+    const { assert!(FORMAT == Q4_K || FORMAT == Q5_K, "the AVX-VNNI pass reads Q4_K's and Q5_K's layout") };
     let (mut acts, mut out, mut ahead) = (acts, out, ahead);
     while out.len() >= VNNI_ACTS {
         for half in 0..2 {
