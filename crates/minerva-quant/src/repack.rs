@@ -360,9 +360,23 @@ const fn slot_offset(slot: usize, row: usize) -> usize {
 
 /// Up to 16 GGML rows (`rows`) into one group (`out`, every byte written; missing rows zero).
 fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
-    if k_quants::group_block_bytes(dtype).is_some() {
-        return k_quants::pack_group(dtype, rows, out);
+    use crate::kernels::repacked_formats as format;
+    match dtype {
+        DType::Q8_0 => pack_blocks::<{ format::Q8_0 }>(rows, out),
+        DType::Q4_0 => pack_blocks::<{ format::Q4_0 }>(rows, out),
+        DType::Q4_1 => pack_blocks::<{ format::Q4_1 }>(rows, out),
+        DType::Q5_0 => pack_blocks::<{ format::Q5_0 }>(rows, out),
+        DType::Q5_1 => pack_blocks::<{ format::Q5_1 }>(rows, out),
+        _ => k_quants::pack_group(dtype, rows, out),
     }
+}
+
+/// [`pack_group`] for one 32-value format, compiled for it: its sizes and offsets constants, so
+/// that the 4-byte copies of a row's slots need no bounds check each (the loop was 39 % of a
+/// Llama 8B load's samples with them).
+fn pack_blocks<const FORMAT: u8>(rows: &[&[u8]], out: &mut [u8]) {
+    let dtype = crate::kernels::repacked_formats::dtype(FORMAT);
+    let rows = &rows[..rows.len().min(GROUP_ROWS)];
     let (block_bytes, quants) = (dtype.block_bytes(), quant_bytes(dtype));
     let (quants_at, qh_at) = ggml_fields(dtype);
     for (b, dst) in out.chunks_exact_mut(GROUP_ROWS * block_bytes).enumerate() {

@@ -43,7 +43,7 @@ macro_rules! repacked {
 mod aarch64;
 pub(crate) mod reference;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-mod repacked_formats;
+pub(crate) mod repacked_formats;
 mod widened;
 #[cfg(target_arch = "x86_64")]
 mod x86;

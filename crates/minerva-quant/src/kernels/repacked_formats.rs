@@ -2,6 +2,8 @@
 //! Rust), and what their kernels read of each (`crate::repack`'s layouts): one table for every
 //! ISA's repacked kernels (`x86::repacked`, `x86::repacked_k`, `aarch64::neon_repacked`).
 
+use minerva_core::DType;
+
 use crate::activation::Activation;
 use crate::repack::k_quants::{self, Layout};
 use crate::repack::{ActBlock, SLOT_BYTES};
@@ -16,6 +18,17 @@ pub(crate) const Q5_1: u8 = 4;
 pub(crate) const Q4_K: u8 = 5;
 pub(crate) const Q5_K: u8 = 6;
 pub(crate) const Q6_K: u8 = 7;
+
+/// The dtype of a 32-value format.
+pub(crate) const fn dtype(format: u8) -> DType {
+    match format {
+        Q8_0 => DType::Q8_0,
+        Q4_0 => DType::Q4_0,
+        Q4_1 => DType::Q4_1,
+        Q5_0 => DType::Q5_0,
+        _ => DType::Q5_1,
+    }
+}
 
 /// Bytes of quants per block of a group (with Q5's fifth bits): where the scales begin.
 pub(crate) const fn quant_bytes(format: u8) -> usize {
