@@ -42,7 +42,7 @@ macro_rules! repacked {
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 pub(crate) mod reference;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+// Everywhere: `crate::repack` packs the 32-value formats by it on every target.
 pub(crate) mod repacked_formats;
 mod widened;
 #[cfg(target_arch = "x86_64")]

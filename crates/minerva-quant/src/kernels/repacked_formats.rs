@@ -1,6 +1,10 @@
 //! The repacked formats as the SIMD kernels' const parameter (a `DType` cannot be one on stable
 //! Rust), and what their kernels read of each (`crate::repack`'s layouts): one table for every
-//! ISA's repacked kernels (`x86::repacked`, `x86::repacked_k`, `aarch64::neon_repacked`).
+//! ISA's repacked kernels (`x86::repacked`, `x86::repacked_k`, `aarch64::neon_repacked`), and
+//! for `crate::repack`'s packing, which is compiled per format on every target.
+
+// Targets without SIMD kernels use only what the packing needs.
+#![cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
 
 use minerva_core::DType;
 
