@@ -41,8 +41,11 @@ pub fn run(
         None => (tokens, None),
     };
     let ctx = opts.ctx.unwrap_or(tokens.len());
-    if ctx < 2 || tokens.len() < ctx {
-        let message = format!("need a window of at least 2 tokens: {} tokens, --ctx {ctx}", tokens.len());
+    // With --ctx the second half of each window is scored (as llama-perplexity does): a window
+    // of 2 would score nothing.
+    let shortest = if opts.ctx.is_some() { 3 } else { 2 };
+    if ctx < shortest || tokens.len() < ctx {
+        let message = format!("need a window of at least {shortest} tokens: {} tokens, --ctx {ctx}", tokens.len());
         return Err(CliError::Request { path, message });
     }
     let bos = bos.filter(|_| opts.bos_per_window);
@@ -99,16 +102,29 @@ fn score<B: Backend>(
     };
     let mut cache = model.new_cache(1, ctx).map_err(model_err)?;
     let mut nll = 0.0f64;
+    let vocab_err = |token: u32| CliError::Request {
+        path: path.to_path_buf(),
+        message: format!("token id {token} is outside the model's vocabulary of {vocab}"),
+    };
+    // The unscored first part of a window fills the cache without logits and the rest continues
+    // from it: a row's logits do not depend on the rows run beside it, so this equals one pass
+    // over the window at half the LM head's work (a 262144-token head is most of Gemma's). Not
+    // for long-rope models whose window reaches the switch position: their rotation depends on a
+    // pass's largest position, so the window runs whole (as llama-perplexity runs it).
+    let split = first > 0 && model.config.rope.step_dependent_from().is_none_or(|switch| ctx <= switch);
+    let (run_from, run_to) = if split { (first, ctx - 1) } else { (0, ctx) };
     for window in tokens.chunks_exact(ctx) {
-        let seq = SequenceInput { tokens: window, start_pos: 0, slot: 0 };
+        if run_from > 0 {
+            let seq = SequenceInput { tokens: &window[..run_from], start_pos: 0, slot: 0 };
+            model.forward(&mut cache, &[seq], LogitsFor::LastOfFirst(0)).map_err(model_err)?;
+        }
+        let seq = SequenceInput { tokens: &window[run_from..run_to], start_pos: run_from, slot: 0 };
         let logits = model.forward(&mut cache, &[seq], LogitsFor::All).map_err(model_err)?;
-        for j in first..ctx - 1 {
-            let row = logits.row(j);
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-            let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
-            nll -= row[window[j + 1] as usize] as f64 - max - sum.ln();
+        for (i, &next) in window[first + 1..].iter().enumerate() {
+            let row = first - run_from + i;
+            nll -= logits.log_prob(row, next).ok_or_else(|| vocab_err(next))?;
             if let Some((w, io)) = &mut writer {
-                npy::write_values(&mut *w, row).map_err(*io)?;
+                npy::write_values(&mut *w, logits.row(row)).map_err(*io)?;
             }
         }
     }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::process::Output;
 
 use common::{Npy, assert_one_line_error, minerva, real_model, root};
@@ -89,9 +90,21 @@ fn score_matches_the_reference_and_writes_logits() {
 #[test]
 fn bad_requests_are_one_line_errors() {
     let model = real_model();
-    for (tokens, what) in [("5", "need a window of at least 2 tokens"), ("1,99999", "token id 99999")] {
-        let out = minerva(&["score".as_ref(), model.as_os_str(), "--tokens".as_ref(), tokens.as_ref()]);
-        assert_one_line_error(&out, what);
+    // Without --ctx the stream is one window; with it each window's second half is scored, and
+    // the token after a window's last scored position is never run through the model, only
+    // looked up in the logits.
+    let cases = [
+        ("5", None, "need a window of at least 2 tokens"),
+        ("1,2,3", Some("2"), "need a window of at least 3 tokens"),
+        ("1,99999", None, "token id 99999"),
+        ("1,2,99999", Some("3"), "token id 99999 is outside the model's vocabulary"),
+    ];
+    for (tokens, ctx, what) in cases {
+        let mut args = vec![OsStr::new("score"), model.as_os_str(), OsStr::new("--tokens"), OsStr::new(tokens)];
+        if let Some(ctx) = ctx {
+            args.extend([OsStr::new("--ctx"), OsStr::new(ctx)]);
+        }
+        assert_one_line_error(&minerva(&args), what);
     }
 }
 

@@ -53,6 +53,17 @@ impl Logits {
     pub fn row(&self, i: usize) -> &[f32] {
         &self.data[i * self.vocab..(i + 1) * self.vocab]
     }
+
+    /// The natural log of the probability row `i` gives `token` (its log-softmax as llama.cpp's
+    /// `perplexity` computes it: `e^(v - max)` in f32, summed in f64); `None` for a token outside
+    /// the row.
+    pub fn log_prob(&self, i: usize, token: u32) -> Option<f64> {
+        let row = self.row(i);
+        let logit = *row.get(token as usize)?;
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = row.iter().map(|&v| f64::from((v - max).exp())).sum();
+        Some(f64::from(logit - max) - sum.ln())
+    }
 }
 
 /// Final hidden states read back from a forward step (after the output norm, before the head).
@@ -126,7 +137,7 @@ impl<B: Backend> Model<B> {
     /// that the token was not routed to are copied at their first product).
     fn prepared(config: Config, weights: ModelWeights<B::Weight>, backend: B) -> Result<Model<B>> {
         if let Some(spec) = arch::registry::find(&config.arch) {
-            backend.prepare_for(spec, arch::head(&weights));
+            backend.prepare_for(spec);
         }
         let model = Model { config, weights, backend, kept_step: Mutex::new(None) };
         if model.backend.makes_copies_at_first_product() {
