@@ -43,8 +43,9 @@ fn json_reports_both_rates_and_every_run() {
 
 /// `--repack`: `auto` repacks SmolLM2 (LLaMA: 8-bit activations hold) — all 211 of its matrices
 /// (30 layers × 7, and the tied head), as many bytes as their blocks — and says so; `off` copies
-/// nothing; on Gemma 3, whose architecture keeps i16 activations, `auto` repacks only the
-/// K-quants (Q8_K activations either way), where their kernels pay on this CPU.
+/// nothing; on Gemma 3 `auto` repacks its K-quants (Q8_K activations either way) and its Q5_0 /
+/// Q8_0 matrices (8-bit activations hold for its architecture too), where their kernels pay on
+/// this CPU.
 #[test]
 fn repacking_is_reported_where_it_happens() {
     let run = |model: &std::path::Path, mode: &str| {
@@ -80,10 +81,18 @@ fn repacking_is_reported_where_it_happens() {
         (false, false) => (0, 0),
         (true, false) => unreachable!("no CPU's kernels pay for Q4_K and not Q6_K"),
     };
-    // Of its 32-value matrices, Gemma 3 lets the tied head (Q8_0, 262144 × 640) alone take 8-bit
-    // activations; its Q5_0 and Q8_0 layers keep i16 ones.
-    let head = if pays(minerva_core::DType::Q8_0) { (1, 262144 * 640 / 32 * 34) } else { (0, 0) };
-    assert_eq!(run(&gemma, "auto"), (matrices + head.0, bytes + head.1));
+    // Its 32-value matrices, 640 columns each: Q5_0 (22 bytes per 32 values) 18 q of 1024 rows,
+    // 36 gate / up of 2048, 27 k / v of 256; Q8_0 (34 bytes) 9 v of 256 and the tied head of
+    // 262144 rows. Where their kernels pay (AVX2 and up), `auto` repacks them all, blocks as stored.
+    let blocks = |rows: u64, bytes: u64| rows * 640 / 32 * bytes;
+    let small = match (pays(minerva_core::DType::Q5_0), pays(minerva_core::DType::Q8_0)) {
+        (true, true) => {
+            (18 + 36 + 27 + 9 + 1, blocks(18 * 1024 + 36 * 2048 + 27 * 256, 22) + blocks(9 * 256 + 262144, 34))
+        }
+        (false, false) => (0, 0),
+        other => unreachable!("the 32-value formats' kernels pay together: {other:?}"),
+    };
+    assert_eq!(run(&gemma, "auto"), (matrices + small.0, bytes + small.1));
     // And on: its Q5_0 (q, k, gate, up) and Q8_0 (v) matrices and the tied Q8_0 head too.
     assert_eq!(run(&gemma, "on").0, 36 + 18 * 5 + 1);
     assert_eq!(run(&gemma, "off"), (0, 0));

@@ -498,12 +498,12 @@ pub trait Backend: Send + Sync + 'static {
         false
     }
 
-    /// Called once by [`crate::Model`] when its weights are loaded, with its architecture's row
-    /// and its LM head: a backend may choose kernels by them before the first forward pass (the
-    /// CPU backend's `Repack::Auto` repacks only where `int8_activations` says 8-bit activations
-    /// hold, which may be for the head alone). The default does nothing.
-    fn prepare_for(&self, arch: &crate::arch::ArchSpec, head: &Self::Weight) {
-        let _ = (arch, head);
+    /// Called once by [`crate::Model`] when its weights are loaded, with its architecture's row:
+    /// a backend may choose kernels by it before the first forward pass (the CPU backend's
+    /// `Repack::Auto` repacks the 32-value formats only where `int8_activations` says 8-bit
+    /// activations hold). The default does nothing.
+    fn prepare_for(&self, arch: &crate::arch::ArchSpec) {
+        let _ = arch;
     }
 
     /// Bytes that `values` cached keys or values take in the caches [`Backend::new_cache`] makes

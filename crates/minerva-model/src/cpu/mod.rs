@@ -155,7 +155,7 @@ impl CpuWeight {
         (repack, int8): (Repack, Int8Activations),
         counts: &repacking::RepackCounts,
     ) -> Matrix<'_> {
-        let int8 = int8.allows(self.repacked.is_head());
+        let int8 = int8.allows();
         let repacked = (matches!(self.layout, Layout::Blocks) && repack.applies(self.dtype, int8))
             .then(|| {
                 let release = || self.file.release(self.range.clone());
@@ -521,9 +521,8 @@ impl Backend for CpuBackend {
         self.repack != Repack::Off && !self.f32_activations
     }
 
-    fn prepare_for(&self, arch: &crate::arch::ArchSpec, head: &CpuWeight) {
+    fn prepare_for(&self, arch: &crate::arch::ArchSpec) {
         self.int8_activations.set(arch.int8_activations);
-        head.repacked.mark_head();
     }
 
     fn set_blocks(&self, cache: &mut CpuCache, slot: usize, blocks: &[u32]) -> Result<()> {

@@ -12,7 +12,7 @@
 //! embedding table's rows are read from the file again, a page per looked-up row).
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use minerva_core::DType;
 use minerva_quant::{Matrix, Repacked};
@@ -23,10 +23,10 @@ use crate::arch::Int8Activations;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Repack {
     /// Every repackable matrix whose format's repacked kernel on this CPU beats the zero-copy
-    /// ones (`minerva_quant::repacking_pays`: AVX-512 VNNI for every format, AVX-VNNI and AVX2 for the
-    /// 32-value formats and Q6_K), where that keeps the activations' precision (the K-quants) or the
-    /// model's architecture lets that matrix take 8-bit activations (`ArchSpec::int8_activations`:
-    /// every matrix, the LM head alone, or none).
+    /// ones (`minerva_quant::repacking_pays`: AVX-512 VNNI for every format, AVX-VNNI and AVX2
+    /// for the 32-value formats and Q6_K), where that keeps the activations' precision (the
+    /// K-quants) or the model's architecture lets its matrices take 8-bit activations
+    /// (`ArchSpec::int8_activations`: every matrix or none).
     Auto,
     /// Every repackable matrix, with the scalar kernel where there is no SIMD one.
     On,
@@ -63,12 +63,10 @@ impl Repack {
 }
 
 /// A weight's repacked copy, made at its first product (`None` inside: repacking failed, e.g. for
-/// memory, and the weight is read in place), and whether the weight is the model's LM head (which
-/// an architecture may let take 8-bit activations where its other matrices do not).
+/// memory, and the weight is read in place).
 #[derive(Default)]
 pub(super) struct RepackedCopy {
     copy: OnceLock<Option<Repacked>>,
-    head: AtomicBool,
 }
 
 /// Which matrices of the loaded model may take 8-bit activations: set once, by
@@ -102,16 +100,6 @@ impl RepackCounts {
 }
 
 impl RepackedCopy {
-    /// Marks the weight as the model's LM head.
-    pub(super) fn mark_head(&self) {
-        self.head.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether [`RepackedCopy::mark_head`] marked it.
-    pub(super) fn is_head(&self) -> bool {
-        self.head.load(Ordering::Relaxed)
-    }
-
     /// The repacked matrix of `bytes` (`rows × cols` of `dtype`), made now if it was not yet:
     /// then counted in `counts`, and `made` runs (to give the file's pages back).
     pub(super) fn get(

@@ -43,7 +43,7 @@ pub const GEMMA3: ArchSpec = ArchSpec {
     qk_norm: true,
     chat: ChatFormat::Gemma,
     synthetic_presets: &[],
-    int8_activations: super::registry::Int8Activations::Head,
+    int8_activations: super::registry::Int8Activations::Everywhere,
     llama_cpp_70b: super::registry::never_70b,
 };
 

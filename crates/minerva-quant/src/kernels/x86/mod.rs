@@ -200,10 +200,11 @@ pub(super) const AVX2_VNNI: Isa = Isa {
         // Not marked paying, as in the AVX2 row: Q5_K's kernel reads a large matrix for one
         // activation at 0.92–0.96× the zero-copy kernels' rate (with 64 activations 1.26×;
         // `repacked/llama8b_*`, one thread, Xeon family 6 model 207 limited to this row). Q4_K's
-        // runs 1.2× and 1.5× as fast, but Gemma 3's perplexity with its Q4_K matrices repacked
-        // (and AVX2's f32 vectors) is 0.59 % from llama.cpp's, past `gemma3_llama_cpp.rs`'s
-        // 0.25 % (0.10 % without them; 0.01 % with AVX-512's vectors): `--repack on` uses it,
-        // `auto` not. Q6_K keeps the AVX2 row's kernel (see `repacked_k::avx_vnni`).
+        // runs 1.2× and 1.5× as fast, but with Gemma 3's Q4_K matrices repacked too (and AVX2's
+        // f32 vectors) its perplexity on `licenses.txt` is 0.174 % from llama.cpp's, past
+        // `gemma3_llama_cpp.rs`'s 0.15 % (0.025 % without them; 0.002 % with AVX-512's vectors):
+        // `--repack on` uses it, `auto` not. Q6_K keeps the AVX2 row's kernel (see
+        // `repacked_k::avx_vnni`).
         Kernels::new(Q4_K).repacked(repacked!(repacked_k::avx_vnni::<{ repacked_k::Q4_K }>)),
         Kernels::new(Q5_K).repacked(repacked!(repacked_k::avx_vnni::<{ repacked_k::Q5_K }>)),
     ],
