@@ -51,8 +51,8 @@ pub enum ChatFormat {
 #[non_exhaustive]
 pub enum Int8Activations {
     /// Every one (LLaMA, Mistral, Phi-3, Gemma 3). Gemma 3 270M's perplexity on 14025 scored
-    /// tokens (`fixtures/gemma3/licenses.txt`) is 0.001 % from llama.cpp's with 8-bit
-    /// activations throughout and 0.048 % with i16 ones (docs/model.md); on 254 tokens the same
+    /// tokens (`fixtures/gemma3/licenses.txt`) is 0.002 % from llama.cpp's with 8-bit
+    /// activations throughout and 0.047 % with i16 ones (docs/model.md); on 254 tokens the same
     /// two had looked 0.68 % and 0.21 % away, rounding alone.
     Everywhere,
     /// None (GPT-OSS: its experts' 5e-3 bound against the reference; Qwen: not measured).
