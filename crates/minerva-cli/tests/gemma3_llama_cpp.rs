@@ -100,7 +100,13 @@ fn perplexity_within_its_bound_of_llama_perplexity() {
         assert!(off < PERPLEXITY_VS_LLAMA_CPP, "--repack {repack}: perplexity {ppl} vs llama.cpp {llama}");
         figures.push(ppl);
     }
-    assert_ne!(figures[0], figures[1], "the repacked kernels ran");
+    // Gemma's Q5_0 layers are most of its weights; where no repacked kernel pays (the scalar
+    // reference, NEON: never timed), `auto` copies nothing.
+    if minerva_quant::repacking_pays(minerva_core::DType::Q5_0) {
+        assert_ne!(figures[0], figures[1], "the repacked kernels ran");
+    } else {
+        assert_eq!(figures[0], figures[1], "nothing repacked where the kernels do not pay");
+    }
 }
 
 /// `score --text` puts BOS first in each window by itself (and says so), as the same tokens given
