@@ -4,7 +4,7 @@ tokens/s at each thread count, as one markdown table with the ratios.
 
     benches/llama_cpp/compare.py --llama-bench PATH [--ik-llama-bench PATH] [--model GGUF ...]
                                  [--requant TYPE,...] [--llama-quantize PATH] [-p 512] [-n 128]
-                                 [-r 5] [--threads 1,2] [--minerva target/release/minerva]
+                                 [-r 5] [--rounds 1] [--threads 1,2] [--minerva target/release/minerva]
                                  [--minerva-arg=--repack=off ...]
 
 `llama-bench` and `llama-quantize` come from `benches/llama_cpp/build_llama_cpp.sh`
@@ -20,7 +20,11 @@ every `minerva bench` (e.g. `--minerva-arg=--repack=off` for the zero-copy kerne
 
 The programs alternate per (model, thread count), ours then theirs, so load from elsewhere hits
 them alike. Each figure is the median of `-r` repetitions (llama-bench's `samples_ts`,
-`minerva bench`'s runs). The CPU, the kernels Minerva ran, and the load average before and after
+`minerva bench`'s runs). With `--rounds N` the programs take turns N times per (model, thread
+count), each turn `-r` repetitions, and each figure is the median of the N turns' medians: on a
+shared machine whose neighbours' load comes and goes over minutes, one turn each can land one
+program in a quiet minute and the other in a busy one, which turns taken in alternation average
+out. The CPU, the kernels Minerva ran, and the load average before and after
 are printed: on a shared machine the load decides how far the figures can be trusted.
 """
 
@@ -46,6 +50,13 @@ def llama(args, model, threads, bench=None, extra=()):
         key = "prefill" if test["n_prompt"] > 0 else "decode"
         result[key] = statistics.median(samples)
     return result
+
+
+def median_of(turns):
+    """Each test's median over the turns' figures (None for a program that did not run)."""
+    if not turns:
+        return None
+    return {key: statistics.median(turn[key] for turn in turns) for key in turns[0]}
 
 
 def minerva(args, model, threads):
@@ -87,6 +98,7 @@ def main():
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", default="1,2")
     args = ap.parse_args()
     models = args.model or ["models/SmolLM2-135M-Instruct.Q4_1.gguf"]
@@ -97,10 +109,16 @@ def main():
         for line in cpu_line(args, model):
             print(f"{os.path.basename(model)}: {line}", file=sys.stderr)
         for t in [int(x) for x in args.threads.split(",")]:
-            ours, theirs = minerva(args, model, t), llama(args, model, t)
-            ik = llama(args, model, t, args.ik_llama_bench, ["-rtr", "1"]) if args.ik_llama_bench else None
-            print(f"{os.path.basename(model)} threads {t}: minerva {ours}, llama.cpp {theirs}, ik_llama.cpp {ik}",
-                  file=sys.stderr)
+            turns = {"minerva": [], "llama.cpp": [], "ik_llama.cpp": []}
+            for turn in range(args.rounds):
+                turns["minerva"].append(minerva(args, model, t))
+                turns["llama.cpp"].append(llama(args, model, t))
+                if args.ik_llama_bench:
+                    turns["ik_llama.cpp"].append(llama(args, model, t, args.ik_llama_bench, ["-rtr", "1"]))
+                figures = ", ".join(f"{name} {runs[-1]}" for name, runs in turns.items() if runs)
+                print(f"{os.path.basename(model)} threads {t} turn {turn + 1}: {figures} (load {load()})",
+                      file=sys.stderr)
+            ours, theirs, ik = (median_of(turns[name]) for name in ("minerva", "llama.cpp", "ik_llama.cpp"))
             rows.append((os.path.basename(model), t, ours, theirs, ik))
     print(f"load average after: {load()}", file=sys.stderr)
     if args.ik_llama_bench:
