@@ -54,8 +54,16 @@ pub fn run(
             window[0] = bos;
         }
     }
-    let args = ModelArgs { path: Some(path), model: None, hf: None, ..args.clone() };
-    load::with_model(&args, Score { tokens: &tokens, ctx, opts: &opts, bos_first: bos.is_some(), stdout })
+    // The whole command runs in one pool of `--threads` threads, which the backend takes as its
+    // own (`threads: None`) and the log-probabilities share (on any device).
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let pool = minerva_quant::ComputePool::new(threads).map_err(|e| CliError::Request {
+        path: path.clone(),
+        message: format!("cannot start {threads} threads: {e}"),
+    })?;
+    let args = ModelArgs { path: Some(path), model: None, hf: None, threads: None, ..args.clone() };
+    let task = Score { tokens: &tokens, ctx, opts: &opts, bos_first: bos.is_some(), stdout };
+    pool.install(|| load::with_model(&args, task))
 }
 
 /// The scoring, on whichever backend the model loaded onto.
@@ -120,11 +128,12 @@ fn score<B: Backend>(
         }
         let seq = SequenceInput { tokens: &window[run_from..run_to], start_pos: run_from, slot: 0 };
         let logits = model.forward(&mut cache, &[seq], LogitsFor::All).map_err(model_err)?;
-        for (i, &next) in window[first + 1..].iter().enumerate() {
-            let row = first - run_from + i;
-            nll -= logits.log_prob(row, next).ok_or_else(|| vocab_err(next))?;
+        let next = &window[first + 1..];
+        // Summed in order, whichever threads computed them.
+        for (i, (log_prob, &next)) in logits.log_probs(first - run_from, next).into_iter().zip(next).enumerate() {
+            nll -= log_prob.ok_or_else(|| vocab_err(next))?;
             if let Some((w, io)) = &mut writer {
-                npy::write_values(&mut *w, logits.row(row)).map_err(*io)?;
+                npy::write_values(&mut *w, logits.row(first - run_from + i)).map_err(*io)?;
             }
         }
     }

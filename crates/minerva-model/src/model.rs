@@ -64,6 +64,26 @@ impl Logits {
         let sum: f64 = row.iter().map(|&v| f64::from((v - max).exp())).sum();
         Some(f64::from(logit - max) - sum.ln())
     }
+
+    /// [`Logits::log_prob`] of `tokens[j]` at row `first + j`, for each `j`: the rows shared out
+    /// over the current pool's threads (`minerva_quant::pool`), each value the one call's.
+    /// Scoring a 262144-token vocabulary row by row on one thread took about a tenth of Gemma 3's
+    /// `minerva score`.
+    ///
+    /// # Panics
+    ///
+    /// If a row `first + j` is not in the logits.
+    pub fn log_probs(&self, first: usize, tokens: &[u32]) -> Vec<Option<f64>> {
+        /// Rows per task: each row is a pass over the vocabulary.
+        const ROWS_PER_TASK: usize = 4;
+        let mut out = vec![None; tokens.len()];
+        minerva_quant::pool::for_each_chunk_mut(&mut out, ROWS_PER_TASK, |t, values| {
+            for (j, value) in (t * ROWS_PER_TASK..).zip(values) {
+                *value = self.log_prob(first + j, tokens[j]);
+            }
+        });
+        out
+    }
 }
 
 /// Final hidden states read back from a forward step (after the output norm, before the head).
@@ -359,5 +379,30 @@ impl Step {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Logits;
+
+    /// `log_probs` on three threads gives each row the value `log_prob` gives it alone (bit for
+    /// bit), from any first row, `None` for a token outside the vocabulary; the values are
+    /// log-softmax's (`Σ e^v = 1` over a row).
+    #[test]
+    fn log_probs_on_many_threads_are_each_rows_log_prob() {
+        let (vocab, rows) = (37, 23);
+        let data = (0..vocab * rows).map(|i| ((i * 29 % 101) as f32 - 50.0) / 7.0).collect();
+        let logits = Logits { vocab, data, rows: (0..rows).map(|r| (0, r)).collect() };
+        let tokens: Vec<u32> = (0..rows as u32 - 2).map(|j| if j == 5 { vocab as u32 } else { j * 7 % 37 }).collect();
+        let pool = minerva_quant::ComputePool::new(3).unwrap();
+        let got = pool.install(|| logits.log_probs(2, &tokens));
+        assert_eq!(got.len(), tokens.len());
+        for (j, (&token, got)) in tokens.iter().zip(&got).enumerate() {
+            assert_eq!(got.map(f64::to_bits), logits.log_prob(2 + j, token).map(f64::to_bits), "row {}", 2 + j);
+            assert_eq!(got.is_none(), j == 5);
+        }
+        let total: f64 = (0..vocab as u32).map(|t| logits.log_prob(4, t).unwrap().exp()).sum();
+        assert!((total - 1.0).abs() < 1e-6, "{total}");
     }
 }
