@@ -9,7 +9,7 @@ mod common;
 
 use std::process::Output;
 
-use common::{Npy, minerva, os, root};
+use common::{Npy, minerva, os, perplexity_in, root};
 
 /// Largest relative perplexity difference from `llama-perplexity` on `licenses.txt` (14025 scored
 /// tokens; measured on the Xeon: 0.047 % in place, 0.002 % `--repack auto` with AMX or AVX-512
@@ -93,8 +93,7 @@ fn perplexity_within_its_bound_of_llama_perplexity() {
         let stdout = success(&minerva(&[&args[..], &[os("--repack"), os(repack)]].concat()));
         // llama-perplexity puts BOS in place of each window's first token; so does `--text`.
         assert!(stdout.contains(&format!("{windows} window(s) of {ctx}, BOS first in each")), "{stdout}");
-        let ppl: f64 =
-            stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{stdout}"));
+        let ppl = perplexity_in(&stdout);
         let off = (ppl / llama - 1.0).abs();
         eprintln!("gemma3 --repack {repack}: perplexity {ppl:.4} vs llama.cpp {llama:.4}: {:.3} %", off * 100.0);
         assert!(off < PERPLEXITY_VS_LLAMA_CPP, "--repack {repack}: perplexity {ppl} vs llama.cpp {llama}");
@@ -126,8 +125,7 @@ fn score_text_puts_bos_first_in_each_window() {
     let ctx_arg = ctx.to_string();
     let score = |input: &[&std::ffi::OsStr]| {
         let stdout = success(&minerva(&[&[os("score"), model.as_os_str(), os("--ctx"), os(&ctx_arg)], input].concat()));
-        let ppl: f64 =
-            stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{stdout}"));
+        let ppl = perplexity_in(&stdout);
         (ppl, stdout)
     };
     let (by_hand, _) = score(&[os("--tokens"), os(&joined(&tokens))]);

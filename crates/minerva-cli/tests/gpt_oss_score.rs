@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Npy, assert_one_line_error, minerva, os, root};
+use common::{Npy, assert_one_line_error, minerva, os, perplexity_in, root};
 
 /// Per mode (extra flags): largest relative perplexity difference from the reference and largest
 /// |Δlogit|, any layout (measured figures: docs/model.md, "Tolerances"). With f32 activations the
@@ -57,9 +57,8 @@ fn score_runs_the_tiny_gpt_oss_in_every_layout() {
             args.extend([os("--tokens"), os(&list), os("--out"), npy.as_os_str()]);
             args.extend(flags.iter().map(|f| os(f)));
             let out = minerva(&args);
-            let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(out.status.success(), "{layout}: {}", String::from_utf8_lossy(&out.stderr));
-            let ppl: f64 = stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap();
+            let ppl = perplexity_in(&String::from_utf8_lossy(&out.stdout));
             let off = (ppl / ref_ppl - 1.0).abs();
             let logits = Npy::read(&npy);
             assert_eq!(logits.shape, [tokens.len() - 1, 320], "{layout}");

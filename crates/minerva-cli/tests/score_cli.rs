@@ -4,9 +4,8 @@
 mod common;
 
 use std::ffi::OsStr;
-use std::process::Output;
 
-use common::{Npy, assert_one_line_error, minerva, real_model, root};
+use common::{Npy, assert_one_line_error, minerva, perplexity, real_model, root};
 
 /// Largest relative perplexity difference from transformers on the reference prompt.
 const SCORE_VS_REFERENCE: f64 = 3e-4;
@@ -22,12 +21,6 @@ fn reference_prompt() -> (String, f64) {
     let prompt = &json["prompts"][4];
     let tokens: Vec<String> = prompt["tokens"].as_array().unwrap().iter().map(|t| t.to_string()).collect();
     (tokens.join(","), prompt["ppl"].as_f64().unwrap())
-}
-
-fn perplexity(out: &Output) -> f64 {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{stdout}"))
 }
 
 #[test]

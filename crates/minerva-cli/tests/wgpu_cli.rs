@@ -2,9 +2,7 @@
 
 mod common;
 
-use std::process::Output;
-
-use common::{assert_one_line_error, minerva, os, real_model};
+use common::{assert_one_line_error, minerva, os, perplexity, real_model};
 
 /// Largest relative perplexity difference between `--device wgpu` and the CPU (both with f32
 /// activations), per KV cache element type. With an f16 cache a last-bit difference upstream can
@@ -12,12 +10,6 @@ use common::{assert_one_line_error, minerva, os, real_model};
 /// cache itself moves the perplexity (f16 against f32 cache: 3.2e-4).
 const WGPU_VS_CPU_F32_CACHE: f64 = 5e-6;
 const WGPU_VS_CPU_F16_CACHE: f64 = 1e-4;
-
-fn perplexity(out: &Output) -> f64 {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{stdout}"))
-}
 
 #[test]
 fn score_on_wgpu_agrees_with_cpu() {

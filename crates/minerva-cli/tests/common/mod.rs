@@ -37,6 +37,18 @@ pub fn assert_one_line_error(out: &Output, what: &str) {
     assert!(!stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"), "{stderr}");
 }
 
+/// The figure of `minerva score`'s line (`perplexity X over N scored tokens …`).
+pub fn perplexity_in(stdout: &str) -> f64 {
+    let figure = stdout.strip_prefix("perplexity ").and_then(|rest| rest.split_whitespace().next());
+    figure.and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no perplexity line: {stdout}"))
+}
+
+/// The perplexity a `minerva score` run printed, once it is seen to have succeeded.
+pub fn perplexity(out: &Output) -> f64 {
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    perplexity_in(&String::from_utf8_lossy(&out.stdout))
+}
+
 /// A little-endian f32 `.npy` file, read back.
 pub struct Npy {
     /// Its numpy shape.
