@@ -50,6 +50,7 @@ use minerva_core::DType;
 
 use crate::QuantError;
 use crate::activation::Activation;
+use crate::kernels::repacked_formats as format;
 use crate::pool;
 
 pub(crate) mod k_quants;
@@ -124,16 +125,6 @@ pub fn repacking_pays(dtype: DType) -> bool {
     crate::kernels::selected(dtype).kernels.repacked_pays
 }
 
-/// Bytes of quants per block of a group (the nibbles or Q8_0's bytes, then Q5's fifth bits):
-/// where its scales begin.
-pub(crate) const fn quant_bytes(dtype: DType) -> usize {
-    match dtype {
-        DType::Q8_0 => 8 * SLOT_BYTES,
-        DType::Q5_0 | DType::Q5_1 => 5 * SLOT_BYTES,
-        _ => 4 * SLOT_BYTES,
-    }
-}
-
 /// Where a GGML block's fields lie: (quant bytes, Q5's `qh`, or 0 for formats without it).
 const fn ggml_fields(dtype: DType) -> (usize, usize) {
     match dtype {
@@ -142,11 +133,6 @@ const fn ggml_fields(dtype: DType) -> (usize, usize) {
         DType::Q5_1 => (8, 4),
         _ => (2, 0),
     }
-}
-
-/// Whether a format has a minimum per block (`m`, GGML bytes 2..4).
-const fn has_minimum(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4_1 | DType::Q5_1)
 }
 
 /// Slots of nibbles or bytes per block (Q8_0 8, the 4- and 5-bit formats 4).
@@ -360,7 +346,6 @@ const fn slot_offset(slot: usize, row: usize) -> usize {
 
 /// Up to 16 GGML rows (`rows`) into one group (`out`, every byte written; missing rows zero).
 fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
-    use crate::kernels::repacked_formats as format;
     match dtype {
         DType::Q8_0 => pack_blocks::<{ format::Q8_0 }>(rows, out),
         DType::Q4_0 => pack_blocks::<{ format::Q4_0 }>(rows, out),
@@ -375,9 +360,9 @@ fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
 /// that the 4-byte copies of a row's slots need no bounds check each (the loop was 39 % of a
 /// Llama 8B load's samples with them).
 fn pack_blocks<const FORMAT: u8>(rows: &[&[u8]], out: &mut [u8]) {
-    let dtype = crate::kernels::repacked_formats::dtype(FORMAT);
+    let dtype = format::dtype(FORMAT);
     let rows = &rows[..rows.len().min(GROUP_ROWS)];
-    let (block_bytes, quants) = (dtype.block_bytes(), quant_bytes(dtype));
+    let (block_bytes, quants) = (dtype.block_bytes(), format::quant_bytes(FORMAT));
     let (quants_at, qh_at) = ggml_fields(dtype);
     for (b, dst) in out.chunks_exact_mut(GROUP_ROWS * block_bytes).enumerate() {
         // Sixteen rows write every byte of the block's part; fewer leave the missing rows' zero.
@@ -392,7 +377,7 @@ fn pack_blocks<const FORMAT: u8>(rows: &[&[u8]], out: &mut [u8]) {
                 dst[at..at + 4].copy_from_slice(&src[quants_at + 4 * s..][..4]);
             }
             dst[quants + 2 * r..][..2].copy_from_slice(&src[..2]);
-            if has_minimum(dtype) {
+            if format::has_minimum(FORMAT) {
                 dst[quants + 2 * GROUP_ROWS + 2 * r..][..2].copy_from_slice(&src[2..4]);
             }
             if qh_at > 0 {
@@ -411,7 +396,8 @@ fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
     if k_quants::group_block_bytes(dtype).is_some() {
         return k_quants::unpack_row(dtype, group, r, out);
     }
-    let (block_bytes, quants) = (dtype.block_bytes(), quant_bytes(dtype));
+    let code = format::of(dtype);
+    let (block_bytes, quants) = (dtype.block_bytes(), format::quant_bytes(code));
     let (quants_at, qh_at) = ggml_fields(dtype);
     for (b, dst) in out.chunks_exact_mut(block_bytes).enumerate() {
         let src = &group[b * GROUP_ROWS * block_bytes..][..GROUP_ROWS * block_bytes];
@@ -420,7 +406,7 @@ fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
             dst[quants_at + 4 * s..][..4].copy_from_slice(&src[at..at + 4]);
         }
         dst[..2].copy_from_slice(&src[quants + 2 * r..][..2]);
-        if has_minimum(dtype) {
+        if format::has_minimum(code) {
             dst[2..4].copy_from_slice(&src[quants + 2 * GROUP_ROWS + 2 * r..][..2]);
         }
         if qh_at > 0 {
@@ -440,8 +426,8 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
         return k_quants::reference_kernel(dtype, group, acts, out);
     }
     let block = GROUP_ROWS * dtype.block_bytes();
-    let quants = quant_bytes(dtype);
-    let five = matches!(dtype, DType::Q5_0 | DType::Q5_1);
+    let code = format::of(dtype);
+    let (quants, five, minimum) = (format::quant_bytes(code), format::has_fifth_bit(code), format::has_minimum(code));
     for (act, out) in acts.iter().zip(out.iter_mut()) {
         *out = [0.0; GROUP_ROWS];
         for (src, act) in group.chunks_exact(block).zip(&act.blocks) {
@@ -469,7 +455,7 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
                 }
                 let d_w = f16::from_le_bytes([src[quants + 2 * r], src[quants + 2 * r + 1]]).to_f32();
                 *acc = (d_w * d_a).mul_add(s as f32, *acc);
-                if has_minimum(dtype) {
+                if minimum {
                     let at = quants + 2 * GROUP_ROWS + 2 * r;
                     let m_w = f16::from_le_bytes([src[at], src[at + 1]]).to_f32();
                     *acc = m_w.mul_add(act.ds, *acc);

@@ -34,6 +34,23 @@ pub(crate) const fn dtype(format: u8) -> DType {
     }
 }
 
+/// The format of a 32-value dtype ([`dtype`]'s inverse).
+///
+/// # Panics
+///
+/// For a dtype without a 32-value repacked layout (callers hand the K-quants to
+/// `crate::repack::k_quants` first).
+pub(crate) const fn of(dtype: DType) -> u8 {
+    match dtype {
+        DType::Q8_0 => Q8_0,
+        DType::Q4_0 => Q4_0,
+        DType::Q4_1 => Q4_1,
+        DType::Q5_0 => Q5_0,
+        DType::Q5_1 => Q5_1,
+        _ => panic!("not a 32-value repacked format"),
+    }
+}
+
 /// Bytes of quants per block of a group (with Q5's fifth bits): where the scales begin.
 pub(crate) const fn quant_bytes(format: u8) -> usize {
     match format {
