@@ -61,18 +61,14 @@ pub fn run(args: &ModelArgs, opts: &Options, stdout: &mut impl Write) -> Result<
     if opts.prompt == 0 && opts.gen_tokens == 0 {
         return Err(request("nothing to measure: -p and -n are both 0".to_string()));
     }
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    // The whole benchmark runs inside one pool of `threads` threads (this one included), which
-    // the backend uses as the current pool (`threads: None`).
-    let pool = minerva_quant::ComputePool::new(threads)
-        .map_err(|e| request(format!("cannot start {threads} threads: {e}")))?;
-    let args = ModelArgs { path: Some(path.clone()), model: None, hf: None, threads: None, ..args.clone() };
-    let task = Measure { opts, threads, device: args.device };
     let draft = match &opts.spec {
         Some(spec) => spec.args.draft_path()?,
         None => None,
     };
-    let text = pool.install(|| load::with_models(&args, draft, task))?;
+    // The whole benchmark runs inside one pool, which the backend uses as the current pool.
+    let text = load::in_one_pool(args, &path, |args, threads| {
+        load::with_models(args, draft, Measure { opts, threads, device: args.device })
+    })?;
     write!(stdout, "{text}").map_err(|source| CliError::Output { path: "<stdout>".into(), source })
 }
 

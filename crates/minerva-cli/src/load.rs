@@ -153,6 +153,24 @@ pub trait ModelTask {
     fn run<B: Backend>(self, loaded: Loaded<B>) -> Result<Self::Output, CliError>;
 }
 
+/// Runs `f` inside one pool of `--threads` threads (one per core by default; the calling thread
+/// is one of them), which the backend then takes as its own: `f` gets the model arguments with
+/// `path` resolved and `threads: None`, and the thread count. For commands whose own work beside
+/// the model's (`bench`'s measurements, `score`'s log-probabilities) shares the backend's threads.
+pub fn in_one_pool<R>(
+    args: &ModelArgs,
+    path: &Path,
+    f: impl FnOnce(&ModelArgs, usize) -> Result<R, CliError>,
+) -> Result<R, CliError> {
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let pool = minerva_quant::ComputePool::new(threads).map_err(|e| CliError::Request {
+        path: path.to_path_buf(),
+        message: format!("cannot start {threads} threads: {e}"),
+    })?;
+    let args = ModelArgs { path: Some(path.to_path_buf()), model: None, hf: None, threads: None, ..args.clone() };
+    pool.install(|| f(&args, threads))
+}
+
 /// Opens the backend `args.device` names, loads the model onto it and runs `task`: the one
 /// CPU/wgpu dispatch of the CLI.
 pub fn with_model<T: ModelTask>(args: &ModelArgs, task: T) -> Result<T::Output, CliError> {

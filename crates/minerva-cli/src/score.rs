@@ -55,15 +55,9 @@ pub fn run(
         }
     }
     // The whole command runs in one pool of `--threads` threads, which the backend takes as its
-    // own (`threads: None`) and the log-probabilities share (on any device).
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let pool = minerva_quant::ComputePool::new(threads).map_err(|e| CliError::Request {
-        path: path.clone(),
-        message: format!("cannot start {threads} threads: {e}"),
-    })?;
-    let args = ModelArgs { path: Some(path), model: None, hf: None, threads: None, ..args.clone() };
+    // own and the log-probabilities share (on any device).
     let task = Score { tokens: &tokens, ctx, opts: &opts, bos_first: bos.is_some(), stdout };
-    pool.install(|| load::with_model(&args, task))
+    load::in_one_pool(args, &path, |args, _| load::with_model(args, task))
 }
 
 /// The scoring, on whichever backend the model loaded onto.

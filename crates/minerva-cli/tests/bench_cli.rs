@@ -114,8 +114,9 @@ fn text_output_and_skipped_phases() {
 #[test]
 fn bad_requests_are_one_line_errors() {
     let model = real_model();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--device", "tpu"], "--device"),
+        (&["--threads", "5000"], "cannot start 5000 threads"),
         (&["-r", "0"], "-r must be at least 1"),
         (&["-p", "0", "-n", "0"], "nothing to measure"),
         (&["-p", "100000"], "exceed the model's context"),

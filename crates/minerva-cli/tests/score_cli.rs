@@ -99,6 +99,11 @@ fn bad_requests_are_one_line_errors() {
         }
         assert_one_line_error(&minerva(&args), what);
     }
+    let args = [OsStr::new("score"), model.as_os_str(), OsStr::new("--tokens"), OsStr::new("1,2,3")];
+    assert_one_line_error(
+        &minerva(&[&args[..], &[OsStr::new("--threads"), OsStr::new("5000")]].concat()),
+        "cannot start 5000 threads",
+    );
 }
 
 /// Largest relative difference from `llama-perplexity` on the same text, in place with i16
