@@ -11,7 +11,7 @@ use crate::kernels::widened;
 
 /// Horizontal sum of 8 lanes.
 #[target_feature(enable = "avx2,fma")]
-fn sum_lanes(v: __m256) -> f32 {
+pub(super) fn sum_lanes(v: __m256) -> f32 {
     let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
     _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)))
@@ -112,7 +112,7 @@ fn dots8<T>(x8: &[[f32; 8]], rows: [&[[T; 8]]; 8], load: impl Fn(&[T; 8]) -> __m
 
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn load8(values: &[f32; 8]) -> __m256 {
+pub(super) fn load8(values: &[f32; 8]) -> __m256 {
     pod_read_unaligned::<__m256>(bytemuck::cast_slice(values))
 }
 
@@ -152,28 +152,33 @@ pub(super) fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// Above this, `e^x` is +∞ (ln(f32::MAX)).
+pub(super) const EXP_MAX_ARG: f32 = 88.722_83;
+/// Below this, `e^x` is +0 (under half the least subnormal).
+pub(super) const EXP_MIN_ARG: f32 = -104.0;
+/// ln 2 = LN2_HI + LN2_LO with LN2_HI's low 12 bits zero, so n·LN2_HI is exact for |n| < 2^12.
+pub(super) const LN2_HI: f32 = 0.693_359_4;
+pub(super) const LN2_LO: f32 = -2.121_944_4e-4;
+/// `e^r`'s Taylor coefficients after the first, 1/7!, in Horner order.
+pub(super) const EXP_HORNER: [f32; 7] = [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0];
+
 /// `e^x` in 8 lanes: `2^n · e^r` with `n = round(x·log₂e)`, `r = x − n·ln 2` (ln 2 in two parts,
 /// so `r` is exact to f32), `|r| ≤ ln 2 / 2`, `e^r` by its Taylor series to degree 7 (truncation
 /// below 0.05 ulp), `2^n` applied as two powers of two so that results down to the subnormals
 /// come out right. Above ln(f32::MAX) it is +∞, below −104 (e^x under half the least subnormal)
-/// +0, NaN stays NaN.
+/// +0, NaN stays NaN. `avx512_vector::exp16` is the same steps on 16 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn exp8(x: __m256) -> __m256 {
-    const MAX_ARG: f32 = 88.722_83;
-    const MIN_ARG: f32 = -104.0;
-    let clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(MIN_ARG)), _mm256_set1_ps(MAX_ARG));
+pub(super) fn exp8(x: __m256) -> __m256 {
+    let clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_MIN_ARG)), _mm256_set1_ps(EXP_MAX_ARG));
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         clamped,
         _mm256_set1_ps(std::f32::consts::LOG2_E),
     ));
-    // ln 2 = LN2_HI + LN2_LO with LN2_HI's low 12 bits zero, so n·LN2_HI is exact for |n| < 2^12.
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), clamped);
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
     let mut p = _mm256_set1_ps(1.0 / 5040.0);
-    for c in [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+    for c in EXP_HORNER {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     // 2^n = 2^half · 2^(n − half), each factor a normal f32 for n in −150..=128.
@@ -181,8 +186,9 @@ fn exp8(x: __m256) -> __m256 {
     let half = _mm256_srai_epi32::<1>(n);
     let pow2 = |k: __m256i| _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(k, _mm256_set1_epi32(127))));
     let y = _mm256_mul_ps(_mm256_mul_ps(p, pow2(half)), pow2(_mm256_sub_epi32(n, half)));
-    let y = _mm256_blendv_ps(y, _mm256_set1_ps(f32::INFINITY), _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(MAX_ARG)));
-    let y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(MIN_ARG)));
+    let y =
+        _mm256_blendv_ps(y, _mm256_set1_ps(f32::INFINITY), _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(EXP_MAX_ARG)));
+    let y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_MIN_ARG)));
     _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x))
 }
 
@@ -192,9 +198,14 @@ fn exp8(x: __m256) -> __m256 {
 pub(super) fn exp_f32(xs: &mut [f32]) {
     let (x8, tail) = xs.as_chunks_mut::<8>();
     for chunk in x8 {
-        let v = pod_read_unaligned::<__m256>(bytemuck::cast_slice(&chunk[..]));
-        *chunk = bytemuck::cast(exp8(v));
+        *chunk = bytemuck::cast(exp8(load8(chunk)));
     }
+    exp_tail(tail);
+}
+
+/// [`exp_f32`] of fewer than 8 values, padded to a vector.
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn exp_tail(tail: &mut [f32]) {
     if !tail.is_empty() {
         let mut padded = [0.0f32; 8];
         padded[..tail.len()].copy_from_slice(tail);
@@ -205,49 +216,61 @@ pub(super) fn exp_f32(xs: &mut [f32]) {
 
 /// `crate::vector::softmax` in 8 lanes: the scaling, the maximum and the division as the scalar
 /// loops do them (the same values), `e^x` by [`exp8`] (the last < 8 values padded, as [`exp_f32`]
-/// does), the total in 8 partial sums.
+/// does), the total in 8 partial sums, value `8k + l` added to sum `l` in order of `k`.
+/// `avx512_vector::softmax_f32` gives the same bits.
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn softmax_f32(xs: &mut [f32], scale: f32, sink: Option<f32>) {
-    let load = |s: &[f32]| pod_read_unaligned::<__m256>(bytemuck::cast_slice(&s[..8]));
     let (x8, tail) = xs.as_chunks_mut::<8>();
     let factor = _mm256_set1_ps(scale);
     // `max_ps(v, m)` keeps `m` where `v` is NaN, as `f32::max` ignores a NaN.
     let mut lanes_max = _mm256_set1_ps(sink.unwrap_or(f32::NEG_INFINITY));
     for chunk in x8.iter_mut() {
-        let v = _mm256_mul_ps(load(chunk), factor);
+        let v = _mm256_mul_ps(load8(chunk), factor);
         *chunk = bytemuck::cast(v);
         lanes_max = _mm256_max_ps(v, lanes_max);
     }
     let lanes: [f32; 8] = bytemuck::cast(lanes_max);
-    let mut max = lanes.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    for x in tail.iter_mut() {
-        *x *= scale;
-        max = max.max(*x);
-    }
+    let max = softmax_tail_max(tail, scale, lanes.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)));
     let shift = _mm256_set1_ps(max);
     let mut sums = _mm256_setzero_ps();
     for chunk in x8.iter_mut() {
-        let e = exp8(_mm256_sub_ps(load(chunk), shift));
+        let e = exp8(_mm256_sub_ps(load8(chunk), shift));
         *chunk = bytemuck::cast(e);
         sums = _mm256_add_ps(sums, e);
     }
-    let mut total = sink.map_or(0.0, |sink| (sink - max).exp()) + sum_lanes(sums);
-    if !tail.is_empty() {
-        let mut padded = [0.0f32; 8];
-        for (p, x) in padded.iter_mut().zip(tail.iter()) {
-            *p = x - max;
-        }
-        let out: [f32; 8] = bytemuck::cast(exp8(bytemuck::cast(padded)));
-        tail.copy_from_slice(&out[..tail.len()]);
-        total += tail.iter().sum::<f32>();
-    }
+    let total = softmax_tail_exp(tail, max, sink.map_or(0.0, |sink| (sink - max).exp()) + sum_lanes(sums));
     let divisor = _mm256_set1_ps(total);
     for chunk in x8.iter_mut() {
-        *chunk = bytemuck::cast(_mm256_div_ps(load(chunk), divisor));
+        *chunk = bytemuck::cast(_mm256_div_ps(load8(chunk), divisor));
     }
     for x in tail.iter_mut() {
         *x /= total;
     }
+}
+
+/// The softmax tail (< 8 values past the whole vectors) scaled, and the maximum with the
+/// vectors' maximum `max`.
+#[inline]
+pub(super) fn softmax_tail_max(tail: &mut [f32], scale: f32, mut max: f32) -> f32 {
+    for x in tail.iter_mut() {
+        *x *= scale;
+        max = max.max(*x);
+    }
+    max
+}
+
+/// The softmax tail's `e^(x − max)` (padded through [`exp8`]), and `total` (the sink's and the
+/// vectors' share) with the tail's values added in order.
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn softmax_tail_exp(tail: &mut [f32], max: f32, mut total: f32) -> f32 {
+    if !tail.is_empty() {
+        for x in tail.iter_mut() {
+            *x -= max;
+        }
+        exp_tail(tail);
+        total += tail.iter().sum::<f32>();
+    }
+    total
 }
 
 /// `out[i] += Σ_j weights[j]·rows[j·len + i]` (`len = out.len()`, over the whole rows `rows`

@@ -1,20 +1,29 @@
 //! f32 vector kernels on 16 lanes (AVX-512F) for attention: the dot products of one query with
-//! many keys, and the weighted sums of value rows for the query heads that share them.
+//! many keys, the weighted sums of value rows for the query heads that share them, and softmax
+//! and `e^x` (the gated activations' too) with the AVX2 kernels' results on twice the lanes.
 //!
 //! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
 //! promises AVX2, FMA and AVX-512F (see `super::avx512_vector_kernels`).
 
 use std::arch::x86_64::{
-    __m256i, __m512, __m512d, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_cvtph_ps, _mm512_fmadd_ps,
-    _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_unpackhi_pd, _mm512_unpackhi_ps,
-    _mm512_unpacklo_pd, _mm512_unpacklo_ps,
+    __m256, __m256i, __m512, __m512d, __m512i, _CMP_GT_OQ, _CMP_LT_OQ, _CMP_UNORD_Q, _MM_FROUND_NO_EXC,
+    _MM_FROUND_TO_NEAREST_INT, _mm256_add_ps, _mm256_castpd_ps, _mm256_div_ps, _mm256_max_ps, _mm256_mul_ps,
+    _mm256_set1_ps, _mm256_setzero_ps, _mm256_sub_ps, _mm512_add_epi32, _mm512_add_ps, _mm512_castpd_ps,
+    _mm512_castps_pd, _mm512_castps512_ps256, _mm512_castsi512_ps, _mm512_cmp_ps_mask, _mm512_cvtph_ps,
+    _mm512_cvtps_epi32, _mm512_div_ps, _mm512_extractf64x4_pd, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mask_blend_ps,
+    _mm512_max_ps, _mm512_min_ps, _mm512_mul_ps, _mm512_roundscale_ps, _mm512_set1_epi32, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_slli_epi32, _mm512_srai_epi32, _mm512_sub_epi32, _mm512_sub_ps,
+    _mm512_unpackhi_pd, _mm512_unpackhi_ps, _mm512_unpacklo_pd, _mm512_unpacklo_ps,
 };
 
 use bytemuck::{Pod, pod_read_unaligned};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-use super::avx2_vector;
+use super::avx2_vector::{
+    self, EXP_HORNER, EXP_MAX_ARG, EXP_MIN_ARG, LN2_HI, LN2_LO, exp_tail, exp8, load8, softmax_tail_exp,
+    softmax_tail_max, sum_lanes,
+};
 
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f")]
@@ -346,4 +355,103 @@ fn sums<const Q: usize, T: Pod>(
         }
     }
     Q
+}
+
+/// `avx2_vector::exp8`'s steps on 16 lanes (the same operations per lane, masks for its blends),
+/// so each value's `e^x` is the same bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn exp16(x: __m512) -> __m512 {
+    let clamped = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(EXP_MIN_ARG)), _mm512_set1_ps(EXP_MAX_ARG));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+        clamped,
+        _mm512_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), clamped);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(1.0 / 5040.0);
+    for c in EXP_HORNER {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let n = _mm512_cvtps_epi32(n);
+    let half = _mm512_srai_epi32::<1>(n);
+    let pow2 = |k: __m512i| _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(k, _mm512_set1_epi32(127))));
+    let y = _mm512_mul_ps(_mm512_mul_ps(p, pow2(half)), pow2(_mm512_sub_epi32(n, half)));
+    let above = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_set1_ps(EXP_MAX_ARG));
+    let y = _mm512_mask_blend_ps(above, y, _mm512_set1_ps(f32::INFINITY));
+    let below = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(EXP_MIN_ARG));
+    let y = _mm512_mask_blend_ps(below, y, _mm512_setzero_ps());
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), y, x)
+}
+
+/// `avx2_vector::exp_f32` bit for bit, 16 values at a time (then its 8 and its padded tail).
+#[target_feature(enable = "avx2,fma,avx512f")]
+pub(super) fn exp_f32(xs: &mut [f32]) {
+    let (x8, tail) = xs.as_chunks_mut::<8>();
+    let (pairs, odd) = x8.as_chunks_mut::<2>();
+    for pair in pairs {
+        *pair = bytemuck::cast(exp16(load_pair(pair)));
+    }
+    for chunk in odd {
+        *chunk = bytemuck::cast(exp8(load8(chunk)));
+    }
+    exp_tail(tail);
+}
+
+/// `avx2_vector::softmax_f32` bit for bit, twice the lanes: the same values scaled, the same
+/// maximum (exact in any order), `e^x` by [`exp16`], and the total in the AVX2 kernel's 8 partial
+/// sums in its order (a pair of 8-value chunks added as two vectors, low half first).
+#[target_feature(enable = "avx2,fma,avx512f")]
+pub(super) fn softmax_f32(xs: &mut [f32], scale: f32, sink: Option<f32>) {
+    let (x8, tail) = xs.as_chunks_mut::<8>();
+    let (pairs, odd) = x8.as_chunks_mut::<2>();
+    // `max_ps(v, m)` keeps `m` where `v` is NaN, as `f32::max` ignores a NaN.
+    let start = sink.unwrap_or(f32::NEG_INFINITY);
+    let (factor, mut lanes_max) = (_mm512_set1_ps(scale), _mm512_set1_ps(start));
+    for pair in pairs.iter_mut() {
+        let v = _mm512_mul_ps(load_pair(pair), factor);
+        *pair = bytemuck::cast(v);
+        lanes_max = _mm512_max_ps(v, lanes_max);
+    }
+    let mut odd_max = _mm256_set1_ps(start);
+    for chunk in odd.iter_mut() {
+        let v = _mm256_mul_ps(load8(chunk), _mm256_set1_ps(scale));
+        *chunk = bytemuck::cast(v);
+        odd_max = _mm256_max_ps(v, odd_max);
+    }
+    let (wide, narrow): ([f32; 16], [f32; 8]) = (bytemuck::cast(lanes_max), bytemuck::cast(odd_max));
+    let max = wide.iter().chain(&narrow).fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let max = softmax_tail_max(tail, scale, max);
+    let shift = _mm512_set1_ps(max);
+    let mut sums = _mm256_setzero_ps();
+    for pair in pairs.iter_mut() {
+        let e = exp16(_mm512_sub_ps(load_pair(pair), shift));
+        *pair = bytemuck::cast(e);
+        let (low, high): (__m256, __m256) =
+            (_mm512_castps512_ps256(e), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e))));
+        sums = _mm256_add_ps(_mm256_add_ps(sums, low), high);
+    }
+    for chunk in odd.iter_mut() {
+        let e = exp8(_mm256_sub_ps(load8(chunk), _mm256_set1_ps(max)));
+        *chunk = bytemuck::cast(e);
+        sums = _mm256_add_ps(sums, e);
+    }
+    let total = softmax_tail_exp(tail, max, sink.map_or(0.0, |sink| (sink - max).exp()) + sum_lanes(sums));
+    let divisor = _mm512_set1_ps(total);
+    for pair in pairs.iter_mut() {
+        *pair = bytemuck::cast(_mm512_div_ps(load_pair(pair), divisor));
+    }
+    for chunk in odd.iter_mut() {
+        *chunk = bytemuck::cast(_mm256_div_ps(load8(chunk), _mm256_set1_ps(total)));
+    }
+    for x in tail.iter_mut() {
+        *x /= total;
+    }
+}
+
+/// Two 8-value chunks as one vector.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn load_pair(pair: &[[f32; 8]; 2]) -> __m512 {
+    pod_read_unaligned::<__m512>(bytemuck::cast_slice(pair))
 }

@@ -350,8 +350,8 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
 }
 
 /// The AVX2 + FMA vector kernels with AVX-512F's attention kernels in place of theirs (the dot
-/// products of a query with many keys, and the weighted sums of several queries at once), if
-/// this CPU has all three.
+/// products of a query with many keys, the weighted sums of several queries at once, softmax
+/// and `e^x`: the last two the AVX2 kernels' results, bit for bit), if this CPU has all three.
 pub(super) fn avx512_vector() -> Option<VectorKernels> {
     let avx2 = avx2_fma_vector()?;
     // f16 rows widened in registers where F16C is there too (every AVX-512 CPU so far).
@@ -377,6 +377,10 @@ pub(super) fn avx512_vector() -> Option<VectorKernels> {
         dots: |out, x, rows| unsafe { avx512_vector::dots_f32(out, x, rows) },
         // SAFETY: as above.
         weighted_sums_add: |outs, weights, rows| unsafe { avx512_vector::weighted_sums_add_f32(outs, weights, rows) },
+        // SAFETY: as above.
+        softmax: |xs, scale, sink| unsafe { avx512_vector::softmax_f32(xs, scale, sink) },
+        // SAFETY: as above.
+        exp: |xs| unsafe { avx512_vector::exp_f32(xs) },
         ..with_f16
     })
 }
@@ -418,6 +422,40 @@ mod tests {
                         assert!((f64::from(out[j]) - exact).abs() <= bound, "{} len {len} row {j}", set.isa);
                     }
                     assert_eq!(&out[n..], &[0.0; 3], "{} len {len}: past the rows", set.isa);
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 set's softmax and `e^x` give the AVX2 set's bits: every length up to 80 (pairs
+    /// of 8-value chunks, an odd chunk, a tail), scales, with and without a sink, and values that
+    /// meet every branch of `e^x` (beyond its clamps, NaN, infinities, zeros of both signs).
+    #[test]
+    fn avx512_softmax_and_exp_equal_avx2s_bit_for_bit() {
+        let (Some(avx2), Some(avx512)) = (avx2_fma_vector(), avx512_vector()) else {
+            eprintln!("no AVX-512F on this CPU: its softmax and e^x are not run here");
+            return;
+        };
+        let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 95.0, -120.0, 88.7, -103.9, 1e-30];
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for len in 0..=80 {
+            for seed in 0..3 {
+                let mut xs = values(len, seed + len);
+                for (i, x) in xs.iter_mut().enumerate() {
+                    *x *= 20.0;
+                    if seed == 2 && i % 7 == 3 {
+                        *x = special[(i / 7) % special.len()];
+                    }
+                }
+                let (mut a, mut b) = (xs.clone(), xs.clone());
+                (avx2.exp)(&mut a);
+                (avx512.exp)(&mut b);
+                assert_eq!(bits(&a), bits(&b), "exp len {len} seed {seed}");
+                for (scale, sink) in [(0.125, None), (1.0, Some(0.5)), (0.3, Some(f32::NAN)), (2.0, Some(-200.0))] {
+                    let (mut a, mut b) = (xs.clone(), xs.clone());
+                    (avx2.softmax)(&mut a, scale, sink);
+                    (avx512.softmax)(&mut b, scale, sink);
+                    assert_eq!(bits(&a), bits(&b), "softmax len {len} seed {seed} scale {scale} sink {sink:?}");
                 }
             }
         }
