@@ -16,6 +16,9 @@
 //!   8 GPT-OSS-20B gate/up experts (46080×2880, 70 MB, ≫ L2): GGML blocks (GGUF) against the same
 //!   values where HF and MLX store them (`Matrix::Mxfp4Split`), whole and as HF's interleaved
 //!   halves (`row_stride` 2), throughput in MXFP4 bytes read.
+//! * `vector/{softmax,exp}/<isa>/n<N>` — attention's softmax of a row of N scores and the gated
+//!   activations' `e^x`, with the f32 vector kernels this CPU selected (`vector::vector_isa`;
+//!   `MINERVA_CPU_ISAS=avx2+fma+f16c,avx2` gives the AVX2 ones to compare), throughput in values.
 //!
 //! Weights are random bytes with finite scales (speed does not depend on the values), made once.
 
@@ -372,6 +375,34 @@ fn bench_mxfp4_split(c: &mut Criterion) {
     group.finish();
 }
 
+fn bench_vector(c: &mut Criterion) {
+    use minerva_quant::vector;
+    let mut group = c.benchmark_group("vector");
+    group.sample_size(30).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    let isa = vector::vector_isa();
+    for n in [64, 512, 4096] {
+        // Scores of a few units either side of zero, as attention's are before scaling.
+        let scores: Vec<f32> = (0..n).map(|i| ((i * 37 % 211) as f32 / 53.0 - 2.0) * 3.0).collect();
+        let mut work = scores.clone();
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(format!("softmax/{isa}/n{n}"), |b| {
+            b.iter(|| {
+                work.copy_from_slice(&scores);
+                vector::softmax(black_box(&mut work), 0.125, None);
+                black_box(work[0])
+            })
+        });
+        group.bench_function(format!("exp/{isa}/n{n}"), |b| {
+            b.iter(|| {
+                work.copy_from_slice(&scores);
+                vector::exp(black_box(&mut work));
+                black_box(work[0])
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_bandwidth,
@@ -381,6 +412,7 @@ criterion_group!(
     bench_matmul,
     bench_batch,
     bench_repacked,
-    bench_mxfp4_split
+    bench_mxfp4_split,
+    bench_vector
 );
 criterion_main!(benches);
