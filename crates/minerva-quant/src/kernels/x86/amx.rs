@@ -245,10 +245,13 @@ pub(super) fn repacked<const FORMAT: u8>(
             if FORMAT != Q8_0 {
                 decode::<FORMAT>(group, ahead, blocks, decoded);
             }
+            // Made once per call, not per sixteen activations: zeroing its 4 KiB was 1.1 % of a
+            // Q4_1 prefill. Every product stores its sums before they are read.
+            let mut sums = Sums([[[0; GROUP_ROWS]; ACTS]; 4]);
             with_tiles(&CONFIG, || {
                 for (c, out) in out[..whole].chunks_exact_mut(ACTS).enumerate() {
                     let ahead = if c == 0 && FORMAT == Q8_0 { ahead } else { &[] };
-                    products::<FORMAT>(group, ahead, &tiles.1[c * blocks..][..blocks], decoded, out);
+                    products::<FORMAT>(group, ahead, &tiles.1[c * blocks..][..blocks], decoded, &mut sums, out);
                 }
             });
         });
@@ -272,7 +275,8 @@ fn decode<const FORMAT: u8>(group: &[u8], ahead: &[u8], blocks: usize, decoded: 
     }
 }
 
-/// Sixteen activations (`tiles`, one per block) against one group, results into `out`.
+/// Sixteen activations (`tiles`, one per block) against one group, results into `out`; `sums`
+/// holds each product's C as stored.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn products<const FORMAT: u8>(
@@ -280,11 +284,11 @@ fn products<const FORMAT: u8>(
     ahead: &[u8],
     tiles: &[ActTile],
     decoded: &[Decoded],
+    sums: &mut Sums,
     out: &mut [[f32; GROUP_ROWS]],
 ) {
     let block = block_bytes(FORMAT);
     let mut acc = [_mm512_setzero_ps(); ACTS];
-    let mut sums = Sums([[[0; GROUP_ROWS]; ACTS]; 4]);
     let weights = |b: usize| b_operand::<FORMAT>(group, decoded, b);
     let mut b = 0;
     while b + 4 <= tiles.len() {
@@ -294,7 +298,7 @@ fn products<const FORMAT: u8>(
         // SAFETY: inside `with_tiles` (`repacked`), whose configuration reads each A as 16 rows of
         // 32 bytes 32 apart (`ActTile::qs`, 512 bytes) and each B as 8 rows of 64 bytes (the 512
         // bytes of `weights(b)`).
-        unsafe { four_products(a, 32, w, &mut sums) };
+        unsafe { four_products(a, 32, w, sums) };
         // Written out, not a loop: a loop left the accumulators in memory.
         accumulate::<FORMAT>(&group[b * block..][..block], &tiles[b], &sums.0[0], &mut acc);
         accumulate::<FORMAT>(&group[(b + 1) * block..][..block], &tiles[b + 1], &sums.0[1], &mut acc);

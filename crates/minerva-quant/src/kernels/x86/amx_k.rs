@@ -116,9 +116,12 @@ pub(super) fn repacked<const FORMAT: u8>(
         laid_out(&acts[..whole], blocks, tiles, lay_out);
         DECODED.with_borrow_mut(|decoded| {
             decode::<FORMAT>(group, ahead, blocks, decoded);
+            // Once per call, not per sixteen activations (as `amx::repacked`'s): every product
+            // stores its sums before they are read.
+            let mut stored = Sums([[[0; GROUP_ROWS]; ACTS]; 4]);
             with_tiles(config, || {
                 for (c, out) in out[..whole].chunks_exact_mut(ACTS).enumerate() {
-                    products::<FORMAT>(group, &tiles.1[c * blocks..][..blocks], decoded, out);
+                    products::<FORMAT>(group, &tiles.1[c * blocks..][..blocks], decoded, &mut stored, out);
                 }
             });
         });
@@ -150,15 +153,21 @@ fn decode<const FORMAT: u8>(group: &[u8], ahead: &[u8], blocks: usize, decoded: 
     }
 }
 
-/// Sixteen activations (`tiles`, one per super-block) against one group, results into `out`.
+/// Sixteen activations (`tiles`, one per super-block) against one group, results into `out`;
+/// `stored` holds each product's C as stored.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn products<const FORMAT: u8>(group: &[u8], tiles: &[ActTile], decoded: &[Decoded], out: &mut [[f32; GROUP_ROWS]]) {
+fn products<const FORMAT: u8>(
+    group: &[u8],
+    tiles: &[ActTile],
+    decoded: &[Decoded],
+    stored: &mut Sums,
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     let l = layout(FORMAT);
     let (width, sub_block_bytes) = (QK / sub_blocks(FORMAT), DECODED_BYTES / sub_blocks(FORMAT));
     let low_word = _mm512_set1_epi32(0xFFFF);
     let mut acc = [_mm512_setzero_ps(); ACTS];
-    let mut stored = Sums([[[0; GROUP_ROWS]; ACTS]; 4]);
     for ((src, tile), weights) in group.chunks_exact(l.bytes).zip(tiles).zip(decoded) {
         let mut sums = [_mm512_setzero_si512(); ACTS];
         for four in 0..sub_blocks(FORMAT) / 4 {
@@ -175,7 +184,7 @@ fn products<const FORMAT: u8>(group: &[u8], tiles: &[ActTile], decoded: &[Decode
             // rows of `width` bytes 256 apart from sub-block j's quants of the first activation
             // (`ActTile::qs`, 16 × 256 bytes, the last row ending within it) and each B as
             // `width / 4` rows of 64 bytes (sub-block j's `sub_block_bytes` of `weights`).
-            unsafe { four_products(a, QK, w, &mut stored) };
+            unsafe { four_products(a, QK, w, stored) };
             for (i, dots) in stored.0.iter().enumerate() {
                 let j = 4 * four + i;
                 let (p, h) = (j / 2, j % 2);
