@@ -1,23 +1,29 @@
 //! f32 vector kernels on 16 lanes (AVX-512F) for attention: the dot products of one query with
-//! many keys, the weighted sums of value rows for the query heads that share them, and softmax
-//! and `e^x` (the gated activations' too) with the AVX2 kernels' results on twice the lanes.
+//! many keys, the weighted sums of value rows for the query heads that share them, and softmax,
+//! `e^x` (the gated activations' too) and the repacked kernels' 8-bit activation blocks with
+//! the AVX2 kernels' results on twice the lanes.
 //!
 //! Memory safety does not rest on `unsafe` (slices and `bytemuck` unaligned loads); the caller
 //! promises AVX2, FMA and AVX-512F (see `super::avx512_vector_kernels`).
 
 use std::arch::x86_64::{
-    __m256, __m256i, __m512, __m512d, __m512i, _CMP_GT_OQ, _CMP_LT_OQ, _CMP_UNORD_Q, _MM_FROUND_NO_EXC,
-    _MM_FROUND_TO_NEAREST_INT, _mm256_add_ps, _mm256_castpd_ps, _mm256_div_ps, _mm256_max_ps, _mm256_mul_ps,
-    _mm256_set1_ps, _mm256_setzero_ps, _mm256_sub_ps, _mm512_add_epi32, _mm512_add_ps, _mm512_castpd_ps,
-    _mm512_castps_pd, _mm512_castps512_ps256, _mm512_castsi512_ps, _mm512_cmp_ps_mask, _mm512_cvtph_ps,
-    _mm512_cvtps_epi32, _mm512_div_ps, _mm512_extractf64x4_pd, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mask_blend_ps,
-    _mm512_max_ps, _mm512_min_ps, _mm512_mul_ps, _mm512_roundscale_ps, _mm512_set1_epi32, _mm512_set1_ps,
+    __m256, __m256i, __m512, __m512d, __m512i, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _CMP_ORD_Q,
+    _CMP_UNORD_Q, _MM_FROUND_NO_EXC, _MM_FROUND_TO_NEAREST_INT, _mm_cvtph_ps, _mm_cvtps_ph, _mm_cvtss_f32, _mm_set_ss,
+    _mm256_add_ps, _mm256_castpd_ps, _mm256_div_ps, _mm256_max_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
+    _mm256_sub_ps, _mm512_add_epi32, _mm512_add_ps, _mm512_and_si512, _mm512_castpd_ps, _mm512_castps_pd,
+    _mm512_castps_si512, _mm512_castps512_ps256, _mm512_castsi512_ps, _mm512_cmp_ps_mask, _mm512_cvtepi32_ps,
+    _mm512_cvtph_ps, _mm512_cvtps_epi32, _mm512_cvtsepi32_epi8, _mm512_cvttps_epi32, _mm512_div_ps,
+    _mm512_extractf64x4_pd, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mask_add_epi32, _mm512_mask_blend_ps,
+    _mm512_mask_sub_epi32, _mm512_maskz_mov_epi32, _mm512_max_ps, _mm512_min_ps, _mm512_mul_ps,
+    _mm512_reduce_add_epi32, _mm512_reduce_max_ps, _mm512_roundscale_ps, _mm512_set1_epi32, _mm512_set1_ps,
     _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_slli_epi32, _mm512_srai_epi32, _mm512_sub_epi32, _mm512_sub_ps,
     _mm512_unpackhi_pd, _mm512_unpackhi_ps, _mm512_unpacklo_pd, _mm512_unpacklo_ps,
 };
 
 use bytemuck::{Pod, pod_read_unaligned};
 use half::f16;
+
+use crate::repack::ActBlock;
 use half::slice::HalfFloatSliceExt;
 
 use super::avx2_vector::{
@@ -454,4 +460,42 @@ pub(super) fn softmax_f32(xs: &mut [f32], scale: f32, sink: Option<f32>) {
 #[target_feature(enable = "avx2,fma,avx512f")]
 fn load_pair(pair: &[[f32; 8]; 2]) -> __m512 {
     pod_read_unaligned::<__m512>(bytemuck::cast_slice(pair))
+}
+
+/// `repacked::quantize_q8_1` (so `crate::activation::quantize_act_blocks`) bit for bit, a block
+/// in two vectors rather than four: the largest magnitude (NaN never wins: `maxps` returns its
+/// second operand), `d = amax / 127`, the values times `1/d` clamped to the i8 range and rounded
+/// half away from zero (truncated, then ±1 where the rest reaches ±0.5; NaN to 0), narrowed by
+/// `vpmovsdb`, their sum, the scale rounded to f16.
+#[target_feature(enable = "avx2,fma,avx512f,f16c")]
+pub(super) fn quantize_q8_1(x: &[f32], out: &mut [ActBlock]) {
+    let (lowest, highest) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+    let one = _mm512_set1_epi32(1);
+    let sign_off = _mm512_set1_epi32(0x7fff_ffff);
+    let (x_blocks, _) = x.as_chunks::<32>();
+    for (x, block) in x_blocks.iter().zip(out) {
+        let v = [load16(&x[..16]), load16(&x[16..])];
+        let abs = |v: __m512| _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), sign_off));
+        let amax = _mm512_max_ps(abs(v[1]), _mm512_max_ps(abs(v[0]), _mm512_setzero_ps()));
+        // No lane of `amax` is NaN, so the order of the maxima does not matter.
+        let scale = _mm512_reduce_max_ps(amax) / 127.0;
+        let inverse = _mm512_set1_ps(if scale == 0.0 { 0.0 } else { 1.0 / scale });
+        let rounded = v.map(|v| {
+            let y = _mm512_min_ps(highest, _mm512_max_ps(lowest, _mm512_mul_ps(v, inverse)));
+            let t = _mm512_cvttps_epi32(y);
+            let rest = _mm512_sub_ps(y, _mm512_cvtepi32_ps(t));
+            let t = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(rest, _mm512_set1_ps(0.5)), t, one);
+            let t = _mm512_mask_sub_epi32(t, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(rest, _mm512_set1_ps(-0.5)), t, one);
+            _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(y, y), t)
+        });
+        let bytes: [[u8; 16]; 2] = rounded.map(|r| bytemuck::cast(_mm512_cvtsepi32_epi8(r)));
+        block.qs = bytemuck::cast(bytes);
+        block.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(rounded[0], rounded[1]));
+        // Rounded to f16 and back in a register (`vcvtps2ph` to nearest even, as `f16::from_f32`
+        // rounds), not by a call per block.
+        let rounded_scale = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(scale));
+        block.d = _mm_cvtss_f32(_mm_cvtph_ps(rounded_scale));
+        block.ds = block.d * block.sum as f32;
+        block.pad = 0;
+    }
 }

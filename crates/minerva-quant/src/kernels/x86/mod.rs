@@ -366,6 +366,8 @@ pub(super) fn avx512_vector() -> Option<VectorKernels> {
             weighted_sums_add_f16: |outs, weights, rows| unsafe {
                 avx512_vector::weighted_sums_add_f16(outs, weights, rows)
             },
+            // SAFETY: as above.
+            quantize_q8_1: |x, blocks| unsafe { avx512_vector::quantize_q8_1(x, blocks) },
             ..avx2
         }
     } else {
