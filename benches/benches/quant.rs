@@ -73,6 +73,7 @@ fn weights(dtype: DType, values: usize) -> Vec<u8> {
         DType::Q8_0 | DType::Q4_0 | DType::Q5_0 => &[0],
         DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
         DType::Q6_K => &[208],
+        DType::Q3_K => &[108],
         _ => &[],
     };
     for block in out.chunks_exact_mut(dtype.block_bytes()) {
@@ -314,6 +315,8 @@ fn bench_repacked(c: &mut Criterion) {
         ("llama1b_2048x8192", DType::Q6_K, 2048, 8192),
         ("llama8b_14336x4096", DType::Q4_K, 14336, 4096),
         ("llama8b_14336x4096", DType::Q5_K, 14336, 4096),
+        ("llama1b_8192x2048", DType::Q3_K, 8192, 2048),
+        ("llama8b_14336x4096", DType::Q3_K, 14336, 4096),
         ("llama8b_4096x14336", DType::Q6_K, 4096, 14336),
     ];
     for (label, dtype, rows, cols) in shapes {

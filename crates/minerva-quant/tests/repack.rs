@@ -13,8 +13,17 @@ use minerva_quant::{
     matmul_i16_matrix, matmul_ref, matmul_repacked_with_isa,
 };
 
-const DTYPES: [DType; 8] =
-    [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K];
+const DTYPES: [DType; 9] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
 
 /// `cols` rounded up to whole blocks of `dtype` (the K-quants' 256 values).
 fn whole(dtype: DType, cols: usize) -> usize {
@@ -30,6 +39,7 @@ fn random_weights(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> 
     let fields: &[usize] = match dtype {
         DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
         DType::Q6_K => &[208],
+        DType::Q3_K => &[108],
         _ => &[0],
     };
     for block in bytes.chunks_exact_mut(block_bytes) {
@@ -56,9 +66,9 @@ fn the_layout_gives_back_the_bytes_it_was_made_from() {
             let cols = whole(dtype, cols);
             let w = random_weights(dtype, rows, cols, (rows * cols) as u64);
             let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
-            // The rows' bytes, whole groups; Q4_K's and Q5_K's scales unpacked add 64 bytes per
-            // super-block of a group.
-            let extra = if matches!(dtype, DType::Q4_K | DType::Q5_K) { 64 * cols / 256 } else { 0 };
+            // The rows' bytes, whole groups; Q3_K's, Q4_K's and Q5_K's scales unpacked add 64
+            // bytes per super-block of a group.
+            let extra = if matches!(dtype, DType::Q3_K | DType::Q4_K | DType::Q5_K) { 64 * cols / 256 } else { 0 };
             assert_eq!(
                 packed.len_bytes(),
                 (rows.div_ceil(GROUP_ROWS) * (GROUP_ROWS * w.len() / rows + extra)).next_multiple_of(64)
@@ -124,8 +134,8 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
 }
 
 /// `--repack auto`'s question, as the kernel table's rows mark it: AVX-512 VNNI's kernels pay for
-/// every format (and AMX's), AVX-VNNI's and AVX2's for all but Q4_K and Q5_K, NEON's (never
-/// timed) and the scalar reference for none.
+/// every format (and AMX's), AVX-VNNI's and AVX2's for all but Q4_K and Q5_K (Q3_K's too), NEON's
+/// (never timed) and the scalar reference for none.
 #[test]
 fn repacking_pays_where_the_rows_were_measured_to() {
     for dtype in DTYPES {
@@ -137,7 +147,7 @@ fn repacking_pays_where_the_rows_were_measured_to() {
         };
         assert_eq!(minerva_quant::repacking_pays(dtype), want, "{dtype} on {isa}");
     }
-    for dtype in [DType::Q2_K, DType::Q3_K, DType::MXFP4, DType::F32] {
+    for dtype in [DType::Q2_K, DType::MXFP4, DType::F32] {
         assert!(!minerva_quant::repacking_pays(dtype), "{dtype} has no repacked layout");
     }
 }
@@ -220,9 +230,9 @@ fn a_rows_result_does_not_depend_on_its_company() {
 
 #[test]
 fn bad_shapes_and_dtypes_are_errors() {
-    assert!(!is_repackable(DType::Q3_K) && is_repackable(DType::Q4_1) && is_repackable(DType::Q6_K));
+    assert!(!is_repackable(DType::Q2_K) && is_repackable(DType::Q4_1) && is_repackable(DType::Q3_K));
     let w = random_weights(DType::Q8_0, 20, 64, 1);
-    assert!(matches!(Repacked::new(DType::Q3_K, &w, 1, 256), Err(QuantError::Unsupported { .. })));
+    assert!(matches!(Repacked::new(DType::Q2_K, &w, 1, 256), Err(QuantError::Unsupported { .. })));
     assert!(matches!(Repacked::new(DType::Q4_K, &w, 2, 128), Err(QuantError::PartialBlockValues { .. })));
     assert!(matches!(Repacked::new(DType::Q8_0, &w, 21, 64), Err(QuantError::MatmulOperand { .. })));
     assert!(matches!(Repacked::new(DType::Q8_0, &w, 20, 48), Err(QuantError::PartialBlockValues { .. })));

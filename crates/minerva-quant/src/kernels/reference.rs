@@ -61,7 +61,10 @@ pub(super) const ROWS: [Kernels; 17] = [
         .dot(Q8_0, dot_mxfp4)
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_mxfp4_ref)),
     Kernels::new(Q2_K).dequantize(crate::dequantize_row_q2_k_ref).dot(Q8_K, dot_q2_k),
-    Kernels::new(Q3_K).dequantize(crate::dequantize_row_q3_k_ref).dot(Q8_K, dot_q3_k),
+    Kernels::new(Q3_K)
+        .dequantize(crate::dequantize_row_q3_k_ref)
+        .dot(Q8_K, dot_q3_k)
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(Q3_K, group, acts, out)),
     Kernels::new(Q4_K)
         .dequantize(crate::dequantize_row_q4_k_ref)
         .quantize(crate::quantize_row_q4_k_ref)

@@ -22,6 +22,7 @@ pub(crate) const Q5_1: u8 = 4;
 pub(crate) const Q4_K: u8 = 5;
 pub(crate) const Q5_K: u8 = 6;
 pub(crate) const Q6_K: u8 = 7;
+pub(crate) const Q3_K: u8 = 8;
 
 /// The dtype of a 32-value format.
 pub(crate) const fn dtype(format: u8) -> DType {
@@ -80,8 +81,21 @@ pub(crate) const fn k_layout(format: u8) -> Layout {
     match format {
         Q4_K => k_quants::Q4_K,
         Q5_K => k_quants::Q5_K,
+        Q3_K => k_quants::Q3_K,
         _ => k_quants::Q6_K,
     }
+}
+
+/// Whether a K-quant format has sub-blocks of 16 values with signed scales and no minimums
+/// (Q3_K, Q6_K), not Q4_K's and Q5_K's 32 with unsigned scales and minimums.
+pub(crate) const fn k_signed(format: u8) -> bool {
+    matches!(format, Q3_K | Q6_K)
+}
+
+/// What a signed K-quant's stored quants carry on top of their value (Q6_K 32, Q3_K 4: both
+/// stored unsigned), as a shift: the kernels take `offset · Σ sc_j·Σa_j` off the exact sum.
+pub(crate) const fn k_offset_shift(format: u8) -> u32 {
+    if format == Q3_K { 2 } else { 5 }
 }
 
 /// The first `blocks` blocks of each of `acts`' first `N` activations.

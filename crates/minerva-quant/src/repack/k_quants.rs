@@ -1,4 +1,4 @@
-//! The K-quant layouts of [`crate::repack`]: Q4_K, Q5_K and Q6_K super-blocks of 256 values, 16
+//! The K-quant layouts of [`crate::repack`]: Q3_K, Q4_K, Q5_K and Q6_K super-blocks of 256 values, 16
 //! rows interleaved, multiplied with Q8_K activations (llama.cpp's `vec_dot_type` for the
 //! K-quants, and what the zero-copy K-quant kernels read: repacking them changes no activation's
 //! precision).
@@ -25,7 +25,16 @@
 //!                          16e + 4m + i
 //!   scales     32 B        row r: sc(2p), sc(2p + 1)     (i8)
 //!   8 × 416 + 32 = 3360 B = 16 × 210
+//! Q3_K: 8 parts of 32 values (sub-blocks 2p, 2p + 1 of 16), then d (16 × f16)
+//!   low bits    2 × 64 B   slot e, bits 2m, 2m + 1 of byte (r, i): bits 0, 1 of value
+//!                          16e + 4m + i (Q6_K's high bits' order)
+//!   high bits   1 × 64 B   bit 4e + m of byte (r, i): bit 2 of value 16e + 4m + i
+//!   scales     32 B        row r: sc(2p), sc(2p + 1)     (i8, −32..31)
+//!   8 × 224 + 32 = 1824 B = 16 × 114
 //! ```
+//!
+//! Q3_K's and Q6_K's quants are stored unsigned: their values plus 4 and plus 32 (Q3_K's are
+//! GGML's two low bits with its `hmask` bit as bit 2: GGML subtracts 4 where that bit is clear).
 //!
 //! The scales are unpacked once (Q4_K's and Q5_K's 6-bit fields cost 64 bytes per super-block of
 //! 16 rows, 2.8 % and 2.3 %) and kept in pairs, so a kernel widens a pair to i16 lanes in one
@@ -37,6 +46,7 @@
 //!       acc = fma(d_w·d_a, f32(s), acc);  acc = fma(−(dmin_w·d_a), f32(n), acc)
 //! Q6_K  s = Σ_j sc_j · Σ q·a − 32 · Σ_j sc_j · Σa_j  (q unsigned 0..63; 16 values each)
 //!       acc = fma(d_w·d_a, f32(s), acc)
+//! Q3_K  the same with q unsigned 0..7 and 4 · Σ_j sc_j · Σa_j
 //! ```
 
 use half::f16;
@@ -44,6 +54,7 @@ use minerva_core::DType;
 
 use super::{GROUP_ROWS, SLOT_BYTES};
 use crate::activation::Activation;
+use crate::ggml::k_quants::q3_k_scales;
 
 /// Values per super-block.
 const QK: usize = 256;
@@ -58,8 +69,8 @@ pub(crate) struct Layout {
     /// Within a part: the decoded slots.
     pub(crate) slots: usize,
     /// Within a part: the scale pairs, the minimum pairs (Q4_K, Q5_K), and the fifth bits (Q5_K)
-    /// or the high bits (Q6_K). A field a format lacks (Q4_K's `high`, Q6_K's `minimums` and
-    /// `dmin`) holds an offset past the fields it has and is never read.
+    /// or the high bits (Q3_K, Q6_K). A field a format lacks (Q4_K's `high`, Q3_K's and Q6_K's
+    /// `minimums` and `dmin`) holds an offset past the fields it has and is never read.
     pub(crate) scales: usize,
     pub(crate) minimums: usize,
     pub(crate) high: usize,
@@ -76,6 +87,8 @@ pub(crate) const Q5_K: Layout =
     Layout { values: 64, part: 704, slots: 128, scales: 640, minimums: 672, high: 0, d: 2816, dmin: 2848, bytes: 2880 };
 pub(crate) const Q6_K: Layout =
     Layout { values: 32, part: 416, slots: 0, scales: 384, minimums: 416, high: 256, d: 3328, dmin: 3360, bytes: 3360 };
+pub(crate) const Q3_K: Layout =
+    Layout { values: 32, part: 224, slots: 0, scales: 192, minimums: 224, high: 128, d: 1792, dmin: 1824, bytes: 1824 };
 
 /// The layout of a K-quant that repacks.
 pub(crate) const fn layout(dtype: DType) -> Option<Layout> {
@@ -83,6 +96,7 @@ pub(crate) const fn layout(dtype: DType) -> Option<Layout> {
         DType::Q4_K => Some(Q4_K),
         DType::Q5_K => Some(Q5_K),
         DType::Q6_K => Some(Q6_K),
+        DType::Q3_K => Some(Q3_K),
         _ => None,
     }
 }
@@ -150,13 +164,41 @@ fn q6_k_store_values(q: &[u8; QK], block: &mut [u8]) {
     }
 }
 
+/// Q3_K's 16 signed scales as GGML packs them (12 bytes): [`q3_k_scales`]' inverse.
+fn q3_k_packed_scales(sc: &[u8; 16]) -> [u8; 12] {
+    let mut packed = [0u8; 12];
+    for (i, &sc) in sc.iter().enumerate() {
+        let raw = (sc as i8 as i32 + 32) as u8;
+        if i < 8 {
+            packed[i] |= raw & 0xF;
+        } else {
+            packed[i - 8] |= (raw & 0xF) << 4;
+        }
+        packed[8 + i % 4] |= (raw >> 4) << (2 * (i / 4));
+    }
+    packed
+}
+
+/// Bits of a value's low and high fields: Q3_K 2 and 1, Q5_K 4 and 1, Q6_K 4 and 2 (Q4_K 4, none).
+const fn field_bits(dtype: DType) -> (u32, u32) {
+    match dtype {
+        DType::Q3_K => (2, 1),
+        DType::Q6_K => (4, 2),
+        _ => (4, 1),
+    }
+}
+
 /// Where row `r`'s value `v` lies in a super-block's part of a group: (byte, shift) of its low
-/// bits (four of them), and for Q5_K / Q6_K of its high bits (one or two).
+/// bits ([`field_bits`]), and for Q3_K / Q5_K / Q6_K of its high bits.
 fn value_at(dtype: DType, r: usize, v: usize) -> ((usize, u32), Option<(usize, u32)>) {
     let Some(l) = layout(dtype) else { return ((0, 0), None) };
     let (p, within, i) = (v / l.values, v % l.values, v % 4);
     let base = p * l.part + 4 * r + i;
     match dtype {
+        DType::Q3_K => {
+            let (e, m) = (within / 16, within % 16 / 4);
+            ((base + l.slots + SLOT_BYTES * e, 2 * m as u32), Some((base + l.high, (4 * e + m) as u32)))
+        }
         DType::Q6_K => {
             let (k, e) = (within % 16 / 4, within / 16);
             let m = within % 16 / 4;
@@ -179,23 +221,24 @@ fn scale_at(l: Layout, r: usize, j: usize) -> (usize, usize) {
     (at + l.scales, at + l.minimums)
 }
 
-/// Row `r`'s quant of value `v` (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63).
+/// Row `r`'s quant of value `v` (Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63).
 fn quant(dtype: DType, src: &[u8], r: usize, v: usize) -> u8 {
+    let (low_bits, high_bits) = field_bits(dtype);
     let ((at, shift), high) = value_at(dtype, r, v);
-    let low = (src[at] >> shift) & 0xF;
-    match (dtype, high) {
-        (DType::Q6_K, Some((at, shift))) => low | (((src[at] >> shift) & 3) << 4),
-        (_, Some((at, shift))) => low | (((src[at] >> shift) & 1) << 4),
-        _ => low,
+    let low = (src[at] >> shift) & ((1 << low_bits) - 1);
+    match high {
+        Some((at, shift)) => low | (((src[at] >> shift) & ((1 << high_bits) - 1)) << low_bits),
+        None => low,
     }
 }
 
 /// Stores row `r`'s quant `q` of value `v` (its bits zero before).
 fn set_quant(dtype: DType, dst: &mut [u8], r: usize, v: usize, q: u8) {
+    let (low_bits, _) = field_bits(dtype);
     let ((at, shift), high) = value_at(dtype, r, v);
-    dst[at] |= (q & 0xF) << shift;
+    dst[at] |= (q & ((1 << low_bits) - 1)) << shift;
     if let Some((at, shift)) = high {
-        dst[at] |= (q >> 4) << shift;
+        dst[at] |= (q >> low_bits) << shift;
     }
 }
 
@@ -212,6 +255,17 @@ impl Block {
     fn from_ggml(dtype: DType, src: &[u8]) -> Block {
         let mut block = Block { q: [0; QK], sc: [0; 16], m: [0; 8], d: [0; 2], dmin: [0; 2] };
         match dtype {
+            DType::Q3_K => {
+                let (hmask, qs) = (&src[..32], &src[32..96]);
+                for (v, q) in block.q.iter_mut().enumerate() {
+                    let (half, quarter, lane) = (v / 128, v % 128 / 32, v % 32);
+                    let low = (qs[32 * half + lane] >> (2 * quarter)) & 3;
+                    *q = low | (((hmask[lane] >> (v / 32)) & 1) << 2);
+                }
+                let packed: &[u8; 12] = src[96..108].try_into().expect("twelve scale bytes");
+                block.sc = q3_k_scales(packed).map(|sc| sc as u8);
+                block.d.copy_from_slice(&src[108..110]);
+            }
             DType::Q6_K => {
                 block.q = q6_k_values(src);
                 block.sc.copy_from_slice(&src[192..208]);
@@ -238,6 +292,19 @@ impl Block {
 
     fn to_ggml(&self, dtype: DType, dst: &mut [u8]) {
         match dtype {
+            DType::Q3_K => {
+                let (hmask, rest) = dst[..110].split_at_mut(32);
+                let (qs, rest) = rest.split_at_mut(64);
+                hmask.fill(0);
+                qs.fill(0);
+                for (v, &q) in self.q.iter().enumerate() {
+                    let (half, quarter, lane) = (v / 128, v % 128 / 32, v % 32);
+                    qs[32 * half + lane] |= (q & 3) << (2 * quarter);
+                    hmask[lane] |= (q >> 2) << (v / 32);
+                }
+                rest[..12].copy_from_slice(&q3_k_packed_scales(&self.sc));
+                rest[12..14].copy_from_slice(&self.d);
+            }
             DType::Q6_K => {
                 q6_k_store_values(&self.q, dst);
                 dst[192..208].copy_from_slice(&self.sc);
@@ -264,7 +331,12 @@ impl Block {
     }
 }
 
-/// Up to 16 GGML rows of Q4_K, Q5_K or Q6_K into one group (every byte written; missing rows zero).
+/// Whether a K-quant has minimums (Q4_K, Q5_K; not Q3_K, Q6_K).
+fn has_minimums(dtype: DType) -> bool {
+    matches!(dtype, DType::Q4_K | DType::Q5_K)
+}
+
+/// Up to 16 GGML rows of Q3_K, Q4_K, Q5_K or Q6_K into one group (every byte written; missing rows zero).
 pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
     let Some(l) = layout(dtype) else { return };
     let block_bytes = dtype.block_bytes();
@@ -279,19 +351,19 @@ pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
             for j in 0..subs {
                 let (sc, m) = scale_at(l, r, j);
                 dst[sc] = block.sc[j];
-                if dtype != DType::Q6_K {
+                if has_minimums(dtype) {
                     dst[m] = block.m[j];
                 }
             }
             dst[l.d + 2 * r..][..2].copy_from_slice(&block.d);
-            if dtype != DType::Q6_K {
+            if has_minimums(dtype) {
                 dst[l.dmin + 2 * r..][..2].copy_from_slice(&block.dmin);
             }
         }
     }
 }
 
-/// Row `r` of a Q4_K, Q5_K or Q6_K group back to its GGML bytes.
+/// Row `r` of a Q3_K, Q4_K, Q5_K or Q6_K group back to its GGML bytes.
 pub(crate) fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
     let Some(l) = layout(dtype) else { return };
     let subs = QK / (l.values / 2);
@@ -304,12 +376,12 @@ pub(crate) fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
         for j in 0..subs {
             let (sc, m) = scale_at(l, r, j);
             block.sc[j] = src[sc];
-            if dtype != DType::Q6_K {
+            if has_minimums(dtype) {
                 block.m[j] = src[m];
             }
         }
         block.d.copy_from_slice(&src[l.d + 2 * r..][..2]);
-        if dtype != DType::Q6_K {
+        if has_minimums(dtype) {
             block.dmin.copy_from_slice(&src[l.dmin + 2 * r..][..2]);
         }
         block.to_ggml(dtype, dst);
@@ -330,14 +402,15 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
                 let dot = |values: std::ops::Range<usize>| -> i32 {
                     values.map(|v| i32::from(quant(dtype, src, r, v)) * i32::from(a[v] as i8)).sum()
                 };
-                if dtype == DType::Q6_K {
+                if !has_minimums(dtype) {
+                    let offset = if dtype == DType::Q3_K { 4 } else { 32 };
                     let (mut s, mut c) = (0i32, 0i32);
                     for j in 0..16 {
                         let sc = i32::from(src[scale_at(l, r, j).0] as i8);
                         s += sc * dot(16 * j..16 * j + 16);
                         c += sc * i32::from(bsums[j]);
                     }
-                    *acc = (d_w * d_a).mul_add((s - 32 * c) as f32, *acc);
+                    *acc = (d_w * d_a).mul_add((s - offset * c) as f32, *acc);
                 } else {
                     let (mut s, mut n) = (0i32, 0i32);
                     for j in 0..8 {

@@ -17,8 +17,9 @@
 //!
 //! The K-quants (`kernel_k`, layouts in `crate::repack::k_quants`) decode a sub-block at a time
 //! (Q4_K/Q5_K: eight slots of 32 values, Q6_K: four of 16, its two high bits shifted into place
-//! from the part's high slot) and add each activation's exact dot times the four rows' scales
-//! (`mla`), and the minimums' term `Σ m_j·Σa_j` (Q6_K: `Σ sc_j·Σa_j`, taken 32 times), then the
+//! from the part's high slot; Q3_K: four of 16, two bits of its low slot and a third by `cmtst`)
+//! and add each activation's exact dot times the four rows' scales (`mla`), and the minimums'
+//! term `Σ m_j·Σa_j` (Q6_K: `Σ sc_j·Σa_j`, taken 32 times; Q3_K 4 times), then the
 //! reference's f32 steps per super-block.
 //!
 //! Weights and activations are both signed here, so Q8_0's quants need no offset; Q4_0's and
@@ -38,15 +39,17 @@
 use core::arch::aarch64::{
     float32x4_t, int8x16_t, int32x4_t, uint8x16_t, vaddq_s32, vandq_u8, vcombine_u8, vcvtq_f32_s32, vdup_n_u8,
     vdupq_n_f32, vdupq_n_s32, vdupq_n_u8, vfmaq_f32, vmlaq_n_s32, vmlaq_s32, vmulq_f32, vnegq_f32, vorrq_u8,
-    vreinterpretq_s8_u8, vshlq_n_s32, vshlq_n_u8, vshrq_n_u8, vsubq_s32, vtstq_u8,
+    vreinterpretq_s8_u8, vshlq_n_u8, vshlq_s32, vshrq_n_u8, vsubq_s32, vtstq_u8,
 };
 
 use bytemuck::pod_read_unaligned;
 use half::f16;
 
 use crate::activation::Activation;
-pub(super) use crate::kernels::repacked_formats::{Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
-use crate::kernels::repacked_formats::{block_bytes, blocks_of, has_fifth_bit, has_minimum, k_layout, quant_bytes};
+pub(super) use crate::kernels::repacked_formats::{Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+use crate::kernels::repacked_formats::{
+    block_bytes, blocks_of, has_fifth_bit, has_minimum, k_layout, k_offset_shift, k_signed, quant_bytes,
+};
 use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
 
 /// Activations per pass over a quarter's blocks.
@@ -80,12 +83,12 @@ fn f16x4(bytes: &[u8], at: usize) -> float32x4_t {
 }
 
 /// Four rows' scale (or minimum) bytes of one sub-block, every second byte from `at`, as i32:
-/// Q6_K's signed, Q4_K's and Q5_K's unsigned 6-bit values.
+/// Q3_K's and Q6_K's signed, Q4_K's and Q5_K's unsigned 6-bit values.
 #[inline(always)]
 fn row_bytes_i32<const FORMAT: u8>(part: &[u8], at: usize) -> int32x4_t {
     let lanes: [i32; 4] = std::array::from_fn(|r| {
         let byte = part[at + 2 * r];
-        if FORMAT == Q6_K { i32::from(byte as i8) } else { i32::from(byte) }
+        if k_signed(FORMAT) { i32::from(byte as i8) } else { i32::from(byte) }
     });
     bytemuck::cast(lanes)
 }
@@ -192,7 +195,7 @@ macro_rules! repacked_kernels {
 
             /// Rows `4·quarter..4·quarter + 4` of a K-quant group against `N` activations, a
             /// sub-block at a time: its slots decoded, then each activation's exact dot product
-            /// times the rows' scales into `s`, and the minimums' (Q6_K: the offset's) term.
+            /// times the rows' scales into `s`, and the minimums' (Q3_K, Q6_K: the offset's) term.
             #[inline]
             #[target_feature(enable = $features)]
             fn pass_k<const FORMAT: u8, const N: usize>(
@@ -205,15 +208,20 @@ macro_rules! repacked_kernels {
                 let rows = 4 * quarter;
                 let mut acc = [vdupq_n_f32(0.0); N];
                 for (b, src) in group.chunks_exact(l.bytes).enumerate() {
-                    // s: Σ_j sc_j · dot_j; n: Σ_j m_j · Σa_j (Q6_K: Σ_j sc_j · Σa_j, 16 values each).
+                    // s: Σ_j sc_j · dot_j; n: Σ_j m_j · Σa_j (Q3_K, Q6_K: Σ_j sc_j · Σa_j, 16 values
+                    // each).
                     let (mut s, mut n) = ([vdupq_n_s32(0); N], [vdupq_n_s32(0); N]);
                     // The parts, then (from `l.d`) the rows' d and dmin.
                     for (p, part) in src[..l.d].chunks_exact(l.part).enumerate() {
                         for h in 0..2 {
                             let j = 2 * p + h;
                             let scale = row_bytes_i32::<FORMAT>(part, l.scales + 2 * rows + h);
-                            if FORMAT == Q6_K {
-                                let slots = decode_q6_k(part, quarter, h);
+                            if k_signed(FORMAT) {
+                                let slots = if FORMAT == Q3_K {
+                                    decode_q3_k(part, quarter, h)
+                                } else {
+                                    decode_q6_k(part, quarter, h)
+                                };
                                 for (k, act) in acts[..N].iter().enumerate() {
                                     let a = load16::<int8x16_t>(&act.qs, QK * b + 16 * j);
                                     s[k] = vmlaq_s32(s[k], dot4(&slots, a), scale);
@@ -237,8 +245,10 @@ macro_rules! repacked_kernels {
                     for (k, act) in acts[..N].iter().enumerate() {
                         let d_a = vdupq_n_f32(act.d[b]);
                         let scale = vmulq_f32(d_w, d_a);
-                        if FORMAT == Q6_K {
-                            let s = vsubq_s32(s[k], vshlq_n_s32::<5>(n[k]));
+                        if k_signed(FORMAT) {
+                            // The offset the quants are stored with: 4 (Q3_K) or 32 (Q6_K).
+                            let offset = vshlq_s32(n[k], vdupq_n_s32(k_offset_shift(FORMAT) as i32));
+                            let s = vsubq_s32(s[k], offset);
                             acc[k] = vfmaq_f32(acc[k], scale, vcvtq_f32_s32(s));
                         } else {
                             acc[k] = vfmaq_f32(acc[k], scale, vcvtq_f32_s32(s[k]));
@@ -286,6 +296,24 @@ macro_rules! repacked_kernels {
                     let packed: uint8x16_t = load16(part, l.slots + SLOT_BYTES * k + 16 * quarter);
                     let nibbles = if h == 0 { vandq_u8(packed, low) } else { vshrq_n_u8::<4>(packed) };
                     vreinterpretq_s8_u8(vorrq_u8(nibbles, vandq_u8(highs[k], two)))
+                })
+            }
+
+            /// Q3_K's sub-block `2p + h` of part `part`, rows `4·quarter..4·quarter + 4`: four
+            /// slots (values `4k..4k + 4` of the 16 in slot `k`), 0..7.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn decode_q3_k(part: &[u8], quarter: usize, h: usize) -> [int8x16_t; 4] {
+                let l = k_layout(Q3_K);
+                let three = vdupq_n_u8(3);
+                // Low slot h keeps bits 0, 1 of value 4k + i at bits 2k, 2k + 1; the high slot
+                // its bit 2 at bit 4h + k.
+                let low: uint8x16_t = load16(part, l.slots + SLOT_BYTES * h + 16 * quarter);
+                let lows = [low, vshrq_n_u8::<2>(low), vshrq_n_u8::<4>(low), vshrq_n_u8::<6>(low)];
+                let high: uint8x16_t = load16(part, l.high + 16 * quarter);
+                std::array::from_fn(|k| {
+                    let set = vtstq_u8(high, vdupq_n_u8(1 << (4 * h + k)));
+                    vreinterpretq_s8_u8(vorrq_u8(vandq_u8(lows[k], three), vandq_u8(set, vdupq_n_u8(4))))
                 })
             }
 

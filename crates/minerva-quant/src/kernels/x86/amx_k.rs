@@ -1,17 +1,18 @@
-//! AMX-INT8 (Intel Xeon since Sapphire Rapids): the repacked K-quants (Q4_K, Q5_K, Q6_K) against
+//! AMX-INT8 (Intel Xeon since Sapphire Rapids): the repacked K-quants (Q3_K…Q6_K) against
 //! sixteen Q8_K activations at a time by tile products (`tdpbssd`), the rest of each step in
 //! AVX-512 — `repacked_k::avx512`'s integer sums and f32 steps, so the results are its results,
 //! and the scalar reference's, bit for bit.
 //!
 //! A repacked part's slot holds four values of each of 16 rows, so a sub-block's slots, decoded
-//! to bytes (the nibbles, with Q5_K's fifth bits or Q6_K's high bits: 0..63, which a signed byte
-//! holds), are the B operand of one product: 8 tile rows of 64 bytes for Q4_K / Q5_K's 32-value
-//! sub-blocks, 4 for Q6_K's 16-value ones. They are decoded once per call. A is sixteen
-//! activations' quants of the sub-block (laid out once per thread and call), C the 16 × 16 exact
-//! sums `dot_j`, four sub-blocks in flight, then per activation as the VNNI kernel:
+//! to bytes (the nibbles, with Q5_K's fifth bits or Q6_K's high bits, or Q3_K's three bits: 0..63,
+//! which a signed byte holds), are the B operand of one product: 8 tile rows of 64 bytes for Q4_K /
+//! Q5_K's 32-value sub-blocks, 4 for Q3_K's and Q6_K's 16-value ones. They are decoded once per
+//! call. A is sixteen activations' quants of the sub-block (laid out once per thread and call), C
+//! the 16 × 16 exact sums `dot_j`, four sub-blocks in flight, then per activation as the VNNI kernel:
 //!
 //! ```text
-//!   s += dot_j · sc_j            (Q6_K: (dot_j − 32·Σa_j) · sc_j, its quants stored plus 32)
+//!   s += dot_j · sc_j            (Q6_K: (dot_j − 32·Σa_j) · sc_j, its quants stored plus 32;
+//!                                 Q3_K the same with 4)
 //!   n  = Σ_j m_j · Σa_j          (Q4_K, Q5_K: vpdpwssd over the minimum pairs)
 //!   acc = fma(d_w·d_a, f32(s), acc), then fnmadd(dmin_w·d_a, f32(n), acc)
 //! ```
@@ -32,9 +33,10 @@ use bytemuck::pod_read_unaligned;
 use super::amx::{Sums, TileConfig, four_products, with_tiles};
 use super::avx2_tile_i16::prefetch;
 use super::avx512_panel::{LayoutKey, laid_out};
-use super::repacked_k::{self, Q6_K};
+use super::repacked_k;
 use crate::activation::Activation;
 use crate::kernels::repacked_formats::k_layout as layout;
+use crate::kernels::repacked_formats::{k_offset_shift, k_signed};
 use crate::repack::{GROUP_ROWS, SLOT_BYTES};
 
 /// Activations per tile product (A's and C's rows).
@@ -43,10 +45,11 @@ const ACTS: usize = 16;
 /// Values per super-block.
 const QK: usize = 256;
 
-/// Bytes of a super-block's decoded B operands (Q4_K, Q5_K: 8 sub-blocks × 8 slots; Q6_K: 16 × 4).
+/// Bytes of a super-block's decoded B operands (Q4_K, Q5_K: 8 sub-blocks × 8 slots; Q3_K, Q6_K:
+/// 16 × 4).
 const DECODED_BYTES: usize = 4096;
 
-/// Q4_K and Q5_K: K = 32 per product; Q6_K: K = 16.
+/// Q4_K and Q5_K: K = 32 per product; Q3_K, Q6_K: K = 16.
 static CONFIG_32: TileConfig = TileConfig::new(32);
 static CONFIG_16: TileConfig = TileConfig::new(16);
 
@@ -74,9 +77,9 @@ thread_local! {
     static DECODED: RefCell<Vec<Decoded>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Sub-blocks per super-block: 8 of 32 values, Q6_K's 16 of 16.
+/// Sub-blocks per super-block: 8 of 32 values, Q3_K's and Q6_K's 16 of 16.
 const fn sub_blocks(format: u8) -> usize {
-    if format == Q6_K { 16 } else { 8 }
+    if k_signed(format) { 16 } else { 8 }
 }
 
 /// Lays `acts` (whole groups of sixteen) out as [`ActTile`]s (see [`ACT_TILES`]): the same for
@@ -111,7 +114,7 @@ pub(super) fn repacked<const FORMAT: u8>(
         return repacked_k::avx512::<FORMAT>(group, ahead, acts, out);
     }
     let blocks = group.len() / layout(FORMAT).bytes;
-    let config = if FORMAT == Q6_K { &CONFIG_16 } else { &CONFIG_32 };
+    let config = if k_signed(FORMAT) { &CONFIG_16 } else { &CONFIG_32 };
     ACT_TILES.with_borrow_mut(|tiles| {
         laid_out(&acts[..whole], blocks, tiles, lay_out);
         DECODED.with_borrow_mut(|decoded| {
@@ -190,7 +193,7 @@ fn products<const FORMAT: u8>(
                 let (p, h) = (j / 2, j % 2);
                 let part = &src[p * l.part..][..l.part];
                 let pairs = pod_read_unaligned::<__m256i>(&part[l.scales..l.scales + 32]);
-                let scale = if FORMAT == Q6_K {
+                let scale = if k_signed(FORMAT) {
                     let pairs = _mm512_cvtepi8_epi16(pairs);
                     if h == 0 {
                         _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16)
@@ -203,9 +206,10 @@ fn products<const FORMAT: u8>(
                 };
                 for (n, sum) in sums.iter_mut().enumerate() {
                     let mut dot = bytemuck::cast::<[i32; GROUP_ROWS], __m512i>(dots[n]);
-                    if FORMAT == Q6_K {
-                        // Q6_K's quants are stored plus 32.
-                        dot = _mm512_add_epi32(dot, _mm512_set1_epi32(-32 * i32::from(tile.bsums[n][j])));
+                    if k_signed(FORMAT) {
+                        // Q6_K's quants are stored plus 32, Q3_K's plus 4.
+                        let offset = -(1 << k_offset_shift(FORMAT)) * i32::from(tile.bsums[n][j]);
+                        dot = _mm512_add_epi32(dot, _mm512_set1_epi32(offset));
                     }
                     *sum = _mm512_add_epi32(*sum, _mm512_mullo_epi32(dot, scale));
                 }
@@ -213,7 +217,7 @@ fn products<const FORMAT: u8>(
         }
         let load_half = |at: usize| pod_read_unaligned::<__m256i>(&src[at..at + 32]);
         let d_w = _mm512_cvtph_ps(load_half(l.d));
-        if FORMAT == Q6_K {
+        if k_signed(FORMAT) {
             for (n, acc) in acc.iter_mut().enumerate() {
                 let d_a = _mm512_set1_ps(tile.d[n]);
                 *acc = _mm512_fmadd_ps(_mm512_mul_ps(d_w, d_a), _mm512_cvtepi32_ps(sums[n]), *acc);

@@ -1,4 +1,4 @@
-//! The kernels of repacked Q4_K, Q5_K and Q6_K weights (`crate::repack::k_quants`: 16 rows
+//! The kernels of repacked Q3_K, Q4_K, Q5_K and Q6_K weights (`crate::repack::k_quants`: 16 rows
 //! interleaved, scales unpacked in pairs) against Q8_K activations, for AVX-512 VNNI, AVX2 and
 //! AVX2 with AVX-VNNI.
 //!
@@ -9,14 +9,16 @@
 //!   AVX-512 VNNI   dot_j = vpdpbusd over the sub-block's slots (u8 weights × i8 activations)
 //!                  s    += vpmulld(dot_j, sc_j)
 //!                  Q6_K: the chain starts at −32·Σa_j, so s is Σ sc_j·(dot_j − 32·Σa_j)
+//!                  (Q3_K: −4·Σa_j, its third bits one masked byte add of 4 per slot)
 //!                  Q4_K, Q5_K: n = vpdpwssd over the minimum pairs × (Σa_2p, Σa_2p+1)
 //!                  Q5_K's fifth bits: one masked byte add of 16 per decoded slot
 //!   AVX2           two halves of 8 rows; vpmaddubsw per slot, summed in i16 (Q4_K: 8 slots,
 //!                  ≤ 30,720; Q5_K: 4 slots, ≤ 31,744; Q6_K: 2 slots, ≤ 32,256), then vpmaddwd
 //!                  by (sc_j, sc_j); Q5_K's fifth bits spread from their mask words
-//!                  Q6_K: the −32·Σ sc_j·Σa_j term by vpmaddwd over the scale pairs
+//!                  Q6_K: the −32·Σ sc_j·Σa_j term by vpmaddwd over the scale pairs (Q3_K:
+//!                  −4·Σ sc_j·Σa_j, ≤ 3,584 per i16 sum)
 //!   AVX-VNNI       Q4_K, Q5_K: the halves as AVX2 decodes them, summed as AVX-512 VNNI does
-//!                  (VEX vpdpbusd, vpmulld, the minimums by VEX vpdpwssd); Q6_K: as AVX2
+//!                  (VEX vpdpbusd, vpmulld, the minimums by VEX vpdpwssd); Q3_K, Q6_K: as AVX2
 //! ```
 //!
 //! then per super-block the scalar reference's f32 steps
@@ -26,15 +28,16 @@
 //! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`, `super::AVX2_VNNI`).
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, __m512, __m512i, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256,
+    __m128i, __m256, __m256i, __m512, __m512i, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256, _mm256_cmpeq_epi8,
     _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_fnmadd_ps,
     _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_mullo_epi32, _mm256_or_si256, _mm256_set1_epi8,
     _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32,
-    _mm256_srli_epi16, _mm256_srli_epi32, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi8_epi16,
-    _mm512_cvtepi32_ps, _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_dpwssd_epi32,
-    _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mask_add_epi8, _mm512_mul_ps, _mm512_mullo_epi32, _mm512_or_si512,
-    _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16,
-    _mm512_slli_epi32, _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32,
+    _mm256_sllv_epi32, _mm256_srli_epi16, _mm256_srli_epi32, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512,
+    _mm512_cvtepi8_epi16, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpbusd_epi32,
+    _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mask_add_epi8, _mm512_mul_ps, _mm512_mullo_epi32,
+    _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512,
+    _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32,
+    _mm512_test_epi8_mask,
 };
 
 use bytemuck::pod_read_unaligned;
@@ -44,7 +47,8 @@ use super::repacked::bytes_from_bits;
 use super::{avx_vnni, avx2_panel};
 use crate::activation::Activation;
 use crate::kernels::repacked_formats::k_layout as layout;
-pub(super) use crate::kernels::repacked_formats::{Q4_K, Q5_K, Q6_K};
+pub(super) use crate::kernels::repacked_formats::{Q3_K, Q4_K, Q5_K, Q6_K};
+use crate::kernels::repacked_formats::{k_offset_shift, k_signed};
 use crate::repack::k_quants;
 use crate::repack::{GROUP_ROWS, SLOT_BYTES};
 
@@ -114,12 +118,25 @@ pub(super) fn avx512<const FORMAT: u8>(
 
 /// Slot `c` of sub-block half `h` of a repacked part as bytes (four values of each of the 16
 /// rows, 0..63): Q4_K's nibbles, Q5_K's with their fifth bits, Q6_K's with high-bit field `c`
-/// (bits 2c, 2c + 1 moved to bits 4, 5). The AVX-512 VNNI and the AMX kernels' one decoder.
+/// (bits 2c, 2c + 1 moved to bits 4, 5), Q3_K's low-bit field `c` of slot `h` with its third
+/// bits (bit 4h + c). The AVX-512 VNNI and the AMX kernels' one decoder.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn slot_bytes<const FORMAT: u8>(part: &[u8], h: usize, c: usize) -> __m512i {
     let l = layout(FORMAT);
     let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
+    if FORMAT == Q3_K {
+        let packed = load(l.slots + SLOT_BYTES * h);
+        let shifted = match c {
+            0 => packed,
+            1 => _mm512_srli_epi16(packed, 2),
+            2 => _mm512_srli_epi16(packed, 4),
+            _ => _mm512_srli_epi16(packed, 6),
+        };
+        let low = _mm512_and_si512(shifted, _mm512_set1_epi8(3));
+        let third = _mm512_test_epi8_mask(load(l.high), _mm512_set1_epi8(1 << (4 * h + c)));
+        return _mm512_mask_add_epi8(low, third, low, _mm512_set1_epi8(4));
+    }
     let packed = load(l.slots + SLOT_BYTES * c);
     let nibbles = if h == 0 { packed } else { _mm512_srli_epi16(packed, 4) };
     let nibbles = _mm512_and_si512(nibbles, _mm512_set1_epi8(0x0F));
@@ -155,7 +172,7 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
         let load_half = |at: usize| pod_read_unaligned::<__m256i>(&src[at..at + 32]);
         let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
         let mut sums = [_mm512_setzero_si512(); N];
-        if FORMAT != Q6_K {
+        if !k_signed(FORMAT) {
             let mut mins = [_mm512_setzero_si512(); N];
             for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
                 let mut dots = [[_mm512_setzero_si512(); N]; 2];
@@ -204,8 +221,10 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
                     let w: [__m512i; 4] = std::array::from_fn(|k| slot_bytes::<FORMAT>(part, h, k));
                     for n in 0..N {
                         let (qs, bsums, _) = parts[n];
-                        // The chain starts at −32·Σa_j: Q6_K's quants are stored plus 32.
-                        let mut dot = [_mm512_set1_epi32(-32 * i32::from(bsums[j])), _mm512_setzero_si512()];
+                        // The chain starts at −32·Σa_j: Q6_K's quants are stored plus 32 (Q3_K's
+                        // plus 4).
+                        let offset = -(1 << k_offset_shift(FORMAT)) * i32::from(bsums[j]);
+                        let mut dot = [_mm512_set1_epi32(offset), _mm512_setzero_si512()];
                         for (k, &w) in w.iter().enumerate() {
                             dot[k % 2] =
                                 _mm512_dpbusd_epi32(dot[k % 2], w, _mm512_set1_epi32(word(qs, 16 * j + 4 * k)));
@@ -258,12 +277,26 @@ pub(super) fn avx2<const FORMAT: u8>(
 }
 
 /// Row half `half` (8 rows, 32 bytes) of slot `c` of sub-block half `h` as bytes: [`slot_bytes`]
-/// for the AVX2 and AVX-VNNI kernels, Q5_K's fifth bits spread from their mask word.
+/// for the AVX2 and AVX-VNNI kernels, Q5_K's fifth bits spread from their mask word, Q3_K's
+/// third bits by a byte compare.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn half_slot_bytes<const FORMAT: u8>(part: &[u8], h: usize, c: usize, half: usize) -> __m256i {
     let l = layout(FORMAT);
     let load = |at: usize| pod_read_unaligned::<__m256i>(&part[at + 32 * half..at + 32 * half + 32]);
+    if FORMAT == Q3_K {
+        let packed = load(l.slots + SLOT_BYTES * h);
+        let shifted = match c {
+            0 => packed,
+            1 => _mm256_srli_epi16(packed, 2),
+            2 => _mm256_srli_epi16(packed, 4),
+            _ => _mm256_srli_epi16(packed, 6),
+        };
+        let low = _mm256_and_si256(shifted, _mm256_set1_epi8(3));
+        let bit = _mm256_set1_epi8(1 << (4 * h + c));
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(load(l.high), bit), bit);
+        return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(4)));
+    }
     let packed = load(l.slots + SLOT_BYTES * c);
     let nibbles = if h == 0 { packed } else { _mm256_srli_epi16(packed, 4) };
     let nibbles = _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F));
@@ -410,7 +443,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
             |bytes: &[u8], at: usize| pod_read_unaligned::<__m128i>(&bytes[at + 16 * half..at + 16 * half + 16]);
         let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
         let mut sums = [_mm256_setzero_si256(); N];
-        if FORMAT != Q6_K {
+        if !k_signed(FORMAT) {
             let mut mins = [_mm256_setzero_si256(); N];
             for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
                 let scales = replicated(_mm256_cvtepu8_epi16(load_pairs(part, l.scales)));
@@ -483,7 +516,9 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
             }
             let d_w = _mm256_cvtph_ps(load_pairs(src, l.d));
             for n in 0..N {
-                let s = _mm256_sub_epi32(sums[n], _mm256_slli_epi32(correction[n], 5));
+                // The offset's term: 32 (Q6_K) or 4 (Q3_K) times Σ sc_j·Σa_j.
+                let offset = _mm256_sllv_epi32(correction[n], _mm256_set1_epi32(k_offset_shift(FORMAT) as i32));
+                let s = _mm256_sub_epi32(sums[n], offset);
                 acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, _mm256_set1_ps(parts[n].2)), _mm256_cvtepi32_ps(s), acc[n]);
             }
         }
