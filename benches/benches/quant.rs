@@ -74,6 +74,7 @@ fn weights(dtype: DType, values: usize) -> Vec<u8> {
         DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
         DType::Q6_K => &[208],
         DType::Q3_K => &[108],
+        DType::Q2_K => &[80, 82],
         _ => &[],
     };
     for block in out.chunks_exact_mut(dtype.block_bytes()) {
@@ -317,6 +318,7 @@ fn bench_repacked(c: &mut Criterion) {
         ("llama8b_14336x4096", DType::Q5_K, 14336, 4096),
         ("llama1b_8192x2048", DType::Q3_K, 8192, 2048),
         ("llama8b_14336x4096", DType::Q3_K, 14336, 4096),
+        ("llama8b_14336x4096", DType::Q2_K, 14336, 4096),
         ("llama8b_4096x14336", DType::Q6_K, 4096, 14336),
     ];
     for (label, dtype, rows, cols) in shapes {

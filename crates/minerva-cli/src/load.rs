@@ -60,12 +60,12 @@ pub struct ModelArgs {
     /// (the same results bit for bit).
     #[arg(long)]
     pub mlx_affine_copies: bool,
-    /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K and Q6_K matrices once, while
+    /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K…Q6_K matrices once, while
     /// loading, into groups of 16 interleaved rows multiplied with 8-bit activations as
     /// llama.cpp's (the file's pages are given back; faster prefill and decode; for the 32-value
     /// formats llama.cpp's accuracy rather than the i16 path's): `auto` where this CPU's
     /// repacked kernel for the format is the faster (AVX-512 VNNI; AVX-VNNI and AVX2 for the
-    /// 32-value formats, Q3_K and Q6_K) and the format keeps its activations' precision (the
+    /// 32-value formats, Q2_K, Q3_K and Q6_K) and the format keeps its activations' precision (the
     /// K-quants) or the architecture lets its matrices take 8-bit activations (the LLaMA family and Gemma
     /// 3), `on` everywhere; `off` (default) reads every weight in place.
     #[arg(long, value_enum, value_name = "MODE", default_value_t)]
@@ -76,11 +76,11 @@ pub struct ModelArgs {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum RepackMode {
     /// Where this CPU's repacked kernel is the faster (AVX-512 VNNI; AVX-VNNI and AVX2 for the
-    /// 32-value formats, Q3_K and Q6_K) and the format's activations keep their precision (the
+    /// 32-value formats, Q2_K, Q3_K and Q6_K) and the format's activations keep their precision (the
     /// K-quants) or the architecture lets its matrices take 8-bit activations (the LLaMA family
     /// and Gemma 3).
     Auto,
-    /// Every Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K and Q6_K matrix.
+    /// Every Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K…Q6_K matrix.
     On,
     /// None: zero-copy (i16 activations for the 32-value formats).
     #[default]

@@ -28,7 +28,7 @@
 //! holds values 4s .. 4s + 4 of each row, so Q5's word s is the bit each of its bytes needs: one
 //! masked add (AVX-512) or a bit-to-byte spread (AVX2) per slot. Every block takes exactly its 16
 //! rows' GGML bytes, so a repacked matrix is the size of the original (plus zero rows up to a
-//! multiple of 16). The K-quants (Q3_K, Q4_K, Q5_K, Q6_K: super-blocks of 256 values, Q8_K
+//! multiple of 16). The K-quants (Q2_K…Q6_K: super-blocks of 256 values, Q8_K
 //! activations) follow the same slot scheme with their scales unpacked, in `k_quants`.
 //!
 //! Activations are Q8_0 as llama.cpp quantizes them (i8 quants, one f16-rounded scale `d_a` per
@@ -90,11 +90,10 @@ pub(crate) struct ActBlock {
 /// Activations per kernel call.
 pub(crate) const MAX_ACTS: usize = 64;
 
-/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K,
-/// Q6_K).
+/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K…Q6_K).
 pub fn is_repackable(dtype: DType) -> bool {
-    use DType::{Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
-    matches!(dtype, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q3_K | Q4_K | Q5_K | Q6_K)
+    use DType::{Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+    matches!(dtype, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K)
 }
 
 /// Whether repacking `dtype` changes the precision of the activations it is multiplied with: the
@@ -118,7 +117,7 @@ pub fn repacked_kernel_isa(dtype: DType) -> Option<&'static str> {
 /// Whether the repacked kernel this CPU runs for `dtype` beats the zero-copy kernels on one
 /// activation as on many (what `--repack auto` asks of a format), as its row in the kernel table
 /// marks it: the AVX-512 VNNI kernels for every format (and AMX's, which run them below sixteen
-/// activations); the AVX-VNNI and AVX2 ones for the 32-value formats, Q3_K and Q6_K (not Q4_K and
+/// activations); the AVX-VNNI and AVX2 ones for the 32-value formats, Q2_K, Q3_K and Q6_K (not Q4_K and
 /// Q5_K: see `kernels::x86`); NEON's (`neon`, `neon+dotprod`, tested bit for
 /// bit under QEMU but never timed on an aarch64 machine) for none, so `auto` leaves them to
 /// `--repack on`.
@@ -153,7 +152,7 @@ fn row_fifth_bits(masks: &[u64; 8], r: usize) -> u32 {
     masks.iter().enumerate().fold(0u32, |qh, (s, &mask)| qh | (((mask >> (4 * r)) & 0xF) as u32) << (4 * s))
 }
 
-/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K or Q6_K blocks in the
+/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q2_K…Q6_K blocks in the
 /// interleaved layout (module docs, and `k_quants` for the K-quants), owned.
 pub struct Repacked {
     dtype: DType,

@@ -13,12 +13,13 @@ use minerva_quant::{
     matmul_i16_matrix, matmul_ref, matmul_repacked_with_isa,
 };
 
-const DTYPES: [DType; 9] = [
+const DTYPES: [DType; 10] = [
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
+    DType::Q2_K,
     DType::Q3_K,
     DType::Q4_K,
     DType::Q5_K,
@@ -40,6 +41,7 @@ fn random_weights(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> 
         DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
         DType::Q6_K => &[208],
         DType::Q3_K => &[108],
+        DType::Q2_K => &[80, 82],
         _ => &[0],
     };
     for block in bytes.chunks_exact_mut(block_bytes) {
@@ -134,7 +136,7 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
 }
 
 /// `--repack auto`'s question, as the kernel table's rows mark it: AVX-512 VNNI's kernels pay for
-/// every format (and AMX's), AVX-VNNI's and AVX2's for all but Q4_K and Q5_K (Q3_K's too), NEON's
+/// every format (and AMX's), AVX-VNNI's and AVX2's for all but Q4_K and Q5_K (Q2_K's and Q3_K's too), NEON's
 /// (never timed) and the scalar reference for none.
 #[test]
 fn repacking_pays_where_the_rows_were_measured_to() {
@@ -147,7 +149,7 @@ fn repacking_pays_where_the_rows_were_measured_to() {
         };
         assert_eq!(minerva_quant::repacking_pays(dtype), want, "{dtype} on {isa}");
     }
-    for dtype in [DType::Q2_K, DType::MXFP4, DType::F32] {
+    for dtype in [DType::MXFP4, DType::F32] {
         assert!(!minerva_quant::repacking_pays(dtype), "{dtype} has no repacked layout");
     }
 }
@@ -230,9 +232,9 @@ fn a_rows_result_does_not_depend_on_its_company() {
 
 #[test]
 fn bad_shapes_and_dtypes_are_errors() {
-    assert!(!is_repackable(DType::Q2_K) && is_repackable(DType::Q4_1) && is_repackable(DType::Q3_K));
+    assert!(!is_repackable(DType::MXFP4) && is_repackable(DType::Q4_1) && is_repackable(DType::Q2_K));
     let w = random_weights(DType::Q8_0, 20, 64, 1);
-    assert!(matches!(Repacked::new(DType::Q2_K, &w, 1, 256), Err(QuantError::Unsupported { .. })));
+    assert!(matches!(Repacked::new(DType::MXFP4, &w, 1, 256), Err(QuantError::Unsupported { .. })));
     assert!(matches!(Repacked::new(DType::Q4_K, &w, 2, 128), Err(QuantError::PartialBlockValues { .. })));
     assert!(matches!(Repacked::new(DType::Q8_0, &w, 21, 64), Err(QuantError::MatmulOperand { .. })));
     assert!(matches!(Repacked::new(DType::Q8_0, &w, 20, 48), Err(QuantError::PartialBlockValues { .. })));

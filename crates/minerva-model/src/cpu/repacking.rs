@@ -1,4 +1,4 @@
-//! Repacking (`--repack`): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K…Q6_K matrices copied once
+//! Repacking (`--repack`): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K…Q6_K matrices copied once
 //! into minerva-quant's row-interleaved layout ([`Repacked`]) and multiplied with 8-bit
 //! activations (Q8_0's for the 32-value formats, instead of the zero-copy kernels' i16; Q8_K for
 //! the K-quants, as in place).
@@ -24,7 +24,7 @@ use crate::arch::Int8Activations;
 pub enum Repack {
     /// Every repackable matrix whose format's repacked kernel on this CPU beats the zero-copy
     /// ones (`minerva_quant::repacking_pays`: AVX-512 VNNI for every format, AVX-VNNI and AVX2
-    /// for the 32-value formats, Q3_K and Q6_K), where that keeps the activations' precision (the
+    /// for the 32-value formats, Q2_K, Q3_K and Q6_K), where that keeps the activations' precision (the
     /// K-quants) or the model's architecture lets its matrices take 8-bit activations
     /// (`ArchSpec::int8_activations`: every matrix or none).
     Auto,

@@ -60,7 +60,10 @@ pub(super) const ROWS: [Kernels; 17] = [
         .quantize(crate::quantize_row_mxfp4_ref)
         .dot(Q8_0, dot_mxfp4)
         .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_mxfp4_ref)),
-    Kernels::new(Q2_K).dequantize(crate::dequantize_row_q2_k_ref).dot(Q8_K, dot_q2_k),
+    Kernels::new(Q2_K)
+        .dequantize(crate::dequantize_row_q2_k_ref)
+        .dot(Q8_K, dot_q2_k)
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(Q2_K, group, acts, out)),
     Kernels::new(Q3_K)
         .dequantize(crate::dequantize_row_q3_k_ref)
         .dot(Q8_K, dot_q3_k)

@@ -23,6 +23,7 @@ pub(crate) const Q4_K: u8 = 5;
 pub(crate) const Q5_K: u8 = 6;
 pub(crate) const Q6_K: u8 = 7;
 pub(crate) const Q3_K: u8 = 8;
+pub(crate) const Q2_K: u8 = 9;
 
 /// The dtype of a 32-value format.
 pub(crate) const fn dtype(format: u8) -> DType {
@@ -82,12 +83,18 @@ pub(crate) const fn k_layout(format: u8) -> Layout {
         Q4_K => k_quants::Q4_K,
         Q5_K => k_quants::Q5_K,
         Q3_K => k_quants::Q3_K,
+        Q2_K => k_quants::Q2_K,
         _ => k_quants::Q6_K,
     }
 }
 
-/// Whether a K-quant format has sub-blocks of 16 values with signed scales and no minimums
-/// (Q3_K, Q6_K), not Q4_K's and Q5_K's 32 with unsigned scales and minimums.
+/// Whether a K-quant format has sub-blocks of 16 values (Q2_K, Q3_K, Q6_K), not 32 (Q4_K, Q5_K).
+pub(crate) const fn k_sixteen(format: u8) -> bool {
+    matches!(format, Q2_K | Q3_K | Q6_K)
+}
+
+/// Whether a K-quant format has signed scales and no minimums (Q3_K, Q6_K), not unsigned scales
+/// and minimums (Q2_K, Q4_K, Q5_K).
 pub(crate) const fn k_signed(format: u8) -> bool {
     matches!(format, Q3_K | Q6_K)
 }

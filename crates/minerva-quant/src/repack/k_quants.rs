@@ -1,4 +1,4 @@
-//! The K-quant layouts of [`crate::repack`]: Q3_K, Q4_K, Q5_K and Q6_K super-blocks of 256 values, 16
+//! The K-quant layouts of [`crate::repack`]: Q2_K…Q6_K super-blocks of 256 values, 16
 //! rows interleaved, multiplied with Q8_K activations (llama.cpp's `vec_dot_type` for the
 //! K-quants, and what the zero-copy K-quant kernels read: repacking them changes no activation's
 //! precision).
@@ -31,6 +31,10 @@
 //!   high bits   1 × 64 B   bit 4e + m of byte (r, i): bit 2 of value 16e + 4m + i
 //!   scales     32 B        row r: sc(2p), sc(2p + 1)     (i8, −32..31)
 //!   8 × 224 + 32 = 1824 B = 16 × 114
+//! Q2_K: 8 parts of 32 values (sub-blocks 2p, 2p + 1 of 16), then d, dmin (16 × f16 each)
+//!   low bits    2 × 64 B   as Q3_K's (the whole value, 0..3)
+//!   scales     32 B        row r: GGML's bytes of 2p, 2p + 1 (scale low nibble, minimum high)
+//!   8 × 160 + 64 = 1344 B = 16 × 84
 //! ```
 //!
 //! Q3_K's and Q6_K's quants are stored unsigned: their values plus 4 and plus 32 (Q3_K's are
@@ -47,6 +51,7 @@
 //! Q6_K  s = Σ_j sc_j · Σ q·a − 32 · Σ_j sc_j · Σa_j  (q unsigned 0..63; 16 values each)
 //!       acc = fma(d_w·d_a, f32(s), acc)
 //! Q3_K  the same with q unsigned 0..7 and 4 · Σ_j sc_j · Σa_j
+//! Q2_K  s = Σ_j sc_j · Σ q·a       n = Σ_j m_j · Σa_j  (16 values each), then as Q4_K
 //! ```
 
 use half::f16;
@@ -89,6 +94,9 @@ pub(crate) const Q6_K: Layout =
     Layout { values: 32, part: 416, slots: 0, scales: 384, minimums: 416, high: 256, d: 3328, dmin: 3360, bytes: 3360 };
 pub(crate) const Q3_K: Layout =
     Layout { values: 32, part: 224, slots: 0, scales: 192, minimums: 224, high: 128, d: 1792, dmin: 1824, bytes: 1824 };
+/// Q2_K's minimums share the scales' bytes (the high nibbles).
+pub(crate) const Q2_K: Layout =
+    Layout { values: 32, part: 160, slots: 0, scales: 128, minimums: 128, high: 160, d: 1280, dmin: 1312, bytes: 1344 };
 
 /// The layout of a K-quant that repacks.
 pub(crate) const fn layout(dtype: DType) -> Option<Layout> {
@@ -97,6 +105,7 @@ pub(crate) const fn layout(dtype: DType) -> Option<Layout> {
         DType::Q5_K => Some(Q5_K),
         DType::Q6_K => Some(Q6_K),
         DType::Q3_K => Some(Q3_K),
+        DType::Q2_K => Some(Q2_K),
         _ => None,
     }
 }
@@ -179,9 +188,11 @@ fn q3_k_packed_scales(sc: &[u8; 16]) -> [u8; 12] {
     packed
 }
 
-/// Bits of a value's low and high fields: Q3_K 2 and 1, Q5_K 4 and 1, Q6_K 4 and 2 (Q4_K 4, none).
+/// Bits of a value's low and high fields: Q2_K 2 (none), Q3_K 2 and 1, Q5_K 4 and 1, Q6_K 4 and 2
+/// (Q4_K 4, none).
 const fn field_bits(dtype: DType) -> (u32, u32) {
     match dtype {
+        DType::Q2_K => (2, 0),
         DType::Q3_K => (2, 1),
         DType::Q6_K => (4, 2),
         _ => (4, 1),
@@ -195,9 +206,10 @@ fn value_at(dtype: DType, r: usize, v: usize) -> ((usize, u32), Option<(usize, u
     let (p, within, i) = (v / l.values, v % l.values, v % 4);
     let base = p * l.part + 4 * r + i;
     match dtype {
-        DType::Q3_K => {
+        DType::Q2_K | DType::Q3_K => {
             let (e, m) = (within / 16, within % 16 / 4);
-            ((base + l.slots + SLOT_BYTES * e, 2 * m as u32), Some((base + l.high, (4 * e + m) as u32)))
+            let high = (dtype == DType::Q3_K).then_some((base + l.high, (4 * e + m) as u32));
+            ((base + l.slots + SLOT_BYTES * e, 2 * m as u32), high)
         }
         DType::Q6_K => {
             let (k, e) = (within % 16 / 4, within / 16);
@@ -221,7 +233,7 @@ fn scale_at(l: Layout, r: usize, j: usize) -> (usize, usize) {
     (at + l.scales, at + l.minimums)
 }
 
-/// Row `r`'s quant of value `v` (Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63).
+/// Row `r`'s quant of value `v` (Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63).
 fn quant(dtype: DType, src: &[u8], r: usize, v: usize) -> u8 {
     let (low_bits, high_bits) = field_bits(dtype);
     let ((at, shift), high) = value_at(dtype, r, v);
@@ -255,6 +267,16 @@ impl Block {
     fn from_ggml(dtype: DType, src: &[u8]) -> Block {
         let mut block = Block { q: [0; QK], sc: [0; 16], m: [0; 8], d: [0; 2], dmin: [0; 2] };
         match dtype {
+            DType::Q2_K => {
+                // The scale bytes as they are (minimum in the high nibble): they are stored so.
+                block.sc.copy_from_slice(&src[..16]);
+                for (v, q) in block.q.iter_mut().enumerate() {
+                    let (half, quarter, lane) = (v / 128, v % 128 / 32, v % 32);
+                    *q = (src[16 + 32 * half + lane] >> (2 * quarter)) & 3;
+                }
+                block.d.copy_from_slice(&src[80..82]);
+                block.dmin.copy_from_slice(&src[82..84]);
+            }
             DType::Q3_K => {
                 let (hmask, qs) = (&src[..32], &src[32..96]);
                 for (v, q) in block.q.iter_mut().enumerate() {
@@ -292,6 +314,17 @@ impl Block {
 
     fn to_ggml(&self, dtype: DType, dst: &mut [u8]) {
         match dtype {
+            DType::Q2_K => {
+                dst[..16].copy_from_slice(&self.sc);
+                let qs = &mut dst[16..80];
+                qs.fill(0);
+                for (v, &q) in self.q.iter().enumerate() {
+                    let (half, quarter, lane) = (v / 128, v % 128 / 32, v % 32);
+                    qs[32 * half + lane] |= q << (2 * quarter);
+                }
+                dst[80..82].copy_from_slice(&self.d);
+                dst[82..84].copy_from_slice(&self.dmin);
+            }
             DType::Q3_K => {
                 let (hmask, rest) = dst[..110].split_at_mut(32);
                 let (qs, rest) = rest.split_at_mut(64);
@@ -331,12 +364,17 @@ impl Block {
     }
 }
 
-/// Whether a K-quant has minimums (Q4_K, Q5_K; not Q3_K, Q6_K).
+/// Whether a K-quant has minimums (Q2_K, Q4_K, Q5_K; not Q3_K, Q6_K).
 fn has_minimums(dtype: DType) -> bool {
+    matches!(dtype, DType::Q2_K | DType::Q4_K | DType::Q5_K)
+}
+
+/// Whether a K-quant's minimums have bytes of their own (Q4_K, Q5_K; Q2_K's share the scales').
+fn has_minimum_bytes(dtype: DType) -> bool {
     matches!(dtype, DType::Q4_K | DType::Q5_K)
 }
 
-/// Up to 16 GGML rows of Q3_K, Q4_K, Q5_K or Q6_K into one group (every byte written; missing rows zero).
+/// Up to 16 GGML rows of Q2_K…Q6_K into one group (every byte written; missing rows zero).
 pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
     let Some(l) = layout(dtype) else { return };
     let block_bytes = dtype.block_bytes();
@@ -351,7 +389,7 @@ pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
             for j in 0..subs {
                 let (sc, m) = scale_at(l, r, j);
                 dst[sc] = block.sc[j];
-                if has_minimums(dtype) {
+                if has_minimum_bytes(dtype) {
                     dst[m] = block.m[j];
                 }
             }
@@ -363,7 +401,7 @@ pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
     }
 }
 
-/// Row `r` of a Q3_K, Q4_K, Q5_K or Q6_K group back to its GGML bytes.
+/// Row `r` of a Q2_K…Q6_K group back to its GGML bytes.
 pub(crate) fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
     let Some(l) = layout(dtype) else { return };
     let subs = QK / (l.values / 2);
@@ -376,7 +414,7 @@ pub(crate) fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
         for j in 0..subs {
             let (sc, m) = scale_at(l, r, j);
             block.sc[j] = src[sc];
-            if has_minimums(dtype) {
+            if has_minimum_bytes(dtype) {
                 block.m[j] = src[m];
             }
         }
@@ -413,10 +451,18 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
                     *acc = (d_w * d_a).mul_add((s - offset * c) as f32, *acc);
                 } else {
                     let (mut s, mut n) = (0i32, 0i32);
-                    for j in 0..8 {
-                        let (sc, m) = scale_at(l, r, j);
-                        s += i32::from(src[sc]) * dot(32 * j..32 * j + 32);
-                        n += i32::from(src[m]) * (i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]));
+                    if dtype == DType::Q2_K {
+                        for j in 0..16 {
+                            let byte = src[scale_at(l, r, j).0];
+                            s += i32::from(byte & 0xF) * dot(16 * j..16 * j + 16);
+                            n += i32::from(byte >> 4) * i32::from(bsums[j]);
+                        }
+                    } else {
+                        for j in 0..8 {
+                            let (sc, m) = scale_at(l, r, j);
+                            s += i32::from(src[sc]) * dot(32 * j..32 * j + 32);
+                            n += i32::from(src[m]) * (i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]));
+                        }
                     }
                     let dmin = f16::from_le_bytes([src[l.dmin + 2 * r], src[l.dmin + 2 * r + 1]]).to_f32();
                     *acc = (d_w * d_a).mul_add(s as f32, *acc);

@@ -17,7 +17,7 @@
 //!
 //! The K-quants (`kernel_k`, layouts in `crate::repack::k_quants`) decode a sub-block at a time
 //! (Q4_K/Q5_K: eight slots of 32 values, Q6_K: four of 16, its two high bits shifted into place
-//! from the part's high slot; Q3_K: four of 16, two bits of its low slot and a third by `cmtst`)
+//! from the part's high slot; Q2_K, Q3_K: four of 16, two bits of the low slot, Q3_K's third by `cmtst`)
 //! and add each activation's exact dot times the four rows' scales (`mla`), and the minimums'
 //! term `Σ m_j·Σa_j` (Q6_K: `Σ sc_j·Σa_j`, taken 32 times; Q3_K 4 times), then the
 //! reference's f32 steps per super-block.
@@ -37,18 +37,18 @@
 //! slices and `bytemuck` loads.
 
 use core::arch::aarch64::{
-    float32x4_t, int8x16_t, int32x4_t, uint8x16_t, vaddq_s32, vandq_u8, vcombine_u8, vcvtq_f32_s32, vdup_n_u8,
-    vdupq_n_f32, vdupq_n_s32, vdupq_n_u8, vfmaq_f32, vmlaq_n_s32, vmlaq_s32, vmulq_f32, vnegq_f32, vorrq_u8,
-    vreinterpretq_s8_u8, vshlq_n_u8, vshlq_s32, vshrq_n_u8, vsubq_s32, vtstq_u8,
+    float32x4_t, int8x16_t, int32x4_t, uint8x16_t, vaddq_s32, vandq_s32, vandq_u8, vcombine_u8, vcvtq_f32_s32,
+    vdup_n_u8, vdupq_n_f32, vdupq_n_s32, vdupq_n_u8, vfmaq_f32, vmlaq_n_s32, vmlaq_s32, vmulq_f32, vnegq_f32, vorrq_u8,
+    vreinterpretq_s8_u8, vshlq_n_u8, vshlq_s32, vshrq_n_s32, vshrq_n_u8, vsubq_s32, vtstq_u8,
 };
 
 use bytemuck::pod_read_unaligned;
 use half::f16;
 
 use crate::activation::Activation;
-pub(super) use crate::kernels::repacked_formats::{Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+pub(super) use crate::kernels::repacked_formats::{Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
 use crate::kernels::repacked_formats::{
-    block_bytes, blocks_of, has_fifth_bit, has_minimum, k_layout, k_offset_shift, k_signed, quant_bytes,
+    block_bytes, blocks_of, has_fifth_bit, has_minimum, k_layout, k_offset_shift, k_signed, k_sixteen, quant_bytes,
 };
 use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
 
@@ -216,16 +216,23 @@ macro_rules! repacked_kernels {
                         for h in 0..2 {
                             let j = 2 * p + h;
                             let scale = row_bytes_i32::<FORMAT>(part, l.scales + 2 * rows + h);
-                            if k_signed(FORMAT) {
-                                let slots = if FORMAT == Q3_K {
-                                    decode_q3_k(part, quarter, h)
-                                } else {
+                            if k_sixteen(FORMAT) {
+                                let slots = if FORMAT == Q6_K {
                                     decode_q6_k(part, quarter, h)
+                                } else {
+                                    decode_low_bits::<FORMAT>(part, quarter, h)
+                                };
+                                // Q2_K: the scale in each byte's low nibble, the minimum in the
+                                // high one (n: Σ m_j·Σa_j); Q3_K, Q6_K: n is Σ sc_j·Σa_j.
+                                let (scale, term) = if FORMAT == Q2_K {
+                                    (vandq_s32(scale, vdupq_n_s32(0x0F)), vshrq_n_s32::<4>(scale))
+                                } else {
+                                    (scale, scale)
                                 };
                                 for (k, act) in acts[..N].iter().enumerate() {
                                     let a = load16::<int8x16_t>(&act.qs, QK * b + 16 * j);
                                     s[k] = vmlaq_s32(s[k], dot4(&slots, a), scale);
-                                    n[k] = vmlaq_n_s32(n[k], scale, i32::from(act.bsums[16 * b + j]));
+                                    n[k] = vmlaq_n_s32(n[k], term, i32::from(act.bsums[16 * b + j]));
                                 }
                             } else {
                                 let minimum = row_bytes_i32::<FORMAT>(part, l.minimums + 2 * rows + h);
@@ -299,21 +306,26 @@ macro_rules! repacked_kernels {
                 })
             }
 
-            /// Q3_K's sub-block `2p + h` of part `part`, rows `4·quarter..4·quarter + 4`: four
-            /// slots (values `4k..4k + 4` of the 16 in slot `k`), 0..7.
+            /// Q2_K's or Q3_K's sub-block `2p + h` of part `part`, rows `4·quarter..4·quarter + 4`:
+            /// four slots (values `4k..4k + 4` of the 16 in slot `k`), 0..3 or 0..7.
             #[inline]
             #[target_feature(enable = $features)]
-            fn decode_q3_k(part: &[u8], quarter: usize, h: usize) -> [int8x16_t; 4] {
-                let l = k_layout(Q3_K);
+            fn decode_low_bits<const FORMAT: u8>(part: &[u8], quarter: usize, h: usize) -> [int8x16_t; 4] {
+                let l = k_layout(FORMAT);
                 let three = vdupq_n_u8(3);
-                // Low slot h keeps bits 0, 1 of value 4k + i at bits 2k, 2k + 1; the high slot
+                // Low slot h keeps bits 0, 1 of value 4k + i at bits 2k, 2k + 1; Q3_K's high slot
                 // its bit 2 at bit 4h + k.
                 let low: uint8x16_t = load16(part, l.slots + SLOT_BYTES * h + 16 * quarter);
                 let lows = [low, vshrq_n_u8::<2>(low), vshrq_n_u8::<4>(low), vshrq_n_u8::<6>(low)];
-                let high: uint8x16_t = load16(part, l.high + 16 * quarter);
+                let high: uint8x16_t = if FORMAT == Q3_K { load16(part, l.high + 16 * quarter) } else { vdupq_n_u8(0) };
                 std::array::from_fn(|k| {
-                    let set = vtstq_u8(high, vdupq_n_u8(1 << (4 * h + k)));
-                    vreinterpretq_s8_u8(vorrq_u8(vandq_u8(lows[k], three), vandq_u8(set, vdupq_n_u8(4))))
+                    let values = vandq_u8(lows[k], three);
+                    if FORMAT == Q3_K {
+                        let set = vtstq_u8(high, vdupq_n_u8(1 << (4 * h + k)));
+                        vreinterpretq_s8_u8(vorrq_u8(values, vandq_u8(set, vdupq_n_u8(4))))
+                    } else {
+                        vreinterpretq_s8_u8(values)
+                    }
                 })
             }
 

@@ -1,19 +1,19 @@
-//! AMX-INT8 (Intel Xeon since Sapphire Rapids): the repacked K-quants (Q3_K…Q6_K) against
+//! AMX-INT8 (Intel Xeon since Sapphire Rapids): the repacked K-quants (Q2_K…Q6_K) against
 //! sixteen Q8_K activations at a time by tile products (`tdpbssd`), the rest of each step in
 //! AVX-512 — `repacked_k::avx512`'s integer sums and f32 steps, so the results are its results,
 //! and the scalar reference's, bit for bit.
 //!
 //! A repacked part's slot holds four values of each of 16 rows, so a sub-block's slots, decoded
-//! to bytes (the nibbles, with Q5_K's fifth bits or Q6_K's high bits, or Q3_K's three bits: 0..63,
+//! to bytes (the nibbles, with Q5_K's fifth bits or Q6_K's high bits, or Q2_K's and Q3_K's bits: 0..63,
 //! which a signed byte holds), are the B operand of one product: 8 tile rows of 64 bytes for Q4_K /
-//! Q5_K's 32-value sub-blocks, 4 for Q3_K's and Q6_K's 16-value ones. They are decoded once per
+//! Q5_K's 32-value sub-blocks, 4 for Q2_K's, Q3_K's and Q6_K's 16-value ones. They are decoded once per
 //! call. A is sixteen activations' quants of the sub-block (laid out once per thread and call), C
 //! the 16 × 16 exact sums `dot_j`, four sub-blocks in flight, then per activation as the VNNI kernel:
 //!
 //! ```text
 //!   s += dot_j · sc_j            (Q6_K: (dot_j − 32·Σa_j) · sc_j, its quants stored plus 32;
 //!                                 Q3_K the same with 4)
-//!   n  = Σ_j m_j · Σa_j          (Q4_K, Q5_K: vpdpwssd over the minimum pairs)
+//!   n  = Σ_j m_j · Σa_j          (Q2_K, Q4_K, Q5_K: vpdpwssd over the minimum pairs)
 //!   acc = fma(d_w·d_a, f32(s), acc), then fnmadd(dmin_w·d_a, f32(n), acc)
 //! ```
 //!
@@ -23,8 +23,8 @@
 use core::arch::x86_64::{
     __m256i, __m512i, _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi8_epi16, _mm512_cvtepi32_ps,
     _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mul_ps,
-    _mm512_mullo_epi32, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32,
-    _mm512_srai_epi32, _mm512_srli_epi32,
+    _mm512_mullo_epi32, _mm512_set1_epi16, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512,
+    _mm512_slli_epi32, _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32,
 };
 use std::cell::RefCell;
 
@@ -36,7 +36,7 @@ use super::avx512_panel::{LayoutKey, laid_out};
 use super::repacked_k;
 use crate::activation::Activation;
 use crate::kernels::repacked_formats::k_layout as layout;
-use crate::kernels::repacked_formats::{k_offset_shift, k_signed};
+use crate::kernels::repacked_formats::{Q2_K, k_offset_shift, k_signed, k_sixteen};
 use crate::repack::{GROUP_ROWS, SLOT_BYTES};
 
 /// Activations per tile product (A's and C's rows).
@@ -45,11 +45,11 @@ const ACTS: usize = 16;
 /// Values per super-block.
 const QK: usize = 256;
 
-/// Bytes of a super-block's decoded B operands (Q4_K, Q5_K: 8 sub-blocks × 8 slots; Q3_K, Q6_K:
-/// 16 × 4).
+/// Bytes of a super-block's decoded B operands (Q4_K, Q5_K: 8 sub-blocks × 8 slots; Q2_K, Q3_K,
+/// Q6_K: 16 × 4).
 const DECODED_BYTES: usize = 4096;
 
-/// Q4_K and Q5_K: K = 32 per product; Q3_K, Q6_K: K = 16.
+/// Q4_K and Q5_K: K = 32 per product; Q2_K, Q3_K, Q6_K: K = 16.
 static CONFIG_32: TileConfig = TileConfig::new(32);
 static CONFIG_16: TileConfig = TileConfig::new(16);
 
@@ -77,9 +77,9 @@ thread_local! {
     static DECODED: RefCell<Vec<Decoded>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Sub-blocks per super-block: 8 of 32 values, Q3_K's and Q6_K's 16 of 16.
+/// Sub-blocks per super-block: 8 of 32 values, Q2_K's, Q3_K's and Q6_K's 16 of 16.
 const fn sub_blocks(format: u8) -> usize {
-    if k_signed(format) { 16 } else { 8 }
+    if k_sixteen(format) { 16 } else { 8 }
 }
 
 /// Lays `acts` (whole groups of sixteen) out as [`ActTile`]s (see [`ACT_TILES`]): the same for
@@ -114,7 +114,7 @@ pub(super) fn repacked<const FORMAT: u8>(
         return repacked_k::avx512::<FORMAT>(group, ahead, acts, out);
     }
     let blocks = group.len() / layout(FORMAT).bytes;
-    let config = if k_signed(FORMAT) { &CONFIG_16 } else { &CONFIG_32 };
+    let config = if k_sixteen(FORMAT) { &CONFIG_16 } else { &CONFIG_32 };
     ACT_TILES.with_borrow_mut(|tiles| {
         laid_out(&acts[..whole], blocks, tiles, lay_out);
         DECODED.with_borrow_mut(|decoded| {
@@ -201,7 +201,11 @@ fn products<const FORMAT: u8>(
                         _mm512_srai_epi32(pairs, 16)
                     }
                 } else {
-                    let pairs = _mm512_cvtepu8_epi16(pairs);
+                    let mut pairs = _mm512_cvtepu8_epi16(pairs);
+                    if FORMAT == Q2_K {
+                        // The scale in each byte's low nibble (the minimum in the high one).
+                        pairs = _mm512_and_si512(pairs, _mm512_set1_epi16(0x0F));
+                    }
                     if h == 0 { _mm512_and_si512(pairs, low_word) } else { _mm512_srli_epi32(pairs, 16) }
                 };
                 for (n, sum) in sums.iter_mut().enumerate() {
@@ -229,10 +233,20 @@ fn products<const FORMAT: u8>(
             let bsums = &tile.bsums[n];
             let sum = |j: usize| i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]);
             let mut mins = _mm512_setzero_si512();
-            for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
+            let parts = sub_blocks(FORMAT) / 2;
+            for (p, part) in src[..parts * l.part].chunks_exact(l.part).enumerate() {
                 let minimums = _mm512_cvtepu8_epi16(pod_read_unaligned::<__m256i>(&part[l.minimums..l.minimums + 32]));
-                let pair = (sum(2 * p) as u16 as u32 | (sum(2 * p + 1) as u16 as u32) << 16) as i32;
-                mins = _mm512_dpwssd_epi32(mins, minimums, _mm512_set1_epi32(pair));
+                // Q2_K: the minimums of 16 values in the scale bytes' high nibbles; the others'
+                // of 32 values, whose sums are two of the activation's.
+                let (minimums, pair) = if FORMAT == Q2_K {
+                    (
+                        _mm512_srli_epi16(minimums, 4),
+                        (bsums[2 * p] as u16 as u32 | (bsums[2 * p + 1] as u16 as u32) << 16),
+                    )
+                } else {
+                    (minimums, (sum(2 * p) as u16 as u32 | (sum(2 * p + 1) as u16 as u32) << 16))
+                };
+                mins = _mm512_dpwssd_epi32(mins, minimums, _mm512_set1_epi32(pair as i32));
             }
             let d_a = _mm512_set1_ps(tile.d[n]);
             *acc = _mm512_fmadd_ps(_mm512_mul_ps(d_w, d_a), _mm512_cvtepi32_ps(sums[n]), *acc);

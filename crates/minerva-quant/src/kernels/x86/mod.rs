@@ -155,10 +155,12 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
                 // feature the kernel enables (see `super::Isa::detected`).
                 unsafe { avx2_split_mxfp4::split_mxfp4_i16(rows, first, acts, out) }
             }),
-        Kernels::new(Q2_K).tile(tile!(avx2_tile_k::tiles_q2_k::<K_QUANT_ACTS>)),
-        // Q3_K's repacked kernel ran `repacked/llama8b_14336x4096` 2.7× (one activation) and 1.28×
-        // (64) as fast as the zero-copy kernels at one thread (Xeon family 6 model 207 limited to
-        // this row).
+        // Q2_K's and Q3_K's repacked kernels ran `repacked/llama8b_14336x4096` 2.2× and 2.7× (one
+        // activation), 1.54× and 1.28× (64) as fast as the zero-copy kernels at one thread (Xeon
+        // family 6 model 207 limited to this row).
+        Kernels::new(Q2_K)
+            .tile(tile!(avx2_tile_k::tiles_q2_k::<K_QUANT_ACTS>))
+            .repacked_paying(repacked!(repacked_k::avx2::<{ repacked_k::Q2_K }>)),
         Kernels::new(Q3_K)
             .tile(tile!(avx2_tile_k::tiles_q3_k::<K_QUANT_ACTS>))
             .repacked_paying(repacked!(repacked_k::avx2::<{ repacked_k::Q3_K }>)),
@@ -229,6 +231,7 @@ pub(super) const AMX_INT8: Isa = Isa {
         Kernels::new(Q4_1).repacked_paying(repacked!(amx::repacked::<{ repacked::Q4_1 }>)),
         Kernels::new(Q5_0).repacked_paying(repacked!(amx::repacked::<{ repacked::Q5_0 }>)),
         Kernels::new(Q5_1).repacked_paying(repacked!(amx::repacked::<{ repacked::Q5_1 }>)),
+        Kernels::new(Q2_K).repacked_paying(repacked!(amx_k::repacked::<{ repacked_k::Q2_K }>)),
         Kernels::new(Q3_K).repacked_paying(repacked!(amx_k::repacked::<{ repacked_k::Q3_K }>)),
         Kernels::new(Q4_K).repacked_paying(repacked!(amx_k::repacked::<{ repacked_k::Q4_K }>)),
         Kernels::new(Q5_K).repacked_paying(repacked!(amx_k::repacked::<{ repacked_k::Q5_K }>)),
@@ -269,7 +272,9 @@ pub(super) const AVX512_VNNI: Isa = Isa {
             .tile_i16(tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>))
             .repacked_paying(repacked!(repacked::avx512::<{ repacked::Q5_1 }>)),
         Kernels::new(MXFP4).tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>)),
-        Kernels::new(Q2_K).tile(tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>)),
+        Kernels::new(Q2_K)
+            .tile(tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>))
+            .repacked_paying(repacked!(repacked_k::avx512::<{ repacked_k::Q2_K }>)),
         Kernels::new(Q3_K)
             .tile(tile!(avx512_panel_k::kernel_q3_k::<K_QUANT_ACTS>))
             .repacked_paying(repacked!(repacked_k::avx512::<{ repacked_k::Q3_K }>)),

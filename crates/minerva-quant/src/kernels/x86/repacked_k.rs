@@ -1,4 +1,4 @@
-//! The kernels of repacked Q3_K, Q4_K, Q5_K and Q6_K weights (`crate::repack::k_quants`: 16 rows
+//! The kernels of repacked Q2_K…Q6_K weights (`crate::repack::k_quants`: 16 rows
 //! interleaved, scales unpacked in pairs) against Q8_K activations, for AVX-512 VNNI, AVX2 and
 //! AVX2 with AVX-VNNI.
 //!
@@ -10,15 +10,16 @@
 //!                  s    += vpmulld(dot_j, sc_j)
 //!                  Q6_K: the chain starts at −32·Σa_j, so s is Σ sc_j·(dot_j − 32·Σa_j)
 //!                  (Q3_K: −4·Σa_j, its third bits one masked byte add of 4 per slot)
+//!                  Q2_K: no offset; n = vpdpwssd over the scale bytes' high nibbles
 //!                  Q4_K, Q5_K: n = vpdpwssd over the minimum pairs × (Σa_2p, Σa_2p+1)
 //!                  Q5_K's fifth bits: one masked byte add of 16 per decoded slot
 //!   AVX2           two halves of 8 rows; vpmaddubsw per slot, summed in i16 (Q4_K: 8 slots,
 //!                  ≤ 30,720; Q5_K: 4 slots, ≤ 31,744; Q6_K: 2 slots, ≤ 32,256), then vpmaddwd
 //!                  by (sc_j, sc_j); Q5_K's fifth bits spread from their mask words
 //!                  Q6_K: the −32·Σ sc_j·Σa_j term by vpmaddwd over the scale pairs (Q3_K:
-//!                  −4·Σ sc_j·Σa_j, ≤ 3,584 per i16 sum)
+//!                  −4·Σ sc_j·Σa_j, ≤ 3,584 per i16 sum; Q2_K: its minimums' term so)
 //!   AVX-VNNI       Q4_K, Q5_K: the halves as AVX2 decodes them, summed as AVX-512 VNNI does
-//!                  (VEX vpdpbusd, vpmulld, the minimums by VEX vpdpwssd); Q3_K, Q6_K: as AVX2
+//!                  (VEX vpdpbusd, vpmulld, the minimums by VEX vpdpwssd); Q2_K, Q3_K, Q6_K: as AVX2
 //! ```
 //!
 //! then per super-block the scalar reference's f32 steps
@@ -31,13 +32,13 @@ use core::arch::x86_64::{
     __m128i, __m256, __m256i, __m512, __m512i, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256, _mm256_cmpeq_epi8,
     _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_fnmadd_ps,
     _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_mullo_epi32, _mm256_or_si256, _mm256_set1_epi8,
-    _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16, _mm256_slli_epi32,
-    _mm256_sllv_epi32, _mm256_srli_epi16, _mm256_srli_epi32, _mm256_sub_epi32, _mm512_add_epi32, _mm512_and_si512,
-    _mm512_cvtepi8_epi16, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi16, _mm512_cvtph_ps, _mm512_dpbusd_epi32,
-    _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mask_add_epi8, _mm512_mul_ps, _mm512_mullo_epi32,
-    _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512,
-    _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srai_epi32, _mm512_srli_epi16, _mm512_srli_epi32,
-    _mm512_test_epi8_mask,
+    _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_slli_epi16,
+    _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srli_epi16, _mm256_srli_epi32, _mm256_sub_epi32, _mm512_add_epi32,
+    _mm512_and_si512, _mm512_cvtepi8_epi16, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi16, _mm512_cvtph_ps,
+    _mm512_dpbusd_epi32, _mm512_dpwssd_epi32, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mask_add_epi8, _mm512_mul_ps,
+    _mm512_mullo_epi32, _mm512_or_si512, _mm512_set1_epi8, _mm512_set1_epi16, _mm512_set1_epi32, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srai_epi32,
+    _mm512_srli_epi16, _mm512_srli_epi32, _mm512_test_epi8_mask,
 };
 
 use bytemuck::pod_read_unaligned;
@@ -47,8 +48,8 @@ use super::repacked::bytes_from_bits;
 use super::{avx_vnni, avx2_panel};
 use crate::activation::Activation;
 use crate::kernels::repacked_formats::k_layout as layout;
-pub(super) use crate::kernels::repacked_formats::{Q3_K, Q4_K, Q5_K, Q6_K};
-use crate::kernels::repacked_formats::{k_offset_shift, k_signed};
+pub(super) use crate::kernels::repacked_formats::{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
+use crate::kernels::repacked_formats::{k_offset_shift, k_signed, k_sixteen};
 use crate::repack::k_quants;
 use crate::repack::{GROUP_ROWS, SLOT_BYTES};
 
@@ -118,14 +119,14 @@ pub(super) fn avx512<const FORMAT: u8>(
 
 /// Slot `c` of sub-block half `h` of a repacked part as bytes (four values of each of the 16
 /// rows, 0..63): Q4_K's nibbles, Q5_K's with their fifth bits, Q6_K's with high-bit field `c`
-/// (bits 2c, 2c + 1 moved to bits 4, 5), Q3_K's low-bit field `c` of slot `h` with its third
-/// bits (bit 4h + c). The AVX-512 VNNI and the AMX kernels' one decoder.
+/// (bits 2c, 2c + 1 moved to bits 4, 5), Q2_K's and Q3_K's low-bit field `c` of slot `h` with
+/// Q3_K's third bits (bit 4h + c). The AVX-512 VNNI and the AMX kernels' one decoder.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn slot_bytes<const FORMAT: u8>(part: &[u8], h: usize, c: usize) -> __m512i {
     let l = layout(FORMAT);
     let load = |at: usize| pod_read_unaligned::<__m512i>(&part[at..at + 64]);
-    if FORMAT == Q3_K {
+    if FORMAT == Q2_K || FORMAT == Q3_K {
         let packed = load(l.slots + SLOT_BYTES * h);
         let shifted = match c {
             0 => packed,
@@ -134,6 +135,9 @@ pub(super) fn slot_bytes<const FORMAT: u8>(part: &[u8], h: usize, c: usize) -> _
             _ => _mm512_srli_epi16(packed, 6),
         };
         let low = _mm512_and_si512(shifted, _mm512_set1_epi8(3));
+        if FORMAT == Q2_K {
+            return low;
+        }
         let third = _mm512_test_epi8_mask(load(l.high), _mm512_set1_epi8(1 << (4 * h + c)));
         return _mm512_mask_add_epi8(low, third, low, _mm512_set1_epi8(4));
     }
@@ -172,7 +176,7 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
         let load_half = |at: usize| pod_read_unaligned::<__m256i>(&src[at..at + 32]);
         let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
         let mut sums = [_mm512_setzero_si512(); N];
-        if !k_signed(FORMAT) {
+        if !k_sixteen(FORMAT) {
             let mut mins = [_mm512_setzero_si512(); N];
             for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
                 let mut dots = [[_mm512_setzero_si512(); N]; 2];
@@ -214,6 +218,8 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
                 acc[n] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin_w, d_a), _mm512_cvtepi32_ps(mins[n]), acc[n]);
             }
         } else {
+            // Q2_K's minimums' term, n = Σ_j m_j·Σa_j.
+            let mut mins = [_mm512_setzero_si512(); N];
             for (p, part) in src[..8 * l.part].chunks_exact(l.part).enumerate() {
                 let mut dots = [[_mm512_setzero_si512(); N]; 2];
                 for (h, dots) in dots.iter_mut().enumerate() {
@@ -222,8 +228,9 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
                     for n in 0..N {
                         let (qs, bsums, _) = parts[n];
                         // The chain starts at −32·Σa_j: Q6_K's quants are stored plus 32 (Q3_K's
-                        // plus 4).
-                        let offset = -(1 << k_offset_shift(FORMAT)) * i32::from(bsums[j]);
+                        // plus 4; Q2_K's as they are).
+                        let offset =
+                            if k_signed(FORMAT) { -(1 << k_offset_shift(FORMAT)) * i32::from(bsums[j]) } else { 0 };
                         let mut dot = [_mm512_set1_epi32(offset), _mm512_setzero_si512()];
                         for (k, &w) in w.iter().enumerate() {
                             dot[k % 2] =
@@ -233,8 +240,22 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
                     }
                 }
                 // The scale pairs last, in the order the part's bytes lie (slots, high bits, scales).
-                let pairs = _mm512_cvtepi8_epi16(pod_read_unaligned::<__m256i>(&part[l.scales..l.scales + 32]));
-                let scales = [_mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16), _mm512_srai_epi32(pairs, 16)];
+                let bytes = pod_read_unaligned::<__m256i>(&part[l.scales..l.scales + 32]);
+                let scales = if k_signed(FORMAT) {
+                    let pairs = _mm512_cvtepi8_epi16(bytes);
+                    [_mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16), _mm512_srai_epi32(pairs, 16)]
+                } else {
+                    // Q2_K: each byte's scale in its low nibble, its minimum in the high one.
+                    let pairs = _mm512_cvtepu8_epi16(bytes);
+                    let minimums = _mm512_srli_epi16(pairs, 4);
+                    for n in 0..N {
+                        let bsums = parts[n].1;
+                        let a = _mm512_set1_epi32(pair(i32::from(bsums[2 * p]), i32::from(bsums[2 * p + 1])));
+                        mins[n] = _mm512_dpwssd_epi32(mins[n], minimums, a);
+                    }
+                    let pairs = _mm512_and_si512(pairs, _mm512_set1_epi16(0x0F));
+                    [_mm512_and_si512(pairs, low_word), _mm512_srli_epi32(pairs, 16)]
+                };
                 for (dots, scale) in dots.iter().zip(scales) {
                     for (sum, &dot) in sums.iter_mut().zip(dots) {
                         *sum = _mm512_add_epi32(*sum, _mm512_mullo_epi32(dot, scale));
@@ -245,6 +266,10 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
             for n in 0..N {
                 let d_a = _mm512_set1_ps(parts[n].2);
                 acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(d_w, d_a), _mm512_cvtepi32_ps(sums[n]), acc[n]);
+                if !k_signed(FORMAT) {
+                    let dmin_w = _mm512_cvtph_ps(load_half(l.dmin));
+                    acc[n] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin_w, d_a), _mm512_cvtepi32_ps(mins[n]), acc[n]);
+                }
             }
         }
     }
@@ -284,7 +309,7 @@ pub(super) fn avx2<const FORMAT: u8>(
 fn half_slot_bytes<const FORMAT: u8>(part: &[u8], h: usize, c: usize, half: usize) -> __m256i {
     let l = layout(FORMAT);
     let load = |at: usize| pod_read_unaligned::<__m256i>(&part[at + 32 * half..at + 32 * half + 32]);
-    if FORMAT == Q3_K {
+    if FORMAT == Q2_K || FORMAT == Q3_K {
         let packed = load(l.slots + SLOT_BYTES * h);
         let shifted = match c {
             0 => packed,
@@ -293,6 +318,9 @@ fn half_slot_bytes<const FORMAT: u8>(part: &[u8], h: usize, c: usize, half: usiz
             _ => _mm256_srli_epi16(packed, 6),
         };
         let low = _mm256_and_si256(shifted, _mm256_set1_epi8(3));
+        if FORMAT == Q2_K {
+            return low;
+        }
         let bit = _mm256_set1_epi8(1 << (4 * h + c));
         let set = _mm256_cmpeq_epi8(_mm256_and_si256(load(l.high), bit), bit);
         return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(4)));
@@ -443,7 +471,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
             |bytes: &[u8], at: usize| pod_read_unaligned::<__m128i>(&bytes[at + 16 * half..at + 16 * half + 16]);
         let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
         let mut sums = [_mm256_setzero_si256(); N];
-        if !k_signed(FORMAT) {
+        if !k_sixteen(FORMAT) {
             let mut mins = [_mm256_setzero_si256(); N];
             for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
                 let scales = replicated(_mm256_cvtepu8_epi16(load_pairs(part, l.scales)));
@@ -500,11 +528,19 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                             [_mm256_add_epi16(product(0), product(1)), _mm256_add_epi16(product(2), product(3))];
                     }
                 }
-                let pairs = _mm256_cvtepi8_epi16(load_pairs(part, l.scales));
+                // Q3_K, Q6_K: Σ sc_j·Σa_j, the offset's term; Q2_K: each byte's scale in its low
+                // nibble and its minimum in the high one, and Σ m_j·Σa_j, the minimums' term.
+                let (pairs, terms) = if k_signed(FORMAT) {
+                    let pairs = _mm256_cvtepi8_epi16(load_pairs(part, l.scales));
+                    (pairs, pairs)
+                } else {
+                    let bytes = _mm256_cvtepu8_epi16(load_pairs(part, l.scales));
+                    (_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16(bytes, 4))
+                };
                 for n in 0..N {
                     let bsums = parts[n].1;
                     let a = _mm256_set1_epi32(pair(i32::from(bsums[2 * p]), i32::from(bsums[2 * p + 1])));
-                    correction[n] = _mm256_add_epi32(correction[n], _mm256_madd_epi16(pairs, a));
+                    correction[n] = _mm256_add_epi32(correction[n], _mm256_madd_epi16(terms, a));
                 }
                 for (halves, scale) in halves.iter().zip(replicated(pairs)) {
                     for (sum, [first, second]) in sums.iter_mut().zip(halves) {
@@ -516,10 +552,17 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
             }
             let d_w = _mm256_cvtph_ps(load_pairs(src, l.d));
             for n in 0..N {
-                // The offset's term: 32 (Q6_K) or 4 (Q3_K) times Σ sc_j·Σa_j.
-                let offset = _mm256_sllv_epi32(correction[n], _mm256_set1_epi32(k_offset_shift(FORMAT) as i32));
-                let s = _mm256_sub_epi32(sums[n], offset);
-                acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, _mm256_set1_ps(parts[n].2)), _mm256_cvtepi32_ps(s), acc[n]);
+                let d_a = _mm256_set1_ps(parts[n].2);
+                if k_signed(FORMAT) {
+                    // The offset's term: 32 (Q6_K) or 4 (Q3_K) times Σ sc_j·Σa_j.
+                    let offset = _mm256_sllv_epi32(correction[n], _mm256_set1_epi32(k_offset_shift(FORMAT) as i32));
+                    let s = _mm256_sub_epi32(sums[n], offset);
+                    acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, d_a), _mm256_cvtepi32_ps(s), acc[n]);
+                } else {
+                    let dmin_w = _mm256_cvtph_ps(load_pairs(src, l.dmin));
+                    acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, d_a), _mm256_cvtepi32_ps(sums[n]), acc[n]);
+                    acc[n] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_w, d_a), _mm256_cvtepi32_ps(correction[n]), acc[n]);
+                }
             }
         }
     }
