@@ -144,24 +144,7 @@ fn q4_k_packed_scales(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
     packed
 }
 
-/// A Q6_K block's 256 six-bit quants (0..63) in value order.
-fn q6_k_values(block: &[u8]) -> [u8; QK] {
-    let (ql, qh) = (&block[..128], &block[128..192]);
-    let mut q = [0u8; QK];
-    for h in 0..2 {
-        for l in 0..32 {
-            let (lo, hi) = (ql[64 * h + l], ql[64 * h + l + 32]);
-            let high = qh[32 * h + l];
-            q[128 * h + l] = (lo & 0xF) | ((high & 3) << 4);
-            q[128 * h + l + 32] = (hi & 0xF) | (((high >> 2) & 3) << 4);
-            q[128 * h + l + 64] = (lo >> 4) | (((high >> 4) & 3) << 4);
-            q[128 * h + l + 96] = (hi >> 4) | (((high >> 6) & 3) << 4);
-        }
-    }
-    q
-}
-
-/// The inverse of [`q6_k_values`]: `ql` and `qh` into `block[..192]`.
+/// A Q6_K block's 256 six-bit quants (0..63, in value order) into its `ql` and `qh` (`block[..192]`).
 fn q6_k_store_values(q: &[u8; QK], block: &mut [u8]) {
     let (ql, qh) = block[..192].split_at_mut(128);
     for h in 0..2 {
@@ -248,17 +231,6 @@ fn quant(dtype: DType, src: &[u8], r: usize, v: usize) -> u8 {
     }
 }
 
-/// Stores row `r`'s quant `q` of value `v` (its bits zero before).
-#[inline(always)]
-fn set_quant(dtype: DType, dst: &mut [u8], r: usize, v: usize, q: u8) {
-    let (low_bits, _) = field_bits(dtype);
-    let ((at, shift), high) = value_at(dtype, r, v);
-    dst[at] |= (q & ((1 << low_bits) - 1)) << shift;
-    if let Some((at, shift)) = high {
-        dst[at] |= (q >> low_bits) << shift;
-    }
-}
-
 /// Row `r`'s quants, scales (minimums) and f16 scale bytes of one GGML K-quant block.
 struct Block {
     q: [u8; QK],
@@ -269,33 +241,24 @@ struct Block {
 }
 
 impl Block {
+    /// A GGML block's scales (and minimums) and f16 scale bytes; the quants are left zero:
+    /// [`pack_quants`] moves them into a group straight from the GGML bytes.
     #[inline(always)]
-    fn from_ggml(dtype: DType, src: &[u8]) -> Block {
+    fn scales_from_ggml(dtype: DType, src: &[u8]) -> Block {
         let mut block = Block { q: [0; QK], sc: [0; 16], m: [0; 8], d: [0; 2], dmin: [0; 2] };
         match dtype {
             DType::Q2_K => {
                 // The scale bytes as they are (minimum in the high nibble): they are stored so.
                 block.sc.copy_from_slice(&src[..16]);
-                for (v, q) in block.q.iter_mut().enumerate() {
-                    let (half, quarter, lane) = (v / 128, v % 128 / 32, v % 32);
-                    *q = (src[16 + 32 * half + lane] >> (2 * quarter)) & 3;
-                }
                 block.d.copy_from_slice(&src[80..82]);
                 block.dmin.copy_from_slice(&src[82..84]);
             }
             DType::Q3_K => {
-                let (hmask, qs) = (&src[..32], &src[32..96]);
-                for (v, q) in block.q.iter_mut().enumerate() {
-                    let (half, quarter, lane) = (v / 128, v % 128 / 32, v % 32);
-                    let low = (qs[32 * half + lane] >> (2 * quarter)) & 3;
-                    *q = low | (((hmask[lane] >> (v / 32)) & 1) << 2);
-                }
                 let packed: &[u8; 12] = src[96..108].try_into().expect("twelve scale bytes");
                 block.sc = q3_k_scales(packed).map(|sc| sc as u8);
                 block.d.copy_from_slice(&src[108..110]);
             }
             DType::Q6_K => {
-                block.q = q6_k_values(src);
                 block.sc.copy_from_slice(&src[192..208]);
                 block.d.copy_from_slice(&src[208..210]);
             }
@@ -305,14 +268,6 @@ impl Block {
                 block.m = m;
                 block.d.copy_from_slice(&src[0..2]);
                 block.dmin.copy_from_slice(&src[2..4]);
-                let (qh, qs) =
-                    if dtype == DType::Q5_K { (&src[16..48], &src[48..176]) } else { (&[0u8; 32][..], &src[16..144]) };
-                for v in 0..QK {
-                    let (j, l) = (v / 32, v % 32);
-                    let byte = qs[32 * (j / 2) + l];
-                    let nibble = if j % 2 == 0 { byte & 0xF } else { byte >> 4 };
-                    block.q[v] = nibble | (((qh[l] >> j) & 1) << 4);
-                }
             }
         }
         block
@@ -370,6 +325,97 @@ impl Block {
     }
 }
 
+/// Four bytes of `bytes` from `at`, little-endian.
+#[inline(always)]
+fn word(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"))
+}
+
+/// Writes `w` as four bytes of `dst` from `at`.
+#[inline(always)]
+fn put(dst: &mut [u8], at: usize, w: u32) {
+    dst[at..at + 4].copy_from_slice(&w.to_le_bytes());
+}
+
+/// Row `r`'s quants of one GGML super-block (`src`) into its lanes of the group's super-block
+/// (`dst`, zero before): four values of one row at a time, read and written as words, the layout
+/// [`value_at`] describes (the round-trip test checks the two agree).
+#[inline(always)]
+fn pack_quants(dtype: DType, l: Layout, src: &[u8], r: usize, dst: &mut [u8]) {
+    // Byte i of a word is value i of the four; each field keeps to its byte when shifted.
+    let row = 4 * r;
+    match dtype {
+        DType::Q2_K | DType::Q3_K => {
+            // Value 32p + 16e + 4m + i: bits 2(p % 4) of byte 32(p / 4) + 16e + 4m + i of `qs`;
+            // Q3_K's bit 2 is bit p of `hmask` byte 16e + 4m + i.
+            let (qs, hmask) = if dtype == DType::Q2_K { (&src[16..80], &[][..]) } else { (&src[32..96], &src[..32]) };
+            for p in 0..8 {
+                let (at, shift) = (32 * (p / 4), 2 * (p % 4));
+                let part = p * l.part;
+                for e in 0..2 {
+                    let mut w = 0;
+                    for m in 0..4 {
+                        w |= ((word(qs, at + 16 * e + 4 * m) >> shift) & 0x0303_0303) << (2 * m);
+                    }
+                    put(dst, part + l.slots + SLOT_BYTES * e + row, w);
+                }
+                if dtype == DType::Q3_K {
+                    let mut w = 0;
+                    for e in 0..2 {
+                        for m in 0..4 {
+                            w |= ((word(hmask, 16 * e + 4 * m) >> p) & 0x0101_0101) << (4 * e + m);
+                        }
+                    }
+                    put(dst, part + l.high + row, w);
+                }
+            }
+        }
+        DType::Q6_K => {
+            // Value 32p + w: `ql` byte 64(p / 4) + 32(p % 2) + w, nibble (p % 4) / 2, and bits
+            // 2(p % 4) of `qh` byte 32(p / 4) + w.
+            let (ql, qh) = (&src[..128], &src[128..192]);
+            for p in 0..8 {
+                let part = p * l.part;
+                let (low_at, nibble) = (64 * (p / 4) + 32 * (p % 2), 4 * ((p % 4) / 2));
+                for k in 0..4 {
+                    let low = (word(ql, low_at + 4 * k) >> nibble) & 0x0F0F_0F0F;
+                    let high = (word(ql, low_at + 16 + 4 * k) >> nibble) & 0x0F0F_0F0F;
+                    put(dst, part + l.slots + SLOT_BYTES * k + row, low | high << 4);
+                }
+                let (high_at, shift) = (32 * (p / 4), 2 * (p % 4));
+                for e in 0..2 {
+                    let mut w = 0;
+                    for m in 0..4 {
+                        w |= ((word(qh, high_at + 16 * e + 4 * m) >> shift) & 0x0303_0303) << (2 * m);
+                    }
+                    put(dst, part + l.high + SLOT_BYTES * e + row, w);
+                }
+            }
+        }
+        _ => {
+            // Q4_K, Q5_K: slot c of part p is `qs` bytes 32p + 4c.. as they are (value 64p + 4c + i
+            // in the low nibble, 64p + 32 + 4c + i in the high); Q5_K's fifth bit of value
+            // 64p + 32h + 4c + i is bit 2p + h of `qh` byte 4c + i, stored at bit 4r + i of word
+            // 8h + c.
+            let (qh, qs) = if dtype == DType::Q5_K { (&src[16..48], &src[48..176]) } else { (&[][..], &src[16..144]) };
+            for p in 0..4 {
+                let part = p * l.part;
+                for c in 0..8 {
+                    put(dst, part + l.slots + SLOT_BYTES * c + row, word(qs, 32 * p + 4 * c));
+                    if dtype != DType::Q5_K {
+                        continue;
+                    }
+                    for h in 0..2 {
+                        let bits = (word(qh, 4 * c) >> (2 * p + h)) & 0x0101_0101;
+                        let nibble = ((bits | bits >> 7 | bits >> 14 | bits >> 21) & 0xF) as u8;
+                        dst[part + l.high + 8 * (8 * h + c) + r / 2] |= nibble << (4 * (r % 2));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Whether a K-quant has minimums (Q2_K, Q4_K, Q5_K; not Q3_K, Q6_K).
 fn has_minimums(dtype: DType) -> bool {
     matches!(dtype, DType::Q2_K | DType::Q4_K | DType::Q5_K)
@@ -382,9 +428,9 @@ fn has_minimum_bytes(dtype: DType) -> bool {
 
 /// Up to 16 GGML rows of Q2_K…Q6_K into one group (every byte written; missing rows zero).
 pub(crate) fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
-    // One copy of the loop per format, its layout constants folded in: a Llama 1B Q2_K file's
-    // load spent 86 % of its samples here when every value's place was worked out from a
-    // run-time layout.
+    // One copy of the loop per format, its layout's offsets constants, and the quants moved four
+    // values of a row at a time (`pack_quants`): a Llama 1B Q2_K file's load spent 86 % of its
+    // samples here when each value's place was worked out from a run-time layout, one by one.
     match dtype {
         DType::Q2_K => pack_group_as(DType::Q2_K, rows, out),
         DType::Q3_K => pack_group_as(DType::Q3_K, rows, out),
@@ -403,10 +449,9 @@ fn pack_group_as(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
     for (b, dst) in out.chunks_exact_mut(l.bytes).enumerate() {
         dst.fill(0);
         for (r, row) in rows.iter().enumerate() {
-            let block = Block::from_ggml(dtype, &row[b * block_bytes..][..block_bytes]);
-            for (v, &q) in block.q.iter().enumerate() {
-                set_quant(dtype, dst, r, v, q);
-            }
+            let src = &row[b * block_bytes..][..block_bytes];
+            pack_quants(dtype, l, src, r, dst);
+            let block = Block::scales_from_ggml(dtype, src);
             for j in 0..subs {
                 let (sc, m) = scale_at(l, r, j);
                 dst[sc] = block.sc[j];
