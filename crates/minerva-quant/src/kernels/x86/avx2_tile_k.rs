@@ -18,12 +18,12 @@
 
 use core::arch::x86_64::{
     __m128i, __m256, __m256i, _mm_add_epi32, _mm_cvtepu8_epi16, _mm_cvtsi32_si128, _mm_cvtsi64_si128,
-    _mm_cvtsi128_si32, _mm_shuffle_epi32, _mm_unpackhi_epi64, _mm256_add_epi32, _mm256_and_si256,
-    _mm256_broadcastsi128_si256, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps,
-    _mm256_cvtepu8_epi16, _mm256_cvtepu16_epi32, _mm256_extracti128_si256, _mm256_fmadd_ps, _mm256_madd_epi16,
-    _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps,
-    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_slli_epi16, _mm256_slli_epi32, _mm256_srl_epi16,
-    _mm256_srli_epi16,
+    _mm_cvtsi128_si32, _mm_set_epi64x, _mm_set1_epi8, _mm_set1_epi16, _mm_shuffle_epi32, _mm_sub_epi8,
+    _mm_unpackhi_epi64, _mm256_add_epi32, _mm256_and_si256, _mm256_broadcastsi128_si256, _mm256_castsi256_si128,
+    _mm256_cvtepi8_epi16, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi16, _mm256_cvtepu16_epi32, _mm256_extracti128_si256,
+    _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_or_si256, _mm256_set_m128i, _mm256_set1_epi8,
+    _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_slli_epi16,
+    _mm256_slli_epi32, _mm256_srl_epi16, _mm256_srli_epi16,
 };
 
 use bytemuck::pod_read_unaligned;
@@ -32,7 +32,6 @@ use super::avx2_dequant::q6_k_quarters;
 use super::avx2_dot::{f16_at, hsum_ps, load32, pair_scales};
 use super::avx2_tile_i16::{prefetch, prefetch_lead};
 use crate::activation::Activation;
-use crate::ggml::k_quants::q3_k_scales;
 
 /// Every row of `weights` against every activation: `A` at a time through `step`, the rest one by
 /// one through `step_one` (the same step with `A = 1`). A step takes one super-block `w` (index `b`
@@ -323,6 +322,25 @@ fn q2_k_step<const A: usize>(
     add_with_minimums((f16_at(&w[80..]), f16_at(&w[82..])), mins, group, b, &sums, acc, off);
 }
 
+/// Q3_K's 16 signed 6-bit scales (`w[96..108]`, as `ggml::k_quants::q3_k_scales` reads them) as
+/// 16 i8 in a register, unpacked in general registers with llama.cpp's masks, as
+/// [`k4_scales_mins`] (bytes stored one by one and reloaded as a vector stall the forwarding).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q3_k_scale_bytes(w: &[u8]) -> __m128i {
+    const LOW4: u32 = 0x0F0F_0F0F;
+    const LOW2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([w[96 + 4 * i], w[97 + 4 * i], w[98 + 4 * i], w[99 + 4 * i]]);
+    let (u0, u1, high) = (word(0), word(1), word(2));
+    // Scale i: low four bits from byte i (i < 8) or the top of byte i − 8, top two bits from
+    // bits 2(i / 4) of byte 8 + i % 4; stored plus 32.
+    let low =
+        u64::from((u0 & LOW4) | ((high & LOW2) << 4)) | u64::from((u1 & LOW4) | (((high >> 2) & LOW2) << 4)) << 32;
+    let top = u64::from(((u0 >> 4) & LOW4) | (((high >> 4) & LOW2) << 4))
+        | u64::from(((u1 >> 4) & LOW4) | (((high >> 6) & LOW2) << 4)) << 32;
+    _mm_sub_epi8(_mm_set_epi64x(top as i64, low as i64), _mm_set1_epi8(32))
+}
+
 /// Q3_K: Q2_K's 2-bit layout plus a high bit per value (bit `j` of `hmask[i]` for value
 /// `32·j + i`), 6-bit signed scales, quants `q − 4` for `q` = low bits | high bit << 2 in 0..=7.
 /// `maddubs` takes the unsigned `q`; the `−4` comes off through the activation's `bsums`, their
@@ -336,16 +354,26 @@ fn q3_k_step<const A: usize>(
     acc: &mut [__m256; A],
     off: &mut [f32; A],
 ) {
-    let scales = q3_k_scales(w[96..108].try_into().expect("12 scale bytes"));
-    let scales_wide = _mm256_cvtepi8_epi16(pod_read_unaligned::<__m128i>(bytemuck::cast_slice(&scales)));
+    let scales_wide = _mm256_cvtepi8_epi16(q3_k_scale_bytes(w));
     let a = quants(group, b);
     let mut sums = [_mm256_setzero_si256(); A];
     for half in 0..2 {
+        // Sub-blocks 8·half .. 8·half + 8's scales as i16, in both 128-bit lanes.
+        let eight = _mm256_broadcastsi128_si256(if half == 0 {
+            _mm256_castsi256_si128(scales_wide)
+        } else {
+            _mm256_extracti128_si256::<1>(scales_wide)
+        });
         for quarter in 0..4 {
             let q = q3_k_quants(w, half, quarter);
             let start = 128 * half + 32 * quarter;
-            let sub = start / 16;
-            let scale = pair_scales(i16::from(scales[sub]), i16::from(scales[sub + 1]));
+            // `pair_scales` of sub-blocks 2·quarter, 2·quarter + 1 of the eight: their i16 bytes
+            // repeated through the low and the high lane.
+            let (lo, hi) = (4 * quarter as i16, 4 * quarter as i16 + 2);
+            let scale = _mm256_shuffle_epi8(
+                eight,
+                _mm256_set_m128i(_mm_set1_epi16(hi | (hi + 1) << 8), _mm_set1_epi16(lo | (lo + 1) << 8)),
+            );
             add_products(q, scale, &a, start, &mut sums);
         }
     }
