@@ -155,9 +155,9 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
                 // feature the kernel enables (see `super::Isa::detected`).
                 unsafe { avx2_split_mxfp4::split_mxfp4_i16(rows, first, acts, out) }
             }),
-        // Q2_K's and Q3_K's repacked kernels ran `repacked/llama8b_14336x4096` 2.2× and 2.7× (one
-        // activation), 1.54× and 1.28× (64) as fast as the zero-copy kernels at one thread (Xeon
-        // family 6 model 207 limited to this row).
+        // Q2_K's and Q3_K's repacked kernels ran `repacked/llama8b_14336x4096` 2.2× and 1.13–1.35×
+        // (one activation), 1.54× and 1.28× (64) as fast as the zero-copy kernels at one thread
+        // (Xeon family 6 model 207 limited to this row; docs/benchmarks.md).
         Kernels::new(Q2_K)
             .tile(tile!(avx2_tile_k::tiles_q2_k::<K_QUANT_ACTS>))
             .repacked_paying(repacked!(repacked_k::avx2::<{ repacked_k::Q2_K }>)),
