@@ -102,7 +102,7 @@ pub(crate) const fn k_signed(format: u8) -> bool {
 /// What a signed K-quant's stored quants carry on top of their value (Q6_K 32, Q3_K 4: both
 /// stored unsigned), as a shift: the kernels take `offset · Σ sc_j·Σa_j` off the exact sum.
 pub(crate) const fn k_offset_shift(format: u8) -> u32 {
-    if format == Q3_K { 2 } else { 5 }
+    k_layout(format).offset_shift
 }
 
 /// The first `blocks` blocks of each of `acts`' first `N` activations.

@@ -84,19 +84,72 @@ pub(crate) struct Layout {
     pub(crate) dmin: usize,
     /// Bytes of a super-block of a group.
     pub(crate) bytes: usize,
+    /// Q3_K's and Q6_K's quants are stored plus `1 << offset_shift` (4, 32); 0 for the formats with
+    /// minimums, whose quants carry no offset.
+    pub(crate) offset_shift: u32,
 }
 
-pub(crate) const Q4_K: Layout =
-    Layout { values: 64, part: 576, slots: 0, scales: 512, minimums: 544, high: 576, d: 2304, dmin: 2336, bytes: 2368 };
-pub(crate) const Q5_K: Layout =
-    Layout { values: 64, part: 704, slots: 128, scales: 640, minimums: 672, high: 0, d: 2816, dmin: 2848, bytes: 2880 };
-pub(crate) const Q6_K: Layout =
-    Layout { values: 32, part: 416, slots: 0, scales: 384, minimums: 416, high: 256, d: 3328, dmin: 3360, bytes: 3360 };
-pub(crate) const Q3_K: Layout =
-    Layout { values: 32, part: 224, slots: 0, scales: 192, minimums: 224, high: 128, d: 1792, dmin: 1824, bytes: 1824 };
+pub(crate) const Q4_K: Layout = Layout {
+    values: 64,
+    part: 576,
+    slots: 0,
+    scales: 512,
+    minimums: 544,
+    high: 576,
+    d: 2304,
+    dmin: 2336,
+    bytes: 2368,
+    offset_shift: 0,
+};
+pub(crate) const Q5_K: Layout = Layout {
+    values: 64,
+    part: 704,
+    slots: 128,
+    scales: 640,
+    minimums: 672,
+    high: 0,
+    d: 2816,
+    dmin: 2848,
+    bytes: 2880,
+    offset_shift: 0,
+};
+pub(crate) const Q6_K: Layout = Layout {
+    values: 32,
+    part: 416,
+    slots: 0,
+    scales: 384,
+    minimums: 416,
+    high: 256,
+    d: 3328,
+    dmin: 3360,
+    bytes: 3360,
+    offset_shift: 5,
+};
+pub(crate) const Q3_K: Layout = Layout {
+    values: 32,
+    part: 224,
+    slots: 0,
+    scales: 192,
+    minimums: 224,
+    high: 128,
+    d: 1792,
+    dmin: 1824,
+    bytes: 1824,
+    offset_shift: 2,
+};
 /// Q2_K's minimums share the scales' bytes (the high nibbles).
-pub(crate) const Q2_K: Layout =
-    Layout { values: 32, part: 160, slots: 0, scales: 128, minimums: 128, high: 160, d: 1280, dmin: 1312, bytes: 1344 };
+pub(crate) const Q2_K: Layout = Layout {
+    values: 32,
+    part: 160,
+    slots: 0,
+    scales: 128,
+    minimums: 128,
+    high: 160,
+    d: 1280,
+    dmin: 1312,
+    bytes: 1344,
+    offset_shift: 0,
+};
 
 /// The layout of a K-quant that repacks.
 #[inline(always)]
@@ -507,7 +560,7 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
                     values.map(|v| i32::from(quant(dtype, src, r, v)) * i32::from(a[v] as i8)).sum()
                 };
                 if !has_minimums(dtype) {
-                    let offset = if dtype == DType::Q3_K { 4 } else { 32 };
+                    let offset = 1 << l.offset_shift;
                     let (mut s, mut c) = (0i32, 0i32);
                     for j in 0..16 {
                         let sc = i32::from(src[scale_at(l, r, j).0] as i8);
