@@ -92,8 +92,9 @@ fn every_isa_equals_the_scalar_kernel_bit_for_bit() {
         let (rows, cols) = (40, whole(dtype, 320));
         let w = random_weights(dtype, rows, cols, 7);
         let packed = Repacked::new(dtype, &w, rows, cols).unwrap();
-        // 16, 33, 70: AMX's tiles of sixteen activations with none, one and six left over.
-        for n in [1, 2, 3, 4, 5, 9, 16, 33, 70] {
+        // 1..=7, 14: every count of a kernel's last pass (AVX-512 8 + 6, AVX2 4 + 3); 16, 33,
+        // 70: AMX's tiles of sixteen activations with none, one and six left over.
+        for n in [1, 2, 3, 4, 5, 6, 7, 9, 14, 16, 33, 70] {
             let xs = random_values(n * cols, n as u64);
             let mut want = vec![0.0f32; n * rows];
             matmul_repacked_with_isa("scalar", &packed, &xs, n, &mut want).unwrap();

@@ -39,6 +39,24 @@ macro_rules! repacked {
     };
 }
 
+/// Runs `$body` with the run-time count `$n` (0 runs nothing) as the const `$N`, one of the
+/// counts listed: the repacked kernels' last pass, over the activations short of a full one,
+/// compiled for its count. Run one activation at a time, as before, they loaded and decoded a
+/// group's weights again for each (a verifying pass of two rows cost two of one).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+macro_rules! for_count {
+    ($n:expr, [$($k:literal),+], $N:ident => $body:expr) => {
+        match $n {
+            0 => {}
+            $($k => {
+                const $N: usize = $k;
+                $body
+            })+
+            n => unreachable!("no pass of {n} activations: the caller passes fewer than a full one"),
+        }
+    };
+}
+
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 pub(crate) mod reference;

@@ -122,11 +122,9 @@ macro_rules! repacked_kernels {
                     }
                     (acts, out) = (&acts[ACTS..], &mut out[ACTS..]);
                 }
-                for (j, out) in out.chunks_exact_mut(1).enumerate() {
-                    for quarter in 0..4 {
-                        pass::<FORMAT, 1>(group, quarter, blocks_of(&acts[j..], blocks), out);
-                    }
-                }
+                for_count!(out.len(), [1, 2, 3], N => for quarter in 0..4 {
+                    pass::<FORMAT, N>(group, quarter, blocks_of(acts, blocks), out);
+                });
             }
 
             /// Rows `4·quarter..4·quarter + 4` of the group against `N` activations.
@@ -186,11 +184,9 @@ macro_rules! repacked_kernels {
                     }
                     (acts, out) = (&acts[ACTS..], &mut out[ACTS..]);
                 }
-                for (j, out) in out.chunks_exact_mut(1).enumerate() {
-                    for quarter in 0..4 {
-                        pass_k::<FORMAT, 1>(group, quarter, &acts[j..j + 1], out);
-                    }
-                }
+                for_count!(out.len(), [1, 2, 3], N => for quarter in 0..4 {
+                    pass_k::<FORMAT, N>(group, quarter, acts, out);
+                });
             }
 
             /// Rows `4·quarter..4·quarter + 4` of a K-quant group against `N` activations, a

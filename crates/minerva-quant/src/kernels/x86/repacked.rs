@@ -22,7 +22,7 @@
 //! then per block `acc = fma(d_w·d_a, f32(s), acc)` (and `fma(m_w, d_a·Σa, acc)` for Q4_1, Q5_1), as
 //! `crate::repack::reference_kernel` does: the results equal it bit for bit. Each pass over a
 //! block's weights serves [`AVX512_ACTS`], [`AVX2_ACTS`] or [`VNNI_ACTS`] activations (weights
-//! decoded once per pass).
+//! decoded once per pass), and the last pass those short of a full one (`for_count!`).
 //!
 //! Memory safety rests on slices and `bytemuck` loads; the caller promises the features of the
 //! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`, `super::AVX2_VNNI`).
@@ -103,13 +103,9 @@ pub(super) fn avx512<const FORMAT: u8>(
         avx512_pass::<FORMAT, AVX512_ACTS>(group, ahead, blocks_of(acts, blocks), &mut out[..AVX512_ACTS]);
         (acts, out, ahead) = (&acts[AVX512_ACTS..], &mut out[AVX512_ACTS..], &[]);
     }
-    if out.len() >= 4 {
-        avx512_pass::<FORMAT, 4>(group, ahead, blocks_of(acts, blocks), &mut out[..4]);
-        (acts, out) = (&acts[4..], &mut out[4..]);
-    }
-    for (j, out) in out.chunks_exact_mut(1).enumerate() {
-        avx512_pass::<FORMAT, 1>(group, &[], blocks_of(&acts[j..], blocks), out);
-    }
+    // One activation (a decode step) does not prefetch: measured slower.
+    let ahead = if out.len() == 1 { &[] } else { ahead };
+    for_count!(out.len(), [1, 2, 3, 4, 5, 6, 7], N => avx512_pass::<FORMAT, N>(group, ahead, blocks_of(acts, blocks), out));
 }
 
 #[inline]
@@ -203,11 +199,11 @@ pub(super) fn avx2<const FORMAT: u8>(
         }
         (acts, out, ahead) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..], &[]);
     }
-    for (j, out) in out.chunks_exact_mut(1).enumerate() {
-        for half in 0..2 {
-            avx2_pass::<FORMAT, 1>(group, &[], half, blocks_of(&acts[j..], blocks), out);
-        }
-    }
+    let ahead = if out.len() == 1 { &[] } else { ahead };
+    for_count!(out.len(), [1, 2, 3], N => for half in 0..2 {
+        let ahead = if half == 0 { ahead } else { &[] };
+        avx2_pass::<FORMAT, N>(group, ahead, half, blocks_of(acts, blocks), out);
+    });
 }
 
 /// AVX2 + FMA + F16C with AVX-VNNI: one group against the activations of `acts`, results into
@@ -230,18 +226,11 @@ pub(super) fn avx_vnni<const FORMAT: u8>(
         }
         (acts, out, ahead) = (&acts[VNNI_ACTS..], &mut out[VNNI_ACTS..], &[]);
     }
-    if out.len() >= 4 {
-        for half in 0..2 {
-            let ahead = if half == 0 { ahead } else { &[] };
-            avx_vnni_pass::<FORMAT, 4>(group, ahead, half, blocks_of(acts, blocks), &mut out[..4]);
-        }
-        (acts, out) = (&acts[4..], &mut out[4..]);
-    }
-    for (j, out) in out.chunks_exact_mut(1).enumerate() {
-        for half in 0..2 {
-            avx_vnni_pass::<FORMAT, 1>(group, &[], half, blocks_of(&acts[j..], blocks), out);
-        }
-    }
+    let ahead = if out.len() == 1 { &[] } else { ahead };
+    for_count!(out.len(), [1, 2, 3, 4, 5, 6, 7], N => for half in 0..2 {
+        let ahead = if half == 0 { ahead } else { &[] };
+        avx_vnni_pass::<FORMAT, N>(group, ahead, half, blocks_of(acts, blocks), out);
+    });
 }
 
 #[inline]

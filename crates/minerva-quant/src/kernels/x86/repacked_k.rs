@@ -108,13 +108,9 @@ pub(super) fn avx512<const FORMAT: u8>(
         avx512_pass::<FORMAT, AVX512_ACTS>(group, ahead, &acts[..AVX512_ACTS], &mut out[..AVX512_ACTS]);
         (acts, out, ahead) = (&acts[AVX512_ACTS..], &mut out[AVX512_ACTS..], &[]);
     }
-    if out.len() >= 4 {
-        avx512_pass::<FORMAT, 4>(group, ahead, &acts[..4], &mut out[..4]);
-        (acts, out) = (&acts[4..], &mut out[4..]);
-    }
-    for (j, out) in out.chunks_exact_mut(1).enumerate() {
-        avx512_pass::<FORMAT, 1>(group, &[], &acts[j..j + 1], out);
-    }
+    // One activation (a decode step) does not prefetch, as the 32-value formats' kernel.
+    let ahead = if out.len() == 1 { &[] } else { ahead };
+    for_count!(out.len(), [1, 2, 3, 4, 5, 6, 7], N => avx512_pass::<FORMAT, N>(group, ahead, acts, out));
 }
 
 /// Slot `c` of sub-block half `h` of a repacked part as bytes (four values of each of the 16
@@ -294,11 +290,11 @@ pub(super) fn avx2<const FORMAT: u8>(
         }
         (acts, out, ahead) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..], &[]);
     }
-    for (j, out) in out.chunks_exact_mut(1).enumerate() {
-        for half in 0..2 {
-            avx2_pass::<FORMAT, 1>(group, &[], half, &acts[j..j + 1], out);
-        }
-    }
+    let ahead = if out.len() == 1 { &[] } else { ahead };
+    for_count!(out.len(), [1, 2, 3], N => for half in 0..2 {
+        let ahead = if half == 0 { ahead } else { &[] };
+        avx2_pass::<FORMAT, N>(group, ahead, half, acts, out);
+    });
 }
 
 /// Row half `half` (8 rows, 32 bytes) of slot `c` of sub-block half `h` as bytes: [`slot_bytes`]
@@ -368,18 +364,11 @@ pub(super) fn avx_vnni<const FORMAT: u8>(
         }
         (acts, out, ahead) = (&acts[VNNI_ACTS..], &mut out[VNNI_ACTS..], &[]);
     }
-    if out.len() >= 4 {
-        for half in 0..2 {
-            let ahead = if half == 0 { ahead } else { &[] };
-            avx_vnni_pass::<FORMAT, 4>(group, ahead, half, &acts[..4], &mut out[..4]);
-        }
-        (acts, out) = (&acts[4..], &mut out[4..]);
-    }
-    for (j, out) in out.chunks_exact_mut(1).enumerate() {
-        for half in 0..2 {
-            avx_vnni_pass::<FORMAT, 1>(group, &[], half, &acts[j..j + 1], out);
-        }
-    }
+    let ahead = if out.len() == 1 { &[] } else { ahead };
+    for_count!(out.len(), [1, 2, 3, 4, 5, 6, 7], N => for half in 0..2 {
+        let ahead = if half == 0 { ahead } else { &[] };
+        avx_vnni_pass::<FORMAT, N>(group, ahead, half, acts, out);
+    });
 }
 
 #[inline]
