@@ -29,8 +29,9 @@ pub struct SpecArgs {
     /// --draft-model; greedy output stays token for token the same.
     #[arg(long, value_enum, default_value_t)]
     pub spec: SpecKind,
-    /// Shortest n-gram --spec ngram looks up.
-    #[arg(long, default_value_t = 2, value_name = "N")]
+    /// Shortest n-gram --spec ngram looks up (the acceptance of each match length is measured
+    /// apart, so one-token matches draft only while they hold).
+    #[arg(long, default_value_t = 1, value_name = "N")]
     pub spec_ngram_min: usize,
     /// Longest n-gram --spec ngram looks up.
     #[arg(long, default_value_t = 4, value_name = "N")]

@@ -51,6 +51,14 @@ pub trait Drafter {
     /// tokens generated so far); none where it has no guess.
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()>;
 
+    /// The kind of guess the last [`Drafter::draft`] made: drafts of each kind are kept at a
+    /// rate measured apart from the others' (prompt lookup: the length of the match, since a
+    /// one-token match continues the text less often than a four-token one). 0 for a drafter of
+    /// one kind; kinds from 32 on are measured as one.
+    fn kind(&self) -> usize {
+        0
+    }
+
     /// Whether each drafted token costs a forward pass (a model): a batch's planner then chooses
     /// the draft's length before drafting ([`BatchPlanner`]). Cheap drafters (lookups) draft
     /// their longest and are cut to the length chosen.
@@ -58,6 +66,9 @@ pub trait Drafter {
         false
     }
 }
+
+/// Kinds of draft measured apart ([`Drafter::kind`]; a larger kind counts as the last).
+const KINDS: usize = NgramDrafter::MAX_N + 1;
 
 /// Prompt-lookup drafting: the continuation of the most recent earlier occurrence of the last `n`
 /// tokens (the longest `n` from `max` down to `min` that occurs) in the prompt and the generated
@@ -68,6 +79,8 @@ pub trait Drafter {
 pub struct NgramDrafter {
     min: usize,
     max: usize,
+    /// The length of the last draft's match (0: none).
+    matched: usize,
 }
 
 impl NgramDrafter {
@@ -82,7 +95,7 @@ impl NgramDrafter {
                 Self::MAX_N
             )));
         }
-        Ok(NgramDrafter { min, max })
+        Ok(NgramDrafter { min, max, matched: 0 })
     }
 }
 
@@ -91,8 +104,13 @@ impl Drafter for NgramDrafter {
         "ngram"
     }
 
+    fn kind(&self) -> usize {
+        self.matched
+    }
+
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
         let len = history.len();
+        self.matched = 0;
         if max == 0 || len < 2 {
             return Ok(());
         }
@@ -112,6 +130,7 @@ impl Drafter for NgramDrafter {
                         len >= 2 * period && history[len - 2 * period..len - period] == history[len - period..];
                     let reach = if looping { max } else { max.min(len - end - 1) };
                     let start = out.len();
+                    self.matched = n;
                     for src in end + 1..end + 1 + reach {
                         let token = if src < len { history[src] } else { out[start + src - len] };
                         out.push(token);
@@ -269,8 +288,11 @@ pub struct Speculation<'m> {
     k_max: usize,
     /// Always draft `k_max` (tests and benchmarks) instead of choosing by the measurements.
     fixed: bool,
-    /// The verdicts' evidence on how likely drafted tokens are kept.
-    acceptance: Acceptance,
+    /// The verdicts' evidence on how likely drafted tokens are kept, by the kind of draft
+    /// ([`Drafter::kind`]).
+    acceptance: [Acceptance; KINDS],
+    /// The kind of the draft being chosen and verified.
+    kind: usize,
     /// Seconds of a target pass by its rows.
     passes: PassTimes,
     /// Plain steps since the last draft (a draft is tried now and then, to notice drafts
@@ -315,7 +337,8 @@ impl<'m> Speculation<'m> {
             drafter,
             k_max,
             fixed,
-            acceptance: Acceptance::default(),
+            acceptance: [Acceptance::default(); KINDS],
+            kind: 0,
             passes: PassTimes::new(k_max + 1),
             since_draft: 0,
             drafts: 0,
@@ -336,14 +359,22 @@ impl<'m> Speculation<'m> {
     /// an edit's first drafts were chosen as if they would fail too).
     pub(crate) fn start(&mut self) {
         self.stats = SpecStats { drafter: self.drafter.name(), ..SpecStats::default() };
-        self.acceptance = Acceptance::default();
+        self.acceptance = [Acceptance::default(); KINDS];
     }
 
     /// Drafts at most `limit` tokens after `history` (none: run a plain step), cut before the
-    /// first id outside the target's `vocab`; [`Speculation::drafted`] holds them.
+    /// first id outside the target's `vocab`; [`Speculation::drafted`] holds them. A cheap
+    /// drafter drafts first, so that the length is chosen by its kind of draft's acceptance; a
+    /// costly one is told the length.
     pub fn draft(&mut self, history: &[u32], limit: usize, vocab: usize) -> Result<()> {
-        let k = self.choose(limit);
-        self.propose(history, k, vocab)?;
+        let k = if self.costly() {
+            let k = self.choose(limit);
+            self.propose(history, k, vocab)?;
+            k
+        } else {
+            self.propose(history, limit.min(self.k_max), vocab)?;
+            self.choose(limit)
+        };
         self.keep(k);
         Ok(())
     }
@@ -353,10 +384,12 @@ impl<'m> Speculation<'m> {
     /// then [`Speculation::keep`] ends the draft.
     pub fn propose(&mut self, history: &[u32], k: usize, vocab: usize) -> Result<()> {
         self.draft.clear();
+        self.kind = 0;
         if k == 0 {
             return Ok(());
         }
         self.drafter.draft(history, k, &mut self.draft)?;
+        self.kind = self.drafter.kind().min(KINDS - 1);
         self.draft.truncate(k);
         let valid = self.draft.iter().take_while(|&&t| (t as usize) < vocab).count();
         self.draft.truncate(valid);
@@ -396,13 +429,13 @@ impl<'m> Speculation<'m> {
     /// +1/+2), it capped the rate at 11/12 where each pass drafts one token — at which long drafts
     /// never looked worth trying, so an edit whose drafts all held kept drafting one token.
     pub fn acceptance(&self) -> f64 {
-        self.acceptance.rate()
+        self.acceptance[self.kind].rate()
     }
 
-    /// The evidence behind [`Speculation::acceptance`], from which a batch's planner weighs each
-    /// drafted token ([`Acceptance::chances`]).
+    /// The evidence behind [`Speculation::acceptance`] for the kind of the last proposed draft,
+    /// from which a batch's planner weighs each drafted token ([`Acceptance::chances`]).
     pub fn evidence(&self) -> Acceptance {
-        self.acceptance
+        self.acceptance[self.kind]
     }
 
     /// The most tokens a draft may hold.
@@ -442,7 +475,7 @@ impl<'m> Speculation<'m> {
         let limit = limit.min(self.passes.reach() - 1);
         let mut best = (0, 1.0 / self.passes.assumed(1).max(SECONDS_FLOOR));
         let mut expected = 1.0;
-        for (k, chance) in (1..=limit).zip(self.acceptance.chances()) {
+        for (k, chance) in (1..=limit).zip(self.acceptance[self.kind].chances()) {
             expected += chance;
             let rate = expected / self.passes.assumed(k + 1).max(SECONDS_FLOOR);
             if rate > best.1 {
@@ -471,7 +504,7 @@ impl<'m> Speculation<'m> {
         self.stats.verify_passes += 1;
         self.stats.drafted += drafted;
         self.stats.accepted += accepted;
-        self.acceptance.record(drafted, accepted);
+        self.acceptance[self.kind].record(drafted, accepted);
     }
 }
 
@@ -549,6 +582,48 @@ mod tests {
         assert_eq!(ngram(2, 2, &[7, 8, 9, 7, 8, 9, 7, 8], 5), vec![9, 7, 8, 9, 7]);
         assert_eq!(ngram(2, 2, &[1, 7, 8, 9, 5, 7, 8], 5), vec![9, 5, 7, 8]);
         assert_eq!(ngram(2, 2, &[4, 9, 7, 8, 9, 7, 8], 5), vec![9, 7, 8, 9, 7]);
+    }
+
+    #[test]
+    fn an_ngram_draft_is_of_the_kind_of_its_match_length() {
+        let mut drafter = NgramDrafter::new(1, 3).unwrap();
+        let mut out = Vec::new();
+        for (history, kind) in
+            [(&[1, 2, 3, 4, 9, 1, 2, 3][..], 3), (&[5, 6, 9, 5, 6], 2), (&[7, 1, 7], 1), (&[1, 2], 0)]
+        {
+            out.clear();
+            drafter.draft(history, 4, &mut out).unwrap();
+            assert_eq!(drafter.kind(), kind, "{history:?}");
+        }
+    }
+
+    #[test]
+    fn each_kind_of_draft_is_measured_apart() {
+        let times = |spec: &mut Speculation| {
+            spec.record_pass(1, 0.010);
+            spec.record_pass(9, 0.020);
+        };
+        let lookup = || Speculation::adaptive(Box::new(NgramDrafter::new(1, 4).unwrap()), 8).unwrap();
+        let (mut spec, mut fresh) = (lookup(), lookup());
+        times(&mut spec);
+        times(&mut fresh);
+        // A match of one token (7) and one of four (1 2 3 4).
+        let (short, long) = ([7, 5, 6, 8, 7], [1, 2, 3, 4, 5, 9, 9, 1, 2, 3, 4]);
+        for _ in 0..20 {
+            spec.propose(&short, 8, 100).unwrap();
+            spec.keep(4);
+            spec.record_verdict(4, 0);
+        }
+        // Refused one-token matches stop their drafts, not the four-token match's, which is
+        // chosen at the prior, as in a fresh generation.
+        spec.draft(&short, 8, 100).unwrap();
+        assert!(spec.drafted().is_empty());
+        assert!(spec.acceptance() < 0.1);
+        spec.draft(&long, 8, 100).unwrap();
+        fresh.draft(&long, 8, 100).unwrap();
+        assert_eq!(spec.evidence(), Acceptance::default());
+        assert!(!spec.drafted().is_empty());
+        assert_eq!(spec.drafted(), fresh.drafted());
     }
 
     #[test]
