@@ -108,7 +108,7 @@ pub(super) fn avx512<const FORMAT: u8>(
         avx512_pass::<FORMAT, AVX512_ACTS>(group, ahead, &acts[..AVX512_ACTS], &mut out[..AVX512_ACTS]);
         (acts, out, ahead) = (&acts[AVX512_ACTS..], &mut out[AVX512_ACTS..], &[]);
     }
-    // One activation (a decode step) does not prefetch, as the 32-value formats' kernel.
+    // One activation (a decode step) asks for no prefetch, as single-activation passes never did.
     let ahead = if out.len() == 1 { &[] } else { ahead };
     for_count!(out.len(), [1, 2, 3, 4, 5, 6, 7], N => avx512_pass::<FORMAT, N>(group, ahead, acts, out));
 }
