@@ -423,13 +423,13 @@ impl<'m> Speculation<'m> {
         self.drafts > 0 && self.since_draft == 0
     }
 
-    /// The measured rate at which drafted tokens are kept (each given the ones before it): kept
-    /// tokens over kept tokens and refusals, both decayed per verdict and starting from one of
-    /// each. The prior decays with the data: added to the decayed counts instead (Laplace's
+    /// The measured rate at which drafted tokens of the last proposed draft's kind are kept
+    /// (each given the ones before it): kept tokens over kept tokens and refusals, both decayed
+    /// per verdict and starting from one of each. The prior decays with the data: added to the decayed counts instead (Laplace's
     /// +1/+2), it capped the rate at 11/12 where each pass drafts one token — at which long drafts
     /// never looked worth trying, so an edit whose drafts all held kept drafting one token.
     pub fn acceptance(&self) -> f64 {
-        self.acceptance[self.kind].rate()
+        self.evidence().rate()
     }
 
     /// The evidence behind [`Speculation::acceptance`] for the kind of the last proposed draft,
