@@ -95,7 +95,7 @@ fn act_block<'a>(act: &'a Activation<'_>, b: usize) -> (&'a [u8], &'a [i16], f32
 }
 
 /// AVX-512 VNNI: one group against `acts`, results into `out` (one per activation); the first
-/// pass of several activations streams `ahead` into L2 (`crate::repack::RepackedKernel`).
+/// pass streams `ahead` into L2 (`crate::repack::RepackedKernel`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn avx512<const FORMAT: u8>(
     group: &[u8],
@@ -108,8 +108,6 @@ pub(super) fn avx512<const FORMAT: u8>(
         avx512_pass::<FORMAT, AVX512_ACTS>(group, ahead, &acts[..AVX512_ACTS], &mut out[..AVX512_ACTS]);
         (acts, out, ahead) = (&acts[AVX512_ACTS..], &mut out[AVX512_ACTS..], &[]);
     }
-    // One activation (a decode step) asks for no prefetch, as single-activation passes never did.
-    let ahead = if out.len() == 1 { &[] } else { ahead };
     for_count!(out.len(), [1, 2, 3, 4, 5, 6, 7], N => avx512_pass::<FORMAT, N>(group, ahead, acts, out));
 }
 
@@ -290,7 +288,6 @@ pub(super) fn avx2<const FORMAT: u8>(
         }
         (acts, out, ahead) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..], &[]);
     }
-    let ahead = if out.len() == 1 { &[] } else { ahead };
     for_count!(out.len(), [1, 2, 3], N => for half in 0..2 {
         let ahead = if half == 0 { ahead } else { &[] };
         avx2_pass::<FORMAT, N>(group, ahead, half, acts, out);
@@ -364,7 +361,6 @@ pub(super) fn avx_vnni<const FORMAT: u8>(
         }
         (acts, out, ahead) = (&acts[VNNI_ACTS..], &mut out[VNNI_ACTS..], &[]);
     }
-    let ahead = if out.len() == 1 { &[] } else { ahead };
     for_count!(out.len(), [1, 2, 3, 4, 5, 6, 7], N => for half in 0..2 {
         let ahead = if half == 0 { ahead } else { &[] };
         avx_vnni_pass::<FORMAT, N>(group, ahead, half, acts, out);
