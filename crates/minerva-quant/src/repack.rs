@@ -65,8 +65,8 @@ pub(crate) const SLOT_BYTES: usize = 4 * GROUP_ROWS;
 /// their [`ActBlock`]s), each activation's 16 row results into `out` (one per activation).
 ///
 /// The second argument, `ahead`, holds the bytes read next (the following group, or nothing):
-/// a kernel's first pass over the group asks for them, a block's share per block, to be loaded
-/// into L2 meanwhile. A pass of several activations is compute-bound on its own, and the hardware
+/// an x86 kernel's first pass over the group asks for them, a block's share per block, to be
+/// loaded into L2 meanwhile (the NEON kernels take no prefetch: untimed on aarch64 hardware). A pass of several activations is compute-bound on its own, and the hardware
 /// prefetcher alone left a decode batch's matrices, read from DRAM, 1.6× slower than the same
 /// pass over weights in cache (docs/benchmarks.md, "Prefetching repacked groups"). A pass of one
 /// activation (a decode step) asks too: SmolLM2 Q8_0 decoded at 75–94 tok/s without it and
