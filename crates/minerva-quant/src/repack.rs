@@ -66,12 +66,15 @@ pub(crate) const SLOT_BYTES: usize = 4 * GROUP_ROWS;
 ///
 /// The second argument, `ahead`, holds the bytes read next (the following group, or nothing):
 /// an x86 kernel's first pass over the group asks for them, a block's share per block, to be
-/// loaded into L2 meanwhile (the NEON kernels take no prefetch: untimed on aarch64 hardware). A pass of several activations is compute-bound on its own, and the hardware
-/// prefetcher alone left a decode batch's matrices, read from DRAM, 1.6× slower than the same
-/// pass over weights in cache (docs/benchmarks.md, "Prefetching repacked groups"). A pass of one
-/// activation (a decode step) asks too: SmolLM2 Q8_0 decoded at 75–94 tok/s without it and
-/// 104–107 with it (AMD EPYC Zen 4, one thread, `avx512+vnni`, three alternations); Q4_1 and
-/// Gemma 3's Q4_K_M did not move beyond this VM's noise.
+/// loaded into L2 meanwhile (the NEON kernels take no prefetch: untimed on aarch64 hardware). A
+/// pass of several activations is compute-bound on its own, and the hardware prefetcher alone
+/// left a decode batch's matrices, read from DRAM, 1.6× slower than the same pass over weights
+/// in cache (docs/benchmarks.md, "Prefetching repacked groups"). A pass of one activation (a
+/// decode step) asks too, on one thread ([`multiply`]) and on several ([`rows_into`]): on an AMD
+/// EPYC Zen 4 (`avx512+vnni`), SmolLM2 Q8_0 decoded at 75–94 tok/s without it and 104–107 with
+/// it on one thread; on two threads, in alternated pairs of runs, Q8_0 at 116–135 against
+/// 132–146 (four pairs), Q4_1 at 165–192 against 206–212 (three), Gemma 3 at 81–91 against
+/// 85–97 (four, one of them the other way).
 pub(crate) type RepackedKernel = fn(&[u8], &[u8], &[Activation<'_>], &mut [[f32; GROUP_ROWS]]);
 
 /// One 32-value block of a Q8_0 activation as the repacked kernels read it: everything a block's
@@ -469,7 +472,8 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
 }
 
 /// Rows `first..first + ys.len()` of `view` (`first` a multiple of 16) against one activation
-/// (`acts`), into `ys`: one task of a decode's shared loop (`crate::matmul_i16_each`).
+/// (`acts`), into `ys`: one task of a decode's shared loop (`crate::matmul_i16_each`), each group
+/// streaming the next into L2 as [`multiply`]'s do ([`RepackedKernel`]).
 pub(crate) fn rows_into(
     kernel: RepackedKernel,
     view: RepackedView<'_>,
@@ -481,8 +485,9 @@ pub(crate) fn rows_into(
     let mut results = [[0.0f32; GROUP_ROWS]; 1];
     for (i, ys) in ys.chunks_mut(GROUP_ROWS).enumerate() {
         let g = first / GROUP_ROWS + i;
-        // One activation: memory-bound, the hardware prefetcher keeps up with the stream.
-        kernel(&view.bytes[g * group_bytes..][..group_bytes], &[], &acts[..1], &mut results);
+        let at = g * group_bytes;
+        let ahead = view.bytes.get(at + group_bytes..at + 2 * group_bytes).unwrap_or_default();
+        kernel(&view.bytes[at..][..group_bytes], ahead, &acts[..1], &mut results);
         ys.copy_from_slice(&results[0][..ys.len()]);
     }
 }
