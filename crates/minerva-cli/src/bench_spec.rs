@@ -46,7 +46,7 @@ pub fn measure<B: Backend>(loaded: &Loaded<B>, bench: &SpecBench<'_>, json: bool
     let tok = loaded.tokenizer()?;
     let mut plain = Session::new(&loaded.model, &tok, bench.context).map_err(gen_err)?;
     let mut spec = Session::new(&loaded.model, &tok, bench.context).map_err(gen_err)?;
-    spec.set_speculation(bench.spec.speculation(loaded, bench.context)?);
+    spec.set_speculation(bench.spec.speculation(loaded, &tok, bench.context)?);
     let mut figures = Vec::new();
     for file in bench.prompts {
         let text = std::fs::read_to_string(file)

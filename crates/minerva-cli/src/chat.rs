@@ -81,7 +81,7 @@ fn converse<B: Backend>(
     // Compiled once; each answer starts from a fresh copy.
     let constraint = sampling.constraint(&loaded, tok, harmony)?;
     let mut session = Session::new(&loaded.model, tok, sampling.context(&loaded)).map_err(gen_err)?;
-    session.set_speculation(sampling.spec.speculation(&loaded, sampling.context(&loaded))?);
+    session.set_speculation(sampling.spec.speculation(&loaded, tok, sampling.context(&loaded))?);
     install_ctrl_c()?;
     let interactive = std::io::stdin().is_terminal();
     let notice = |s: &str| {

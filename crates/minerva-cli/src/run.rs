@@ -236,7 +236,7 @@ fn generate<B: Backend>(
     };
     let constraint = sampling.constraint(&loaded, tok, harmony)?;
     let mut session = Session::new(&loaded.model, tok, sampling.context(&loaded)).map_err(gen_err)?;
-    session.set_speculation(sampling.spec.speculation(&loaded, sampling.context(&loaded))?);
+    session.set_speculation(sampling.spec.speculation(&loaded, tok, sampling.context(&loaded))?);
     let options = GenerateOptions { harmony, constraint, ..sampling.options() };
     let output_err = |source| CliError::Output { path: "<stdout>".into(), source };
     let mut reasoning = ReasoningPrinter::new(sampling.hide_reasoning);

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use minerva_generate::{DraftModel, Drafter, NgramDrafter, SpecStats, Speculation};
+use minerva_generate::{DraftModel, Drafter, NgramDrafter, SpacingClasses, SpecStats, Speculation, Tokenizer};
 use minerva_model::Backend;
 
 use crate::error::CliError;
@@ -69,17 +69,21 @@ impl SpecArgs {
     }
 
     /// The session's speculation for `loaded` (and its draft model, loaded by
-    /// [`crate::load::with_model`] from [`SpecArgs::draft_path`]), with a context of `context`.
+    /// [`crate::load::with_model`] from [`SpecArgs::draft_path`]), with a context of `context`;
+    /// prompt lookup matches `tokenizer`'s tokens by their text without leading spaces
+    /// ([`SpacingClasses`]).
     pub fn speculation<'m, B: Backend>(
         &self,
         loaded: &'m Loaded<B>,
+        tokenizer: &Tokenizer,
         context: usize,
     ) -> Result<Option<Speculation<'m>>, CliError> {
         let drafter: Box<dyn Drafter + 'm> = match self.kind()? {
             SpecKind::None => return Ok(None),
             SpecKind::Ngram => Box::new(
                 NgramDrafter::new(self.spec_ngram_min, self.spec_ngram_max)
-                    .map_err(|e| CliError::Usage(format!("--spec-ngram-min/--spec-ngram-max: {e}")))?,
+                    .map_err(|e| CliError::Usage(format!("--spec-ngram-min/--spec-ngram-max: {e}")))?
+                    .with_spacing_classes(SpacingClasses::new(tokenizer)),
             ),
             SpecKind::Draft => {
                 let draft = loaded.draft.as_deref().ok_or_else(|| CliError::Usage("no draft model loaded".into()))?;

@@ -48,7 +48,7 @@ pub use harmony_stream::{HarmonyEvent, HarmonyOutput, HarmonyStream, OutputPiece
 pub use rng::Rng;
 pub use sampler::{Distribution, Sampler, SamplingParams};
 pub use speculative::{
-    BatchPlanner, DraftCandidate, DraftModel, Drafter, NgramDrafter, SpecStats, Speculation, Verdict,
+    BatchPlanner, DraftCandidate, DraftModel, Drafter, NgramDrafter, SpacingClasses, SpecStats, Speculation, Verdict,
     check_same_vocabulary, draft_room, verify_draft,
 };
 pub use template::{ChatTemplate, Message};

@@ -37,10 +37,12 @@ use crate::tokenizer::Tokenizer;
 
 mod acceptance;
 mod batch;
+mod ngram;
 mod pass_times;
 
 pub use acceptance::Acceptance;
 pub use batch::{BatchPlanner, DraftCandidate};
+pub use ngram::{NgramDrafter, SpacingClasses};
 
 /// Proposes the tokens likely to follow a sequence.
 pub trait Drafter {
@@ -69,79 +71,6 @@ pub trait Drafter {
 
 /// Kinds of draft measured apart ([`Drafter::kind`]; a larger kind counts as the last).
 const KINDS: usize = NgramDrafter::MAX_N + 1;
-
-/// Prompt-lookup drafting: the continuation of the most recent earlier occurrence of the last `n`
-/// tokens (the longest `n` from `max` down to `min` that occurs) in the prompt and the generated
-/// text; where the continuation reaches the end of a text that ends in a loop (its last tokens
-/// twice), the loop continued. No second model; the best case is output that quotes its
-/// input (edits, extraction, code) or repeats itself.
-#[derive(Clone, Debug)]
-pub struct NgramDrafter {
-    min: usize,
-    max: usize,
-    /// The length of the last draft's match (0: none).
-    matched: usize,
-}
-
-impl NgramDrafter {
-    /// The longest n-gram looked up.
-    pub const MAX_N: usize = 32;
-
-    /// Matches of `min..=max` tokens (`1 ≤ min ≤ max ≤` [`NgramDrafter::MAX_N`]).
-    pub fn new(min: usize, max: usize) -> Result<NgramDrafter> {
-        if min == 0 || min > max || max > Self::MAX_N {
-            return Err(GenerateError::Request(format!(
-                "n-gram sizes {min}..{max}: need 1 ≤ min ≤ max ≤ {}",
-                Self::MAX_N
-            )));
-        }
-        Ok(NgramDrafter { min, max, matched: 0 })
-    }
-}
-
-impl Drafter for NgramDrafter {
-    fn name(&self) -> &'static str {
-        "ngram"
-    }
-
-    fn kind(&self) -> usize {
-        self.matched
-    }
-
-    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
-        let len = history.len();
-        self.matched = 0;
-        if max == 0 || len < 2 {
-            return Ok(());
-        }
-        for n in (self.min..=self.max.min(len - 1)).rev() {
-            let suffix = &history[len - n..];
-            let last = suffix[n - 1];
-            // `end`: the last token of an earlier occurrence, which must leave a token after it.
-            for end in (n - 1..len - 1).rev() {
-                if history[end] == last && history[end + 1 - n..=end] == *suffix {
-                    // Past the end of the text, the text since the match repeated (copied as
-                    // LZ77 copies, overlapping what it writes) — but only where the text already
-                    // ends with it twice, a loop the model is caught in (a run of one token, a
-                    // line said again): then a draft runs as far as allowed rather than one period
-                    // a pass. A match a few tokens back by chance would draft a long false period.
-                    let period = len - 1 - end;
-                    let looping =
-                        len >= 2 * period && history[len - 2 * period..len - period] == history[len - period..];
-                    let reach = if looping { max } else { max.min(len - end - 1) };
-                    let start = out.len();
-                    self.matched = n;
-                    for src in end + 1..end + 1 + reach {
-                        let token = if src < len { history[src] } else { out[start + src - len] };
-                        out.push(token);
-                    }
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
-    }
-}
 
 /// Drafts with a smaller model of the same vocabulary, greedily, in its own KV cache kept in step
 /// with the target's sequence: each call runs only the tokens after the longest prefix it has

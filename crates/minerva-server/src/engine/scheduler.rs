@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use minerva_generate::{BatchPlanner, ChatTemplate, Sampler, Tokenizer};
+use minerva_generate::{BatchPlanner, ChatTemplate, Sampler, SpacingClasses, Tokenizer};
 use minerva_model::kv_blocks::KV_BLOCK_SIZE;
 use minerva_model::{Backend, DeviceSampling, LogitsFor, MAX_DEVICE_TOP_K, Model, SequenceInput};
 use tokio::sync::mpsc as tokio_mpsc;
@@ -19,7 +19,8 @@ use super::sequence::{Delta, Finish, Output, Sequence, logprobs};
 use super::sizing::{Sizing, size_kv};
 use super::speculate::check_draft;
 use super::{
-    ChatFormat, EngineConfig, GrammarSlot, Job, ModelInfo, SeqEvent, Served, SpecConfig, Submission, TemplateChat,
+    ChatFormat, EngineConfig, GrammarSlot, Job, ModelInfo, SeqEvent, Served, SpecConfig, SpecDrafter, Submission,
+    TemplateChat,
 };
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -47,6 +48,8 @@ pub(super) struct Scheduler<B: Backend> {
     pub(super) spec: Option<SpecConfig>,
     /// The draft model of [`super::SpecDrafter::DraftModel`], shared by the sequences' drafters.
     pub(super) draft: Option<Arc<Model<B>>>,
+    /// The token classes prompt lookup matches by ([`super::SpecDrafter::Ngram`]), made once.
+    pub(super) spacing: Option<SpacingClasses>,
     /// How many tokens each sequence drafts in a step, from the measured step times.
     pub(super) planner: BatchPlanner,
     /// Seconds the draft model takes per drafted token in steady drafting (moving average over
@@ -183,6 +186,8 @@ impl<B: Backend> Scheduler<B> {
             pooling: model.config.pooling,
         };
         let _ = shared.info.set(Ok(Arc::new(info)));
+        let spacing = matches!(config.speculation, Some(SpecConfig { drafter: SpecDrafter::Ngram { .. }, .. }))
+            .then(|| SpacingClasses::new(&tokenizer));
         Ok(Scheduler {
             model,
             cache,
@@ -190,6 +195,7 @@ impl<B: Backend> Scheduler<B> {
             ctx_size,
             spec: config.speculation,
             draft,
+            spacing,
             planner: BatchPlanner::new(config.batch_tokens.max(1)),
             draft_token_secs: 0.0,
             batch_tokens: config.batch_tokens.max(1),

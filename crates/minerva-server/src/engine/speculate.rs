@@ -57,7 +57,13 @@ impl<B: Backend> Scheduler<B> {
         }
         // The flags were checked at start-up; a setting refused here only turns speculation off.
         let drafter: Box<dyn Drafter> = match config.drafter {
-            SpecDrafter::Ngram { min, max } => Box::new(NgramDrafter::new(min, max).ok()?),
+            SpecDrafter::Ngram { min, max } => {
+                let drafter = NgramDrafter::new(min, max).ok()?;
+                Box::new(match &self.spacing {
+                    Some(classes) => drafter.with_spacing_classes(classes.clone()),
+                    None => drafter,
+                })
+            }
             SpecDrafter::DraftModel => {
                 let reach = request.prompt.len().saturating_add(request.max_tokens).min(self.ctx_size);
                 Box::new(DraftModel::shared(self.draft.clone()?, reach.max(1)).ok()?)
