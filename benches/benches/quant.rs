@@ -297,7 +297,8 @@ fn bench_batch(c: &mut Criterion) {
 
 /// Repacked weights (16 rows interleaved, Q8_0 activations) against the zero-copy i16 kernels, at
 /// a Q4_1 matrix larger than an L3 of 32 MiB (as a whole model's weights are, read from DRAM once
-/// per step), SmolLM2's shapes, Llama 1B's and 8B's FFN (K-quants: within L3, and larger), from
+/// per step), SmolLM2's shapes, Llama 1B's and 8B's FFN (K-quants: within L3, and larger), one
+/// GPT-OSS expert (MXFP4), from
 /// one decode to a 512-token prefill: `repacked/<shape>/<dtype>/n<N>/
 /// {zero-copy,repacked}/<threads>t`.
 fn bench_repacked(c: &mut Criterion) {
@@ -320,6 +321,7 @@ fn bench_repacked(c: &mut Criterion) {
         ("llama8b_14336x4096", DType::Q3_K, 14336, 4096),
         ("llama8b_14336x4096", DType::Q2_K, 14336, 4096),
         ("llama8b_4096x14336", DType::Q6_K, 4096, 14336),
+        ("gptoss_2880x2880", DType::MXFP4, 2880, 2880),
     ];
     for (label, dtype, rows, cols) in shapes {
         let w = weights(dtype, rows * cols);

@@ -60,7 +60,7 @@ pub struct ModelArgs {
     /// (the same results bit for bit).
     #[arg(long)]
     pub mlx_affine_copies: bool,
-    /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K…Q6_K matrices once, while
+    /// CPU: copy Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 and Q2_K…Q6_K matrices once, while
     /// loading, into groups of 16 interleaved rows multiplied with 8-bit activations as
     /// llama.cpp's (the file's pages are given back; faster prefill and decode; for the 32-value
     /// formats llama.cpp's accuracy rather than the i16 path's): `auto` where this CPU's
@@ -80,7 +80,7 @@ pub enum RepackMode {
     /// K-quants) or the architecture lets its matrices take 8-bit activations (the LLaMA family
     /// and Gemma 3).
     Auto,
-    /// Every Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K…Q6_K matrix.
+    /// Every Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 and Q2_K…Q6_K matrix (GPT-OSS's experts too).
     On,
     /// None: zero-copy (i16 activations for the 32-value formats).
     #[default]

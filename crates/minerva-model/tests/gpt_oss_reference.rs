@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use minerva_model::{CpuBackend, LogitsFor, Model, ModelWeights, SequenceInput};
+use minerva_model::{Backend, CpuBackend, LogitsFor, Model, ModelWeights, Repack, SequenceInput};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -31,9 +31,17 @@ const F32_MAX: f32 = 1e-5;
 const FAST_MEDIAN: f32 = 2e-4;
 const FAST_MAX: f32 = 5e-4;
 const FAST_TOP1: usize = 34;
+/// `--repack on` (8-bit activations into every repacked matrix, the MXFP4 experts included):
+/// largest median and maximum relative error, fewest top-1 agreements of 34.
+const REPACKED_MEDIAN: f32 = 0.045;
+const REPACKED_MAX: f32 = 0.4;
+const REPACKED_TOP1: usize = 30;
 
 fn model(path: &str, f32_activations: bool) -> Model<CpuBackend> {
-    let backend = CpuBackend::new(Some(2)).unwrap().with_f32_activations(f32_activations);
+    load(path, CpuBackend::new(Some(2)).unwrap().with_f32_activations(f32_activations))
+}
+
+fn load(path: &str, backend: CpuBackend) -> Model<CpuBackend> {
     Model::load(fixtures().join(path), backend).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -75,7 +83,10 @@ impl Stats {
 }
 
 fn compare(layout: &str, path: &str, f32_activations: bool) -> Stats {
-    let model = model(path, f32_activations);
+    compare_model(layout, &model(path, f32_activations))
+}
+
+fn compare_model(layout: &str, model: &Model<CpuBackend>) -> Stats {
     let vocab = model.config.vocab;
     assert_eq!((model.config.n_layer, model.config.n_embd, model.config.n_ff, vocab), (3, 64, 96, 320));
     assert!(matches!(model.weights, ModelWeights::GptOss(_)));
@@ -136,13 +147,40 @@ fn fast_path_error_is_bounded() {
     }
 }
 
+/// `--repack on` copies the GGUF's MXFP4 expert stacks (3 per layer) and its Q8_0 matrices
+/// (attention's 4 per layer, the router's and the head) at load and multiplies them with 8-bit
+/// activations, as llama.cpp computes this model: further from the reference than the default
+/// path's i16 activations (which is why `auto` leaves GPT-OSS in place), and still every row's
+/// result independent of its batch. The HF and MLX layouts have nothing repackable.
+#[test]
+fn repacked_experts_take_8_bit_activations() {
+    let backend = |repack| CpuBackend::new(Some(2)).unwrap().with_repack(repack);
+    assert_eq!(load("gpt_oss.gguf", backend(Repack::Auto)).backend.repacked(), (0, 0));
+    assert_eq!(load("hf", backend(Repack::On)).backend.repacked(), (0, 0));
+    let model = load("gpt_oss.gguf", backend(Repack::On));
+    // 3 layers × (3 expert stacks + 4 attention matrices), and the head.
+    assert_eq!(model.backend.repacked(), (22, 263_296));
+    let s = compare_model("gguf", &model);
+    let n = s.errors.len();
+    eprintln!("gguf: repacked: relative error median {:.2e} max {:.2e}, top-1 {}/{n}", s.median(), s.max(), s.top1);
+    assert!(s.median() <= REPACKED_MEDIAN, "median relative error {:e}", s.median());
+    assert!(s.max() <= REPACKED_MAX, "relative error {:e}", s.max());
+    assert!(s.top1 >= REPACKED_TOP1, "top-1 {}/{n}", s.top1);
+    prefill_then_decode(&model, "gguf repacked");
+}
+
 /// Prefill of a prefix, then one token at a time, gives the logits of one whole prefill (in the
 /// fast path too: every row's work is independent of the batch), across the sliding window.
 #[test]
 fn prefill_then_decode_equals_full_prefill() {
     for (layout, path) in LAYOUTS {
-        let model = model(path, false);
-        let (seqs, _) = reference(layout);
+        prefill_then_decode(&model(path, false), layout);
+    }
+}
+
+fn prefill_then_decode(model: &Model<CpuBackend>, layout: &str) {
+    {
+        let (seqs, _) = reference(&layout[..layout.find(' ').unwrap_or(layout.len())]);
         let seq = &seqs[0];
         let mut cache = model.new_cache(1, seq.len()).unwrap();
         let full = model.forward(&mut cache, &[SequenceInput { tokens: seq, start_pos: 0, slot: 0 }], LogitsFor::All);

@@ -21,8 +21,13 @@
 //!   fifth bits (Q5_x only) 8 × u64  word s, bit 4r + i     = row r's bit 4s + i of `qh`
 //!                                   (the fifth bit of value 4s + i: one mask per decoded slot)
 //!   scales   16 × f16               row r's d
+//!            MXFP4: 16 × u8         row r's E8M0 exponent e
 //!   minimums 16 × f16 (Q4_1, Q5_1)  row r's m
 //! ```
+//!
+//! MXFP4 (GPT-OSS's experts) takes Q4_0's slots: its nibbles lie as Q4_0's do (low: values 0..16,
+//! high: 16..32), each the index of a doubled E2M1 value (`KVALUES_MXFP4`), and its scale is
+//! `2^(e−128)` (`e8m0_to_f32_half`), 17 bytes per row and block as in the file.
 //!
 //! A decoded slot s (nibbles: s < 4 the low ones of slot s, s ≥ 4 the high ones of slot s − 4)
 //! holds values 4s .. 4s + 4 of each row, so Q5's word s is the bit each of its bytes needs: one
@@ -37,7 +42,7 @@
 //!
 //! ```text
 //!   s   = Σ q·a  (Q8_0: signed quants; Q4_0: q − 8 folded in as s − 8·Σa; Q5_0: q − 16 as
-//!                 s − 16·Σa; Q4_1, Q5_1: unsigned q)
+//!                 s − 16·Σa; Q4_1, Q5_1: unsigned q; MXFP4: q = KVALUES_MXFP4[nibble])
 //!   acc = fma(d_w · d_a, f32(s), acc)
 //!   acc = fma(m_w, d_a·Σa, acc)                        (Q4_1, Q5_1)
 //! ```
@@ -50,6 +55,7 @@ use minerva_core::DType;
 
 use crate::QuantError;
 use crate::activation::Activation;
+use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::kernels::repacked_formats as format;
 use crate::pool;
 
@@ -96,14 +102,15 @@ pub(crate) struct ActBlock {
 /// Activations per kernel call.
 pub(crate) const MAX_ACTS: usize = 64;
 
-/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K…Q6_K).
+/// Whether weights of `dtype` can be repacked (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q2_K…Q6_K).
 pub fn is_repackable(dtype: DType) -> bool {
-    use DType::{Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
-    matches!(dtype, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K)
+    use DType::{MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+    matches!(dtype, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | MXFP4 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K)
 }
 
 /// Whether repacking `dtype` changes the precision of the activations it is multiplied with: the
-/// 32-value formats go from the zero-copy kernels' i16 to 8 bits; the K-quants take Q8_K either way.
+/// 32-value formats (MXFP4 too) go from the zero-copy kernels' i16 to 8 bits; the K-quants take
+/// Q8_K either way.
 pub fn repacking_changes_activations(dtype: DType) -> bool {
     is_repackable(dtype) && k_quants::group_block_bytes(dtype).is_none()
 }
@@ -134,6 +141,7 @@ pub fn repacking_pays(dtype: DType) -> bool {
 /// Where a GGML block's fields lie: (quant bytes, Q5's `qh`, or 0 for formats without it).
 const fn ggml_fields(dtype: DType) -> (usize, usize) {
     match dtype {
+        DType::MXFP4 => (1, 0),
         DType::Q4_1 => (4, 0),
         DType::Q5_0 => (6, 2),
         DType::Q5_1 => (8, 4),
@@ -158,7 +166,7 @@ fn row_fifth_bits(masks: &[u64; 8], r: usize) -> u32 {
     masks.iter().enumerate().fold(0u32, |qh, (s, &mask)| qh | (((mask >> (4 * r)) & 0xF) as u32) << (4 * s))
 }
 
-/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q2_K…Q6_K blocks in the
+/// A `rows × cols` matrix of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 or Q2_K…Q6_K blocks in the
 /// interleaved layout (module docs, and `k_quants` for the K-quants), owned.
 pub struct Repacked {
     dtype: DType,
@@ -358,6 +366,7 @@ fn pack_group(dtype: DType, rows: &[&[u8]], out: &mut [u8]) {
         DType::Q4_1 => pack_blocks::<{ format::Q4_1 }>(rows, out),
         DType::Q5_0 => pack_blocks::<{ format::Q5_0 }>(rows, out),
         DType::Q5_1 => pack_blocks::<{ format::Q5_1 }>(rows, out),
+        DType::MXFP4 => pack_blocks::<{ format::MXFP4 }>(rows, out),
         _ => k_quants::pack_group(dtype, rows, out),
     }
 }
@@ -382,7 +391,11 @@ fn pack_blocks<const FORMAT: u8>(rows: &[&[u8]], out: &mut [u8]) {
                 let at = slot_offset(s, r);
                 dst[at..at + 4].copy_from_slice(&src[quants_at + 4 * s..][..4]);
             }
-            dst[quants + 2 * r..][..2].copy_from_slice(&src[..2]);
+            if format::has_e8m0_scales(FORMAT) {
+                dst[quants + r] = src[0];
+            } else {
+                dst[quants + 2 * r..][..2].copy_from_slice(&src[..2]);
+            }
             if format::has_minimum(FORMAT) {
                 dst[quants + 2 * GROUP_ROWS + 2 * r..][..2].copy_from_slice(&src[2..4]);
             }
@@ -411,7 +424,11 @@ fn unpack_row(dtype: DType, group: &[u8], r: usize, out: &mut [u8]) {
             let at = slot_offset(s, r);
             dst[quants_at + 4 * s..][..4].copy_from_slice(&src[at..at + 4]);
         }
-        dst[..2].copy_from_slice(&src[quants + 2 * r..][..2]);
+        if format::has_e8m0_scales(code) {
+            dst[0] = src[quants + r];
+        } else {
+            dst[..2].copy_from_slice(&src[quants + 2 * r..][..2]);
+        }
         if format::has_minimum(code) {
             dst[2..4].copy_from_slice(&src[quants + 2 * GROUP_ROWS + 2 * r..][..2]);
         }
@@ -447,9 +464,13 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
                         DType::Q8_0 => i32::from(src[slot_offset(k / 4, r) + k % 4] as i8),
                         _ => {
                             let byte = src[slot_offset(k % 16 / 4, r) + k % 4];
-                            let nibble = i32::from(if k < 16 { byte & 0x0F } else { byte >> 4 });
+                            let nibble = if k < 16 { byte & 0x0F } else { byte >> 4 };
                             let fifth = (masks[k / 4] >> (4 * r + k % 4)) & 1;
-                            nibble | (fifth as i32) << 4
+                            if dtype == DType::MXFP4 {
+                                i32::from(KVALUES_MXFP4[usize::from(nibble)])
+                            } else {
+                                i32::from(nibble) | (fifth as i32) << 4
+                            }
                         }
                     };
                     s += q * i32::from(a[k] as i8);
@@ -459,7 +480,11 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
                     DType::Q5_0 => s -= 16 * sum_a,
                     _ => {}
                 }
-                let d_w = f16::from_le_bytes([src[quants + 2 * r], src[quants + 2 * r + 1]]).to_f32();
+                let d_w = if dtype == DType::MXFP4 {
+                    e8m0_to_f32_half(src[quants + r])
+                } else {
+                    f16::from_le_bytes([src[quants + 2 * r], src[quants + 2 * r + 1]]).to_f32()
+                };
                 *acc = (d_w * d_a).mul_add(s as f32, *acc);
                 if minimum {
                     let at = quants + 2 * GROUP_ROWS + 2 * r;

@@ -329,7 +329,8 @@ impl CpuBackend {
         self
     }
 
-    /// Whether Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K…Q6_K matrices are repacked into
+    /// Whether Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 and Q2_K…Q6_K matrices (a mixture's expert
+    /// stacks too) are repacked into
     /// row-interleaved groups at their first product (when the model loads: `Model` runs a
     /// warm-up token through it) and multiplied with 8-bit activations
     /// (`Repack::Auto`: where this CPU has a SIMD kernel for them and either the format keeps its

@@ -66,7 +66,7 @@ pub(super) fn moe(
         let decode = x.rows == 1 && !backend.f32_activations;
         if decode {
             // Every pick's gate and up products, in pick order, in one call.
-            decode_gate_up(experts, picks, n_ff, &x.data, gate, up, pair)?;
+            decode_gate_up(backend, experts, picks, n_ff, &x.data, gate, up, pair)?;
         }
         for (i, run) in picks.chunk_by(|a, b| a.0 == b.0).enumerate() {
             let (e, n) = (run[0].0, run.len());
@@ -136,7 +136,9 @@ fn route(
 /// order) into `gate` and `up` (`n_ff` values per pick), as `expert_matmul` computes them but in
 /// one `matmul_i16_each`: the picked experts all read the one row, and their matrices then take
 /// one parallel loop instead of one each.
+#[allow(clippy::too_many_arguments)]
 fn decode_gate_up(
+    backend: &CpuBackend,
     experts: &MoeExperts<'_, CpuWeight>,
     picks: &[(usize, usize, f32)],
     n_ff: usize,
@@ -163,7 +165,7 @@ fn decode_gate_up(
     let outputs = gate.chunks_exact_mut(n_ff).zip(up.chunks_exact_mut(n_ff));
     for (&(e, _, _), (gate, up)) in picks.iter().zip(outputs) {
         for (w, ys) in [(experts.gate, gate), (experts.up, up)] {
-            products.push(Product { matrix: expert_matrix(w, e, n_ff)?, rows: n_ff, ys });
+            products.push(Product { matrix: expert_matrix(backend, w, e, n_ff)?, rows: n_ff, ys });
         }
     }
     let result = minerva_quant::matmul_i16_each(&mut products, x.len(), x, 1);
@@ -192,9 +194,12 @@ fn swiglu_oai(gate: f32, up: f32, alpha: f32, limit: f32) -> f32 {
     g / (1.0 + (-alpha * g).exp()) * (u + 1.0)
 }
 
-/// Expert `e`'s matrix of a stacked matrix with `rows` rows per expert.
-fn expert_matrix(w: &CpuWeight, e: usize, rows: usize) -> Result<Matrix<'_>> {
-    w.matrix().rows(e * rows, rows, w.cols).map_err(|err| checks::operands("moe", format!("{}: {err}", w.name)))
+/// Expert `e`'s matrix of a stacked matrix with `rows` rows per expert, as the products read it:
+/// of the repacked copy where `--repack` makes one (the whole stack at its first product, with
+/// 8-bit activations: `Repack::applies`), else in place.
+fn expert_matrix<'a>(backend: &CpuBackend, w: &'a CpuWeight, e: usize, rows: usize) -> Result<Matrix<'a>> {
+    let matrix = w.product_matrix(backend.repack_mode(), &backend.repacked);
+    matrix.rows(e * rows, rows, w.cols).map_err(|err| checks::operands("moe", format!("{}: {err}", w.name)))
 }
 
 /// `xs · W[e]ᵀ` for `n` rows into `out` (resized to `n × rows`): the fused quantized kernel (i16
@@ -209,7 +214,7 @@ fn expert_matmul(
     n: usize,
     out: &mut Vec<f32>,
 ) -> Result<()> {
-    let matrix = expert_matrix(w, e, rows)?;
+    let matrix = expert_matrix(backend, w, e, rows)?;
     out.resize(n * rows, 0.0);
     if backend.f32_activations && w.dtype != DType::F32 {
         let mut values = vec![0.0f32; rows * w.cols];
@@ -217,8 +222,8 @@ fn expert_matmul(
         let f32_bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         minerva_quant::matmul(DType::F32, &f32_bytes, rows, w.cols, xs, n, out)?;
     } else {
-        // i16 activations, as the dense layers: Q8_0 activations moved this model's logits 1000×
-        // more (docs/model.md).
+        // i16 activations, as the dense layers (Q8_0 activations moved this model's logits 1000×
+        // more, docs/model.md); 8-bit ones only for a repacked copy (`--repack on`).
         minerva_quant::matmul_i16_matrix(matrix, rows, w.cols, xs, n, out)?;
     }
     Ok(())
@@ -227,7 +232,8 @@ fn expert_matmul(
 /// Row `e` of a `[n_expert, len]` bias matrix, as f32, in `values`.
 fn bias_row<'a>(w: &CpuWeight, e: usize, values: &'a mut Vec<f32>) -> Result<&'a [f32]> {
     values.resize(w.cols, 0.0);
-    expert_matrix(w, e, 1)?.dequantize(1, w.cols, values)?;
+    let row = w.matrix().rows(e, 1, w.cols).map_err(|err| checks::operands("moe", format!("{}: {err}", w.name)))?;
+    row.dequantize(1, w.cols, values)?;
     Ok(values)
 }
 

@@ -1,4 +1,4 @@
-//! Repacking (`--repack`): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K…Q6_K matrices copied once
+//! Repacking (`--repack`): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q2_K…Q6_K matrices copied once
 //! into minerva-quant's row-interleaved layout ([`Repacked`]) and multiplied with 8-bit
 //! activations (Q8_0's for the 32-value formats, instead of the zero-copy kernels' i16; Q8_K for
 //! the K-quants, as in place).

@@ -59,7 +59,8 @@ pub(super) const ROWS: [Kernels; 17] = [
         .dequantize(crate::dequantize_row_mxfp4_ref)
         .quantize(crate::quantize_row_mxfp4_ref)
         .dot(Q8_0, dot_mxfp4)
-        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_mxfp4_ref)),
+        .dot_i16(|row, act| dot_i16_dequantized(row, act, crate::dequantize_row_mxfp4_ref))
+        .repacked(|group, _, acts, out| crate::repack::reference_kernel(MXFP4, group, acts, out)),
     Kernels::new(Q2_K)
         .dequantize(crate::dequantize_row_q2_k_ref)
         .dot(Q8_K, dot_q2_k)

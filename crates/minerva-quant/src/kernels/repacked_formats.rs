@@ -24,6 +24,9 @@ pub(crate) const Q5_K: u8 = 6;
 pub(crate) const Q6_K: u8 = 7;
 pub(crate) const Q3_K: u8 = 8;
 pub(crate) const Q2_K: u8 = 9;
+/// MXFP4 (Q8_0 activations, as the 32-value formats): its nibbles in Q4_0's slots, its E8M0
+/// exponents one byte per row.
+pub(crate) const MXFP4: u8 = 10;
 
 /// The dtype of a 32-value format.
 pub(crate) const fn dtype(format: u8) -> DType {
@@ -32,6 +35,7 @@ pub(crate) const fn dtype(format: u8) -> DType {
         Q4_0 => DType::Q4_0,
         Q4_1 => DType::Q4_1,
         Q5_0 => DType::Q5_0,
+        MXFP4 => DType::MXFP4,
         _ => DType::Q5_1,
     }
 }
@@ -49,6 +53,7 @@ pub(crate) const fn of(dtype: DType) -> u8 {
         DType::Q4_1 => Q4_1,
         DType::Q5_0 => Q5_0,
         DType::Q5_1 => Q5_1,
+        DType::MXFP4 => MXFP4,
         _ => panic!("not a 32-value repacked format"),
     }
 }
@@ -72,9 +77,22 @@ pub(crate) const fn has_fifth_bit(format: u8) -> bool {
     matches!(format, Q5_0 | Q5_1)
 }
 
-/// Bytes per block of a group: the quants, 16 f16 scales, and 16 f16 minimums for Q4_1, Q5_1.
+/// Whether the format's scales are E8M0 exponents, one byte per row (MXFP4), not f16 values.
+pub(crate) const fn has_e8m0_scales(format: u8) -> bool {
+    format == MXFP4
+}
+
+/// Bytes per block of a group: the quants, 16 f16 scales (MXFP4: 16 E8M0 bytes), and 16 f16
+/// minimums for Q4_1, Q5_1.
 pub(crate) const fn block_bytes(format: u8) -> usize {
-    quant_bytes(format) + if has_minimum(format) { 64 } else { 32 }
+    quant_bytes(format)
+        + if has_minimum(format) {
+            64
+        } else if has_e8m0_scales(format) {
+            16
+        } else {
+            32
+        }
 }
 
 /// The layout of a repacked K-quant format.

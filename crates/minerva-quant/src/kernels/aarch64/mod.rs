@@ -37,6 +37,7 @@ pub(super) const NEON_DOTPROD: Isa = Isa {
         Kernels::new(Q4_1).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q4_1 }>)),
         Kernels::new(Q5_0).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q5_0 }>)),
         Kernels::new(Q5_1).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::Q5_1 }>)),
+        Kernels::new(MXFP4).repacked(repacked!(neon_repacked::dotprod::kernel::<{ neon_repacked::MXFP4 }>)),
         Kernels::new(Q2_K).repacked(repacked!(neon_repacked::dotprod::kernel_k::<{ neon_repacked::Q2_K }>)),
         Kernels::new(Q3_K).repacked(repacked!(neon_repacked::dotprod::kernel_k::<{ neon_repacked::Q3_K }>)),
         Kernels::new(Q4_K).repacked(repacked!(neon_repacked::dotprod::kernel_k::<{ neon_repacked::Q4_K }>)),
@@ -68,7 +69,9 @@ pub(super) const NEON: Isa = Isa {
         Kernels::new(Q5_1)
             .tile_i16(tile!(neon_tile::tiles_i16_q5_1))
             .repacked(repacked!(neon_repacked::neon::kernel::<{ neon_repacked::Q5_1 }>)),
-        Kernels::new(MXFP4).tile_i16(tile!(neon_tile::tiles_i16_mxfp4)),
+        Kernels::new(MXFP4)
+            .tile_i16(tile!(neon_tile::tiles_i16_mxfp4))
+            .repacked(repacked!(neon_repacked::neon::kernel::<{ neon_repacked::MXFP4 }>)),
         Kernels::new(Q2_K)
             .tile(tile!(neon_tile_k::tiles_q2_k))
             .repacked(repacked!(neon_repacked::neon::kernel_k::<{ neon_repacked::Q2_K }>)),

@@ -22,8 +22,9 @@
 //! term `Σ m_j·Σa_j` (Q6_K: `Σ sc_j·Σa_j`, taken 32 times; Q3_K 4 times), then the
 //! reference's f32 steps per super-block.
 //!
-//! Weights and activations are both signed here, so Q8_0's quants need no offset; Q4_0's and
-//! Q5_0's come off the exact sum as `s − 8·Σa`, `s − 16·Σa`. Per block and four rows
+//! Weights and activations are both signed here, so Q8_0's quants need no offset, nor MXFP4's
+//! nibbles, looked up as their signed doubled E2M1 values (`tbl`); Q4_0's and Q5_0's come off the
+//! exact sum as `s − 8·Σa`, `s − 16·Σa`. Per block and four rows
 //! `acc = fma(d_w·d_a, f32(s), acc)` (and `fma(m_w, d_a·Σa, acc)` for Q4_1, Q5_1), as
 //! `crate::repack::reference_kernel` does: the results equal it bit for bit.
 //!
@@ -39,16 +40,18 @@
 use core::arch::aarch64::{
     float32x4_t, int8x16_t, int32x4_t, uint8x16_t, vaddq_s32, vandq_s32, vandq_u8, vcombine_u8, vcvtq_f32_s32,
     vdup_n_u8, vdupq_n_f32, vdupq_n_s32, vdupq_n_u8, vfmaq_f32, vmlaq_n_s32, vmlaq_s32, vmulq_f32, vnegq_f32, vorrq_u8,
-    vreinterpretq_s8_u8, vshlq_n_u8, vshlq_s32, vshrq_n_s32, vshrq_n_u8, vsubq_s32, vtstq_u8,
+    vqtbl1q_s8, vreinterpretq_s8_u8, vshlq_n_u8, vshlq_s32, vshrq_n_s32, vshrq_n_u8, vsubq_s32, vtstq_u8,
 };
 
 use bytemuck::pod_read_unaligned;
 use half::f16;
 
 use crate::activation::Activation;
-pub(super) use crate::kernels::repacked_formats::{Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
+use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
+pub(super) use crate::kernels::repacked_formats::{MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
 use crate::kernels::repacked_formats::{
-    block_bytes, blocks_of, has_fifth_bit, has_minimum, k_layout, k_offset_shift, k_signed, k_sixteen, quant_bytes,
+    block_bytes, blocks_of, has_e8m0_scales, has_fifth_bit, has_minimum, k_layout, k_offset_shift, k_signed, k_sixteen,
+    quant_bytes,
 };
 use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
 
@@ -80,6 +83,17 @@ fn f16x4(bytes: &[u8], at: usize) -> float32x4_t {
     let values: [f32; 4] =
         std::array::from_fn(|r| f16::from_le_bytes([bytes[at + 2 * r], bytes[at + 2 * r + 1]]).to_f32());
     bytemuck::cast(values)
+}
+
+/// Four rows' scales `d_w` from `at`: f16 values, or MXFP4's E8M0 exponents (one byte each).
+#[inline(always)]
+fn row_scales<const FORMAT: u8>(bytes: &[u8], rows: usize) -> float32x4_t {
+    let quants = quant_bytes(FORMAT);
+    if has_e8m0_scales(FORMAT) {
+        bytemuck::cast::<[f32; 4], float32x4_t>(std::array::from_fn(|r| e8m0_to_f32_half(bytes[quants + rows + r])))
+    } else {
+        f16x4(bytes, quants + 2 * rows)
+    }
 }
 
 /// Four rows' scale (or minimum) bytes of one sub-block, every second byte from `at`, as i32:
@@ -143,7 +157,7 @@ macro_rules! repacked_kernels {
                 for b in 0..blocks {
                     let src = &group[b * block..][..block];
                     let slots = decode::<FORMAT>(src, quarter);
-                    let d_w = f16x4(src, quants + 2 * rows);
+                    let d_w = row_scales::<FORMAT>(src, rows);
                     let m_w = if has_minimum(FORMAT) {
                         f16x4(src, quants + 2 * GROUP_ROWS + 2 * rows)
                     } else {
@@ -153,7 +167,7 @@ macro_rules! repacked_kernels {
                         let act = &acts[j][b];
                         let a = [load16::<int8x16_t>(&act.qs, 0), load16(&act.qs, 16)];
                         let mut s = dot8(&slots, a[0], a[1]);
-                        if !has_minimum(FORMAT) && FORMAT != Q8_0 {
+                        if matches!(FORMAT, Q4_0 | Q5_0) {
                             s = vsubq_s32(s, vdupq_n_s32(offset_sum(FORMAT, act)));
                         }
                         let scale = vmulq_f32(d_w, vdupq_n_f32(act.d));
@@ -358,12 +372,19 @@ macro_rules! repacked_kernels {
                     return std::array::from_fn(|s| load16(src, at(s)));
                 }
                 let low = vdupq_n_u8(0x0F);
+                let table: int8x16_t = bytemuck::cast(KVALUES_MXFP4);
                 let mut slots = [vreinterpretq_s8_u8(low); 8];
                 for c in 0..4 {
                     let packed: uint8x16_t = load16(src, at(c));
                     let nibbles = [vandq_u8(packed, low), vshrq_n_u8::<4>(packed)];
                     for (half, nibbles) in nibbles.into_iter().enumerate() {
                         let s = c + 4 * half;
+                        // MXFP4's nibbles index its doubled E2M1 values, signed as the kernels'
+                        // products take them (no offset to correct).
+                        if FORMAT == MXFP4 {
+                            slots[s] = vqtbl1q_s8(table, nibbles);
+                            continue;
+                        }
                         let values = if has_fifth_bit(FORMAT) {
                             vorrq_u8(nibbles, spread_bits(src, 4 * SLOT_BYTES + 8 * s + 2 * quarter))
                         } else {

@@ -4,11 +4,12 @@
 //! A repacked group's block (`crate::repack`: slot s holds values 4s..4s + 4 of each of 16 rows)
 //! is already the B operand of `tdpbssd` — 8 tile rows of 64 bytes, tile row s the four bytes of
 //! every weight row at values 4s.. — so a Q8_0 block is loaded from the weights as it lies; the
-//! Q4 and Q5 nibbles (with Q5's fifth bits) are decoded into the same shape once per call. The A
-//! operand is sixteen activations' 32 quants of the block, laid out once per thread and call
-//! (`avx512_panel::laid_out`), and C their 16 × 16 exact integer sums: signed × signed, so Q8_0
-//! needs none of the VNNI kernel's +128 fold, and Q4_0 / Q5_0 subtract 8·Σa / 16·Σa from their
-//! unsigned nibbles' sums as it does. The f32 steps per activation are `repacked::avx512`'s in
+//! Q4 and Q5 nibbles (with Q5's fifth bits) and MXFP4's (to their doubled E2M1 values + 12) are
+//! decoded into the same shape once per call. The A operand is sixteen activations' 32 quants
+//! of the block, laid out once per thread and call (`avx512_panel::laid_out`), and C their
+//! 16 × 16 exact integer sums: signed × signed, so Q8_0 needs none of the VNNI kernel's +128
+//! fold, and Q4_0 / Q5_0 / MXFP4 subtract 8·Σa / 16·Σa / 12·Σa from their unsigned bytes' sums
+//! as it does. The f32 steps per activation are `repacked::avx512`'s in
 //! block order (`acc = fma(d_w·d_a, f32(s), acc)`, then the minimum's), so the results are its
 //! results, and the scalar reference's, bit for bit; the activations short of sixteen at the end
 //! of a call go to it.
@@ -30,7 +31,7 @@ use bytemuck::pod_read_unaligned;
 
 use super::avx2_tile_i16::prefetch;
 use super::avx512_panel::{LayoutKey, laid_out};
-use super::repacked::{self, Q4_0, Q5_0, Q8_0};
+use super::repacked::{self, MXFP4, Q4_0, Q5_0, Q8_0};
 use crate::activation::Activation;
 use crate::kernels::repacked_formats::{block_bytes, has_minimum, quant_bytes};
 use crate::repack::{GROUP_ROWS, SLOT_BYTES};
@@ -205,6 +206,7 @@ fn offset_sum(format: u8, sum: i32) -> i32 {
     match format {
         Q4_0 => sum << 3,
         Q5_0 => sum << 4,
+        MXFP4 => sum * 12,
         _ => 0,
     }
 }
@@ -259,7 +261,7 @@ pub(super) fn repacked<const FORMAT: u8>(
     repacked::avx512::<FORMAT>(group, &[], &acts[whole..], &mut out[whole..]);
 }
 
-/// Q4 and Q5 blocks' slots as bytes (`repacked::nibble_slots`, stored), streaming `ahead`
+/// Q4, Q5 and MXFP4 blocks' slots as bytes (`repacked::nibble_slots`, stored), streaming `ahead`
 /// into L2 a block's share per block.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn decode<const FORMAT: u8>(group: &[u8], ahead: &[u8], blocks: usize, decoded: &mut Vec<Decoded>) {
@@ -347,7 +349,7 @@ fn accumulate<const FORMAT: u8>(
     acc: &mut [__m512; ACTS],
 ) {
     let quants = quant_bytes(FORMAT);
-    let d_w = _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants..quants + 32]));
+    let d_w = repacked::row_scales_512::<FORMAT>(src);
     let m_w = if has_minimum(FORMAT) {
         _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants + 32..quants + 64]))
     } else {
@@ -355,7 +357,7 @@ fn accumulate<const FORMAT: u8>(
     };
     for (j, acc) in acc.iter_mut().enumerate() {
         let mut s = bytemuck::cast::<[i32; GROUP_ROWS], __m512i>(sums[j]);
-        if matches!(FORMAT, Q4_0 | Q5_0) {
+        if matches!(FORMAT, Q4_0 | Q5_0 | MXFP4) {
             s = _mm512_sub_epi32(s, _mm512_set1_epi32(offset_sum(FORMAT, tile.sum[j])));
         }
         let scale = _mm512_mul_ps(d_w, _mm512_set1_ps(tile.d[j]));

@@ -154,7 +154,8 @@ pub(super) const AVX2_FMA_F16C: Isa = Isa {
                 // SAFETY: an ISA's rows run only after its `detected` check confirmed every
                 // feature the kernel enables (see `super::Isa::detected`).
                 unsafe { avx2_split_mxfp4::split_mxfp4_i16(rows, first, acts, out) }
-            }),
+            })
+            .repacked(repacked!(repacked::avx2::<{ repacked::MXFP4 }>)),
         // Q2_K's and Q3_K's repacked kernels ran `repacked/llama8b_14336x4096` 2.2× and 1.13–1.35×
         // (one activation), 1.54× and 1.28× (64) as fast as the zero-copy kernels at one thread
         // (Xeon family 6 model 207 limited to this row; docs/benchmarks.md).
@@ -203,7 +204,9 @@ pub(super) const AVX2_VNNI: Isa = Isa {
         Kernels::new(Q5_1)
             .tile_i16(tile!(avx_vnni::kernel_q5_1::<I16_ACT_GROUPS>))
             .repacked_paying(repacked!(repacked::avx_vnni::<{ repacked::Q5_1 }>)),
-        Kernels::new(MXFP4).tile_i16(tile!(avx_vnni::kernel_mxfp4::<I16_ACT_GROUPS>)),
+        Kernels::new(MXFP4)
+            .tile_i16(tile!(avx_vnni::kernel_mxfp4::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx_vnni::<{ repacked::MXFP4 }>)),
         // Not marked paying, as in the AVX2 row: Q5_K's kernel reads a large matrix for one
         // activation at 0.92–0.96× the zero-copy kernels' rate (with 64 activations 1.26×;
         // `repacked/llama8b_*`, one thread, Xeon family 6 model 207 limited to this row). Q4_K's
@@ -231,6 +234,7 @@ pub(super) const AMX_INT8: Isa = Isa {
         Kernels::new(Q4_1).repacked_paying(repacked!(amx::repacked::<{ repacked::Q4_1 }>)),
         Kernels::new(Q5_0).repacked_paying(repacked!(amx::repacked::<{ repacked::Q5_0 }>)),
         Kernels::new(Q5_1).repacked_paying(repacked!(amx::repacked::<{ repacked::Q5_1 }>)),
+        Kernels::new(MXFP4).repacked(repacked!(amx::repacked::<{ repacked::MXFP4 }>)),
         Kernels::new(Q2_K).repacked_paying(repacked!(amx_k::repacked::<{ repacked_k::Q2_K }>)),
         Kernels::new(Q3_K).repacked_paying(repacked!(amx_k::repacked::<{ repacked_k::Q3_K }>)),
         Kernels::new(Q4_K).repacked_paying(repacked!(amx_k::repacked::<{ repacked_k::Q4_K }>)),
@@ -271,7 +275,9 @@ pub(super) const AVX512_VNNI: Isa = Isa {
         Kernels::new(Q5_1)
             .tile_i16(tile!(avx512_panel::kernel_q5_1::<I16_ACT_GROUPS>))
             .repacked_paying(repacked!(repacked::avx512::<{ repacked::Q5_1 }>)),
-        Kernels::new(MXFP4).tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>)),
+        Kernels::new(MXFP4)
+            .tile_i16(tile!(avx512_panel::kernel_mxfp4::<I16_ACT_GROUPS>))
+            .repacked(repacked!(repacked::avx512::<{ repacked::MXFP4 }>)),
         Kernels::new(Q2_K)
             .tile(tile!(avx512_panel_k::kernel_q2_k::<K_QUANT_ACTS>))
             .repacked_paying(repacked!(repacked_k::avx512::<{ repacked_k::Q2_K }>)),

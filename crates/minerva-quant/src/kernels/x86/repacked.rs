@@ -9,9 +9,11 @@
 //!   AVX-512 VNNI   s = vpdpbusd(s, slot, broadcast(a[4k..4k+4]))      u8 weights × i8 activations
 //!                  Q8_0's signed quants as unsigned bytes: q ^ 0x80 = q + 128, then s − 128·Σa
 //!                  Q5's fifth bits: one masked byte add of 16 per decoded slot
+//!                  MXFP4's nibbles: one `vpshufb` to their doubled E2M1 value + 12, then s − 12·Σa
 //!   AVX2           each slot as two 32-byte halves (rows 0..8, 8..16)
-//!                  Q4_x, Q5_x: vpmaddubsw per slot (≤ 2·15·128 per i16; Q5 2·31·128), the slots
-//!                        added as i16 (Q4: all 8, ≤ 30,720; Q5: two sums of 4, ≤ 31,744),
+//!                  Q4_x, Q5_x, MXFP4: vpmaddubsw per slot (≤ 2·15·128 per i16; Q5 2·31·128;
+//!                        MXFP4 2·24·128), the slots added as i16 (Q4: all 8, ≤ 30,720; Q5 and
+//!                        MXFP4: two sums of 4, ≤ 31,744 and 24,576),
 //!                        each sum one vpmaddwd by ones; Q5's fifth bits spread from their mask
 //!                  Q8_0: vpmaddubsw(|q|, sign(a, q)) per slot, each vpmaddwd by ones, added as i32
 //!   AVX-VNNI       the halves as AVX2 decodes them, summed as AVX-512 VNNI does: one VEX
@@ -28,14 +30,17 @@
 //! row the kernel is in (`super::AVX512_VNNI`, `super::AVX2_FMA_F16C`, `super::AVX2_VNNI`).
 
 use core::arch::x86_64::{
-    __m128i, __m256, __m256i, __m512, __m512i, _mm256_abs_epi8, _mm256_add_epi16, _mm256_add_epi32, _mm256_and_si256,
-    _mm256_cmpeq_epi8, _mm256_cvtepi32_ps, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_madd_epi16, _mm256_maddubs_epi16,
-    _mm256_max_ps, _mm256_min_ps, _mm256_mul_ps, _mm256_or_si256, _mm256_packs_epi16, _mm256_packs_epi32,
-    _mm256_permutevar8x32_epi32, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_epi64x,
-    _mm256_set1_ps, _mm256_setr_epi32, _mm256_setr_epi64x, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_srli_epi16, _mm256_sub_epi32, _mm256_xor_si256, _mm512_add_epi32,
-    _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mask_add_epi8,
-    _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512,
+    __m128i, __m256, __m256i, __m512, __m512i, _mm_cvtsi64_si128, _mm256_abs_epi8, _mm256_add_epi16, _mm256_add_epi32,
+    _mm256_and_si256, _mm256_blendv_epi8, _mm256_castsi256_ps, _mm256_cmpeq_epi8, _mm256_cmpgt_epi32,
+    _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32, _mm256_cvtph_ps, _mm256_fmadd_ps, _mm256_madd_epi16,
+    _mm256_maddubs_epi16, _mm256_max_ps, _mm256_min_ps, _mm256_mul_ps, _mm256_or_si256, _mm256_packs_epi16,
+    _mm256_packs_epi32, _mm256_permutevar8x32_epi32, _mm256_set1_epi8, _mm256_set1_epi16, _mm256_set1_epi32,
+    _mm256_set1_epi64x, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setr_epi64x, _mm256_setzero_ps, _mm256_setzero_si256,
+    _mm256_shuffle_epi8, _mm256_sign_epi8, _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srli_epi16, _mm256_sub_epi32,
+    _mm256_xor_si256, _mm512_add_epi32, _mm512_and_si512, _mm512_castsi512_ps, _mm512_cmplt_epu32_mask,
+    _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32, _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps,
+    _mm512_mask_add_epi8, _mm512_mask_blend_epi32, _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_shuffle_epi8, _mm512_slli_epi32, _mm512_sllv_epi32,
     _mm512_srli_epi16, _mm512_sub_epi32, _mm512_xor_si512,
 };
 
@@ -45,9 +50,15 @@ use super::avx_vnni;
 use super::avx2_tile_i16::prefetch;
 use super::avx2_vector::{block_values, lane_sum, largest_magnitude, round_half_away};
 use crate::activation::Activation;
-pub(super) use crate::kernels::repacked_formats::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
-use crate::kernels::repacked_formats::{block_bytes, blocks_of, has_fifth_bit, has_minimum, quant_bytes};
+pub(super) use crate::kernels::repacked_formats::{MXFP4, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use crate::kernels::repacked_formats::{
+    block_bytes, blocks_of, has_e8m0_scales, has_fifth_bit, has_minimum, quant_bytes,
+};
 use crate::repack::{ActBlock, GROUP_ROWS, SLOT_BYTES};
+
+/// ggml's doubled E2M1 values plus 12 (`KVALUES_MXFP4[n] + 12`, 0..=24): the unsigned bytes MXFP4
+/// nibbles decode to here (one `vpshufb`), `12·Σa` taken off the exact sum as Q4_0 takes `8·Σa`.
+const MXFP4_PLUS_12: [u8; 16] = [12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0];
 
 /// Activations per pass over a block's weights, AVX-512 (32 registers: 8 slots, 8 sums, scales).
 const AVX512_ACTS: usize = 8;
@@ -83,8 +94,68 @@ fn offset_sum(format: u8, act: &ActBlock) -> i32 {
         Q8_0 => act.sum << 7,
         Q4_0 => act.sum << 3,
         Q5_0 => act.sum << 4,
+        MXFP4 => act.sum * 12,
         _ => 0,
     }
+}
+
+/// Whether a 4-bit format's decoded slots must be summed as i16 in two halves of four (their
+/// `vpmaddubsw` pairs reach 2·31·128 for Q5, 2·24·128 for MXFP4: eight would overflow).
+const fn sums_in_halves(format: u8) -> bool {
+    has_fifth_bit(format) || format == MXFP4
+}
+
+/// `e8m0_to_f32_half` of 16 exponent bytes: `(e − 1) << 23` as f32 bits, the subnormals
+/// `0x200000 << e` for e < 2.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn e8m0_halves_512(bytes: __m128i) -> __m512 {
+    let e = _mm512_cvtepu8_epi32(bytes);
+    let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+    let tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+    _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, tiny))
+}
+
+/// [`e8m0_halves_512`] of 8 exponent bytes (`bytes`, little-endian).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn e8m0_halves_256(bytes: u64) -> __m256 {
+    let e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes as i64));
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)))
+}
+
+/// A block's (`src`) 16 row scales `d_w` as f32: f16 values, or MXFP4's exponents.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn row_scales_512<const FORMAT: u8>(src: &[u8]) -> __m512 {
+    let quants = quant_bytes(FORMAT);
+    if has_e8m0_scales(FORMAT) {
+        e8m0_halves_512(pod_read_unaligned::<__m128i>(&src[quants..quants + 16]))
+    } else {
+        _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants..quants + 32]))
+    }
+}
+
+/// Rows `8·half .. 8·half + 8` of a block's (`src`) scales `d_w` as f32 (AVX2).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn row_scales_256<const FORMAT: u8>(src: &[u8], half: usize) -> __m256 {
+    let quants = quant_bytes(FORMAT);
+    if has_e8m0_scales(FORMAT) {
+        let at = quants + 8 * half;
+        e8m0_halves_256(pod_read_unaligned::<u64>(&src[at..at + 8]))
+    } else {
+        let at = quants + 16 * half;
+        _mm256_cvtph_ps(pod_read_unaligned::<__m128i>(&src[at..at + 16]))
+    }
+}
+
+/// [`MXFP4_PLUS_12`] in every 16-byte lane of a 32-byte vector.
+#[inline(always)]
+fn mxfp4_table() -> [u8; 32] {
+    std::array::from_fn(|i| MXFP4_PLUS_12[i % 16])
 }
 
 /// AVX-512 VNNI: one group against the activations of `acts`, results into `out` (one per
@@ -127,7 +198,7 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
         } else {
             nibble_slots::<FORMAT>(src)
         };
-        let d_w = _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants..quants + 32]));
+        let d_w = row_scales_512::<FORMAT>(src);
         let m_w = if has_minimum(FORMAT) {
             _mm512_cvtph_ps(pod_read_unaligned::<__m256i>(&src[quants + 32..quants + 64]))
         } else {
@@ -156,14 +227,15 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
     }
 }
 
-/// A Q4 or Q5 block's (`src`) 8 slots decoded to bytes, 0..32: slot s < 4 the low nibbles of
-/// packed slot s, s ≥ 4 the high ones of slot s − 4, Q5's fifth bits added by a masked add of 16
-/// (the AMX kernels decode with it too).
+/// A Q4, Q5 or MXFP4 block's (`src`) 8 slots decoded to bytes, 0..32: slot s < 4 the low nibbles
+/// of packed slot s, s ≥ 4 the high ones of slot s − 4, Q5's fifth bits added by a masked add of
+/// 16, MXFP4's nibbles looked up in [`MXFP4_PLUS_12`] (the AMX kernels decode with it too).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn nibble_slots<const FORMAT: u8>(src: &[u8]) -> [__m512i; 8] {
     let low = _mm512_set1_epi8(0x0F);
     let sixteen = _mm512_set1_epi8(0x10);
+    let table = bytemuck::cast::<[[u8; 32]; 2], __m512i>([mxfp4_table(); 2]);
     let packed: [__m512i; 4] = std::array::from_fn(|c| pod_read_unaligned(&src[SLOT_BYTES * c..][..64]));
     std::array::from_fn(|s| {
         let nibbles = if s < 4 {
@@ -173,6 +245,8 @@ pub(super) fn nibble_slots<const FORMAT: u8>(src: &[u8]) -> [__m512i; 8] {
         };
         if has_fifth_bit(FORMAT) {
             _mm512_mask_add_epi8(nibbles, fifth_bits(src, s), nibbles, sixteen)
+        } else if FORMAT == MXFP4 {
+            _mm512_shuffle_epi8(table, nibbles)
         } else {
             nibbles
         }
@@ -244,6 +318,7 @@ fn avx_vnni_pass<const FORMAT: u8, const N: usize>(
     let low = _mm256_set1_epi8(0x0F);
     let sixteen = _mm256_set1_epi8(0x10);
     let sign = _mm256_set1_epi8(-128);
+    let table = bytemuck::cast::<[u8; 32], __m256i>(mxfp4_table());
     // Below eight activations, two running sums each, so that a block's eight `vpdpbusd`s are two
     // chains of four; with eight, the activations' chains are enough in flight.
     let chains = if N >= VNNI_ACTS { 1 } else { 2 };
@@ -267,6 +342,8 @@ fn avx_vnni_pass<const FORMAT: u8, const N: usize>(
                 if has_fifth_bit(FORMAT) {
                     let word = half_fifth_bits(src, k, half);
                     _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
+                } else if FORMAT == MXFP4 {
+                    _mm256_shuffle_epi8(table, nibbles)
                 } else {
                     nibbles
                 }
@@ -276,7 +353,7 @@ fn avx_vnni_pass<const FORMAT: u8, const N: usize>(
                 *sum = avx_vnni::dpbusd(*sum, slot, _mm256_set1_epi32(word(&acts[j][b], k)));
             }
         }
-        let d_w = scales(quants);
+        let d_w = row_scales_256::<FORMAT>(src, half);
         let m_w = if has_minimum(FORMAT) { scales(quants + 32) } else { _mm256_setzero_ps() };
         for j in 0..N {
             let act = &acts[j][b];
@@ -340,6 +417,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
     let low = _mm256_set1_epi8(0x0F);
     let sixteen = _mm256_set1_epi8(0x10);
     let ones = _mm256_set1_epi16(1);
+    let table = bytemuck::cast::<[u8; 32], __m256i>(mxfp4_table());
     for b in 0..blocks {
         let src = &group[b * block..][..block];
         prefetch(ahead, b * block, block);
@@ -348,7 +426,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
             let at = at + 16 * half;
             _mm256_cvtph_ps(pod_read_unaligned::<__m128i>(&src[at..at + 16]))
         };
-        let d_w = scales(quants);
+        let d_w = row_scales_256::<FORMAT>(src, half);
         if FORMAT == Q8_0 {
             let slots: [__m256i; 8] = std::array::from_fn(|s| load(SLOT_BYTES * s));
             for j in 0..N {
@@ -372,6 +450,8 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                 if has_fifth_bit(FORMAT) {
                     let word = half_fifth_bits(src, s, half);
                     _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
+                } else if FORMAT == MXFP4 {
+                    _mm256_shuffle_epi8(table, nibbles)
                 } else {
                     nibbles
                 }
@@ -379,8 +459,9 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
             let m_w = if has_minimum(FORMAT) { scales(quants + 32) } else { _mm256_setzero_ps() };
             for j in 0..N {
                 let act = &acts[j][b];
-                // Slot pairs' products are at most 2·15·128 (Q4) or 2·31·128 (Q5) per i16: eight
-                // Q4 slots sum within i16 (≤ 30,720), Q5's in two halves of four (≤ 31,744).
+                // Slot pairs' products are at most 2·15·128 (Q4), 2·31·128 (Q5) or 2·24·128
+                // (MXFP4) per i16: eight Q4 slots sum within i16 (≤ 30,720), Q5's and MXFP4's in
+                // two halves of four (≤ 31,744, 24,576).
                 let partial = |from: usize, to: usize| {
                     let mut p = _mm256_maddubs_epi16(slots[from], _mm256_set1_epi32(word(act, from)));
                     // A slice and a range, not `enumerate().take().skip()`: `Skip::next` was not
@@ -391,7 +472,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
                     _mm256_madd_epi16(p, ones)
                 };
                 let mut s =
-                    if has_fifth_bit(FORMAT) { _mm256_add_epi32(partial(0, 4), partial(4, 8)) } else { partial(0, 8) };
+                    if sums_in_halves(FORMAT) { _mm256_add_epi32(partial(0, 4), partial(4, 8)) } else { partial(0, 8) };
                 if !has_minimum(FORMAT) {
                     s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset_sum(FORMAT, act)));
                 }
