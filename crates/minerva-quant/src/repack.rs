@@ -480,7 +480,7 @@ pub(crate) fn reference_kernel(dtype: DType, group: &[u8], acts: &[Activation<'_
                     DType::Q5_0 => s -= 16 * sum_a,
                     _ => {}
                 }
-                let d_w = if dtype == DType::MXFP4 {
+                let d_w = if format::has_e8m0_scales(code) {
                     e8m0_to_f32_half(src[quants + r])
                 } else {
                     f16::from_le_bytes([src[quants + 2 * r], src[quants + 2 * r + 1]]).to_f32()

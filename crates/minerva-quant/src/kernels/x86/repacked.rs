@@ -109,7 +109,7 @@ const fn sums_in_halves(format: u8) -> bool {
 /// `0x200000 << e` for e < 2.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) fn e8m0_halves_512(bytes: __m128i) -> __m512 {
+fn e8m0_halves_512(bytes: __m128i) -> __m512 {
     let e = _mm512_cvtepu8_epi32(bytes);
     let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
     let tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
