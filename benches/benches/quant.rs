@@ -271,6 +271,7 @@ fn bench_batch(c: &mut Criterion) {
     group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
     let shapes = [
         ("dram_8192x8192", DType::Q4_1, 8192, 8192),
+        ("dram_8192x8192", DType::Q8_0, 8192, 8192),
         ("smollm2_1536x576", DType::Q4_1, 1536, 576),
         ("smollm2_576x1536", DType::Q4_1, 576, 1536),
         ("smollm2_1536x576", DType::Q8_0, 1536, 576),
@@ -308,6 +309,7 @@ fn bench_repacked(c: &mut Criterion) {
     group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
     let shapes = [
         ("dram_8192x8192", DType::Q4_1, 8192, 8192),
+        ("dram_8192x8192", DType::Q8_0, 8192, 8192),
         ("smollm2_1536x576", DType::Q4_1, 1536, 576),
         ("smollm2_576x1536", DType::Q4_1, 576, 1536),
         ("smollm2_1536x576", DType::Q8_0, 1536, 576),

@@ -267,13 +267,20 @@ pub(super) fn avx2<const FORMAT: u8>(
     while out.len() >= AVX2_ACTS {
         for half in 0..2 {
             let ahead = if half == 0 { ahead } else { &[] };
-            avx2_pass::<FORMAT, AVX2_ACTS>(group, ahead, half, blocks_of(acts, blocks), &mut out[..AVX2_ACTS]);
+            avx2_pass::<FORMAT, AVX2_ACTS, 1>(group, ahead, half, blocks_of(acts, blocks), &mut out[..AVX2_ACTS]);
         }
         (acts, out, ahead) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..], &[]);
     }
-    for_count!(out.len(), [1, 2, 3], N => for half in 0..2 {
+    if out.len() == 1 {
+        // One activation (a decode step) takes both halves of each block in one sweep over the
+        // group: two sweeps read each line of a group streamed from DRAM twice, the second from
+        // L1 or L2, and ran Q8_0 at 0.87x the zero-copy kernel from DRAM on a Zen 1.
+        avx2_pass::<FORMAT, 1, 2>(group, ahead, 0, blocks_of(acts, blocks), out);
+        return;
+    }
+    for_count!(out.len(), [2, 3], N => for half in 0..2 {
         let ahead = if half == 0 { ahead } else { &[] };
-        avx2_pass::<FORMAT, N>(group, ahead, half, blocks_of(acts, blocks), out);
+        avx2_pass::<FORMAT, N, 1>(group, ahead, half, blocks_of(acts, blocks), out);
     });
 }
 
@@ -404,7 +411,7 @@ pub(super) fn quantize_q8_1(x: &[f32], out: &mut [ActBlock]) {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn avx2_pass<const FORMAT: u8, const N: usize>(
+fn avx2_pass<const FORMAT: u8, const N: usize, const HALVES: usize>(
     group: &[u8],
     ahead: &[u8],
     half: usize,
@@ -413,7 +420,10 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
 ) {
     let (block, quants) = (block_bytes(FORMAT), quant_bytes(FORMAT));
     let blocks = group.len() / block;
-    let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
+    // HALVES = 1: rows 8·half.. of the group; 2: both halves, block by block. The accumulators
+    // are indexed by the unrolled `h` so that they stay in registers.
+    let half_of = |h: usize| if HALVES == 2 { h } else { half };
+    let mut acc: [[__m256; N]; HALVES] = [[_mm256_setzero_ps(); N]; HALVES];
     let low = _mm256_set1_epi8(0x0F);
     let sixteen = _mm256_set1_epi8(0x10);
     let ones = _mm256_set1_epi16(1);
@@ -421,72 +431,84 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
     for b in 0..blocks {
         let src = &group[b * block..][..block];
         prefetch(ahead, b * block, block);
-        let load = |at: usize| pod_read_unaligned::<__m256i>(&src[at + 32 * half..at + 32 * half + 32]);
-        let scales = |at: usize| {
-            let at = at + 16 * half;
-            _mm256_cvtph_ps(pod_read_unaligned::<__m128i>(&src[at..at + 16]))
-        };
-        let d_w = row_scales_256::<FORMAT>(src, half);
-        if FORMAT == Q8_0 {
-            let slots: [__m256i; 8] = std::array::from_fn(|s| load(SLOT_BYTES * s));
-            for j in 0..N {
-                let act = &acts[j][b];
-                let mut s = _mm256_setzero_si256();
-                for (k, &slot) in slots.iter().enumerate() {
-                    let a = _mm256_sign_epi8(_mm256_set1_epi32(word(act, k)), slot);
-                    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(slot), a), ones));
-                }
-                let scale = _mm256_mul_ps(d_w, _mm256_set1_ps(act.d));
-                acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[j]);
-            }
-        } else {
-            let packed: [__m256i; 4] = std::array::from_fn(|c| load(SLOT_BYTES * c));
-            let slots: [__m256i; 8] = std::array::from_fn(|s| {
-                let nibbles = if s < 4 {
-                    _mm256_and_si256(packed[s], low)
-                } else {
-                    _mm256_and_si256(_mm256_srli_epi16(packed[s - 4], 4), low)
-                };
-                if has_fifth_bit(FORMAT) {
-                    let word = half_fifth_bits(src, s, half);
-                    _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
-                } else if FORMAT == MXFP4 {
-                    _mm256_shuffle_epi8(table, nibbles)
-                } else {
-                    nibbles
-                }
-            });
-            let m_w = if has_minimum(FORMAT) { scales(quants + 32) } else { _mm256_setzero_ps() };
-            for j in 0..N {
-                let act = &acts[j][b];
-                // Slot pairs' products are at most 2·15·128 (Q4), 2·31·128 (Q5) or 2·24·128
-                // (MXFP4) per i16: eight Q4 slots sum within i16 (≤ 30,720), Q5's and MXFP4's in
-                // two halves of four (≤ 31,744, 24,576).
-                let partial = |from: usize, to: usize| {
-                    let mut p = _mm256_maddubs_epi16(slots[from], _mm256_set1_epi32(word(act, from)));
-                    // A slice and a range, not `enumerate().take().skip()`: `Skip::next` was not
-                    // inlined here, and its call per slot spilled the accumulators (3.6× slower).
-                    for (&slot, k) in slots[from + 1..to].iter().zip(from + 1..) {
-                        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(slot, _mm256_set1_epi32(word(act, k))));
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let half = half_of(h);
+            let load = |at: usize| pod_read_unaligned::<__m256i>(&src[at + 32 * half..at + 32 * half + 32]);
+            let scales = |at: usize| {
+                let at = at + 16 * half;
+                _mm256_cvtph_ps(pod_read_unaligned::<__m128i>(&src[at..at + 16]))
+            };
+            let d_w = row_scales_256::<FORMAT>(src, half);
+            if FORMAT == Q8_0 {
+                let slots: [__m256i; 8] = std::array::from_fn(|s| load(SLOT_BYTES * s));
+                for j in 0..N {
+                    let act = &acts[j][b];
+                    let mut s = _mm256_setzero_si256();
+                    for (k, &slot) in slots.iter().enumerate() {
+                        let a = _mm256_sign_epi8(_mm256_set1_epi32(word(act, k)), slot);
+                        s = _mm256_add_epi32(
+                            s,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(slot), a), ones),
+                        );
                     }
-                    _mm256_madd_epi16(p, ones)
-                };
-                let mut s =
-                    if sums_in_halves(FORMAT) { _mm256_add_epi32(partial(0, 4), partial(4, 8)) } else { partial(0, 8) };
-                if !has_minimum(FORMAT) {
-                    s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset_sum(FORMAT, act)));
+                    let scale = _mm256_mul_ps(d_w, _mm256_set1_ps(act.d));
+                    acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[j]);
                 }
-                let scale = _mm256_mul_ps(d_w, _mm256_set1_ps(act.d));
-                acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[j]);
-                if has_minimum(FORMAT) {
-                    acc[j] = _mm256_fmadd_ps(m_w, _mm256_set1_ps(act.ds), acc[j]);
+            } else {
+                let packed: [__m256i; 4] = std::array::from_fn(|c| load(SLOT_BYTES * c));
+                let slots: [__m256i; 8] = std::array::from_fn(|s| {
+                    let nibbles = if s < 4 {
+                        _mm256_and_si256(packed[s], low)
+                    } else {
+                        _mm256_and_si256(_mm256_srli_epi16(packed[s - 4], 4), low)
+                    };
+                    if has_fifth_bit(FORMAT) {
+                        let word = half_fifth_bits(src, s, half);
+                        _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
+                    } else if FORMAT == MXFP4 {
+                        _mm256_shuffle_epi8(table, nibbles)
+                    } else {
+                        nibbles
+                    }
+                });
+                let m_w = if has_minimum(FORMAT) { scales(quants + 32) } else { _mm256_setzero_ps() };
+                for j in 0..N {
+                    let act = &acts[j][b];
+                    // Slot pairs' products are at most 2·15·128 (Q4), 2·31·128 (Q5) or 2·24·128
+                    // (MXFP4) per i16: eight Q4 slots sum within i16 (≤ 30,720), Q5's and MXFP4's in
+                    // two halves of four (≤ 31,744, 24,576).
+                    let partial = |from: usize, to: usize| {
+                        let mut p = _mm256_maddubs_epi16(slots[from], _mm256_set1_epi32(word(act, from)));
+                        // A slice and a range, not `enumerate().take().skip()`: `Skip::next` was not
+                        // inlined here, and its call per slot spilled the accumulators (3.6× slower).
+                        for (&slot, k) in slots[from + 1..to].iter().zip(from + 1..) {
+                            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(slot, _mm256_set1_epi32(word(act, k))));
+                        }
+                        _mm256_madd_epi16(p, ones)
+                    };
+                    let mut s = if sums_in_halves(FORMAT) {
+                        _mm256_add_epi32(partial(0, 4), partial(4, 8))
+                    } else {
+                        partial(0, 8)
+                    };
+                    if !has_minimum(FORMAT) {
+                        s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset_sum(FORMAT, act)));
+                    }
+                    let scale = _mm256_mul_ps(d_w, _mm256_set1_ps(act.d));
+                    acc[j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[j]);
+                    if has_minimum(FORMAT) {
+                        acc[j] = _mm256_fmadd_ps(m_w, _mm256_set1_ps(act.ds), acc[j]);
+                    }
                 }
             }
         }
     }
-    for (out, acc) in out.iter_mut().zip(acc) {
-        let values: [f32; 8] = bytemuck::cast(acc);
-        out[8 * half..8 * half + 8].copy_from_slice(&values);
+    for (h, acc) in acc.into_iter().enumerate() {
+        let half = half_of(h);
+        for (out, acc) in out.iter_mut().zip(acc) {
+            let values: [f32; 8] = bytemuck::cast(acc);
+            out[8 * half..8 * half + 8].copy_from_slice(&values);
+        }
     }
 }
 
