@@ -254,7 +254,8 @@ pub(super) fn nibble_slots<const FORMAT: u8>(src: &[u8]) -> [__m512i; 8] {
 }
 
 /// AVX2 + FMA + F16C: one group against the activations of `acts`, results into `out`, as two
-/// halves of 8 rows.
+/// halves of 8 rows: a sweep over the group per half for several activations, one sweep taking
+/// both halves block by block for one.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn avx2<const FORMAT: u8>(
     group: &[u8],

@@ -272,7 +272,9 @@ fn avx512_pass<const FORMAT: u8, const N: usize>(
     }
 }
 
-/// AVX2 + FMA + F16C: one group against `acts`, results into `out`, as two halves of 8 rows.
+/// AVX2 + FMA + F16C: one group against `acts`, results into `out`, as two halves of 8 rows: a
+/// sweep over the group per half, except for one activation of Q2_K, Q3_K or Q6_K, whose one
+/// sweep takes both halves block by block.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn avx2<const FORMAT: u8>(
     group: &[u8],
@@ -284,13 +286,21 @@ pub(super) fn avx2<const FORMAT: u8>(
     while out.len() >= AVX2_ACTS {
         for half in 0..2 {
             let ahead = if half == 0 { ahead } else { &[] };
-            avx2_pass::<FORMAT, AVX2_ACTS>(group, ahead, half, &acts[..AVX2_ACTS], &mut out[..AVX2_ACTS]);
+            avx2_pass::<FORMAT, AVX2_ACTS, 1>(group, ahead, half, &acts[..AVX2_ACTS], &mut out[..AVX2_ACTS]);
         }
         (acts, out, ahead) = (&acts[AVX2_ACTS..], &mut out[AVX2_ACTS..], &[]);
     }
+    if out.len() == 1 && k_sixteen(FORMAT) {
+        // One activation (a decode step): both halves of each block in one sweep over the group
+        // (see `repacked::avx2`). Llama 8B's FFN shapes from DRAM on a Zen 1: Q6_K 9.6 -> 8.6 ms,
+        // Q3_K 5.9 -> 5.6 ms at one thread; Q4_K and Q5_K ran 0-5 % slower so, and keep a sweep
+        // per half.
+        avx2_pass::<FORMAT, 1, 2>(group, ahead, 0, acts, out);
+        return;
+    }
     for_count!(out.len(), [1, 2, 3], N => for half in 0..2 {
         let ahead = if half == 0 { ahead } else { &[] };
-        avx2_pass::<FORMAT, N>(group, ahead, half, acts, out);
+        avx2_pass::<FORMAT, N, 1>(group, ahead, half, acts, out);
     });
 }
 
@@ -432,7 +442,7 @@ fn avx_vnni_pass<const FORMAT: u8, const N: usize>(
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn avx2_pass<const FORMAT: u8, const N: usize>(
+fn avx2_pass<const FORMAT: u8, const N: usize, const HALVES: usize>(
     group: &[u8],
     ahead: &[u8],
     half: usize,
@@ -440,7 +450,10 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
     out: &mut [[f32; GROUP_ROWS]],
 ) {
     let l = layout(FORMAT);
-    let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
+    // HALVES = 1: rows 8·half.. of the group; 2: both halves, block by block (as in
+    // `repacked::avx2_pass`).
+    let half_of = |r: usize| if HALVES == 2 { r } else { half };
+    let mut acc: [[__m256; N]; HALVES] = [[_mm256_setzero_ps(); N]; HALVES];
     let (low_word, high_word) = (_mm256_set1_epi32(0xFFFF), _mm256_set1_epi32(-0x1_0000));
     // (sc, sc) in each i32 lane, from a lane's (sc_2p, sc_2p+1).
     let replicated = |pairs: __m256i| {
@@ -451,108 +464,119 @@ fn avx2_pass<const FORMAT: u8, const N: usize>(
     };
     for (b, src) in group.chunks_exact(l.bytes).enumerate() {
         prefetch(ahead, b * l.bytes, l.bytes);
-        // Row half `half` of a pair vector or of the f16 scales (16 bytes).
-        let load_pairs =
-            |bytes: &[u8], at: usize| pod_read_unaligned::<__m128i>(&bytes[at + 16 * half..at + 16 * half + 16]);
-        let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
-        let mut sums = [_mm256_setzero_si256(); N];
-        if !k_sixteen(FORMAT) {
-            let mut mins = [_mm256_setzero_si256(); N];
-            for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
-                let scales = replicated(_mm256_cvtepu8_epi16(load_pairs(part, l.scales)));
-                for (h, &scale) in scales.iter().enumerate() {
-                    let j = 2 * p + h;
-                    let w: [__m256i; 8] = std::array::from_fn(|c| half_slot_bytes::<FORMAT>(part, h, c, half));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let half = half_of(r);
+            // Row half `half` of a pair vector or of the f16 scales (16 bytes).
+            let load_pairs =
+                |bytes: &[u8], at: usize| pod_read_unaligned::<__m128i>(&bytes[at + 16 * half..at + 16 * half + 16]);
+            let parts: [_; N] = std::array::from_fn(|n| act_block(&acts[n], b));
+            let mut sums = [_mm256_setzero_si256(); N];
+            if !k_sixteen(FORMAT) {
+                let mut mins = [_mm256_setzero_si256(); N];
+                for (p, part) in src[..4 * l.part].chunks_exact(l.part).enumerate() {
+                    let scales = replicated(_mm256_cvtepu8_epi16(load_pairs(part, l.scales)));
+                    for (h, &scale) in scales.iter().enumerate() {
+                        let j = 2 * p + h;
+                        let w: [__m256i; 8] = std::array::from_fn(|c| half_slot_bytes::<FORMAT>(part, h, c, half));
+                        for n in 0..N {
+                            let qs = parts[n].0;
+                            // Q4_K's 8 slots sum within i16 (≤ 30,720), Q5_K's in two halves of 4.
+                            let partial = |from: usize, to: usize| {
+                                let mut s =
+                                    _mm256_maddubs_epi16(w[from], _mm256_set1_epi32(word(qs, 32 * j + 4 * from)));
+                                // A slice and a range (see `repacked::avx2_pass`).
+                                for (&w, c) in w[from + 1..to].iter().zip(from + 1..) {
+                                    let a = _mm256_set1_epi32(word(qs, 32 * j + 4 * c));
+                                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w, a));
+                                }
+                                _mm256_madd_epi16(s, scale)
+                            };
+                            let s = if FORMAT == Q5_K {
+                                _mm256_add_epi32(partial(0, 4), partial(4, 8))
+                            } else {
+                                partial(0, 8)
+                            };
+                            sums[n] = _mm256_add_epi32(sums[n], s);
+                        }
+                    }
+                    let minimums = _mm256_cvtepu8_epi16(load_pairs(part, l.minimums));
                     for n in 0..N {
-                        let qs = parts[n].0;
-                        // Q4_K's 8 slots sum within i16 (≤ 30,720), Q5_K's in two halves of 4.
-                        let partial = |from: usize, to: usize| {
-                            let mut s = _mm256_maddubs_epi16(w[from], _mm256_set1_epi32(word(qs, 32 * j + 4 * from)));
-                            // A slice and a range (see `repacked::avx2_pass`).
-                            for (&w, c) in w[from + 1..to].iter().zip(from + 1..) {
-                                let a = _mm256_set1_epi32(word(qs, 32 * j + 4 * c));
-                                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w, a));
-                            }
-                            _mm256_madd_epi16(s, scale)
-                        };
-                        let s =
-                            if FORMAT == Q5_K { _mm256_add_epi32(partial(0, 4), partial(4, 8)) } else { partial(0, 8) };
-                        sums[n] = _mm256_add_epi32(sums[n], s);
+                        let bsums = parts[n].1;
+                        let sum = |j: usize| i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]);
+                        let a = _mm256_set1_epi32(pair(sum(2 * p), sum(2 * p + 1)));
+                        mins[n] = _mm256_add_epi32(mins[n], _mm256_madd_epi16(minimums, a));
                     }
                 }
-                let minimums = _mm256_cvtepu8_epi16(load_pairs(part, l.minimums));
+                let d_w = _mm256_cvtph_ps(load_pairs(src, l.d));
+                let dmin_w = _mm256_cvtph_ps(load_pairs(src, l.dmin));
                 for n in 0..N {
-                    let bsums = parts[n].1;
-                    let sum = |j: usize| i32::from(bsums[2 * j]) + i32::from(bsums[2 * j + 1]);
-                    let a = _mm256_set1_epi32(pair(sum(2 * p), sum(2 * p + 1)));
-                    mins[n] = _mm256_add_epi32(mins[n], _mm256_madd_epi16(minimums, a));
-                }
-            }
-            let d_w = _mm256_cvtph_ps(load_pairs(src, l.d));
-            let dmin_w = _mm256_cvtph_ps(load_pairs(src, l.dmin));
-            for n in 0..N {
-                let d_a = _mm256_set1_ps(parts[n].2);
-                acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, d_a), _mm256_cvtepi32_ps(sums[n]), acc[n]);
-                acc[n] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_w, d_a), _mm256_cvtepi32_ps(mins[n]), acc[n]);
-            }
-        } else {
-            let mut correction = [_mm256_setzero_si256(); N];
-            for (p, part) in src[..8 * l.part].chunks_exact(l.part).enumerate() {
-                // Each half's i16 sums first, the scale pairs (after the slots and high bits)
-                // last: the part is read front to back (one activation from DRAM: 5.18 -> 3.46 ms
-                // on Llama 8B's FFN down; Q4_K's and Q5_K's kernels measured no faster so).
-                let mut halves = [[[_mm256_setzero_si256(); 2]; N]; 2];
-                for (h, halves) in halves.iter_mut().enumerate() {
-                    let j = 2 * p + h;
-                    let w: [__m256i; 4] = std::array::from_fn(|k| half_slot_bytes::<FORMAT>(part, h, k, half));
-                    for n in 0..N {
-                        let qs = parts[n].0;
-                        let product =
-                            |k: usize| _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(word(qs, 16 * j + 4 * k)));
-                        halves[n] =
-                            [_mm256_add_epi16(product(0), product(1)), _mm256_add_epi16(product(2), product(3))];
-                    }
-                }
-                // Q3_K, Q6_K: Σ sc_j·Σa_j, the offset's term; Q2_K: each byte's scale in its low
-                // nibble and its minimum in the high one, and Σ m_j·Σa_j, the minimums' term.
-                let (pairs, terms) = if k_signed(FORMAT) {
-                    let pairs = _mm256_cvtepi8_epi16(load_pairs(part, l.scales));
-                    (pairs, pairs)
-                } else {
-                    let bytes = _mm256_cvtepu8_epi16(load_pairs(part, l.scales));
-                    (_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16(bytes, 4))
-                };
-                for n in 0..N {
-                    let bsums = parts[n].1;
-                    let a = _mm256_set1_epi32(pair(i32::from(bsums[2 * p]), i32::from(bsums[2 * p + 1])));
-                    correction[n] = _mm256_add_epi32(correction[n], _mm256_madd_epi16(terms, a));
-                }
-                for (halves, scale) in halves.iter().zip(replicated(pairs)) {
-                    for (sum, [first, second]) in sums.iter_mut().zip(halves) {
-                        let first = _mm256_madd_epi16(*first, scale);
-                        let second = _mm256_madd_epi16(*second, scale);
-                        *sum = _mm256_add_epi32(*sum, _mm256_add_epi32(first, second));
-                    }
-                }
-            }
-            let d_w = _mm256_cvtph_ps(load_pairs(src, l.d));
-            for n in 0..N {
-                let d_a = _mm256_set1_ps(parts[n].2);
-                if k_signed(FORMAT) {
-                    // The offset's term: 32 (Q6_K) or 4 (Q3_K) times Σ sc_j·Σa_j.
-                    let offset = _mm256_sllv_epi32(correction[n], _mm256_set1_epi32(k_offset_shift(FORMAT) as i32));
-                    let s = _mm256_sub_epi32(sums[n], offset);
-                    acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, d_a), _mm256_cvtepi32_ps(s), acc[n]);
-                } else {
-                    let dmin_w = _mm256_cvtph_ps(load_pairs(src, l.dmin));
+                    let d_a = _mm256_set1_ps(parts[n].2);
                     acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, d_a), _mm256_cvtepi32_ps(sums[n]), acc[n]);
-                    acc[n] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_w, d_a), _mm256_cvtepi32_ps(correction[n]), acc[n]);
+                    acc[n] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin_w, d_a), _mm256_cvtepi32_ps(mins[n]), acc[n]);
+                }
+            } else {
+                let mut correction = [_mm256_setzero_si256(); N];
+                for (p, part) in src[..8 * l.part].chunks_exact(l.part).enumerate() {
+                    // Each half's i16 sums first, the scale pairs (after the slots and high bits)
+                    // last: the part is read front to back (one activation from DRAM: 5.18 -> 3.46 ms
+                    // on Llama 8B's FFN down; Q4_K's and Q5_K's kernels measured no faster so).
+                    let mut halves = [[[_mm256_setzero_si256(); 2]; N]; 2];
+                    for (h, halves) in halves.iter_mut().enumerate() {
+                        let j = 2 * p + h;
+                        let w: [__m256i; 4] = std::array::from_fn(|k| half_slot_bytes::<FORMAT>(part, h, k, half));
+                        for n in 0..N {
+                            let qs = parts[n].0;
+                            let product =
+                                |k: usize| _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(word(qs, 16 * j + 4 * k)));
+                            halves[n] =
+                                [_mm256_add_epi16(product(0), product(1)), _mm256_add_epi16(product(2), product(3))];
+                        }
+                    }
+                    // Q3_K, Q6_K: Σ sc_j·Σa_j, the offset's term; Q2_K: each byte's scale in its low
+                    // nibble and its minimum in the high one, and Σ m_j·Σa_j, the minimums' term.
+                    let (pairs, terms) = if k_signed(FORMAT) {
+                        let pairs = _mm256_cvtepi8_epi16(load_pairs(part, l.scales));
+                        (pairs, pairs)
+                    } else {
+                        let bytes = _mm256_cvtepu8_epi16(load_pairs(part, l.scales));
+                        (_mm256_and_si256(bytes, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16(bytes, 4))
+                    };
+                    for n in 0..N {
+                        let bsums = parts[n].1;
+                        let a = _mm256_set1_epi32(pair(i32::from(bsums[2 * p]), i32::from(bsums[2 * p + 1])));
+                        correction[n] = _mm256_add_epi32(correction[n], _mm256_madd_epi16(terms, a));
+                    }
+                    for (halves, scale) in halves.iter().zip(replicated(pairs)) {
+                        for (sum, [first, second]) in sums.iter_mut().zip(halves) {
+                            let first = _mm256_madd_epi16(*first, scale);
+                            let second = _mm256_madd_epi16(*second, scale);
+                            *sum = _mm256_add_epi32(*sum, _mm256_add_epi32(first, second));
+                        }
+                    }
+                }
+                let d_w = _mm256_cvtph_ps(load_pairs(src, l.d));
+                for n in 0..N {
+                    let d_a = _mm256_set1_ps(parts[n].2);
+                    if k_signed(FORMAT) {
+                        // The offset's term: 32 (Q6_K) or 4 (Q3_K) times Σ sc_j·Σa_j.
+                        let offset = _mm256_sllv_epi32(correction[n], _mm256_set1_epi32(k_offset_shift(FORMAT) as i32));
+                        let s = _mm256_sub_epi32(sums[n], offset);
+                        acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, d_a), _mm256_cvtepi32_ps(s), acc[n]);
+                    } else {
+                        let dmin_w = _mm256_cvtph_ps(load_pairs(src, l.dmin));
+                        acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d_w, d_a), _mm256_cvtepi32_ps(sums[n]), acc[n]);
+                        acc[n] =
+                            _mm256_fnmadd_ps(_mm256_mul_ps(dmin_w, d_a), _mm256_cvtepi32_ps(correction[n]), acc[n]);
+                    }
                 }
             }
         }
     }
-    for (out, acc) in out.iter_mut().zip(acc) {
-        let values: [f32; 8] = bytemuck::cast(acc);
-        out[8 * half..8 * half + 8].copy_from_slice(&values);
+    for (r, acc) in acc.into_iter().enumerate() {
+        let half = half_of(r);
+        for (out, acc) in out.iter_mut().zip(acc) {
+            let values: [f32; 8] = bytemuck::cast(acc);
+            out[8 * half..8 * half + 8].copy_from_slice(&values);
+        }
     }
 }
