@@ -146,11 +146,20 @@ fn measure_on<B: Backend>(
     let (prefill_med, decode_med) = (median(&mut prefill), median(&mut decode));
     let on = MeasuredOn::new(path, device)?;
     let (repacked, repacked_bytes) = model.backend.repacked();
+    let (declined, declined_bytes) = model.backend.repack_declined();
     if !opts.json {
         let mut text = on.header(threads, opts.reps);
         if repacked > 0 {
             let mib = repacked_bytes as f64 / (1 << 20) as f64;
             text += &format!("repacked {repacked} matrices, {mib:.1} MiB copied (8-bit activations)\n");
+        }
+        if declined > 0 {
+            let mib = declined_bytes as f64 / (1 << 20) as f64;
+            text += &format!(
+                "left {declined} {} in place: {} ({mib:.1} MiB) would pass the repacking memory budget\n",
+                if declined == 1 { "matrix" } else { "matrices" },
+                if declined == 1 { "its copy" } else { "their copies" }
+            );
         }
         if let Some(v) = prefill_med {
             text += &format!("prefill  pp{:<6} {v:>10.2} tok/s  (median; {})\n", opts.prompt, spread(&prefill));
@@ -181,6 +190,8 @@ fn measure_on<B: Backend>(
             "vector_kernels": on.vectors,
             "repacked_matrices": repacked,
             "repacked_bytes": repacked_bytes,
+            "repack_declined_matrices": declined,
+            "repack_declined_bytes": declined_bytes,
             "profile": profile.as_ref().map(Profile::json),
         });
         format!("{object}\n")

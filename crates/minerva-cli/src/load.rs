@@ -16,7 +16,7 @@ use std::sync::Arc;
 use minerva_core::DType;
 use minerva_generate::Tokenizer;
 use minerva_gguf::{Gguf, Mmap};
-use minerva_model::{Backend, CpuBackend, Model, Repack, SourceFormat};
+use minerva_model::{Backend, CpuBackend, Model, Repack, RepackMemory, SourceFormat};
 
 use crate::device::Device;
 use crate::error::CliError;
@@ -70,6 +70,32 @@ pub struct ModelArgs {
     /// 3), `on` everywhere; `off` (default) reads every weight in place.
     #[arg(long, value_enum, value_name = "MODE", default_value_t)]
     pub repack: RepackMode,
+    /// CPU, with --repack auto: the most memory the repacked copies may take (e.g. 8GiB); the
+    /// matrices past it stay in place. Default: half the memory available when the first is
+    /// copied (the copies cannot be paged out as the file's pages can).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub repack_memory: Option<u64>,
+}
+
+/// A size in bytes: a number with an optional unit (K, M, G, T; KiB… or KB…, all powers of 1024).
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("unknown unit {unit:?} (use B, KiB, MiB, GiB or TiB)")),
+    };
+    let value: f64 = number.parse().map_err(|_| format!("{s:?} is not a size such as 2GiB"))?;
+    let bytes = value * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
+        return Err(format!("{s:?} is not a size in range"));
+    }
+    Ok(bytes as u64)
 }
 
 /// `--repack`.
@@ -193,7 +219,10 @@ pub fn with_models<T: ModelTask>(args: &ModelArgs, draft: Option<&Path>, task: T
                         .with_f32_activations(args.f32_activations)
                         .with_mxfp4_copies(args.mxfp4_copies)
                         .with_mlx_affine_copies(args.mlx_affine_copies)
-                        .with_repack(args.repack.mode()),
+                        .with_repack(args.repack.mode())
+                        .with_repack_memory(
+                            args.repack_memory.map_or(RepackMemory::HalfAvailable, RepackMemory::Bytes),
+                        ),
                 )
             };
             let mut loaded = load(path.clone(), backend(&path)?)?;
@@ -323,5 +352,22 @@ pub fn tokenizer_only(path: &Path) -> Result<Tokenizer, CliError> {
             let gguf = Gguf::open(path).map_err(CliError::gguf(path))?;
             Tokenizer::from_gguf(&gguf).map_err(gen_err)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_binary_units() {
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("2 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("GiB").is_err());
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("1e30").is_err());
     }
 }

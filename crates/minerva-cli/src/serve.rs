@@ -31,7 +31,7 @@ pub struct ServeArgs {
     pub ctx_size: Option<usize>,
     /// Memory of the KV cache's block pool, shared by all sequences as they grow (`2GiB`, `512MiB`,
     /// `1.5G`, bytes; default: enough for every slot at full context, within half the free memory).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::load::parse_size)]
     pub kv_memory: Option<u64>,
     /// Most tokens in one forward step (long prompts are prefilled in chunks of this size).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
@@ -90,41 +90,18 @@ pub struct ServeArgs {
     pub spec_max_batch: Option<usize>,
 }
 
-/// A size in bytes: a number with an optional unit (K, M, G, T; KiB… or KB…, all powers of 1024).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("unknown unit {unit:?} (use B, KiB, MiB, GiB or TiB)")),
-    };
-    let value: f64 = number.parse().map_err(|_| format!("{s:?} is not a size such as 2GiB"))?;
-    let bytes = value * (1u64 << shift) as f64;
-    if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
-        return Err(format!("{s:?} is not a size in range"));
-    }
-    Ok(bytes as u64)
-}
-
 fn parse_tool_format(s: &str) -> Result<minerva_generate::ToolFormat, String> {
     s.parse().map_err(|e: minerva_generate::GenerateError| e.to_string().trim_start_matches("grammar: ").to_string())
 }
 
-/// Half the memory available now, for the KV cache when the context size is automatic.
 fn parse_pooling(s: &str) -> Result<minerva_model::Pooling, String> {
     s.parse().map_err(|e: minerva_model::embedding::UnknownPooling| e.to_string())
 }
 
+/// Half the memory available now, for the KV cache when the context size is automatic (4 GiB
+/// where the system does not say).
 fn kv_budget() -> u64 {
-    let available_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        m.lines().find_map(|l| l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
-    });
-    available_kb.map_or(4 << 30, |kb| kb * 1024 / 2)
+    minerva_model::cpu::available_memory().map_or(4 << 30, |bytes| bytes / 2)
 }
 
 /// Resolves SIGINT or SIGTERM.
@@ -313,21 +290,4 @@ fn spec_words(config: &SpecConfig, draft: Option<&std::path::Path>) -> String {
         format!("batches of up to {} sequences", config.max_batch)
     };
     format!(" | speculative: {drafter}, up to {} drafted, {bound}", config.draft_max)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_take_binary_units() {
-        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
-        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("2 parsecs").unwrap_err().contains("unknown unit"));
-        assert!(parse_size("GiB").is_err());
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("1e30").is_err());
-    }
 }

@@ -102,6 +102,48 @@ fn repacking_is_reported_where_it_happens() {
     assert!(text.contains("repacked 211 matrices"), "{text}");
 }
 
+/// `--repack-memory`: `auto` copies no more than it allows and says what it left in place.
+#[test]
+fn repacking_memory_budget_is_kept_and_reported() {
+    let smollm2 = real_model();
+    let bench = |extra: &[&str]| {
+        let mut args = vec![os("bench"), smollm2.as_os_str(), os("-p"), os("8"), os("-n"), os("0"), os("-r"), os("1")];
+        args.extend([os("--repack"), os("auto")]);
+        args.extend(extra.iter().map(|s| os(s)));
+        let out = minerva(&args);
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    let json = |extra: &[&str]| -> serde_json::Value {
+        serde_json::from_slice(&bench(&[extra, &["--json"]].concat()).stdout).expect("one JSON object")
+    };
+    let counts = |json: &serde_json::Value, what: &str| {
+        (json[format!("{what}_matrices")].as_u64().unwrap(), json[format!("{what}_bytes")].as_u64().unwrap())
+    };
+    let all = json(&[]);
+    let copied = counts(&all, "repacked");
+    if copied.0 == 0 {
+        // No repacked kernel pays on this CPU: nothing to budget (repacking_is_reported_where_it_happens).
+        assert!(!minerva_quant::repacking_pays(minerva_core::DType::Q4_1));
+        return;
+    }
+    assert_eq!(counts(&all, "repack_declined"), (0, 0));
+    let budget = copied.1 / 3;
+    let part = json(&["--repack-memory", &budget.to_string()]);
+    let (made, declined) = (counts(&part, "repacked"), counts(&part, "repack_declined"));
+    assert!(made.0 > 0 && made.1 <= budget && declined.0 > 0, "{part}");
+    assert_eq!((made.0 + declined.0, made.1 + declined.1), copied);
+    let text = bench(&["--repack-memory", "1KiB"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let mib = copied.1 as f64 / (1 << 20) as f64;
+    let expected = format!("left {} matrices in place: their copies ({mib:.1} MiB) would pass", copied.0);
+    assert!(text.contains(&expected) && !text.lines().any(|l| l.starts_with("repacked ")), "{text}");
+    assert_one_line_error(
+        &minerva(&[os("bench"), smollm2.as_os_str(), os("--repack-memory"), os("lots")]),
+        "--repack-memory",
+    );
+}
+
 #[test]
 fn text_output_and_skipped_phases() {
     let model = real_model();

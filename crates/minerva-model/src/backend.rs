@@ -490,6 +490,13 @@ pub trait Backend: Send + Sync + 'static {
         (0, 0)
     }
 
+    /// Matrices this backend left in their own layout because copying them would have gone past
+    /// its memory budget (the CPU's `Repack::Auto`), and the bytes those copies would have taken;
+    /// the default: none.
+    fn repack_declined(&self) -> (usize, usize) {
+        (0, 0)
+    }
+
     /// Whether this backend makes something of a weight at its first product (the CPU's
     /// repacked copies): [`crate::Model`] then runs one token through the model when it is
     /// loaded, so that the copies are made while loading, not in the first request's time. The

@@ -78,7 +78,7 @@ pub use backend::{
     MoeParams, SeqSpan, WeightSource, argmax,
 };
 pub use config::Config;
-pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight, Repack};
+pub use cpu::{CpuBackend, CpuCache, CpuTensor, CpuWeight, Repack, RepackMemory};
 pub use embedding::Pooling;
 pub use error::{ModelError, Result};
 pub use model::{Hidden, Logits, LogitsFor, Model, SequenceInput};

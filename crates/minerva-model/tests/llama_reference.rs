@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use minerva_model::{Backend, CpuBackend, LogitsFor, Model, Repack, SequenceInput};
+use minerva_model::{Backend, CpuBackend, LogitsFor, Model, Repack, RepackMemory, SequenceInput};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -138,4 +138,32 @@ fn repacked_copies_are_made_at_load() {
     assert_eq!(loaded(backend().with_repack(Repack::On)), (211, 96_436_224));
     assert_eq!(loaded(backend()), (0, 0));
     assert_eq!(loaded(backend().with_repack(Repack::On).with_f32_activations(true)), (0, 0));
+}
+
+/// `auto`'s copies stay within their memory budget: matrix by matrix, in the order the warm-up
+/// token reaches them, a copy that would pass it is not made and the matrix is read in place
+/// (counted as declined, with the bytes its copy would have taken); `on` copies regardless.
+#[test]
+fn auto_repacks_within_its_memory_budget() {
+    let path = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let load = |repack: Repack, memory: u64| {
+        let backend =
+            CpuBackend::new(None).unwrap().with_repack(repack).with_repack_memory(RepackMemory::Bytes(memory));
+        let model = Model::load(&path, backend).unwrap();
+        (model.backend.repacked(), model.backend.repack_declined())
+    };
+    // What `auto` copies on this CPU with room for everything (AVX2 or AVX-512: every matrix).
+    let (all, none_declined) = load(Repack::Auto, u64::MAX);
+    assert_eq!(none_declined, (0, 0));
+    assert!(all.0 > 0, "auto repacks nothing on this CPU: the budget is not exercised");
+    // No room: every one of those matrices declined, with the bytes of its copy.
+    assert_eq!(load(Repack::Auto, 1), ((0, 0), all));
+    // Room for half: some copied, within it, the rest declined; together what `auto` copies.
+    let half = all.1 as u64 / 2;
+    let (made, declined) = load(Repack::Auto, half);
+    assert!(made.0 > 0 && declined.0 > 0, "{made:?} copied, {declined:?} declined");
+    assert!(made.1 as u64 <= half, "{} bytes copied past a budget of {half}", made.1);
+    assert_eq!((made.0 + declined.0, made.1 + declined.1), all);
+    // `on` was asked for whatever the copies cost.
+    assert_eq!(load(Repack::On, 1), ((211, 96_436_224), (0, 0)));
 }

@@ -197,14 +197,13 @@ impl Repacked {
         }
         let row_bytes = crate::Matrix::Blocks { dtype, bytes }.check_shape(rows, cols)?;
         let group_bytes = group_bytes(dtype, cols)?;
-        let groups = rows.div_ceil(GROUP_ROWS);
-        let total = groups.checked_mul(group_bytes).ok_or(QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })?;
+        let total = Self::groups_bytes(dtype, rows, cols)?;
         // Zeroed bytes (alignment 1) are `calloc`'s: pages fresh from the OS, first touched by the
         // pool thread that packs into them. A zeroed allocation aligned to 64 was a `memset` on
         // this thread instead, faulting in every page one by one: a quarter of the samples of a
         // Llama 8B load. 63 more bytes let the groups start on a line.
-        let held = total.next_multiple_of(64);
         let too_large = || QuantError::ShapeOverflow { dtype, rows, cols, n: 1 };
+        let held = total.checked_next_multiple_of(64).ok_or_else(too_large)?;
         let mut storage = bytemuck::allocation::try_zeroed_vec::<u8>(held.checked_add(63).ok_or_else(too_large)?)
             .map_err(|_| too_large())?;
         let start = storage.as_ptr().align_offset(64).min(63);
@@ -218,6 +217,23 @@ impl Repacked {
             });
         }
         Ok(Repacked { dtype, rows, cols, storage, start })
+    }
+
+    /// The bytes [`Repacked::new`] would hold for `rows × cols` of `dtype` (its
+    /// [`Repacked::len_bytes`]), without making the copy: what a caller weighs against the memory
+    /// it has before asking for one.
+    pub fn len_bytes_for(dtype: DType, rows: usize, cols: usize) -> Result<usize, QuantError> {
+        if !is_repackable(dtype) {
+            return Err(QuantError::Unsupported { dtype, operation: "repacking" });
+        }
+        let total = Self::groups_bytes(dtype, rows, cols)?;
+        total.checked_next_multiple_of(64).ok_or(QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })
+    }
+
+    /// The bytes of the groups of `rows × cols` of `dtype`.
+    fn groups_bytes(dtype: DType, rows: usize, cols: usize) -> Result<usize, QuantError> {
+        let groups = rows.div_ceil(GROUP_ROWS);
+        groups.checked_mul(group_bytes(dtype, cols)?).ok_or(QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })
     }
 
     /// The weights' dtype.
@@ -271,6 +287,23 @@ pub struct RepackedView<'a> {
 }
 
 impl<'a> RepackedView<'a> {
+    /// The bytes [`Repacked::new`] would hold for `rows × cols` of `dtype` (its
+    /// [`Repacked::len_bytes`]), without making the copy: what a caller weighs against the memory
+    /// it has before asking for one.
+    pub fn len_bytes_for(dtype: DType, rows: usize, cols: usize) -> Result<usize, QuantError> {
+        if !is_repackable(dtype) {
+            return Err(QuantError::Unsupported { dtype, operation: "repacking" });
+        }
+        let total = Self::groups_bytes(dtype, rows, cols)?;
+        total.checked_next_multiple_of(64).ok_or(QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })
+    }
+
+    /// The bytes of the groups of `rows × cols` of `dtype`.
+    fn groups_bytes(dtype: DType, rows: usize, cols: usize) -> Result<usize, QuantError> {
+        let groups = rows.div_ceil(GROUP_ROWS);
+        groups.checked_mul(group_bytes(dtype, cols)?).ok_or(QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })
+    }
+
     /// The weights' dtype.
     pub fn dtype(&self) -> DType {
         self.dtype

@@ -24,7 +24,7 @@ use crate::error::{ModelError, Result};
 use crate::kv_blocks::BlockTables;
 use crate::rope::{RopeConfig, RopeStyle};
 use aligned::LineAligned;
-pub use repacking::Repack;
+pub use repacking::{Repack, RepackMemory, available_memory};
 
 /// An activation: `rows × cols` f32, row-major. Its buffer is recycled when it is dropped (see
 /// `buffers.rs`).
@@ -153,13 +153,15 @@ impl CpuWeight {
     fn product_matrix(
         &self,
         (repack, int8): (Repack, Int8Activations),
-        counts: &repacking::RepackCounts,
+        (counts, memory): (&repacking::RepackCounts, RepackMemory),
     ) -> Matrix<'_> {
         let int8 = int8.allows();
+        // Only `auto` weighs the copies against memory: `on` was asked for whatever they cost.
+        let budget = (repack == Repack::Auto).then_some(memory);
         let repacked = (matches!(self.layout, Layout::Blocks) && repack.applies(self.dtype, int8))
             .then(|| {
                 let release = || self.file.release(self.range.clone());
-                self.repacked.get(self.dtype, self.bytes(), (self.rows, self.cols), counts, release)
+                self.repacked.get(self.dtype, self.bytes(), (self.rows, self.cols), (counts, budget), release)
             })
             .flatten();
         repacked.unwrap_or_else(|| self.matrix())
@@ -272,6 +274,7 @@ pub struct CpuBackend {
     /// Dequantize MLX affine matrices at load instead of reading them in place.
     mlx_affine_copies: bool,
     repack: Repack,
+    repack_memory: RepackMemory,
     /// Which matrices of the loaded architecture take 8-bit activations (`Backend::prepare_for`):
     /// what `Repack::Auto` asks.
     int8_activations: repacking::Int8Scope,
@@ -297,6 +300,7 @@ impl CpuBackend {
             mxfp4_copies: false,
             mlx_affine_copies: false,
             repack: Repack::Off,
+            repack_memory: RepackMemory::default(),
             int8_activations: Default::default(),
             repacked: Default::default(),
         })
@@ -339,6 +343,14 @@ impl CpuBackend {
     /// default: what the reference tests compare against).
     pub fn with_repack(mut self, repack: Repack) -> CpuBackend {
         self.repack = repack;
+        self
+    }
+
+    /// How much memory `Repack::Auto`'s copies may take (by default half of what the system has
+    /// available at the first copy): matrices whose copies would go past it are read in place,
+    /// and counted in `Backend::repack_declined`.
+    pub fn with_repack_memory(mut self, memory: RepackMemory) -> CpuBackend {
+        self.repack_memory = memory;
         self
     }
 
@@ -518,6 +530,10 @@ impl Backend for CpuBackend {
         self.repacked.get()
     }
 
+    fn repack_declined(&self) -> (usize, usize) {
+        self.repacked.declined()
+    }
+
     fn makes_copies_at_first_product(&self) -> bool {
         self.repack != Repack::Off && !self.f32_activations
     }
@@ -613,8 +629,11 @@ impl Backend for CpuBackend {
         }
         // i16 activations for the 32-value block formats (Q8_0 activations cost SmolLM2 two points
         // of top-1 agreement with an f32 reference; i16 matches it), Q8_K for the K-quants.
-        let (matrix, rows, cols) =
-            (self.install(|| w.product_matrix(self.repack_mode(), &self.repacked)), w.rows, w.cols);
+        let (matrix, rows, cols) = (
+            self.install(|| w.product_matrix(self.repack_mode(), (&self.repacked, self.repack_memory))),
+            w.rows,
+            w.cols,
+        );
         self.install(|| minerva_quant::matmul_i16_matrix(matrix, rows, cols, &x.data, x.rows, &mut out.data))?;
         Ok(out)
     }
@@ -630,7 +649,7 @@ impl Backend for CpuBackend {
         let mut outs = ws.map(|w| CpuTensor::for_output(x.rows, w.rows));
         let mut out_iter = outs.iter_mut();
         let mut products = ws.map(|w| minerva_quant::Product {
-            matrix: self.install(|| w.product_matrix(self.repack_mode(), &self.repacked)),
+            matrix: self.install(|| w.product_matrix(self.repack_mode(), (&self.repacked, self.repack_memory))),
             rows: w.rows,
             ys: &mut out_iter.next().expect("one output per weight").data,
         });

@@ -198,7 +198,7 @@ fn swiglu_oai(gate: f32, up: f32, alpha: f32, limit: f32) -> f32 {
 /// of the repacked copy where `--repack` makes one (the whole stack at its first product, with
 /// 8-bit activations: `Repack::applies`), else in place.
 fn expert_matrix<'a>(backend: &CpuBackend, w: &'a CpuWeight, e: usize, rows: usize) -> Result<Matrix<'a>> {
-    let matrix = w.product_matrix(backend.repack_mode(), &backend.repacked);
+    let matrix = w.product_matrix(backend.repack_mode(), (&backend.repacked, backend.repack_memory));
     matrix.rows(e * rows, rows, w.cols).map_err(|err| checks::operands("moe", format!("{}: {err}", w.name)))
 }
 

@@ -10,6 +10,11 @@
 //! tensor; the file's pages it was read from are then given back (`ByteSource::release`:
 //! `MADV_DONTNEED` on a GGUF file's map), so resident memory holds the copy, not both (a tied
 //! embedding table's rows are read from the file again, a page per looked-up row).
+//!
+//! Under `Repack::Auto` the copies also have a memory budget ([`RepackMemory`]): a file's pages
+//! can be evicted under pressure and read again, an anonymous copy cannot, so a model whose copies
+//! would not fit beside what else needs memory keeps the matrices past the budget in place (each
+//! matrix is decided at its first product, in the order the warm-up token reaches them).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +67,46 @@ impl Repack {
     }
 }
 
+/// How much memory `Repack::Auto`'s copies may take (`Repack::On` copies whatever memory there
+/// is, an allocation that fails leaving the matrix in place).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RepackMemory {
+    /// Half the memory the system has available (Linux: `MemAvailable`) when the first copy is
+    /// made, the other half left for the KV cache (which `minerva serve` sizes at half the
+    /// available memory too), activations, and the file's pages of the matrices read in place.
+    /// Where the system does not say (no `/proc/meminfo`), no budget.
+    #[default]
+    HalfAvailable,
+    /// At most this many bytes of copies.
+    Bytes(u64),
+}
+
+impl RepackMemory {
+    /// The budget in bytes (`usize::MAX`: none).
+    fn resolve(self) -> usize {
+        let bytes = match self {
+            RepackMemory::HalfAvailable => available_memory().map_or(u64::MAX, |b| b / 2),
+            RepackMemory::Bytes(b) => b,
+        };
+        usize::try_from(bytes).unwrap_or(usize::MAX)
+    }
+}
+
+/// The memory the system says it can give a process without swapping, in bytes (Linux's
+/// `MemAvailable`: free memory plus the caches it can drop); `None` where it does not say.
+pub fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo_available(&meminfo)
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
+fn meminfo_available(meminfo: &str) -> Option<u64> {
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())?;
+    kib.checked_mul(1024)
+}
+
 /// A weight's repacked copy, made at its first product (`None` inside: repacking failed, e.g. for
 /// memory, and the weight is read in place).
 #[derive(Default)]
@@ -85,38 +130,109 @@ impl Int8Scope {
     }
 }
 
-/// What a backend has repacked so far: matrices and bytes.
+/// What a backend has repacked so far, matrices and bytes, and what it left in place because the
+/// copies would have gone past `Repack::Auto`'s memory budget.
 #[derive(Default)]
 pub(super) struct RepackCounts {
     matrices: AtomicUsize,
     bytes: AtomicUsize,
+    declined: AtomicUsize,
+    declined_bytes: AtomicUsize,
+    /// The copies' budget in bytes, resolved at the first copy under `Repack::Auto`.
+    budget: OnceLock<usize>,
+    /// Bytes of the budget taken: copies made and being made.
+    reserved: AtomicUsize,
 }
 
 impl RepackCounts {
-    /// (matrices, bytes).
+    /// (matrices, bytes) repacked.
     pub(super) fn get(&self) -> (usize, usize) {
         (self.matrices.load(Ordering::Relaxed), self.bytes.load(Ordering::Relaxed))
+    }
+
+    /// (matrices, bytes their copies would have taken) left in place for memory.
+    pub(super) fn declined(&self) -> (usize, usize) {
+        (self.declined.load(Ordering::Relaxed), self.declined_bytes.load(Ordering::Relaxed))
+    }
+
+    /// Takes `bytes` of the budget (`memory`, resolved now if this is the first copy), or counts
+    /// the matrix as declined and says no.
+    fn reserve(&self, bytes: usize, memory: RepackMemory) -> bool {
+        let budget = *self.budget.get_or_init(|| memory.resolve());
+        let taken = self.reserved.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |reserved| {
+            reserved.checked_add(bytes).filter(|&total| total <= budget)
+        });
+        if taken.is_err() {
+            self.declined.fetch_add(1, Ordering::Relaxed);
+            self.declined_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        taken.is_ok()
+    }
+
+    /// Gives back `bytes` reserved for a copy that was not made.
+    fn unreserve(&self, bytes: usize) {
+        self.reserved.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 
 impl RepackedCopy {
-    /// The repacked matrix of `bytes` (`rows × cols` of `dtype`), made now if it was not yet:
-    /// then counted in `counts`, and `made` runs (to give the file's pages back).
+    /// The repacked matrix of `bytes` (`rows × cols` of `dtype`), made now if it was not yet
+    /// (and, with `budget`, if its bytes fit in what is left of it): then counted in `counts`,
+    /// and `made` runs (to give the file's pages back).
     pub(super) fn get(
         &self,
         dtype: DType,
         bytes: &[u8],
         (rows, cols): (usize, usize),
-        counts: &RepackCounts,
+        (counts, budget): (&RepackCounts, Option<RepackMemory>),
         made: impl FnOnce(),
     ) -> Option<Matrix<'_>> {
         let made = self.copy.get_or_init(|| {
-            let repacked = Repacked::new(dtype, bytes, rows, cols).ok()?;
+            let len = Repacked::len_bytes_for(dtype, rows, cols).ok()?;
+            if budget.is_some_and(|memory| !counts.reserve(len, memory)) {
+                return None;
+            }
+            let Ok(repacked) = Repacked::new(dtype, bytes, rows, cols) else {
+                if budget.is_some() {
+                    counts.unreserve(len);
+                }
+                return None;
+            };
             counts.matrices.fetch_add(1, Ordering::Relaxed);
             counts.bytes.fetch_add(repacked.len_bytes(), Ordering::Relaxed);
             made();
             Some(repacked)
         });
         made.as_ref().map(Repacked::matrix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_available_is_read_in_bytes() {
+        let meminfo = "MemTotal:       24576000 kB\nMemFree:         1000 kB\nMemAvailable:   20480000 kB\n";
+        assert_eq!(meminfo_available(meminfo), Some(20_480_000 * 1024));
+        assert_eq!(meminfo_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(meminfo_available("MemAvailable: lots kB\n"), None);
+        assert_eq!(meminfo_available("MemAvailable: 18446744073709551615 kB\n"), None);
+    }
+
+    /// The budget is taken copy by copy: one that would go past it is declined and counted, a
+    /// smaller one after it may still fit, and bytes given back can be taken again.
+    #[test]
+    fn budget_takes_copies_until_full() {
+        let counts = RepackCounts::default();
+        let memory = RepackMemory::Bytes(100);
+        assert!(counts.reserve(60, memory));
+        assert!(!counts.reserve(50, memory));
+        assert!(counts.reserve(40, memory));
+        assert!(!counts.reserve(1, memory));
+        assert_eq!(counts.declined(), (2, 51));
+        counts.unreserve(40);
+        assert!(counts.reserve(40, memory));
+        assert!(!counts.reserve(usize::MAX, memory));
     }
 }
