@@ -324,6 +324,7 @@ fn bench_repacked(c: &mut Criterion) {
         ("llama8b_14336x4096", DType::Q2_K, 14336, 4096),
         ("llama8b_4096x14336", DType::Q6_K, 4096, 14336),
         ("gptoss_2880x2880", DType::MXFP4, 2880, 2880),
+        ("gemma3_262144x640", DType::Q8_0, 262144, 640),
     ];
     for (label, dtype, rows, cols) in shapes {
         let w = weights(dtype, rows * cols);

@@ -253,6 +253,25 @@ pub(super) fn nibble_slots<const FORMAT: u8>(src: &[u8]) -> [__m512i; 8] {
     })
 }
 
+/// Slot `s` of half `half` (rows `8·half .. 8·half + 8`) of a Q4, Q5 or MXFP4 block (`src`),
+/// decoded to bytes as [`nibble_slots`] decodes a whole one: `packed` (packed slot `s % 4`'s
+/// half) its low nibbles for s < 4, its high ones for s ≥ 4, Q5's fifth bits spread from their
+/// mask and added, MXFP4's nibbles looked up in [`MXFP4_PLUS_12`] (the AVX2 and AVX-VNNI passes).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn nibble_slot_256<const FORMAT: u8>(src: &[u8], packed: __m256i, s: usize, half: usize) -> __m256i {
+    let nibbles = if s < 4 { packed } else { _mm256_srli_epi16(packed, 4) };
+    let nibbles = _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F));
+    if has_fifth_bit(FORMAT) {
+        let word = half_fifth_bits(src, s, half);
+        _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), _mm256_set1_epi8(0x10)))
+    } else if FORMAT == MXFP4 {
+        _mm256_shuffle_epi8(bytemuck::cast::<[u8; 32], __m256i>(mxfp4_table()), nibbles)
+    } else {
+        nibbles
+    }
+}
+
 /// AVX2 + FMA + F16C: one group against the activations of `acts`, results into `out`, as two
 /// halves of 8 rows: a sweep over the group per half for several activations, one sweep taking
 /// both halves block by block for one.
@@ -323,10 +342,7 @@ fn avx_vnni_pass<const FORMAT: u8, const N: usize>(
     let (block, quants) = (block_bytes(FORMAT), quant_bytes(FORMAT));
     let blocks = group.len() / block;
     let mut acc: [__m256; N] = [_mm256_setzero_ps(); N];
-    let low = _mm256_set1_epi8(0x0F);
-    let sixteen = _mm256_set1_epi8(0x10);
     let sign = _mm256_set1_epi8(-128);
-    let table = bytemuck::cast::<[u8; 32], __m256i>(mxfp4_table());
     // Below eight activations, two running sums each, so that a block's eight `vpdpbusd`s are two
     // chains of four; with eight, the activations' chains are enough in flight.
     let chains = if N >= VNNI_ACTS { 1 } else { 2 };
@@ -344,17 +360,7 @@ fn avx_vnni_pass<const FORMAT: u8, const N: usize>(
             let slot = if FORMAT == Q8_0 {
                 _mm256_xor_si256(load(SLOT_BYTES * k), sign)
             } else {
-                let packed = load(SLOT_BYTES * (k % 4));
-                let nibbles = if k < 4 { packed } else { _mm256_srli_epi16(packed, 4) };
-                let nibbles = _mm256_and_si256(nibbles, low);
-                if has_fifth_bit(FORMAT) {
-                    let word = half_fifth_bits(src, k, half);
-                    _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
-                } else if FORMAT == MXFP4 {
-                    _mm256_shuffle_epi8(table, nibbles)
-                } else {
-                    nibbles
-                }
+                nibble_slot_256::<FORMAT>(src, load(SLOT_BYTES * (k % 4)), k, half)
             };
             for j in 0..N {
                 let sum = &mut sums[j][k % chains];
@@ -425,10 +431,7 @@ fn avx2_pass<const FORMAT: u8, const N: usize, const HALVES: usize>(
     // are indexed by the unrolled `h` so that they stay in registers.
     let half_of = |h: usize| if HALVES == 2 { h } else { half };
     let mut acc: [[__m256; N]; HALVES] = [[_mm256_setzero_ps(); N]; HALVES];
-    let low = _mm256_set1_epi8(0x0F);
-    let sixteen = _mm256_set1_epi8(0x10);
     let ones = _mm256_set1_epi16(1);
-    let table = bytemuck::cast::<[u8; 32], __m256i>(mxfp4_table());
     for b in 0..blocks {
         let src = &group[b * block..][..block];
         prefetch(ahead, b * block, block);
@@ -457,21 +460,8 @@ fn avx2_pass<const FORMAT: u8, const N: usize, const HALVES: usize>(
                 }
             } else {
                 let packed: [__m256i; 4] = std::array::from_fn(|c| load(SLOT_BYTES * c));
-                let slots: [__m256i; 8] = std::array::from_fn(|s| {
-                    let nibbles = if s < 4 {
-                        _mm256_and_si256(packed[s], low)
-                    } else {
-                        _mm256_and_si256(_mm256_srli_epi16(packed[s - 4], 4), low)
-                    };
-                    if has_fifth_bit(FORMAT) {
-                        let word = half_fifth_bits(src, s, half);
-                        _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(word), sixteen))
-                    } else if FORMAT == MXFP4 {
-                        _mm256_shuffle_epi8(table, nibbles)
-                    } else {
-                        nibbles
-                    }
-                });
+                let slots: [__m256i; 8] =
+                    std::array::from_fn(|s| nibble_slot_256::<FORMAT>(src, packed[s % 4], s, half));
                 let m_w = if has_minimum(FORMAT) { scales(quants + 32) } else { _mm256_setzero_ps() };
                 for j in 0..N {
                     let act = &acts[j][b];
