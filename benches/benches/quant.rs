@@ -299,7 +299,8 @@ fn bench_batch(c: &mut Criterion) {
 /// Repacked weights (16 rows interleaved, Q8_0 activations) against the zero-copy i16 kernels, at
 /// a Q4_1 matrix larger than an L3 of 32 MiB (as a whole model's weights are, read from DRAM once
 /// per step), SmolLM2's shapes, Llama 1B's and 8B's FFN (K-quants: within L3, and larger), one
-/// GPT-OSS expert (MXFP4), from
+/// GPT-OSS expert (MXFP4), Gemma 3 270M's tied Q8_0 head (178 MB of short rows: three quarters of
+/// the bytes its decode step reads), from
 /// one decode to a 512-token prefill: `repacked/<shape>/<dtype>/n<N>/
 /// {zero-copy,repacked}/<threads>t`.
 fn bench_repacked(c: &mut Criterion) {
