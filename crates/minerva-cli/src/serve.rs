@@ -271,10 +271,25 @@ impl ModelTask for ServeTask {
             None => None,
         };
         let device = loaded.device.as_ref().map_or(self.cpu, |adapter| format!("wgpu ({adapter})"));
+        let device = device + &repack_words(loaded.model.backend.repacked(), loaded.model.backend.repack_declined());
         let _ = self.device.set(device);
         self.runner.run_served(move || Ok(Served { model: loaded.model, tokenizer, draft }));
         Ok(())
     }
+}
+
+/// The startup line's words for the matrices repacked and those the repacking memory budget left
+/// in place (none: nothing).
+fn repack_words((repacked, bytes): (usize, usize), (declined, declined_bytes): (usize, usize)) -> String {
+    let mib = |bytes: usize| bytes as f64 / (1 << 20) as f64;
+    let mut words = String::new();
+    if repacked > 0 {
+        words += &format!(", {repacked} matrices repacked ({:.1} MiB)", mib(bytes));
+    }
+    if declined > 0 {
+        words += &format!(", {declined} left in place for memory ({:.1} MiB)", mib(declined_bytes));
+    }
+    words
 }
 
 /// The startup line's words for the server's speculation.

@@ -153,6 +153,16 @@ fn serve_answers_what_minerva_run_answers() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let json: serde_json::Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     assert_eq!(format!("{}\n", json["choices"][0]["message"]["content"].as_str().unwrap()), expected);
+    // `--repack auto` with no memory for its copies: every matrix read in place, as `run` read
+    // them, so the same answer; the startup line says what was left in place.
+    let budgeted = Served::start(&["--repack", "auto", "--repack-memory", "1KiB"], &[]);
+    if minerva_quant::repacking_pays(minerva_core::DType::Q4_1) {
+        assert!(budgeted.startup.contains(", 211 left in place for memory (92.0 MiB)"), "{}", budgeted.startup);
+    }
+    assert!(!budgeted.startup.contains("repacked"), "{}", budgeted.startup);
+    let answer = budgeted.request("POST", "/v1/chat/completions", &[], &body);
+    let json: serde_json::Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(format!("{}\n", json["choices"][0]["message"]["content"].as_str().unwrap()), expected);
     // With the model as its own draft model (`--draft-model`): the same answer, every draft kept.
     let drafting = Served::start(&["--draft-model", model.to_str().unwrap(), "--spec-fixed"], &[]);
     let answer = drafting.request("POST", "/v1/chat/completions", &[], &body);
