@@ -287,23 +287,6 @@ pub struct RepackedView<'a> {
 }
 
 impl<'a> RepackedView<'a> {
-    /// The bytes [`Repacked::new`] would hold for `rows × cols` of `dtype` (its
-    /// [`Repacked::len_bytes`]), without making the copy: what a caller weighs against the memory
-    /// it has before asking for one.
-    pub fn len_bytes_for(dtype: DType, rows: usize, cols: usize) -> Result<usize, QuantError> {
-        if !is_repackable(dtype) {
-            return Err(QuantError::Unsupported { dtype, operation: "repacking" });
-        }
-        let total = Self::groups_bytes(dtype, rows, cols)?;
-        total.checked_next_multiple_of(64).ok_or(QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })
-    }
-
-    /// The bytes of the groups of `rows × cols` of `dtype`.
-    fn groups_bytes(dtype: DType, rows: usize, cols: usize) -> Result<usize, QuantError> {
-        let groups = rows.div_ceil(GROUP_ROWS);
-        groups.checked_mul(group_bytes(dtype, cols)?).ok_or(QuantError::ShapeOverflow { dtype, rows, cols, n: 1 })
-    }
-
     /// The weights' dtype.
     pub fn dtype(&self) -> DType {
         self.dtype
