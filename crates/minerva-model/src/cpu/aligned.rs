@@ -35,15 +35,29 @@ impl<T: bytemuck::Pod> LineAligned<T> {
         Some(LineAligned { chunks, start, len, values: PhantomData })
     }
 
-    /// Resized to `len` values (new ones zero; the first `len` kept).
+    /// Resized to `len` values (new ones zero; the first `len` kept), in the memory it has where
+    /// that holds them: a buffer shrunk by one block and grown again by the next allocates once.
     pub(super) fn resize(&mut self, len: usize) {
         if len <= self.len {
             self.len = len;
             return;
         }
+        if len <= self.capacity() {
+            let old = self.len;
+            self.len = len;
+            self[old..].fill(T::zeroed());
+            return;
+        }
         let mut grown = LineAligned::<T>::zeroed(len).expect("a buffer of values that exist in memory");
         grown[..self.len].copy_from_slice(self);
         *self = grown;
+    }
+}
+
+impl<T: bytemuck::Pod> LineAligned<T> {
+    /// Values the allocation holds from the first line on.
+    fn capacity(&self) -> usize {
+        (self.chunks.len() * 16).saturating_sub(self.start) / size_of::<T>()
     }
 }
 
@@ -85,6 +99,10 @@ mod tests {
         assert_eq!(values.len(), 40);
         values.resize(3);
         assert_eq!(&values[..], &[1.0, 2.0, 3.0]);
+        // Grown again within its memory: the same values, zeros after them, no new allocation.
+        let address = values.as_ptr();
+        values.resize(6);
+        assert_eq!((&values[..], values.as_ptr()), (&[1.0, 2.0, 3.0, 0.0, 0.0, 0.0][..], address));
         assert!(LineAligned::<half::f16>::zeroed(usize::MAX).is_none());
     }
 }
