@@ -19,6 +19,10 @@
 //! * `vector/{softmax,exp}/<isa>/n<N>` — attention's softmax of a row of N scores and the gated
 //!   activations' `e^x`, with the f32 vector kernels this CPU selected (`vector::vector_isa`;
 //!   `MINERVA_CPU_ISAS=avx2+fma+f16c,avx2` gives the AVX2 ones to compare), throughput in values.
+//! * `vector/dots/{rows,transposed}/<isa>/hd<D>` — a prefill task's attention scores, 48 queries
+//!   against a block of 128 keys of D values: `dots` query by query over the keys as rows, and
+//!   the keys laid out by `transpose_keys` (counted in) for `dots_transposed`; throughput in
+//!   scores.
 //!
 //! Weights are random bytes with finite scales (speed does not depend on the values), made once.
 
@@ -408,6 +412,34 @@ fn bench_vector(c: &mut Criterion) {
                 work.copy_from_slice(&scores);
                 vector::exp(black_box(&mut work));
                 black_box(work[0])
+            })
+        });
+    }
+    // One prefill task's block: 48 queries (16 rows × 3 heads of a KV head) against 128 keys.
+    let (queries, keys) = (48, 128);
+    for len in [64, 128, 256] {
+        let rows: Vec<f32> = (0..keys * len).map(|i| (i * 37 % 211) as f32 / 53.0 - 2.0).collect();
+        let xs: Vec<Vec<f32>> =
+            (0..queries).map(|q| (0..len).map(|i| ((i * 53 + q * 29) % 97) as f32 / 11.0 - 4.4).collect()).collect();
+        let x_refs: Vec<&[f32]> = xs.iter().map(|x| &x[..]).collect();
+        let mut scores = vec![0.0f32; queries * keys];
+        group.throughput(Throughput::Elements((queries * keys) as u64));
+        group.bench_function(format!("dots/rows/{isa}/hd{len}"), |b| {
+            b.iter(|| {
+                for (out, x) in scores.chunks_exact_mut(keys).zip(&x_refs) {
+                    vector::dots(out, x, black_box(&rows));
+                }
+                black_box(scores[0])
+            })
+        });
+        let mut laid = vec![0.0f32; vector::transposed_keys_len(keys, len).expect("a small block")];
+        let firsts = vec![0; queries];
+        group.bench_function(format!("dots/transposed/{isa}/hd{len}"), |b| {
+            b.iter(|| {
+                vector::transpose_keys(black_box(&rows), len, &mut laid);
+                let mut outs: Vec<&mut [f32]> = scores.chunks_exact_mut(keys).collect();
+                vector::dots_transposed(&mut outs, &x_refs, &firsts, &laid);
+                black_box(scores[0])
             })
         });
     }

@@ -73,6 +73,123 @@ pub fn dots_many_f16(outs: &mut [&mut [f32]], xs: &[&[f32]], rows: &[half::f16])
     }
 }
 
+/// Keys per group of [`transpose_keys`]' layout.
+pub const KEY_GROUP: usize = 16;
+
+/// Values [`transpose_keys`] writes for `rows` keys of `len` values: whole groups of
+/// [`KEY_GROUP`], or `None` if that overflows `usize`.
+pub fn transposed_keys_len(rows: usize, len: usize) -> Option<usize> {
+    rows.div_ceil(KEY_GROUP).checked_mul(KEY_GROUP)?.checked_mul(len)
+}
+
+/// The whole rows of `rows` (keys of `len` values) as [`dots_transposed`] reads them: groups of
+/// [`KEY_GROUP`] keys, each dimension-major — value `d` of key `k` of group `g` at
+/// `(g·len + d)·16 + k` — and a last group's missing keys zeros.
+///
+/// ```
+/// let keys = [1.0f32, 2.0, 3.0, 4.0]; // two keys of two values
+/// let mut laid = vec![f32::NAN; minerva_quant::vector::transposed_keys_len(2, 2).unwrap()];
+/// minerva_quant::vector::transpose_keys(&keys, 2, &mut laid);
+/// assert_eq!((&laid[..3], laid[15], &laid[16..19]), (&[1.0, 3.0, 0.0][..], 0.0, &[2.0, 4.0, 0.0][..]));
+/// ```
+///
+/// # Panics
+///
+/// If `out` is shorter than [`transposed_keys_len`] of those rows.
+pub fn transpose_keys(rows: &[f32], len: usize, out: &mut [f32]) {
+    if len == 0 {
+        return;
+    }
+    let kernel = kernels::vector_kernels().transpose;
+    let count = rows.len() / len;
+    let needed = transposed_keys_len(count, len).expect("a length that fits in the slice");
+    for (keys, laid) in rows[..count * len].chunks(KEY_GROUP * len).zip(out[..needed].chunks_exact_mut(KEY_GROUP * len))
+    {
+        let n = keys.len() / len;
+        if n < KEY_GROUP {
+            laid.fill(0.0);
+        }
+        let (dims, _) = laid.as_chunks_mut::<KEY_GROUP>();
+        // Up to 16 dimensions a call: the transpose kernel's rows are one dimension's keys.
+        for (strip, dims) in dims.chunks_mut(16).enumerate() {
+            let count = dims.len();
+            let mut dst: [&mut [f32]; 16] = Default::default();
+            for (dst, dim) in dst.iter_mut().zip(dims.iter_mut()) {
+                *dst = &mut dim[..n];
+            }
+            kernel(keys, n, len, 16 * strip, &mut dst[..count]);
+        }
+    }
+}
+
+/// Whether [`dots_transposed`] has a kernel of its own on this CPU for queries of `len` values
+/// (AVX-512F, `len` 16, 32, 48, 64, 96, 128, 192 or 256); elsewhere it takes each key back out of
+/// the layout, which only a test wants.
+pub fn has_dots_transposed(len: usize) -> bool {
+    kernels::vector_kernels().dots_transposed.is_some_and(|kernel| kernel.fits(len))
+}
+
+/// For each query `q`: `outs[q][i] = xs[q] · key firsts[q] + i` over keys laid out by
+/// [`transpose_keys`], bit for bit [`dots`] of `xs[q]` with that key as a row: attention's scores
+/// for many queries against one block of keys, where [`dots`]' per-key sum of lanes would cost
+/// more than the products (the queries of a prefill). Keys past those laid out give zeros, as
+/// [`dots`] does past its rows.
+///
+/// ```
+/// use minerva_quant::vector::{dots, dots_transposed, transpose_keys, transposed_keys_len};
+/// let keys: Vec<f32> = (0..5 * 16).map(|i| (i % 7) as f32 - 3.0).collect(); // 5 keys of 16
+/// let mut laid = vec![0.0; transposed_keys_len(5, 16).unwrap()];
+/// transpose_keys(&keys, 16, &mut laid);
+/// let x = [0.5f32; 16];
+/// let (mut scores, mut expected) = ([0.0f32; 3], [0.0f32; 3]);
+/// dots_transposed(&mut [&mut scores], &[&x], &[2], &laid); // keys 2, 3, 4
+/// dots(&mut expected, &x, &keys[2 * 16..]);
+/// assert_eq!(scores, expected);
+/// ```
+///
+/// # Panics
+///
+/// If `outs`, `xs` and `firsts` differ in length.
+pub fn dots_transposed(outs: &mut [&mut [f32]], xs: &[&[f32]], firsts: &[usize], keys: &[f32]) {
+    assert!(outs.len() == xs.len() && xs.len() == firsts.len(), "one output and one first key per query");
+    let Some(len) = xs.first().map(|x| x.len()) else { return };
+    let groups = keys.len().checked_div(KEY_GROUP * len).unwrap_or(0);
+    let laid = groups * KEY_GROUP;
+    // Every query within the keys laid out, of one length, and a kernel for it; or key by key.
+    let within =
+        outs.iter().zip(firsts).all(|(out, &first)| first.checked_add(out.len()).is_some_and(|end| end <= laid));
+    match kernels::vector_kernels().dots_transposed {
+        Some(kernel) if within && kernel.fits(len) && xs.iter().all(|x| x.len() == len) => {
+            (kernel.dots)(outs, xs, firsts, keys)
+        }
+        _ => {
+            let dots = kernels::vector_kernels().dots;
+            for ((out, x), &first) in outs.iter_mut().zip(xs).zip(firsts) {
+                let len = x.len();
+                let mut key = vec![0.0f32; len];
+                for (i, score) in out.iter_mut().enumerate() {
+                    let k = first.saturating_add(i);
+                    if k >= laid || len == 0 {
+                        *score = 0.0;
+                        continue;
+                    }
+                    let group = &keys[k / KEY_GROUP * KEY_GROUP * len..][..KEY_GROUP * len];
+                    for (d, value) in key.iter_mut().enumerate() {
+                        *value = group[d * KEY_GROUP + k % KEY_GROUP];
+                    }
+                    dots(std::slice::from_mut(score), x, &key);
+                }
+            }
+        }
+    }
+}
+
+/// `out[i] = values[i]` as f32 (exact) over the common length: an f16 KV cache's block of keys or
+/// values widened for the kernels that read f32 (AVX-512 or F16C 16 or 8 at a time).
+pub fn widen_f16(values: &[half::f16], out: &mut [f32]) {
+    (kernels::vector_kernels().widen_f16)(values, out)
+}
+
 /// Asks the CPU to start loading `values` into its L2 cache (x86-64: `prefetcht1` per cache line;
 /// elsewhere nothing): a hint that changes no result, for data the caller reads soon from places
 /// too scattered for the hardware prefetcher to guess (a paged KV cache's next block).

@@ -1,9 +1,9 @@
 //! The f32 vector kernels against their scalar loops, at every length around the SIMD widths.
 
 use minerva_quant::vector::{
-    axpy, axpy_ref, dot, dot_ref, dots, exp, exp_ref, softmax, softmax_ref, transpose, transpose_into_rows,
-    transpose_into_rows_ref, transpose_ref, vector_isa, weighted_sum, weighted_sum_add, weighted_sum_add_ref,
-    weighted_sum_ref,
+    axpy, axpy_ref, dot, dot_ref, dots, dots_transposed, exp, exp_ref, softmax, softmax_ref, transpose,
+    transpose_into_rows, transpose_into_rows_ref, transpose_keys, transpose_ref, transposed_keys_len, vector_isa,
+    weighted_sum, weighted_sum_add, weighted_sum_add_ref, weighted_sum_ref, widen_f16,
 };
 use proptest::prelude::*;
 
@@ -123,6 +123,69 @@ proptest! {
             let bound = len as f64 * f64::from(f32::EPSILON) * magnitude + 1e-30;
             prop_assert!((f64::from(got) - exact).abs() <= bound, "{} row {}: {} vs {}", vector_isa(), j, got, exact);
         }
+    }
+}
+
+proptest! {
+    /// `dots_transposed` over keys laid out by `transpose_keys` gives each query and key the bits
+    /// `dots` gives that key as a row: head sizes its kernel takes (4, 8 and 16 chunks and others)
+    /// and ones it leaves to the key-by-key path, up to 20 queries (past one pass of 16, batches
+    /// of four and a short one), each over its own range of keys (empty, inside one group, across
+    /// groups, into the zeros of a last short group), and keys past those laid out as zeros.
+    #[test]
+    fn dots_transposed_equal_dots_key_by_key(
+        len in prop::sample::select(vec![16usize, 32, 48, 64, 96, 128, 192, 256, 8, 24, 80]),
+        keys in 1usize..70,
+        queries in prop::collection::vec((0usize..80, 0usize..40), 1..20),
+        seed in -4.0f32..4.0,
+    ) {
+        let rows = sample_rows(keys, len, seed);
+        let mut laid = vec![f32::NAN; transposed_keys_len(keys, len).unwrap()];
+        transpose_keys(&rows, len, &mut laid);
+        let xs: Vec<Vec<f32>> =
+            (0..queries.len()).map(|q| (0..len).map(|i| ((i * 53 + q * 29) % 97) as f32 / 11.0 - 4.4).collect()).collect();
+        let laid_keys = keys.div_ceil(16) * 16;
+        let firsts: Vec<usize> = queries.iter().map(|&(first, _)| first.min(laid_keys)).collect();
+        let mut outs: Vec<Vec<f32>> = queries.iter().zip(&firsts).map(|(&(_, n), &f)| vec![f32::NAN; n.min(laid_keys - f)]).collect();
+        let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+        let x_refs: Vec<&[f32]> = xs.iter().map(|x| &x[..]).collect();
+        dots_transposed(&mut out_refs, &x_refs, &firsts, &laid);
+        for (q, (out, &first)) in outs.iter().zip(&firsts).enumerate() {
+            for (i, &got) in out.iter().enumerate() {
+                let k = first + i;
+                let want = match rows.get(k * len..(k + 1) * len).filter(|_| k < keys) {
+                    Some(row) => {
+                        let mut alone = [f32::NAN];
+                        dots(&mut alone, &xs[q], row);
+                        alone[0]
+                    }
+                    None => dots_of_zeros(&xs[q]),
+                };
+                prop_assert_eq!(got.to_bits(), want.to_bits(), "{} len {} query {} key {}", vector_isa(), len, q, k);
+            }
+        }
+    }
+}
+
+/// What `dots` gives a key of zeros (a last group's padding): zero, of the sign its sums give.
+fn dots_of_zeros(x: &[f32]) -> f32 {
+    let mut alone = [f32::NAN];
+    dots(&mut alone, x, &vec![0.0; x.len()]);
+    alone[0]
+}
+
+#[test]
+fn widen_f16_is_exact_over_the_common_length() {
+    use half::f16;
+    let values: Vec<f16> =
+        (0..70).map(|i| f16::from_f32(i as f32 * 0.37 - 9.0)).chain([f16::NAN, f16::INFINITY, f16::NEG_ZERO]).collect();
+    for n in [0, 1, 7, 8, 15, 16, 17, 33, 73] {
+        let mut out = vec![f32::NAN; n + 2];
+        widen_f16(&values[..n], &mut out);
+        for (got, want) in out[..n].iter().zip(&values[..n]) {
+            assert_eq!(got.to_bits(), want.to_f32().to_bits(), "{}: {n} values", vector_isa());
+        }
+        assert!(out[n..].iter().all(|v| v.is_nan()), "past the values: untouched");
     }
 }
 

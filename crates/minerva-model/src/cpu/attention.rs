@@ -9,7 +9,10 @@
 //! and wherever the kernels would widen it per call. The heads of one row share their
 //! window, so their dot products go through a block of keys together (`vector::dots_many_f16`:
 //! with AVX-512 each f16 chunk widened once for up to four heads) and their weighted sums through
-//! a block of values (`vector::weighted_sums_add`). Each query's scores and weighted sum come out as
+//! a block of values (`vector::weighted_sums_add`). Where a task has many queries and the CPU a
+//! kernel for it (AVX-512), its block of keys is laid out 16 keys at a time dimension-major
+//! (`vector::transpose_keys`) and every query of the task meets it there
+//! (`vector::dots_transposed`: the same bits as `dots`, without its per-key sum of lanes). Each query's scores and weighted sum come out as
 //! they would for that query alone (the same `dot` per key, the values added key by key in
 //! order), so results do not depend on how rows and heads were grouped into tasks: decode and
 //! prefill agree bit for bit.
@@ -202,7 +205,7 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
         if hd == 0 {
             return;
         }
-        let Scratch { keys, values, scores, starts } = scratch;
+        let Scratch { keys, values, laid, scores, starts } = scratch;
         // Query `i` (row `i / heads`, head `i % heads`) keeps its scores at `starts[i]..`.
         starts.clear();
         let mut total = 0;
@@ -220,6 +223,9 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
         // Many queries per block, or kernels without f16 loads of their own: widen an f16 block
         // once rather than in every query's loads (or every call).
         let widen = run.rows.len() * run.heads.len() >= WIDEN_FROM_QUERIES || !vector::f16_in_registers();
+        // Many queries per block: the block's keys laid out 16 at a time dimension-major, where
+        // this CPU has a kernel that sums a key's lanes as whole vectors (the same bits).
+        let transposed = widen && vector::has_dots_transposed(hd);
         // The window's positions in runs that lie one after another in the cache, at most a
         // block's worth each: (positions, element offset of the first).
         let runs = || {
@@ -244,6 +250,13 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
                 None => runs().take(1).for_each(|first| self.cache.v.prefetch(elements(&first))),
             }
             let (from, to) = (positions.start, positions.end);
+            if transposed {
+                let block = self.cache.k.load(base..base + (to - from) * hd, keys);
+                laid.resize(vector::transposed_keys_len(to - from, hd).expect("a block of keys in memory"));
+                vector::transpose_keys(block, hd, laid);
+                self.transposed_dots(run, &mut scores[..total], laid, from..to);
+                continue;
+            }
             let keys = self.cache.k.rows(base..base + (to - from) * hd, keys, widen);
             // A row's heads share its window: their scores lie side by side, a window's length
             // each, and go through the block of keys together.
@@ -306,12 +319,48 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
     }
 }
 
+impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
+    /// Every query of the run against the keys at `positions`, laid out by
+    /// `vector::transpose_keys`, into its scores (`scores`: the run's, query after query).
+    fn transposed_dots(&self, run: &Run, scores: &mut [f32], laid: &[f32], positions: Range<usize>) {
+        const BATCH: usize = 16;
+        let hd = self.hd;
+        let mut outs: [&mut [f32]; BATCH] = Default::default();
+        let mut xs: [&[f32]; BATCH] = [&[]; BATCH];
+        let mut firsts = [0usize; BATCH];
+        let mut n = 0;
+        let mut rest = scores;
+        for r in run.rows.clone() {
+            let w = (self.window)(r);
+            let (a, e) = (w.start.max(positions.start), w.end.min(positions.end));
+            for h in run.heads.clone() {
+                let (mine, after) = std::mem::take(&mut rest).split_at_mut(w.len());
+                rest = after;
+                if a >= e {
+                    continue;
+                }
+                outs[n] = &mut mine[a - w.start..e - w.start];
+                xs[n] = &self.q.data[r * self.q.cols + h * hd..][..hd];
+                firsts[n] = a - positions.start;
+                n += 1;
+                if n == BATCH {
+                    vector::dots_transposed(&mut outs, &xs, &firsts, laid);
+                    n = 0;
+                }
+            }
+        }
+        vector::dots_transposed(&mut outs[..n], &xs[..n], &firsts[..n], laid);
+    }
+}
+
 /// Per-thread buffers for the scores and for widening an f16 cache: allocating them per task
 /// cost ~20 % of decode time at 512 positions (each is above malloc's mmap threshold).
 #[derive(Default)]
 struct Scratch {
     keys: LineAligned<f32>,
     values: LineAligned<f32>,
+    /// A block of keys laid out by `vector::transpose_keys`.
+    laid: LineAligned<f32>,
     scores: Vec<f32>,
     /// Where each query's scores start in `scores`.
     starts: Vec<usize>,
@@ -391,7 +440,7 @@ impl KvData {
             KvData::F32(data) => &data[range],
             KvData::F16(data) => {
                 buf.resize(range.len());
-                data[range].convert_to_f32_slice(buf);
+                vector::widen_f16(&data[range], buf);
                 buf
             }
             KvData::Q8_0(data) => {

@@ -298,6 +298,11 @@ pub(crate) struct VectorKernels {
     pub(crate) dots_many_f16: Option<DotsManyF16Fn>,
     /// `crate::vector::weighted_sums_add_f16`.
     pub(crate) weighted_sums_add_f16: WeightedSumsF16Fn,
+    /// `(values, out)`: `crate::vector::widen_f16`.
+    pub(crate) widen_f16: fn(&[half::f16], &mut [f32]),
+    /// `(outs, xs, firsts, keys)`: `crate::vector::dots_transposed` where a set has a kernel for
+    /// it (query lengths a positive multiple of 16).
+    pub(crate) dots_transposed: Option<DotsTransposed>,
     /// `(xs, scale, sink)`: `crate::vector::softmax`.
     pub(crate) softmax: fn(&mut [f32], f32, Option<f32>),
     /// `reference::quantize_i16_blocks`, bit for bit.
@@ -322,6 +327,25 @@ pub(crate) type TransposeFn = fn(&[f32], usize, usize, usize, &mut [&mut [f32]])
 
 /// Several queries' dot products with the same f16 rows: `(outs, xs, rows)`.
 pub(crate) type DotsManyF16Fn = fn(&mut [&mut [f32]], &[&[f32]], &[half::f16]);
+
+/// [`DotsTransposed`]' kernel: `(outs, xs, firsts, keys)`.
+pub(crate) type DotsTransposedFn = fn(&mut [&mut [f32]], &[&[f32]], &[usize], &[f32]);
+
+/// Several queries' dot products with keys in `crate::vector::transpose_keys`' layout, for the
+/// query lengths `chunks` lists (in 16-value chunks).
+#[derive(Clone, Copy)]
+pub(crate) struct DotsTransposed {
+    /// `(outs, xs, firsts, keys)`.
+    pub(crate) dots: DotsTransposedFn,
+    pub(crate) chunks: &'static [usize],
+}
+
+impl DotsTransposed {
+    /// Whether the kernel takes queries of `len` values.
+    pub(crate) fn fits(&self, len: usize) -> bool {
+        len.is_multiple_of(16) && self.chunks.contains(&(len / 16))
+    }
+}
 
 /// Several queries' weighted sums over the same rows: `(outs, weights, rows)`.
 pub(crate) type WeightedSumsFn = fn(&mut [&mut [f32]], &[&[f32]], &[f32]);
@@ -352,6 +376,8 @@ pub(crate) const SCALAR_VECTOR: VectorKernels = VectorKernels {
     weighted_sums_add_f16: |outs, weights, rows| {
         widened::weighted_sums_add_f16(reference::vector_weighted_sums_add_f32, outs, weights, rows)
     },
+    widen_f16: widened::widen_f16,
+    dots_transposed: None,
     softmax: reference::vector_softmax_f32,
     quantize_i16: reference::quantize_i16_blocks,
     quantize_q8_1: crate::activation::quantize_act_blocks,

@@ -9,6 +9,13 @@ use half::slice::HalfFloatSliceExt;
 /// Values widened at a time (8 KiB: stays in L1 beside the operands).
 const BLOCK: usize = 2048;
 
+/// `crate::vector::widen_f16` by `half` (its own instructions where it has them): over the common
+/// length.
+pub(crate) fn widen_f16(values: &[f16], out: &mut [f32]) {
+    let n = values.len().min(out.len());
+    values[..n].convert_to_f32_slice(&mut out[..n]);
+}
+
 /// `crate::vector::dots_f16` through `dots`, an f32 `dots` kernel.
 pub(crate) fn dots_f16(dots: impl Fn(&mut [f32], &[f32], &[f32]), out: &mut [f32], x: &[f32], rows: &[f16]) {
     let len = x.len();

@@ -115,6 +115,8 @@ pub(super) fn neon_vector() -> Option<VectorKernels> {
         weighted_sums_add_f16: |outs, weights, rows| {
             super::widened::weighted_sums_add_f16(super::reference::vector_weighted_sums_add_f32, outs, weights, rows)
         },
+        widen_f16: super::widened::widen_f16,
+        dots_transposed: None,
         // SAFETY: as above.
         softmax: |xs, scale, sink| unsafe { neon_vector::softmax_f32(xs, scale, sink) },
         quantize_i16: super::reference::quantize_i16_blocks,

@@ -214,6 +214,131 @@ fn dots16<T, R: AsRef<[[T; 16]]>>(x: &[[f32; 16]], keys: &[R; 16], load: impl Fn
     sum_rows(acc)
 }
 
+/// [`dots_f32`] of each query of `xs` with keys laid out by `crate::vector::transpose_keys`
+/// (groups of 16 keys, dimension-major): `outs[q][i]` gets key `firsts[q] + i`. Bit for bit
+/// [`dots16`]: lane `l` of a key's sum, the FMAs of dimensions `l, l + 16, …` in that order, is
+/// here the vector of that lane's sums for a group's 16 keys, and [`sum_rows`]' tree over the lanes
+/// becomes adds of whole vectors — no shuffles, and each group's values loaded once for four
+/// queries. The caller promises queries of one length, a positive multiple of 16, and keys for
+/// every query's range.
+#[target_feature(enable = "avx2,fma,avx512f")]
+pub(super) fn dots_transposed(outs: &mut [&mut [f32]], xs: &[&[f32]], firsts: &[usize], keys: &[f32]) {
+    match xs.first().map_or(0, |x| x.len() / 16) {
+        1 => transposed_in::<1>(outs, xs, firsts, keys),
+        2 => transposed_in::<2>(outs, xs, firsts, keys),
+        3 => transposed_in::<3>(outs, xs, firsts, keys),
+        4 => transposed_in::<4>(outs, xs, firsts, keys),
+        6 => transposed_in::<6>(outs, xs, firsts, keys),
+        8 => transposed_in::<8>(outs, xs, firsts, keys),
+        12 => transposed_in::<12>(outs, xs, firsts, keys),
+        16 => transposed_in::<16>(outs, xs, firsts, keys),
+        chunks => unreachable!("no transposed kernel for {chunks} chunks (TRANSPOSED_CHUNKS)"),
+    }
+}
+
+/// The chunks per query [`dots_transposed`] has a kernel for (head sizes 16 to 256).
+pub(super) const TRANSPOSED_CHUNKS: [usize; 8] = [1, 2, 3, 4, 6, 8, 12, 16];
+
+/// Queries [`dots_transposed`] takes at once: their groups' values stay in L1 while they pass.
+const TRANSPOSED_QUERIES: usize = 16;
+
+/// [`dots_transposed`] for queries of `C` chunks, up to [`TRANSPOSED_QUERIES`] a pass over the
+/// keys.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn transposed_in<const C: usize>(outs: &mut [&mut [f32]], xs: &[&[f32]], firsts: &[usize], keys: &[f32]) {
+    // A group: C chunks of 16 dimensions, each dimension's 16 keys.
+    let (lanes, _) = keys.as_chunks::<16>();
+    let (chunks, _) = lanes.as_chunks::<16>();
+    let (groups, _) = chunks.as_chunks::<C>();
+    let batches =
+        outs.chunks_mut(TRANSPOSED_QUERIES).zip(xs.chunks(TRANSPOSED_QUERIES)).zip(firsts.chunks(TRANSPOSED_QUERIES));
+    for ((outs, xs), firsts) in batches {
+        let n = xs.len();
+        let x16: [&[[f32; 16]; C]; TRANSPOSED_QUERIES] = std::array::from_fn(|q| {
+            let x = xs.get(q).unwrap_or(&xs[0]);
+            x.as_chunks::<16>().0.try_into().expect("queries of C chunks")
+        });
+        let ranges: [std::ops::Range<usize>; TRANSPOSED_QUERIES] =
+            std::array::from_fn(|q| if q < n { firsts[q]..firsts[q] + outs[q].len() } else { 0..0 });
+        let Some(span) =
+            ranges.iter().filter(|r| !r.is_empty()).cloned().reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
+        else {
+            continue;
+        };
+        let first_group = span.start / 16;
+        for (g, group) in groups[..span.end.div_ceil(16)].iter().enumerate().skip(first_group) {
+            let keys16 = 16 * g..16 * g + 16;
+            let meets = |q: &usize| ranges[*q].start < keys16.end && keys16.start < ranges[*q].end;
+            for first in (0..n).step_by(4) {
+                let batch = first..(first + 4).min(n);
+                if !batch.clone().any(|q| meets(&q)) {
+                    continue;
+                }
+                // A short last batch repeats its first query (its sums are not written).
+                let x = |q: usize| x16[if first + q < n { first + q } else { first }];
+                let sums: [[f32; 16]; 4] = group_dots::<C>(std::array::from_fn(x), group).map(bytemuck::cast);
+                for (q, sums) in batch.zip(&sums).filter(|(q, _)| meets(q)) {
+                    let (lo, hi) = (ranges[q].start.max(keys16.start), ranges[q].end.min(keys16.end));
+                    let out = &mut outs[q][lo - ranges[q].start..hi - ranges[q].start];
+                    out.copy_from_slice(&sums[lo - keys16.start..hi - keys16.start]);
+                }
+            }
+        }
+    }
+}
+
+/// Lane `k` of result `q`: `xs[q]` against key `k` of a transposed group (`group[c][l]` holds the
+/// 16 keys' dimension `16c + l`), by [`dots16`]'s operations for that key: [`sum_rows`]' tree
+/// over lanes, per quarter (l0 + l2) + (l1 + l3), then (q0 + q1) + (q2 + q3).
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn group_dots<const C: usize>(xs: [&[[f32; 16]; C]; 4], group: &[[[f32; 16]; 16]; C]) -> [__m512; 4] {
+    let mut quarters = [[_mm512_setzero_ps(); 4]; 4];
+    for (j, quarter) in quarters.iter_mut().enumerate() {
+        let even = add4(lane_sums(&xs, group, 4 * j), lane_sums(&xs, group, 4 * j + 2));
+        let odd = add4(lane_sums(&xs, group, 4 * j + 1), lane_sums(&xs, group, 4 * j + 3));
+        *quarter = add4(even, odd);
+    }
+    add4(add4(quarters[0], quarters[1]), add4(quarters[2], quarters[3]))
+}
+
+/// Lane `l` of [`dots16`]'s accumulators for each key of a group and each query: chunk by
+/// chunk, FMA from zero.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn lane_sums<const C: usize>(xs: &[&[[f32; 16]; C]; 4], group: &[[[f32; 16]; 16]; C], l: usize) -> [__m512; 4] {
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for c in 0..C {
+        let keys = load16(&group[c][l]);
+        for (acc, x) in acc.iter_mut().zip(xs) {
+            *acc = _mm512_fmadd_ps(_mm512_set1_ps(x[c][l]), keys, *acc);
+        }
+    }
+    acc
+}
+
+/// Four vectors added lane by lane to four others.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn add4(a: [__m512; 4], b: [__m512; 4]) -> [__m512; 4] {
+    [_mm512_add_ps(a[0], b[0]), _mm512_add_ps(a[1], b[1]), _mm512_add_ps(a[2], b[2]), _mm512_add_ps(a[3], b[3])]
+}
+
+/// 16 f16 values as f32 values in place of a `half` call per 8 (exact): `out` gets the common
+/// length of the two.
+#[target_feature(enable = "avx2,fma,avx512f,f16c")]
+pub(super) fn widen_f16(values: &[f16], out: &mut [f32]) {
+    let n = values.len().min(out.len());
+    let (values, out) = (&values[..n], &mut out[..n]);
+    let (v16, v_tail) = values.as_chunks::<16>();
+    let (o16, o_tail) = out.as_chunks_mut::<16>();
+    for (v, o) in v16.iter().zip(o16) {
+        *o = bytemuck::cast(widen16(v));
+    }
+    v_tail.convert_to_f32_slice(o_tail);
+}
+
 /// 16 f16 values as f32 lanes (exact).
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f,f16c")]

@@ -55,7 +55,7 @@ use std::arch::is_x86_feature_detected as has;
 
 use minerva_core::DType::{BF16, F16, F32, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0};
 
-use super::{Isa, Kernels, VectorKernels};
+use super::{DotsTransposed, Isa, Kernels, VectorKernels};
 use crate::kernels::widened;
 
 /// Asks for the cache lines of `bytes` to be loaded into L2 (`prefetcht1`): a hint that changes
@@ -332,6 +332,8 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
             };
             widened::weighted_sums_add_f16(sums, outs, weights, rows)
         },
+        widen_f16: widened::widen_f16,
+        dots_transposed: None,
         // SAFETY: as above.
         softmax: |xs, scale, sink| unsafe { avx2_vector::softmax_f32(xs, scale, sink) },
         // SAFETY: as above.
@@ -361,6 +363,8 @@ pub(super) fn avx2_fma_vector() -> Option<VectorKernels> {
                     unsafe { avx2_vector::weighted_sum_add_f16(out, weights, rows) }
                 }
             },
+            // SAFETY: as above.
+            widen_f16: |values, out| unsafe { avx2_vector::widen_f16(values, out) },
             ..set
         }
     } else {
@@ -387,6 +391,8 @@ pub(super) fn avx512_vector() -> Option<VectorKernels> {
             },
             // SAFETY: as above.
             quantize_q8_1: |x, blocks| unsafe { avx512_vector::quantize_q8_1(x, blocks) },
+            // SAFETY: as above.
+            widen_f16: |values, out| unsafe { avx512_vector::widen_f16(values, out) },
             ..avx2
         }
     } else {
@@ -402,6 +408,11 @@ pub(super) fn avx512_vector() -> Option<VectorKernels> {
         softmax: |xs, scale, sink| unsafe { avx512_vector::softmax_f32(xs, scale, sink) },
         // SAFETY: as above.
         exp: |xs| unsafe { avx512_vector::exp_f32(xs) },
+        dots_transposed: Some(DotsTransposed {
+            // SAFETY: as above.
+            dots: |outs, xs, firsts, keys| unsafe { avx512_vector::dots_transposed(outs, xs, firsts, keys) },
+            chunks: &avx512_vector::TRANSPOSED_CHUNKS,
+        }),
         ..with_f16
     })
 }
