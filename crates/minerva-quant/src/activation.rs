@@ -269,8 +269,9 @@ mod tests {
         for magnitude in [1e-3f32, 1.0, 7.5, 3e4, 1e20, 1e-37] {
             x.extend((0..32 * 8).map(|_| ((next() % 20001) as f32 / 10000.0 - 1.0) * magnitude));
         }
-        // Ties, zeros, NaN, infinities, subnormals, the largest values.
-        x.extend((0..32).map(|i| (i as f32 - 16.0) * 0.5 + 0.25));
+        // Ties, zeros, NaN, infinities, subnormals, the largest values; three times, so that they meet
+        // a kernel's batches of blocks (sixteen with AVX-512) and its blocks one at a time.
+        let start = x.len();
         x.extend([0.0f32; 32]);
         x.extend((0..32).map(|i| if i == 3 { f32::NAN } else { i as f32 }));
         x.extend((0..32).map(|i| if i == 5 { f32::INFINITY } else { -(i as f32) }));
@@ -278,6 +279,10 @@ mod tests {
         x.extend((0..32).map(|i| if i % 2 == 0 { -0.0 } else { 1e-45 }));
         x.extend((0..32).map(|i| if i % 3 == 0 { f32::MAX } else { -f32::MAX / (i as f32) }));
         x.extend((0..32).map(|i| 127.0 * (i as f32 - 16.0) / 16.0));
+        x.extend((0..32).map(|i| (i as f32 - 16.0) * 0.5 + 0.25));
+        let specials = x[start..].to_vec();
+        x.splice(0..0, specials.iter().copied());
+        x.extend(&specials);
         let blocks = x.len() / 32;
         let mut bytes = vec![0u8; 34 * blocks];
         crate::quantize_row_q8_0_ref(&x, &mut bytes).unwrap();

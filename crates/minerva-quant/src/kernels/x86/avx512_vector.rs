@@ -7,14 +7,14 @@
 //! promises AVX2, FMA and AVX-512F (see `super::avx512_vector_kernels`).
 
 use std::arch::x86_64::{
-    __m256, __m256i, __m512, __m512d, __m512i, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _CMP_ORD_Q,
+    __m256, __m256i, __m512, __m512d, __m512i, _CMP_GE_OQ, _CMP_GT_OQ, _CMP_LE_OQ, _CMP_LT_OQ, _CMP_NEQ_OQ, _CMP_ORD_Q,
     _CMP_UNORD_Q, _MM_FROUND_NO_EXC, _MM_FROUND_TO_NEAREST_INT, _mm_cvtph_ps, _mm_cvtps_ph, _mm_cvtss_f32, _mm_set_ss,
     _mm256_add_ps, _mm256_castpd_ps, _mm256_div_ps, _mm256_max_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps,
     _mm256_sub_ps, _mm512_add_epi32, _mm512_add_ps, _mm512_and_si512, _mm512_castpd_ps, _mm512_castps_pd,
     _mm512_castps_si512, _mm512_castps512_ps256, _mm512_castsi512_ps, _mm512_cmp_ps_mask, _mm512_cvtepi32_ps,
-    _mm512_cvtph_ps, _mm512_cvtps_epi32, _mm512_cvtsepi32_epi8, _mm512_cvttps_epi32, _mm512_div_ps,
+    _mm512_cvtph_ps, _mm512_cvtps_epi32, _mm512_cvtps_ph, _mm512_cvtsepi32_epi8, _mm512_cvttps_epi32, _mm512_div_ps,
     _mm512_extractf64x4_pd, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mask_add_epi32, _mm512_mask_blend_ps,
-    _mm512_mask_sub_epi32, _mm512_maskz_mov_epi32, _mm512_max_ps, _mm512_min_ps, _mm512_mul_ps,
+    _mm512_mask_sub_epi32, _mm512_maskz_div_ps, _mm512_maskz_mov_epi32, _mm512_max_ps, _mm512_min_ps, _mm512_mul_ps,
     _mm512_reduce_add_epi32, _mm512_reduce_max_ps, _mm512_roundscale_ps, _mm512_set1_epi32, _mm512_set1_ps,
     _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_slli_epi32, _mm512_srai_epi32, _mm512_sub_epi32, _mm512_sub_ps,
     _mm512_unpackhi_pd, _mm512_unpackhi_ps, _mm512_unpacklo_pd, _mm512_unpacklo_ps,
@@ -281,7 +281,11 @@ fn transposed_in<const C: usize>(outs: &mut [&mut [f32]], xs: &[&[f32]], firsts:
                 for (q, sums) in batch.zip(&sums).filter(|(q, _)| meets(q)) {
                     let (lo, hi) = (ranges[q].start.max(keys16.start), ranges[q].end.min(keys16.end));
                     let out = &mut outs[q][lo - ranges[q].start..hi - ranges[q].start];
-                    out.copy_from_slice(&sums[lo - keys16.start..hi - keys16.start]);
+                    match <&mut [f32; 16]>::try_from(&mut *out) {
+                        // The whole group: one fixed-size copy, not a `memcpy` call.
+                        Ok(whole) => *whole = *sums,
+                        Err(_) => out.copy_from_slice(&sums[lo - keys16.start..hi - keys16.start]),
+                    }
                 }
             }
         }
@@ -351,20 +355,27 @@ fn widen16(values: &[f16; 16]) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f")]
 fn sum_rows(acc: [__m512; 16]) -> __m512 {
-    // Per quarter: unpacklo(a, b) = [a0, b0, a1, b1], unpackhi = [a2, b2, a3, b3]; their sum holds
-    // a's and b's (l0 + l2) and (l1 + l3).
+    reduce_rows(acc, |a, b| _mm512_add_ps(a, b))
+}
+
+/// Lane `k` of the result: the 16 lanes of `rows[k]` combined by `op` in [`sum_rows`]' tree.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn reduce_rows(rows: [__m512; 16], op: impl Fn(__m512, __m512) -> __m512) -> __m512 {
+    // Per quarter: unpacklo(a, b) = [a0, b0, a1, b1], unpackhi = [a2, b2, a3, b3]; combined they
+    // hold a's and b's (l0 ∘ l2) and (l1 ∘ l3).
     let pairs: [__m512; 8] = std::array::from_fn(|i| {
-        let (a, b) = (acc[2 * i], acc[2 * i + 1]);
-        _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
+        let (a, b) = (rows[2 * i], rows[2 * i + 1]);
+        op(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
     });
-    // As 64-bit pairs: per quarter, rows 4i..4i + 4 each with its quarter's sum.
+    // As 64-bit pairs: per quarter, rows 4i..4i + 4 each with its quarter's result.
     let quads: [__m512; 4] = std::array::from_fn(|i| {
         let (a, b): (__m512d, __m512d) = (_mm512_castps_pd(pairs[2 * i]), _mm512_castps_pd(pairs[2 * i + 1]));
-        _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)))
+        op(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)))
     });
-    // [x.q0, x.q2, y.q0, y.q2] + [x.q1, x.q3, y.q1, y.q3], then the same across the two results.
+    // [x.q0, x.q2, y.q0, y.q2] ∘ [x.q1, x.q3, y.q1, y.q3], then the same across the two results.
     let halves = |x: __m512, y: __m512| {
-        _mm512_add_ps(_mm512_shuffle_f32x4::<0b10_00_10_00>(x, y), _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y))
+        op(_mm512_shuffle_f32x4::<0b10_00_10_00>(x, y), _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y))
     };
     let (low, high) = (halves(quads[0], quads[1]), halves(quads[2], quads[3]));
     halves(low, high)
@@ -591,36 +602,73 @@ fn load_pair(pair: &[[f32; 8]; 2]) -> __m512 {
 /// in two vectors rather than four: the largest magnitude (NaN never wins: `maxps` returns its
 /// second operand), `d = amax / 127`, the values times `1/d` clamped to the i8 range and rounded
 /// half away from zero (truncated, then ±1 where the rest reaches ±0.5; NaN to 0), narrowed by
-/// `vpmovsdb`, their sum, the scale rounded to f16.
+/// `vpmovsdb`, their sum, the scale rounded to f16. Sixteen blocks at a time have their maxima
+/// and sums reduced side by side, a lane each ([`reduce_rows`]: exact in any order, no lane of a
+/// maximum being NaN), and their scales worked out in one vector, rather than a block's
+/// horizontal reductions and scalar steps one after another.
 #[target_feature(enable = "avx2,fma,avx512f,f16c")]
 pub(super) fn quantize_q8_1(x: &[f32], out: &mut [ActBlock]) {
-    let (lowest, highest) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
-    let one = _mm512_set1_epi32(1);
-    let sign_off = _mm512_set1_epi32(0x7fff_ffff);
     let (x_blocks, _) = x.as_chunks::<32>();
-    for (x, block) in x_blocks.iter().zip(out) {
-        let v = [load16(&x[..16]), load16(&x[16..])];
-        let abs = |v: __m512| _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), sign_off));
-        let amax = _mm512_max_ps(abs(v[1]), _mm512_max_ps(abs(v[0]), _mm512_setzero_ps()));
-        // No lane of `amax` is NaN, so the order of the maxima does not matter.
-        let scale = _mm512_reduce_max_ps(amax) / 127.0;
-        let inverse = _mm512_set1_ps(if scale == 0.0 { 0.0 } else { 1.0 / scale });
-        let rounded = v.map(|v| {
-            let y = _mm512_min_ps(highest, _mm512_max_ps(lowest, _mm512_mul_ps(v, inverse)));
-            let t = _mm512_cvttps_epi32(y);
-            let rest = _mm512_sub_ps(y, _mm512_cvtepi32_ps(t));
-            let t = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(rest, _mm512_set1_ps(0.5)), t, one);
-            let t = _mm512_mask_sub_epi32(t, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(rest, _mm512_set1_ps(-0.5)), t, one);
-            _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(y, y), t)
+    let n = x_blocks.len().min(out.len());
+    let (x16, x_rest) = x_blocks[..n].as_chunks::<16>();
+    let (out16, out_rest) = out[..n].as_chunks_mut::<16>();
+    for (x, out) in x16.iter().zip(out16) {
+        let amax = reduce_rows(std::array::from_fn(|b| lanes_amax(&x[b])), |a, b| _mm512_max_ps(a, b));
+        let scale = _mm512_div_ps(amax, _mm512_set1_ps(127.0));
+        let nonzero = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(scale, _mm512_setzero_ps());
+        let inverse: [f32; 16] = bytemuck::cast(_mm512_maskz_div_ps(nonzero, _mm512_set1_ps(1.0), scale));
+        let quant_sums: [__m512; 16] = std::array::from_fn(|b| {
+            _mm512_castsi512_ps(quantize_block(&x[b], _mm512_set1_ps(inverse[b]), &mut out[b].qs))
         });
-        let bytes: [[u8; 16]; 2] = rounded.map(|r| bytemuck::cast(_mm512_cvtsepi32_epi8(r)));
-        block.qs = bytemuck::cast(bytes);
-        block.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(rounded[0], rounded[1]));
-        // Rounded to f16 and back in a register (`vcvtps2ph` to nearest even, as `f16::from_f32`
-        // rounds), not by a call per block.
+        let add = |a: __m512, b: __m512| {
+            _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+        };
+        let sums = _mm512_castps_si512(reduce_rows(quant_sums, add));
+        // Rounded to f16 and back (`vcvtps2ph` to nearest even, as `f16::from_f32` rounds).
+        let d = _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(scale));
+        let ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sums));
+        let (d, sums, ds): ([f32; 16], [i32; 16], [f32; 16]) =
+            (bytemuck::cast(d), bytemuck::cast(sums), bytemuck::cast(ds));
+        for (b, block) in out.iter_mut().enumerate() {
+            (block.d, block.sum, block.ds, block.pad) = (d[b], sums[b], ds[b], 0);
+        }
+    }
+    for (x, block) in x_rest.iter().zip(out_rest) {
+        let scale = _mm512_reduce_max_ps(lanes_amax(x)) / 127.0;
+        let inverse = _mm512_set1_ps(if scale == 0.0 { 0.0 } else { 1.0 / scale });
+        block.sum = _mm512_reduce_add_epi32(quantize_block(x, inverse, &mut block.qs));
         let rounded_scale = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(scale));
         block.d = _mm_cvtss_f32(_mm_cvtph_ps(rounded_scale));
         block.ds = block.d * block.sum as f32;
         block.pad = 0;
     }
+}
+
+/// A block's magnitudes folded into 16 lanes (the block's largest in some lane; never NaN).
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn lanes_amax(x: &[f32; 32]) -> __m512 {
+    let sign_off = _mm512_set1_epi32(0x7fff_ffff);
+    let abs = |v: __m512| _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), sign_off));
+    _mm512_max_ps(abs(load16(&x[16..])), _mm512_max_ps(abs(load16(&x[..16])), _mm512_setzero_ps()))
+}
+
+/// A block's values times `inverse`, clamped, rounded half away from zero (NaN to 0), narrowed
+/// into `qs`; their 16 lane sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+fn quantize_block(x: &[f32; 32], inverse: __m512, qs: &mut [u8; 32]) -> __m512i {
+    let (lowest, highest) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+    let one = _mm512_set1_epi32(1);
+    let rounded = [load16(&x[..16]), load16(&x[16..])].map(|v| {
+        let y = _mm512_min_ps(highest, _mm512_max_ps(lowest, _mm512_mul_ps(v, inverse)));
+        let t = _mm512_cvttps_epi32(y);
+        let rest = _mm512_sub_ps(y, _mm512_cvtepi32_ps(t));
+        let t = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(rest, _mm512_set1_ps(0.5)), t, one);
+        let t = _mm512_mask_sub_epi32(t, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(rest, _mm512_set1_ps(-0.5)), t, one);
+        _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(y, y), t)
+    });
+    let bytes: [[u8; 16]; 2] = rounded.map(|r| bytemuck::cast(_mm512_cvtsepi32_epi8(r)));
+    *qs = bytemuck::cast(bytes);
+    _mm512_add_epi32(rounded[0], rounded[1])
 }
