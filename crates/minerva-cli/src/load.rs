@@ -70,9 +70,10 @@ pub struct ModelArgs {
     /// 3), `on` everywhere; `off` (default) reads every weight in place.
     #[arg(long, value_enum, value_name = "MODE", default_value_t)]
     pub repack: RepackMode,
-    /// CPU, with --repack auto: the most memory the repacked copies may take (e.g. 8GiB); the
-    /// matrices past it stay in place. Default: half the memory available when the first is
-    /// copied (the copies cannot be paged out as the file's pages can).
+    /// CPU, with --repack auto (refused with on and off): the most memory the repacked copies
+    /// may take (e.g. 8GiB); the matrices past it stay in place. Default: half the memory
+    /// available when the first is copied (the copies cannot be paged out as the file's pages
+    /// can).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub repack_memory: Option<u64>,
 }
@@ -206,6 +207,11 @@ pub fn with_model<T: ModelTask>(args: &ModelArgs, task: T) -> Result<T::Output, 
 /// [`with_model`], with a draft model from `draft` loaded onto a second backend of the same kind
 /// and settings ([`Loaded::draft`]).
 pub fn with_models<T: ModelTask>(args: &ModelArgs, draft: Option<&Path>, task: T) -> Result<T::Output, CliError> {
+    if args.repack_memory.is_some() && args.repack != RepackMode::Auto {
+        return Err(CliError::Usage(
+            "--repack-memory budgets --repack auto; `on` copies every matrix it can and `off` none".into(),
+        ));
+    }
     let path = model_path(args)?;
     match args.device {
         Device::Cpu => {

@@ -142,6 +142,11 @@ fn repacking_memory_budget_is_kept_and_reported() {
         &minerva(&[os("bench"), smollm2.as_os_str(), os("--repack-memory"), os("lots")]),
         "--repack-memory",
     );
+    // A budget with a mode that has none is refused rather than ignored.
+    for mode in ["on", "off"] {
+        let args = [os("bench"), smollm2.as_os_str(), os("--repack"), os(mode), os("--repack-memory"), os("1MiB")];
+        assert_one_line_error(&minerva(&args), "--repack-memory");
+    }
 }
 
 #[test]

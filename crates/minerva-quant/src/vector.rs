@@ -153,7 +153,7 @@ pub fn has_dots_transposed(len: usize) -> bool {
 pub fn dots_transposed(outs: &mut [&mut [f32]], xs: &[&[f32]], firsts: &[usize], keys: &[f32]) {
     assert!(outs.len() == xs.len() && xs.len() == firsts.len(), "one output and one first key per query");
     let Some(len) = xs.first().map(|x| x.len()) else { return };
-    let groups = keys.len().checked_div(KEY_GROUP * len).unwrap_or(0);
+    let groups = KEY_GROUP.checked_mul(len).and_then(|group| keys.len().checked_div(group)).unwrap_or(0);
     let laid = groups * KEY_GROUP;
     // Every query within the keys laid out, of one length, and a kernel for it; or key by key.
     let within =
