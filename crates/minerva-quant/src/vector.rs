@@ -185,7 +185,7 @@ pub fn dots_transposed(outs: &mut [&mut [f32]], xs: &[&[f32]], firsts: &[usize],
 }
 
 /// `out[i] = values[i]` as f32 (exact) over the common length: an f16 KV cache's block of keys or
-/// values widened for the kernels that read f32 (AVX-512 or F16C 16 or 8 at a time).
+/// values widened for the kernels that read f32 (with F16C 8 values an instruction).
 pub fn widen_f16(values: &[half::f16], out: &mut [f32]) {
     (kernels::vector_kernels().widen_f16)(values, out)
 }

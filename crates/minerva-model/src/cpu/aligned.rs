@@ -52,9 +52,7 @@ impl<T: bytemuck::Pod> LineAligned<T> {
         grown[..self.len].copy_from_slice(self);
         *self = grown;
     }
-}
 
-impl<T: bytemuck::Pod> LineAligned<T> {
     /// Values the allocation holds from the first line on.
     fn capacity(&self) -> usize {
         (self.chunks.len() * 16).saturating_sub(self.start) / size_of::<T>()

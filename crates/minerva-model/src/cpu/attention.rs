@@ -12,10 +12,10 @@
 //! a block of values (`vector::weighted_sums_add`). Where a task has many queries and the CPU a
 //! kernel for it (AVX-512), its block of keys is laid out 16 keys at a time dimension-major
 //! (`vector::transpose_keys`) and every query of the task meets it there
-//! (`vector::dots_transposed`: the same bits as `dots`, without its per-key sum of lanes). Each query's scores and weighted sum come out as
-//! they would for that query alone (the same `dot` per key, the values added key by key in
-//! order), so results do not depend on how rows and heads were grouped into tasks: decode and
-//! prefill agree bit for bit.
+//! (`vector::dots_transposed`: the same bits as `dots`, without its per-key sum of lanes). Each
+//! query's scores and weighted sum come out as they would for that query alone (the same `dot`
+//! per key, the values added key by key in order), so results do not depend on how rows and heads
+//! were grouped into tasks: decode and prefill agree bit for bit.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -317,9 +317,7 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
             }
         }
     }
-}
 
-impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
     /// Every query of the run against the keys at `positions`, laid out by
     /// `vector::transpose_keys`, into its scores (`scores`: the run's, query after query).
     fn transposed_dots(&self, run: &Run, scores: &mut [f32], laid: &[f32], positions: Range<usize>) {

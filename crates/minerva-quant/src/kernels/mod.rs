@@ -300,8 +300,8 @@ pub(crate) struct VectorKernels {
     pub(crate) weighted_sums_add_f16: WeightedSumsF16Fn,
     /// `(values, out)`: `crate::vector::widen_f16`.
     pub(crate) widen_f16: fn(&[half::f16], &mut [f32]),
-    /// `(outs, xs, firsts, keys)`: `crate::vector::dots_transposed` where a set has a kernel for
-    /// it (query lengths a positive multiple of 16).
+    /// `crate::vector::dots_transposed` where a set has a kernel for it (the query lengths its
+    /// `chunks` list).
     pub(crate) dots_transposed: Option<DotsTransposed>,
     /// `(xs, scale, sink)`: `crate::vector::softmax`.
     pub(crate) softmax: fn(&mut [f32], f32, Option<f32>),

@@ -329,20 +329,6 @@ fn add4(a: [__m512; 4], b: [__m512; 4]) -> [__m512; 4] {
     [_mm512_add_ps(a[0], b[0]), _mm512_add_ps(a[1], b[1]), _mm512_add_ps(a[2], b[2]), _mm512_add_ps(a[3], b[3])]
 }
 
-/// 16 f16 values as f32 values in place of a `half` call per 8 (exact): `out` gets the common
-/// length of the two.
-#[target_feature(enable = "avx2,fma,avx512f,f16c")]
-pub(super) fn widen_f16(values: &[f16], out: &mut [f32]) {
-    let n = values.len().min(out.len());
-    let (values, out) = (&values[..n], &mut out[..n]);
-    let (v16, v_tail) = values.as_chunks::<16>();
-    let (o16, o_tail) = out.as_chunks_mut::<16>();
-    for (v, o) in v16.iter().zip(o16) {
-        *o = bytemuck::cast(widen16(v));
-    }
-    v_tail.convert_to_f32_slice(o_tail);
-}
-
 /// 16 f16 values as f32 lanes (exact).
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f,f16c")]

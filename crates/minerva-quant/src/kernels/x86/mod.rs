@@ -391,8 +391,6 @@ pub(super) fn avx512_vector() -> Option<VectorKernels> {
             },
             // SAFETY: as above.
             quantize_q8_1: |x, blocks| unsafe { avx512_vector::quantize_q8_1(x, blocks) },
-            // SAFETY: as above.
-            widen_f16: |values, out| unsafe { avx512_vector::widen_f16(values, out) },
             ..avx2
         }
     } else {
