@@ -38,7 +38,7 @@ pub(crate) struct Activation<'a> {
 /// product quantizes its input, a few hundred per decode step, and fresh vectors were most of a
 /// step's allocations.
 #[derive(Default)]
-struct Buffers {
+pub(crate) struct Buffers {
     d: Vec<f32>,
     qs: Vec<u8>,
     sums: Vec<i32>,
@@ -48,8 +48,8 @@ struct Buffers {
     blocks: Vec<ActBlock>,
 }
 
-/// Free [`Buffers`], at most [`KEEP`]. Shared by all threads: a prefill quantizes on the pool's
-/// threads and drops on the caller's.
+/// Free [`Buffers`], at most [`KEEP`], for activations quantized one at a time (a batch's rows
+/// keep theirs with the caller: `Activation::holding`).
 static FREE: Mutex<Vec<Buffers>> = Mutex::new(Vec::new());
 
 /// Buffers kept: the activations of a prefill chunk of 512 tokens and then some, memory that
@@ -62,25 +62,10 @@ fn take_buffers() -> Buffers {
 
 impl Drop for Activation<'_> {
     fn drop(&mut self) {
-        let mut buffers = Buffers {
-            d: std::mem::take(&mut self.d),
-            qs: std::mem::take(&mut self.qs),
-            sums: std::mem::take(&mut self.sums),
-            ds: std::mem::take(&mut self.ds),
-            q16: std::mem::take(&mut self.q16),
-            bsums: std::mem::take(&mut self.bsums),
-            blocks: std::mem::take(&mut self.blocks),
-        };
+        let buffers = self.take_buffers();
         if buffers.d.capacity() == 0 && buffers.blocks.capacity() == 0 {
-            return; // F32 activations hold nothing.
+            return; // F32 activations hold nothing, nor those whose vectors were taken.
         }
-        buffers.d.clear();
-        buffers.qs.clear();
-        buffers.sums.clear();
-        buffers.ds.clear();
-        buffers.q16.clear();
-        buffers.bsums.clear();
-        buffers.blocks.clear();
         let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
         if free.len() < KEEP {
             free.push(buffers);
@@ -163,42 +148,78 @@ impl<'a> Activation<'a> {
     /// kernels read them, [`ActBlock`]s), or to i16 when `i16` is set (`format` is then Q8_0's
     /// 32-value blocks, `d = amax / 32767` kept in f32).
     pub(crate) fn quantize(format: DType, i16: bool, x: &'a [f32]) -> Self {
+        let buffers = if format == DType::F32 { Buffers::default() } else { take_buffers() };
+        let mut act = Activation::holding(x, buffers);
+        act.quantize_in_place(format, i16);
+        act
+    }
+
+    /// `x`, not yet quantized, holding `buffers` (emptied) for [`Self::quantize_in_place`] to
+    /// fill: a batch's rows take the vectors its caller's last batch had (`Self::take_buffers`)
+    /// rather than from [`FREE`], whose lock and cache lines the pool's threads would contend
+    /// for row by row.
+    pub(crate) fn holding(x: &'a [f32], buffers: Buffers) -> Self {
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Buffers { d, qs, sums, ds, q16, bsums, blocks } = buffers;
+        Activation { id, x, d, qs, sums, ds, q16, bsums, blocks }
+    }
+
+    /// Quantizes its `x` as [`Self::quantize`] does, into the vectors it holds. Once per
+    /// activation: `id` names these values.
+    pub(crate) fn quantize_in_place(&mut self, format: DType, i16: bool) {
+        let x = self.x;
         if format == DType::F32 {
-            let Buffers { d, qs, sums, ds, q16, bsums, blocks } = Buffers::default();
-            return Activation { id, x, d, qs, sums, ds, q16, bsums, blocks };
+            return;
         }
-        let Buffers { d, qs, sums, ds, q16, bsums, blocks } = take_buffers();
-        let mut act = Activation { id, x, d, qs, sums, ds, q16, bsums, blocks };
         if format == DType::Q8_1 {
-            act.blocks.resize(x.len() / 32, ActBlock::default());
-            (crate::kernels::vector_kernels().quantize_q8_1)(x, &mut act.blocks);
-            return act;
+            self.blocks.resize(x.len() / 32, ActBlock::default());
+            (crate::kernels::vector_kernels().quantize_q8_1)(x, &mut self.blocks);
+            return;
         }
         if i16 {
             let blocks = x.len() / 32;
-            act.q16.resize(32 * blocks, 0);
-            act.d.resize(blocks, 0.0);
-            act.sums.resize(blocks, 0);
-            (crate::kernels::vector_kernels().quantize_i16)(x, &mut act.q16, &mut act.d, &mut act.sums);
-            act.ds.extend(act.d.iter().zip(&act.sums).map(|(&d, &sum)| d * sum as f32));
-            return act;
+            self.q16.resize(32 * blocks, 0);
+            self.d.resize(blocks, 0.0);
+            self.sums.resize(blocks, 0);
+            (crate::kernels::vector_kernels().quantize_i16)(x, &mut self.q16, &mut self.d, &mut self.sums);
+            self.ds.extend(self.d.iter().zip(&self.sums).map(|(&d, &sum)| d * sum as f32));
+            return;
         }
         let blocks = x.len() / format.block_elems();
         if format == DType::Q8_0 {
-            act.qs.resize(32 * blocks, 0);
-            act.d.resize(blocks, 0.0);
-            act.sums.resize(blocks, 0);
-            quantize_q8_0_blocks(x, &mut act.qs, &mut act.d, &mut act.sums);
-            act.ds.extend(act.d.iter().zip(&act.sums).map(|(&d, &sum)| d * sum as f32));
-            return act;
+            self.qs.resize(32 * blocks, 0);
+            self.d.resize(blocks, 0.0);
+            self.sums.resize(blocks, 0);
+            quantize_q8_0_blocks(x, &mut self.qs, &mut self.d, &mut self.sums);
+            self.ds.extend(self.d.iter().zip(&self.sums).map(|(&d, &sum)| d * sum as f32));
+            return;
         }
         // Q8_K: quants, scales and the sums of 16 as the kernels read them.
-        act.qs.resize(256 * blocks, 0);
-        act.d.resize(blocks, 0.0);
-        act.bsums.resize(16 * blocks, 0);
-        (crate::kernels::vector_kernels().quantize_q8_k)(x, &mut act.qs, &mut act.d, &mut act.bsums);
-        act
+        self.qs.resize(256 * blocks, 0);
+        self.d.resize(blocks, 0.0);
+        self.bsums.resize(16 * blocks, 0);
+        (crate::kernels::vector_kernels().quantize_q8_k)(x, &mut self.qs, &mut self.d, &mut self.bsums);
+    }
+
+    /// Its vectors, emptied (it then holds none, and its drop returns nothing to [`FREE`]).
+    pub(crate) fn take_buffers(&mut self) -> Buffers {
+        let mut buffers = Buffers {
+            d: std::mem::take(&mut self.d),
+            qs: std::mem::take(&mut self.qs),
+            sums: std::mem::take(&mut self.sums),
+            ds: std::mem::take(&mut self.ds),
+            q16: std::mem::take(&mut self.q16),
+            bsums: std::mem::take(&mut self.bsums),
+            blocks: std::mem::take(&mut self.blocks),
+        };
+        buffers.d.clear();
+        buffers.qs.clear();
+        buffers.sums.clear();
+        buffers.ds.clear();
+        buffers.q16.clear();
+        buffers.bsums.clear();
+        buffers.blocks.clear();
+        buffers
     }
 }
 

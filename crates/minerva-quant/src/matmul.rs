@@ -35,7 +35,7 @@
 //! ```
 
 use crate::QuantError;
-use crate::activation::Activation;
+use crate::activation::{Activation, Buffers};
 use crate::kernels::{self, MatKernel};
 use crate::matrix::{Matrix, RowSource};
 use crate::pool;
@@ -444,14 +444,13 @@ fn quantize_all<'a>(format: DType, i16: bool, xs: &'a [f32], cols: usize, n: usi
         return Quantized::One([Activation::quantize(format, i16, xs)]);
     }
     let mut acts: Vec<Activation<'a>> = ACTIVATIONS.take();
+    let mut stock = BATCH_BUFFERS.take();
+    acts.extend(xs.chunks_exact(cols).map(|x| Activation::holding(x, stock.pop().unwrap_or_default())));
+    BATCH_BUFFERS.set(stock);
     if pool::current_threads() > 1 {
-        // Placeholders (unquantized, holding nothing), each replaced by its task.
-        acts.extend(xs.chunks_exact(cols).map(|x| Activation::quantize(DType::F32, false, x)));
-        pool::for_each_chunk_mut(&mut acts, 1, |j, act| {
-            act[0] = Activation::quantize(format, i16, &xs[j * cols..][..cols]);
-        });
+        pool::for_each_chunk_mut(&mut acts, 1, |_, act| act[0].quantize_in_place(format, i16));
     } else {
-        acts.extend(xs.chunks_exact(cols).map(|x| Activation::quantize(format, i16, x)));
+        acts.iter_mut().for_each(|act| act.quantize_in_place(format, i16));
     }
     Quantized::Many(acts)
 }
@@ -477,6 +476,9 @@ impl<'a> std::ops::Deref for Quantized<'a> {
 impl Drop for Quantized<'_> {
     fn drop(&mut self) {
         if let Quantized::Many(many) = self {
+            let mut stock = BATCH_BUFFERS.take();
+            stock.extend(many.iter_mut().map(Activation::take_buffers));
+            BATCH_BUFFERS.set(stock);
             ACTIVATIONS.set(minerva_core::recycle_vec(std::mem::take(many)));
         }
     }
@@ -485,6 +487,10 @@ impl Drop for Quantized<'_> {
 thread_local! {
     /// `quantize_all`'s vector of several activations, kept empty between calls.
     static ACTIVATIONS: std::cell::Cell<Vec<Activation<'static>>> = const { std::cell::Cell::new(Vec::new()) };
+    /// The vectors of the rows of this thread's last batches, for its next (a prefill's rows take
+    /// and give back theirs here, without `activation::FREE`'s lock). As many as the most
+    /// rows of batches alive at once.
+    static BATCH_BUFFERS: std::cell::Cell<Vec<Buffers>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// `ys = acts · Wᵀ` (`ys` is `acts.len() × rows`) for non-empty shapes checked by the caller.
@@ -597,5 +603,55 @@ mod tests {
             Err(QuantError::ShapeOverflow { .. })
         ));
         assert!(matches!(matvec(DType::Q8_K, &w, 2, 256, &[0.0; 256], &mut y), Err(QuantError::Unsupported { .. })));
+    }
+
+    /// Every field the kernels read, as bits.
+    fn fields(act: &Activation<'_>) -> Vec<Vec<u64>> {
+        let blocks = act.blocks.iter().flat_map(|b| {
+            b.qs.iter().map(|&q| u64::from(q)).chain([
+                u64::from(b.d.to_bits()),
+                b.sum as u64,
+                u64::from(b.ds.to_bits()),
+            ])
+        });
+        vec![
+            act.d.iter().map(|v| u64::from(v.to_bits())).collect(),
+            act.qs.iter().map(|&v| u64::from(v)).collect(),
+            act.sums.iter().map(|&v| v as u64).collect(),
+            act.ds.iter().map(|v| u64::from(v.to_bits())).collect(),
+            act.q16.iter().map(|&v| v as u64).collect(),
+            act.bsums.iter().map(|&v| v as u64).collect(),
+            blocks.collect(),
+        ]
+    }
+
+    #[test]
+    fn a_batch_in_the_last_batches_vectors_quantizes_as_fresh_activations() {
+        // Batches of different formats, lengths and row counts one after another on this thread
+        // (two alive at once, as `matmul_i16_each`'s keys are), each row against one activation
+        // quantized alone: vectors left longer, or holding another format, must not show through.
+        let values = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n).map(|i| ((i * 37 + seed * 101) % 211) as f32 / 17.0 - 6.0).collect()
+        };
+        let batches = [
+            (DType::Q8_1, false, 512, 5),
+            (DType::Q8_0, true, 256, 3),
+            (DType::Q8_K, false, 768, 6),
+            (DType::Q8_0, false, 256, 2),
+        ];
+        for (round, pair) in batches.windows(2).enumerate() {
+            let xs: Vec<Vec<f32>> = pair.iter().map(|&(_, _, cols, n)| values(cols * n, round)).collect();
+            let both: Vec<Quantized<'_>> = pair
+                .iter()
+                .zip(&xs)
+                .map(|(&(format, i16, cols, n), xs)| quantize_all(format, i16, xs, cols, n))
+                .collect();
+            for (acts, (&(format, i16, cols, n), xs)) in both.iter().zip(pair.iter().zip(&xs)) {
+                assert_eq!(acts.len(), n);
+                for (act, x) in acts.iter().zip(xs.chunks_exact(cols)) {
+                    assert_eq!(fields(act), fields(&Activation::quantize(format, i16, x)), "{format:?} i16 {i16}");
+                }
+            }
+        }
     }
 }
