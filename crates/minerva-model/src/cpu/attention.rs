@@ -23,6 +23,7 @@ use std::ops::Range;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use minerva_core::DType;
+use minerva_quant::pool::ColumnBlock;
 use minerva_quant::{pool, vector};
 
 use super::{CpuCache, CpuTensor, KvData, LineAligned};
@@ -94,33 +95,25 @@ pub(super) fn attention(
     };
     let longest = (0..rows).map(|r| window(r).len()).max().unwrap_or(0);
     let plan = Plan::new(rows, n_head, s.n_head_kv, longest, pool::current_threads());
-    let task_len = plan.task_queries() * hd;
     let job = Job { q, cache: &*cache, layer, hd, scale: 1.0 / (hd as f32).sqrt(), sinks, window: &window };
-    // Each task writes its queries' outputs into its own part (a recycled buffer: rows past the
-    // batch, in the last row block, are neither written nor read).
-    let mut staged = CpuTensor::for_output(plan.tasks(), task_len);
-    pool::for_each_chunk_mut(&mut staged.data, task_len, |t, out| {
-        let (task_rows, heads) = plan.task(t);
+    // Each task writes its queries' outputs in place: its rows' columns of its heads, a tile
+    // (task `t` is tile `t`: row blocks one after another, each across its groups of heads).
+    let mut out = CpuTensor::for_output(rows, q.cols);
+    let tile_cols = plan.heads_per_task * hd;
+    pool::for_each_tile_mut(&mut out.data, q.cols, plan.rows_per_task, tile_cols, |g, i, mut out| {
+        let (task_rows, heads) = plan.task(g * plan.tiles_per_row_block() + i);
+        debug_assert!(task_rows == out.rows() && heads.start * hd == out.first_column());
         let kv_head = heads.start / plan.group;
         // A task's rows may cross from one sequence into the next: one run per sequence.
         let mut first = task_rows.start;
         while first < task_rows.end {
             let (slot, seq_end) = sequence_of(batch, first);
             let end = seq_end.min(task_rows.end);
-            let part = (first - task_rows.start) * heads.len() * hd..(end - task_rows.start) * heads.len() * hd;
             let run = Run { slot, kv_head, rows: first..end, heads: heads.clone() };
-            SCRATCH.with_borrow_mut(|scratch| job.attend(scratch, &run, &mut out[part]));
+            SCRATCH.with_borrow_mut(|scratch| job.attend(scratch, &run, &mut out));
             first = end;
         }
     });
-    let mut out = CpuTensor::for_output(rows, q.cols);
-    for (t, staged) in staged.data.chunks_exact(task_len.max(1)).enumerate() {
-        let (task_rows, heads) = plan.task(t);
-        let queries = task_rows.flat_map(|r| heads.clone().map(move |h| (r, h)));
-        for ((r, h), values) in queries.zip(staged.chunks_exact(hd)) {
-            out.data[r * q.cols + h * hd..][..hd].copy_from_slice(values);
-        }
-    }
     Ok(out)
 }
 
@@ -161,7 +154,12 @@ impl Plan {
     }
 
     fn tasks(&self) -> usize {
-        self.rows.div_ceil(self.rows_per_task) * self.n_head_kv * (self.group / self.heads_per_task)
+        self.rows.div_ceil(self.rows_per_task) * self.tiles_per_row_block()
+    }
+
+    /// Tasks per block of rows: one per group of heads.
+    fn tiles_per_row_block(&self) -> usize {
+        self.n_head_kv * (self.group / self.heads_per_task)
     }
 
     fn task_queries(&self) -> usize {
@@ -170,7 +168,7 @@ impl Plan {
 
     /// Task `t`'s rows and query heads.
     fn task(&self, t: usize) -> (Range<usize>, Range<usize>) {
-        let per_row_block = self.n_head_kv * (self.group / self.heads_per_task);
+        let per_row_block = self.tiles_per_row_block();
         let first_row = t / per_row_block * self.rows_per_task;
         let first_head = t % per_row_block * self.heads_per_task;
         (first_row..(first_row + self.rows_per_task).min(self.rows), first_head..first_head + self.heads_per_task)
@@ -198,10 +196,10 @@ struct Run {
 }
 
 impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
-    /// The run's outputs into `out` (query by query: row-major, heads within a row).
-    fn attend(&self, scratch: &mut Scratch, run: &Run, out: &mut [f32]) {
+    /// The run's outputs into its rows of `out` (its heads' columns, a head after another).
+    fn attend(&self, scratch: &mut Scratch, run: &Run, out: &mut ColumnBlock<'_, f32>) {
         let hd = self.hd;
-        out.fill(0.0);
+        out.rows_mut(run.rows.clone()).for_each(|row| row.fill(0.0));
         if hd == 0 {
             return;
         }
@@ -303,7 +301,7 @@ impl<W: Fn(usize) -> Range<usize>> Job<'_, W> {
                     continue;
                 }
                 let (in_window, in_block) = (a - w.start..e - w.start, a - from..e - from);
-                let mut row_out = out[ri * heads * hd..(ri + 1) * heads * hd].chunks_exact_mut(hd);
+                let mut row_out = out.row_mut(r).chunks_exact_mut(hd);
                 for starts in starts[ri * heads..(ri + 1) * heads].chunks(MAX_HEADS_PER_SUM) {
                     let mut outs: [&mut [f32]; MAX_HEADS_PER_SUM] = std::array::from_fn(|_| Default::default());
                     let mut weights: [&[f32]; MAX_HEADS_PER_SUM] = [&[]; MAX_HEADS_PER_SUM];
