@@ -606,7 +606,36 @@ pub trait Backend: Send + Sync + 'static {
 
 /// The index of the largest value: the first on ties (as `torch.argmax`), and NaN never wins (a
 /// row of NaN gives 0). The one argmax of the host side: greedy decoding, the sampler, `bench`.
+///
+/// Two passes the compiler vectorizes, the largest value then where it first is, rather than one
+/// compare-and-branch per value: a 262 144-token vocabulary's (Gemma 3) serial argmax was 3 % of
+/// a two-thread decode step with the other thread idle.
 pub fn argmax(row: &[f32]) -> u32 {
+    /// Values per step: lanes the compiler keeps in vectors.
+    const LANES: usize = 16;
+    let (chunks, tail) = row.as_chunks::<LANES>();
+    // `f32::max` ignores NaN; the lanes' maxima meet at the end.
+    let mut lanes = [f32::NAN; LANES];
+    for chunk in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = lane.max(v);
+        }
+    }
+    let largest = lanes.iter().chain(tail).fold(f32::NAN, |m, &v| m.max(v));
+    if largest.is_nan() {
+        return 0; // Empty, or NaN throughout.
+    }
+    // The first value equal to it (`+0 == -0`: the first zero of either sign, as one pass of
+    // `>` from the first value would keep), found a chunk at a time.
+    let first_chunk = chunks.iter().position(|chunk| chunk.iter().fold(false, |hit, &v| hit | (v == largest)));
+    let start = first_chunk.map_or(chunks.len() * LANES, |c| c * LANES);
+    let offset = row[start..].iter().position(|&v| v == largest).expect("the largest value is in the row");
+    (start + offset) as u32
+}
+
+/// [`argmax`] one value at a time: its definition, against which it is tested.
+#[cfg(test)]
+pub(crate) fn argmax_by_one(row: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &v) in row.iter().enumerate() {
         if v > row[best] || row[best].is_nan() && !v.is_nan() {
@@ -628,4 +657,38 @@ pub(crate) fn matmul_q_one_by_one<B: Backend + ?Sized, const N: usize>(
         out.push(backend.matmul_q(w, x)?);
     }
     Ok(out.try_into().unwrap_or_else(|_| unreachable!("one product per weight")))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{argmax, argmax_by_one};
+
+    /// Values drawn from a few, so that ties, NaN, infinities and zeros of both signs meet.
+    fn value() -> impl Strategy<Value = f32> {
+        prop_oneof![
+            4 => prop::sample::select(vec![1.0f32, 2.0, -3.0, 0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX]),
+            1 => any::<f32>(),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn argmax_is_the_first_largest_as_one_value_at_a_time(row in prop::collection::vec(value(), 0..80)) {
+            prop_assert_eq!(argmax(&row), argmax_by_one(&row), "{:?}", row);
+        }
+    }
+
+    #[test]
+    fn argmax_finds_the_first_largest_in_a_large_vocabulary() {
+        let mut row: Vec<f32> = (0..262_144).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
+        row[200_003] = 12.5;
+        row[250_000] = 12.5;
+        row[17] = f32::NAN;
+        assert_eq!(argmax(&row), 200_003);
+        assert_eq!(argmax(&row), argmax_by_one(&row));
+        assert_eq!(argmax(&[f32::NAN; 40]), 0);
+        assert_eq!(argmax(&[]), 0);
+    }
 }
