@@ -533,6 +533,12 @@ pub(crate) fn rows_into(
     }
 }
 
+/// Most bytes of weights per task of a one-activation product on several threads, so that the
+/// threads end a large matrix within a small task of each other: Gemma 3's 178 MB output matrix
+/// in four tasks per thread left one thread 22 MB (about a millisecond of a ten-millisecond
+/// step) to stream alone whenever the other had fallen a task behind.
+const DECODE_TASK_BYTES: usize = 1 << 20;
+
 /// `ys = acts · Wᵀ` (`ys`: `acts.len() × view.rows`) for non-empty shapes checked by the caller,
 /// on the current pool: tasks of whole groups × chunks of activations, each writing its part of
 /// every activation's row of `ys` directly.
@@ -541,10 +547,15 @@ pub(crate) fn multiply(kernel: RepackedKernel, view: RepackedView<'_>, acts: &[A
     let group_bytes = view.bytes.len() / rows.div_ceil(GROUP_ROWS);
     let groups = rows.div_ceil(GROUP_ROWS);
     // Several tasks per thread for one activation on several threads (a shared core should not
-    // hold the rest up), one block of groups per thread otherwise (each claims chunks of
-    // activations in turn; one thread takes every row in one task).
-    let tasks_per_thread = if n == 1 && threads > 1 { 4 } else { 1 };
-    let groups_per_task = groups.div_ceil((threads * tasks_per_thread).max(1)).max(1);
+    // hold the rest up), and at most `DECODE_TASK_BYTES` of weights each, so that the threads
+    // end a large matrix together; one block of groups per thread otherwise (each claims chunks
+    // of activations in turn; one thread takes every row in one task).
+    let tasks = if n == 1 && threads > 1 {
+        (4 * threads).max(view.bytes.len().div_ceil(DECODE_TASK_BYTES))
+    } else {
+        threads
+    };
+    let groups_per_task = groups.div_ceil(tasks.max(1)).max(1);
     let block_rows = groups_per_task * GROUP_ROWS;
     let run = |block: &mut pool::ColumnBlock<'_, f32>, first: usize, chunk: &[Activation<'_>]| {
         let mut results = [[0.0f32; GROUP_ROWS]; MAX_ACTS];
