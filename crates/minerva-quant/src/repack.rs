@@ -550,11 +550,8 @@ pub(crate) fn multiply(kernel: RepackedKernel, view: RepackedView<'_>, acts: &[A
     // hold the rest up), and at most `DECODE_TASK_BYTES` of weights each, so that the threads
     // end a large matrix together; one block of groups per thread otherwise (each claims chunks
     // of activations in turn; one thread takes every row in one task).
-    let tasks = if n == 1 && threads > 1 {
-        (4 * threads).max(view.bytes.len().div_ceil(DECODE_TASK_BYTES))
-    } else {
-        threads
-    };
+    let tasks =
+        if n == 1 && threads > 1 { (4 * threads).max(view.bytes.len().div_ceil(DECODE_TASK_BYTES)) } else { threads };
     let groups_per_task = groups.div_ceil(tasks.max(1)).max(1);
     let block_rows = groups_per_task * GROUP_ROWS;
     let run = |block: &mut pool::ColumnBlock<'_, f32>, first: usize, chunk: &[Activation<'_>]| {
