@@ -52,8 +52,8 @@ pub(crate) struct Buffers {
 /// keep theirs with the caller: `Activation::holding`).
 static FREE: Mutex<Vec<Buffers>> = Mutex::new(Vec::new());
 
-/// Buffers kept: the activations of a prefill chunk of 512 tokens and then some, memory that
-/// chunk had in use anyway.
+/// Buffers kept: a bound, not a size (one-at-a-time activations are a few per step; a batch's
+/// rows keep theirs with the caller instead).
 const KEEP: usize = 1024;
 
 fn take_buffers() -> Buffers {
