@@ -43,11 +43,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // differed by a quarter either way from one run to the next (docs/benchmarks.md).
     let buf = vec![1u64; 1 << 27];
     // The same with huge pages asked for before it is written, as the loader's converted tensors
-    // are (`arch/gpt_oss/owned.rs`): the reading that bounds HF and MLX decode where Linux grants them.
-    let mut huge = memmap2::MmapMut::map_anon(8 << 27)?;
-    // Where Linux refuses (transparent huge pages off), this reads small pages, as the loader's would.
-    #[cfg(target_os = "linux")]
-    let _ = huge.advise(memmap2::Advice::HugePage);
+    // and repacked matrices are (`minerva_quant::StreamedBytes`): the reading that bounds HF and
+    // MLX decode where Linux grants them (small pages where it refuses, as the loader's would be).
+    let mut huge = minerva_quant::StreamedBytes::zeroed(8 << 27).ok_or("cannot allocate 1 GiB")?;
     huge.fill(1);
     let huge_words: &[u64] = bytemuck::cast_slice(&huge[..]);
     let file = largest_file(std::path::Path::new(&path))?;

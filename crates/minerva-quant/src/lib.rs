@@ -62,6 +62,7 @@ pub mod mlx;
 pub mod mxfp4;
 pub mod pool;
 mod repack;
+pub mod streamed;
 pub mod vector;
 
 use kernels::{DequantizeFn, QuantizeFn};
@@ -101,6 +102,7 @@ pub use repack::{
     GROUP_ROWS, Repacked, RepackedView, is_repackable, repacked_kernel_isa, repacking_changes_activations,
     repacking_pays,
 };
+pub use streamed::StreamedBytes;
 
 /// The reference dequantizer for `dtype`, if this crate has one.
 pub fn dequantizer(dtype: DType) -> Option<DequantizeFn> {

@@ -58,6 +58,7 @@ use crate::activation::Activation;
 use crate::ggml::mxfp4::{KVALUES_MXFP4, e8m0_to_f32_half};
 use crate::kernels::repacked_formats as format;
 use crate::pool;
+use crate::streamed::StreamedBytes;
 
 pub(crate) mod k_quants;
 
@@ -172,10 +173,10 @@ pub struct Repacked {
     dtype: DType,
     rows: usize,
     cols: usize,
-    /// The groups from `start` on, at a 64-byte line, so that every group and slot starts where
-    /// the kernels' loads want it; [`Repacked::len_bytes`] of them.
-    storage: Vec<u8>,
-    start: usize,
+    /// The groups, from a 64-byte line on, so that every group and slot starts where the
+    /// kernels' loads want it, in huge pages where they fill one (decode streams them);
+    /// [`Repacked::len_bytes`] of them.
+    storage: StreamedBytes,
 }
 
 impl std::fmt::Debug for Repacked {
@@ -198,16 +199,10 @@ impl Repacked {
         let row_bytes = crate::Matrix::Blocks { dtype, bytes }.check_shape(rows, cols)?;
         let group_bytes = group_bytes(dtype, cols)?;
         let total = Self::groups_bytes(dtype, rows, cols)?;
-        // Zeroed bytes (alignment 1) are `calloc`'s: pages fresh from the OS, first touched by the
-        // pool thread that packs into them. A zeroed allocation aligned to 64 was a `memset` on
-        // this thread instead, faulting in every page one by one: a quarter of the samples of a
-        // Llama 8B load. 63 more bytes let the groups start on a line.
         let too_large = || QuantError::ShapeOverflow { dtype, rows, cols, n: 1 };
         let held = total.checked_next_multiple_of(64).ok_or_else(too_large)?;
-        let mut storage = bytemuck::allocation::try_zeroed_vec::<u8>(held.checked_add(63).ok_or_else(too_large)?)
-            .map_err(|_| too_large())?;
-        let start = storage.as_ptr().align_offset(64).min(63);
-        let out = &mut storage[start..start + total];
+        let mut storage = StreamedBytes::zeroed(held).ok_or_else(too_large)?;
+        let out = &mut storage[..total];
         if group_bytes > 0 {
             pool::for_each_chunk_mut(out, group_bytes, |g, group| {
                 let first = g * GROUP_ROWS;
@@ -216,7 +211,7 @@ impl Repacked {
                 pack_group(dtype, &src, group);
             });
         }
-        Ok(Repacked { dtype, rows, cols, storage, start })
+        Ok(Repacked { dtype, rows, cols, storage })
     }
 
     /// The bytes [`Repacked::new`] would hold for `rows × cols` of `dtype` (its
@@ -253,7 +248,7 @@ impl Repacked {
 
     /// Bytes held (a whole number of groups).
     pub fn len_bytes(&self) -> usize {
-        self.storage.len() - 63
+        self.storage.len()
     }
 
     /// The matrix as the fused products read it.
@@ -268,7 +263,7 @@ impl Repacked {
 
     fn bytes(&self) -> &[u8] {
         let len = self.rows.div_ceil(GROUP_ROWS) * group_bytes(self.dtype, self.cols).unwrap_or(0);
-        &self.storage[self.start..self.start + len]
+        &self.storage[..len]
     }
 
     /// The GGML rows back (exactly the bytes it was made from).
