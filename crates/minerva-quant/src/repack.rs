@@ -79,9 +79,10 @@ pub(crate) const SLOT_BYTES: usize = 4 * GROUP_ROWS;
 /// in cache (docs/benchmarks.md, "Prefetching repacked groups"). A pass of one activation (a
 /// decode step) asks too, on one thread ([`multiply`]) and on several ([`rows_into`]): on an AMD
 /// EPYC Zen 4 (`avx512+vnni`), SmolLM2 Q8_0 decoded at 75–94 tok/s without it and 104–107 with
-/// it on one thread; on two threads, in alternated pairs of runs, Q8_0 at 116–135 against
-/// 132–146 (four pairs), Q4_1 at 165–192 against 206–212 (three), Gemma 3 at 81–91 against
-/// 85–97 (four, one of them the other way).
+/// it on one thread, when the kernel's slot loads ran from a block's last line to its first.
+/// The AVX-512 VNNI kernel now loads them in address order, and for one activation of Q8_0 it
+/// leaves the stream to the hardware prefetchers, which then read it faster (docs/benchmarks.md,
+/// "Slot loads in address order").
 pub(crate) type RepackedKernel = fn(&[u8], &[u8], &[Activation<'_>], &mut [[f32; GROUP_ROWS]]);
 
 /// One 32-value block of a Q8_0 activation as the repacked kernels read it: everything a block's
