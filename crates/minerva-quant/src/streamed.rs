@@ -6,7 +6,7 @@
 //! each page costs a TLB walk. On an AMD EPYC Zen 4 a 1 GiB `u64` sum read 21.8 GB/s on one
 //! thread with 4 KiB pages and 28.4 with huge pages, and Gemma 3 270M's repacked decode, whose
 //! copies came from `calloc` (small pages where THP is `madvise`, the usual default), gained
-//! 5–9 % from them (docs/benchmarks.md, "Huge pages for repacked matrices"). The advice is only
+//! 6–9 % from them (docs/benchmarks.md, "Huge pages for repacked matrices"). The advice is only
 //! advice: where it is refused (another OS, THP `never`), the memory is the same with small
 //! pages.
 
