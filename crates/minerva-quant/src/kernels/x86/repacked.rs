@@ -159,8 +159,8 @@ fn mxfp4_table() -> [u8; 32] {
 }
 
 /// AVX-512 VNNI: one group against the activations of `acts`, results into `out` (one per
-/// activation); the first pass streams `ahead` into L2
-/// (`crate::repack::RepackedKernel`).
+/// activation); the first pass streams `ahead` into L2 (`crate::repack::RepackedKernel`), except
+/// for one activation of Q8_0 (see below).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn avx512<const FORMAT: u8>(
     group: &[u8],
